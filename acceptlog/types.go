@@ -1,0 +1,175 @@
+// Package acceptlog is gmailrelay's durable acceptance log: an append-only,
+// globally ordered list of lines per job, and the job records whose state is
+// the fold of those lines. It is stored in one bbolt file. Every state change
+// and the lines that explain it are written in one bbolt transaction, fsynced
+// before the call that writes them returns.
+//
+// The package knows nothing about Gmail or HTTP: the relay decides what a
+// transition means and hands it to Mutate; the log makes it durable.
+package acceptlog
+
+import (
+	"errors"
+	"time"
+)
+
+// State is where a job stands. A job's state always equals the fold of its
+// lines (see Fold).
+type State string
+
+const (
+	// StateForwarding: an attempt was logged (fsynced) and handed to Gmail;
+	// its outcome is not known yet. The send path moves it to sent, failed or
+	// unknown; on restart, recovery moves every forwarding job to unknown.
+	StateForwarding State = "forwarding"
+	// StateSent: the effect is confirmed, by Gmail's response or by exactly
+	// one SENT hit in the mailbox. Terminal, except that the verify pass moves
+	// it to review when a duplicate shows up.
+	StateSent State = "sent"
+	// StateFailed: definitely not sent. Job.Retryable says whether a new
+	// attempt may be made (by the caller's retry or by the sweeper).
+	StateFailed State = "failed"
+	// StateUnknown: ambiguous (timeout, reset, 5xx, dropped response, crash
+	// mid-flight). Only the sweeper moves it out.
+	StateUnknown State = "unknown"
+	// StateReview: a human must decide (duplicate, review-only channel,
+	// untrusted handle, still missing after the last check). Only the resolve
+	// endpoint moves it out.
+	StateReview State = "review"
+	// StateAbandoned: a human decided not to send. Terminal.
+	StateAbandoned State = "abandoned"
+)
+
+// States lists every state, in display order.
+var States = []State{StateForwarding, StateSent, StateFailed, StateUnknown, StateReview, StateAbandoned}
+
+// Valid reports whether s is one of the known states.
+func (s State) Valid() bool {
+	for _, v := range States {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Kind is the kind of a log line.
+type Kind string
+
+// The line kinds of DESIGN.md.
+const (
+	KindReceived   Kind = "received"   // the request was accepted for a job
+	KindFault      Kind = "fault"      // a fault rule decided this attempt
+	KindForwarding Kind = "forwarding" // the attempt is about to be handed to Gmail
+	KindEffect     Kind = "effect"     // Gmail accepted the message (Source says how we know)
+	KindNotSent    Kind = "not_sent"   // definitely not sent
+	KindAmbiguous  Kind = "ambiguous"  // outcome unknown
+	KindSearch     Kind = "search"     // a mailbox search and its hits
+	KindState      Kind = "state"      // a state change with its reason
+	KindReview     Kind = "review"     // handed to a human, with the evidence
+	KindResolved   Kind = "resolved"   // a human resolved a review
+	KindHandle     Kind = "handle"     // the Message-ID read back after a send
+)
+
+// Effect sources.
+const (
+	SourceResponse = "response" // Gmail's answer to messages.send
+	SourceSearch   = "search"   // a SENT hit found by rfc822msgid: search
+	SourceHuman    = "human"    // an operator's mark-sent
+)
+
+// Line is one entry of the acceptance log. Seq is global and strictly
+// increasing; Time comes from the relay's clock. State, when set, is the
+// job's state after this line: Fold takes the last non-empty State.
+type Line struct {
+	Seq       uint64    `json:"seq"`
+	Time      time.Time `json:"time"`
+	MessageID string    `json:"message_id"`
+	Attempt   int       `json:"attempt"`
+	Kind      Kind      `json:"kind"`
+	State     State     `json:"state,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+
+	// Effect lines.
+	Source   string   `json:"source,omitempty"`
+	GmailID  string   `json:"gmail_id,omitempty"`
+	ThreadID string   `json:"thread_id,omitempty"`
+	LabelIDs []string `json:"label_ids,omitempty"`
+
+	// not_sent / ambiguous lines: what Gmail (or the network) said.
+	Status    int    `json:"status,omitempty"`
+	Retryable bool   `json:"retryable,omitempty"`
+	Error     string `json:"error,omitempty"`
+
+	// search lines.
+	Query    string `json:"query,omitempty"`
+	Hits     int    `json:"hits,omitempty"`
+	SentHits int    `json:"sent_hits,omitempty"`
+	Check    int    `json:"check,omitempty"`
+
+	// fault lines.
+	RuleID string `json:"rule_id,omitempty"`
+	Mode   string `json:"mode,omitempty"`
+
+	// handle lines: what Gmail stored as the Message-ID.
+	StoredMessageID string `json:"stored_message_id,omitempty"`
+	HandleKept      *bool  `json:"handle_kept,omitempty"`
+
+	// received / resolved lines.
+	Channel string `json:"channel,omitempty"`
+	Actor   string `json:"actor,omitempty"`
+	Note    string `json:"note,omitempty"`
+}
+
+// Job is the current record of one logical email, keyed by its Message-ID.
+type Job struct {
+	MessageID   string `json:"message_id"`
+	Key         string `json:"key,omitempty"`
+	Channel     string `json:"channel"`
+	Mailbox     string `json:"mailbox"`
+	Fingerprint string `json:"fingerprint"`
+	State       State  `json:"state"`
+	Retryable   bool   `json:"retryable,omitempty"` // meaningful in StateFailed
+	Attempts    int    `json:"attempts"`
+	ThreadIDIn  string `json:"thread_id_in,omitempty"` // threadId the caller asked for
+
+	// Gmail's answer, once sent.
+	GmailID  string   `json:"gmail_id,omitempty"`
+	ThreadID string   `json:"thread_id,omitempty"`
+	LabelIDs []string `json:"label_ids,omitempty"`
+
+	// The last failure, replayed to callers of a non-retryable failed job.
+	LastStatus int    `json:"last_status,omitempty"`
+	LastError  string `json:"last_error,omitempty"`
+	LastReason string `json:"last_reason,omitempty"`
+
+	// Sweeper bookkeeping. NextCheckAt is zero when no check is scheduled;
+	// a job is in the due index exactly when NextCheckAt is non-zero.
+	NextCheckAt time.Time `json:"next_check_at,omitempty"`
+	Checks      int       `json:"checks,omitempty"` // consecutive search misses
+	Verified    bool      `json:"verified,omitempty"`
+	AmbiguousAt time.Time `json:"ambiguous_at,omitempty"`
+
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Errors returned by the log.
+var (
+	// ErrNotFound: no job with that Message-ID.
+	ErrNotFound = errors.New("acceptlog: job not found")
+	// ErrClosed: the log was closed.
+	ErrClosed = errors.New("acceptlog: closed")
+)
+
+// Fold returns the state a job's lines imply: the State of the last line
+// that carries one, or "" when none does.
+func Fold(lines []Line) State {
+	var s State
+	for _, l := range lines {
+		if l.State != "" {
+			s = l.State
+		}
+	}
+	return s
+}

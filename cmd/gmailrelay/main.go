@@ -1,0 +1,64 @@
+// Command gmailrelay is the relay, its Gmail emulator and their tools in one
+// binary. main only wires: each subcommand lives in its own file and
+// returns an exit code (2 for bad flags or configuration).
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+type command struct {
+	name string
+	help string
+	run  func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+}
+
+func commands() []command {
+	return []command{
+		{"serve", "run the relay (sandbox mode against the embedded emulator without credentials)", runServe},
+		{"fakegmail", "run the Gmail emulator alone", runFakeGmail},
+		{"demo", "run the three fault modes end to end against the emulator and print what happened", runDemo},
+		{"msgid", "print the Message-ID derived from a job key", runMsgID},
+		{"auth", "obtain a Gmail refresh token through the OAuth loopback flow", runAuth},
+		{"selftest", "watch one ambiguous send reconcile (--live: against your real mailbox)", runSelftest},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(ctx, args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "gmailrelay: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: gmailrelay <command> [flags]")
+	fmt.Fprintln(w)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.help)
+	}
+	fmt.Fprintln(w, "\nRun 'gmailrelay <command> -h' for a command's flags.")
+}
