@@ -1,7 +1,16 @@
 package acceptlog
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Options configure Open.
@@ -54,4 +63,396 @@ type Stats struct {
 	// OldestUnknown is the AmbiguousAt of the oldest job in StateUnknown
 	// (zero when there is none).
 	OldestUnknown time.Time `json:"oldest_unknown,omitempty"`
+}
+
+// ErrInvalidChange is wrapped by the error Mutate returns when the Change a
+// callback produced breaks the log's invariants (a programming error in the
+// caller): a job whose Message-ID is not the one mutated, an unknown state or
+// line kind, a job state that is not the fold of its lines, lines for a job
+// that does not exist, or a decrease of Attempts.
+var ErrInvalidChange = errors.New("acceptlog: invalid change")
+
+// Default timings. The lock timeout makes a second opener of the same file
+// fail instead of hanging; the batch delay is how long a Mutate that has
+// company waits for more company before the shared commit (a lone Mutate
+// does not wait at all, see Mutate).
+const (
+	lockTimeout   = time.Second
+	maxBatchDelay = 2 * time.Millisecond
+)
+
+// Log is the acceptance log in one bbolt file. It is safe for concurrent use.
+// Every method but Close and Commits returns ErrClosed (wrapped) after Close.
+type Log struct {
+	db   *bolt.DB
+	path string
+	now  func() time.Time
+
+	// pending counts the Mutates in flight: a lone one commits at once with
+	// db.Update, others join a db.Batch group commit.
+	pending     atomic.Int64
+	alwaysBatch bool // tests and benchmarks only, see export_test.go
+
+	commits atomic.Uint64
+	// lastTx is the write transaction whose commit is already counted. Only
+	// touched inside write transactions, which bbolt serialises.
+	lastTx *bolt.Tx
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+}
+
+// Open opens (creating if needed) the log stored at path and creates its
+// buckets. It does not recover jobs left in StateForwarding: that is the
+// relay's decision (see ByState). When another process (or another Log in
+// this one) holds the file, Open fails after about a second with an error
+// saying the file is locked.
+func Open(path string, opts Options) (*Log, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("open log %s: file is locked by another user of the log (another gmailrelay running?): %w", path, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open log %s: %w", path, err)
+	}
+	db.MaxBatchDelay = maxBatchDelay
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return fmt.Errorf("create bucket %s: %w", name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open log %s: %w", path, err)
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Log{db: db, path: path, now: now}, nil
+}
+
+// Close closes the file, waiting for transactions in progress. Calling it
+// again does nothing and returns nil.
+func (l *Log) Close() error {
+	var err error
+	l.closeOnce.Do(func() {
+		l.closed.Store(true)
+		if cerr := l.db.Close(); cerr != nil {
+			err = fmt.Errorf("close log %s: %w", l.path, cerr)
+		}
+	})
+	return err
+}
+
+// Commits returns how many write transactions Mutate has committed since
+// Open: each is one fsync, shared by every Mutate grouped into it.
+func (l *Log) Commits() uint64 { return l.commits.Load() }
+
+// Mutate reads the job messageID, calls fn with a copy of it (nil when the
+// log has none) and writes the Change fn returns, all in one bbolt write
+// transaction that is fsynced before Mutate returns.
+//
+// Concurrent Mutates are grouped into one transaction (db.Batch: one fsync
+// for the group); a Mutate with no other in flight commits alone at once.
+// Because a group is retried when one of its members fails, fn may be called
+// more than once and must depend only on its argument. ctx is only checked
+// before the transaction starts: a commit is never abandoned half-way.
+//
+// When fn returns an error, nothing is written and Mutate returns that error
+// unchanged. A Change breaking the log's invariants is an error wrapping
+// ErrInvalidChange and nothing is written. Lines get the next global Seq
+// (whatever Seq they carried), Time = Options.Now() when zero and MessageID
+// = messageID when empty.
+//
+// Mutate returns the job as written (the current job when Change.Job is nil,
+// the zero Job when there is none) and the lines as written.
+func (l *Log) Mutate(ctx context.Context, messageID string, fn func(cur *Job) (Change, error)) (Job, []Line, error) {
+	if err := ctx.Err(); err != nil {
+		return Job{}, nil, fmt.Errorf("mutate %s: %w", messageID, err)
+	}
+	if err := checkMessageID(messageID); err != nil {
+		return Job{}, nil, fmt.Errorf("mutate: %w: %w", ErrInvalidChange, err)
+	}
+	if l.closed.Load() {
+		return Job{}, nil, fmt.Errorf("mutate %s: %w", messageID, ErrClosed)
+	}
+	var (
+		job   Job
+		lines []Line
+		fnErr error
+	)
+	txFn := func(tx *bolt.Tx) error {
+		// Reset: a batch retry runs this again, and only the last run is
+		// the one that commits.
+		job, lines, fnErr = Job{}, nil, nil
+		if l.lastTx != tx {
+			l.lastTx = tx
+			tx.OnCommit(func() { l.commits.Add(1) })
+		}
+		var err error
+		job, lines, fnErr, err = l.apply(tx, messageID, fn)
+		return err
+	}
+	var err error
+	if l.pending.Add(1) == 1 && !l.alwaysBatch {
+		err = l.db.Update(txFn)
+	} else {
+		err = l.db.Batch(txFn)
+	}
+	l.pending.Add(-1)
+	if err != nil {
+		return Job{}, nil, l.wrapErr("mutate "+messageID, err)
+	}
+	if fnErr != nil {
+		return Job{}, nil, fnErr
+	}
+	return job, lines, nil
+}
+
+// apply is one run of a Mutate inside tx. fnErr is the callback's error or a
+// validation error: the transaction stays untouched and bbolt sees success,
+// so the rest of a batch is not re-run because of it. err is a storage error
+// and rolls the transaction back.
+func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Job, _ []Line, fnErr, err error) {
+	cur, err := getJob(tx, id)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return Job{}, nil, nil, err
+	}
+	var arg *Job
+	if cur != nil {
+		c := cloneJob(*cur)
+		arg = &c
+	}
+	ch, err := fn(arg)
+	if err != nil {
+		return Job{}, nil, err, nil
+	}
+	if err := validateChange(id, cur, &ch); err != nil {
+		return Job{}, nil, fmt.Errorf("mutate %s: %w: %w", id, ErrInvalidChange, err), nil
+	}
+
+	counts := map[string]int64{}
+	var result Job
+	switch {
+	case ch.Job != nil:
+		result = cloneJob(*ch.Job)
+		if err := putJob(tx, cur, &result, counts); err != nil {
+			return Job{}, nil, nil, err
+		}
+	case cur != nil:
+		result = *cur
+	}
+
+	var written []Line
+	if len(ch.Lines) > 0 {
+		written = make([]Line, len(ch.Lines))
+		lb, jlb := tx.Bucket(bucketLines), tx.Bucket(bucketJobLines)
+		for i, ln := range ch.Lines {
+			seq, err := lb.NextSequence()
+			if err != nil {
+				return Job{}, nil, nil, fmt.Errorf("next line seq: %w", err)
+			}
+			ln.Seq = seq
+			if ln.Time.IsZero() {
+				ln.Time = l.now()
+			}
+			if ln.MessageID == "" {
+				ln.MessageID = id
+			}
+			v, err := json.Marshal(&ln)
+			if err != nil {
+				return Job{}, nil, nil, fmt.Errorf("encode line: %w", err)
+			}
+			if err := lb.Put(seqKey(seq), v); err != nil {
+				return Job{}, nil, nil, fmt.Errorf("put line %d: %w", seq, err)
+			}
+			if err := jlb.Put(jobLineKey(id, seq), nil); err != nil {
+				return Job{}, nil, nil, fmt.Errorf("put job line %d: %w", seq, err)
+			}
+			for _, k := range lineCounters(&ln) {
+				counts[k]++
+			}
+			written[i] = ln
+		}
+	}
+
+	if ch.Raw != nil {
+		if err := tx.Bucket(bucketBodies).Put([]byte(id), ch.Raw); err != nil {
+			return Job{}, nil, nil, fmt.Errorf("put raw: %w", err)
+		}
+	}
+	if ch.Mailbox != nil {
+		v, err := json.Marshal(ch.Mailbox)
+		if err != nil {
+			return Job{}, nil, nil, fmt.Errorf("encode mailbox: %w", err)
+		}
+		if err := tx.Bucket(bucketMailboxes).Put([]byte(ch.Mailbox.Name), v); err != nil {
+			return Job{}, nil, nil, fmt.Errorf("put mailbox %s: %w", ch.Mailbox.Name, err)
+		}
+	}
+	if err := addCounts(tx.Bucket(bucketCounters), counts); err != nil {
+		return Job{}, nil, nil, err
+	}
+	return result, written, nil, nil
+}
+
+// validateChange checks ch against the log's invariants before anything is
+// written. cur is the stored job (nil when absent).
+func validateChange(id string, cur *Job, ch *Change) error {
+	folded := State("")
+	if cur != nil {
+		folded = cur.State
+	}
+	lineState := Fold(ch.Lines)
+	if lineState != "" {
+		folded = lineState
+	}
+	attempts := 0
+	switch {
+	case ch.Job != nil:
+		j := ch.Job
+		if j.MessageID != id {
+			return fmt.Errorf("job message id %q differs from the mutated one", j.MessageID)
+		}
+		if !j.State.Valid() {
+			return fmt.Errorf("job state %q is not a known state", j.State)
+		}
+		if j.State != folded {
+			return fmt.Errorf("job state %q is not the fold of its lines (%q)", j.State, folded)
+		}
+		if cur != nil && j.Attempts < cur.Attempts {
+			return fmt.Errorf("attempts decrease from %d to %d", cur.Attempts, j.Attempts)
+		}
+		attempts = j.Attempts
+	case lineState != "":
+		return fmt.Errorf("lines carry state %q but the change has no job", lineState)
+	case cur == nil && (len(ch.Lines) > 0 || ch.Raw != nil):
+		return fmt.Errorf("lines or raw message for a job that does not exist")
+	default:
+		if cur != nil {
+			attempts = cur.Attempts
+		}
+	}
+	for i, ln := range ch.Lines {
+		switch {
+		case !knownKinds[ln.Kind]:
+			return fmt.Errorf("line %d: unknown kind %q", i, ln.Kind)
+		case ln.State != "" && !ln.State.Valid():
+			return fmt.Errorf("line %d: unknown state %q", i, ln.State)
+		case ln.MessageID != "" && ln.MessageID != id:
+			return fmt.Errorf("line %d: message id %q differs from the mutated one", i, ln.MessageID)
+		case ln.Attempt < 0 || ln.Attempt > attempts:
+			return fmt.Errorf("line %d: attempt %d outside the job's 0..%d", i, ln.Attempt, attempts)
+		}
+	}
+	if ch.Mailbox != nil && ch.Mailbox.Name == "" {
+		return fmt.Errorf("mailbox without a name")
+	}
+	return nil
+}
+
+// putJob stores j in place of cur (nil when new), moving its index entries
+// and adding its counter deltas to counts.
+func putJob(tx *bolt.Tx, cur, j *Job, counts map[string]int64) error {
+	idx := [...]*bolt.Bucket{tx.Bucket(bucketState), tx.Bucket(bucketDue), tx.Bucket(bucketUnknown)}
+	if cur != nil {
+		old := keysOf(cur)
+		for i, k := range [...][]byte{old.state, old.due, old.unknown} {
+			if k == nil {
+				continue
+			}
+			if err := idx[i].Delete(k); err != nil {
+				return fmt.Errorf("delete index entry of %s: %w", cur.MessageID, err)
+			}
+		}
+		for _, k := range jobCounters(cur) {
+			counts[k]--
+		}
+	} else {
+		counts[counterJobs]++
+	}
+	nk := keysOf(j)
+	for i, k := range [...][]byte{nk.state, nk.due, nk.unknown} {
+		if k == nil {
+			continue
+		}
+		if err := idx[i].Put(k, nil); err != nil {
+			return fmt.Errorf("put index entry of %s: %w", j.MessageID, err)
+		}
+	}
+	for _, k := range jobCounters(j) {
+		counts[k]++
+	}
+	v, err := json.Marshal(j)
+	if err != nil {
+		return fmt.Errorf("encode job %s: %w", j.MessageID, err)
+	}
+	if err := tx.Bucket(bucketJobs).Put([]byte(j.MessageID), v); err != nil {
+		return fmt.Errorf("put job %s: %w", j.MessageID, err)
+	}
+	return nil
+}
+
+// addCounts adds deltas to the stored counters; a counter that reaches zero
+// is deleted, so Stats shows no empty entries.
+func addCounts(b *bolt.Bucket, deltas map[string]int64) error {
+	for k, d := range deltas {
+		if d == 0 {
+			continue
+		}
+		var n int64
+		if v := b.Get([]byte(k)); v != nil {
+			var err error
+			if n, err = decodeCount(v); err != nil {
+				return fmt.Errorf("counter %q: %w", k, err)
+			}
+		}
+		n += d
+		var err error
+		if n == 0 {
+			err = b.Delete([]byte(k))
+		} else {
+			err = b.Put([]byte(k), encodeCount(n))
+		}
+		if err != nil {
+			return fmt.Errorf("update counter %q: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// getJob reads a job; ErrNotFound (and a nil job) when absent.
+func getJob(tx *bolt.Tx, id string) (*Job, error) {
+	v := tx.Bucket(bucketJobs).Get([]byte(id))
+	if v == nil {
+		return nil, ErrNotFound
+	}
+	var j Job
+	if err := json.Unmarshal(v, &j); err != nil {
+		return nil, fmt.Errorf("decode job %s: %w", id, err)
+	}
+	return &j, nil
+}
+
+func cloneJob(j Job) Job {
+	if j.LabelIDs != nil {
+		j.LabelIDs = append([]string(nil), j.LabelIDs...)
+	}
+	return j
+}
+
+// wrapErr adds context to a storage error and turns bbolt's "not open" into
+// ErrClosed.
+func (l *Log) wrapErr(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		err = ErrClosed
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }

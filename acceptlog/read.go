@@ -1,0 +1,317 @@
+package acceptlog
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Page sizes of List and Lines.
+const (
+	defaultLimit = 100
+	maxLimit     = 1000
+)
+
+func pageLimit(n int) int {
+	switch {
+	case n <= 0:
+		return defaultLimit
+	case n > maxLimit:
+		return maxLimit
+	}
+	return n
+}
+
+// view runs fn in a read transaction after checking ctx and Close.
+func (l *Log) view(ctx context.Context, what string, fn func(tx *bolt.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if l.closed.Load() {
+		return fmt.Errorf("%s: %w", what, ErrClosed)
+	}
+	return l.wrapErr(what, l.db.View(fn))
+}
+
+// Get returns the job messageID, or an error wrapping ErrNotFound.
+func (l *Log) Get(ctx context.Context, messageID string) (Job, error) {
+	var j *Job
+	err := l.view(ctx, "get "+messageID, func(tx *bolt.Tx) error {
+		var err error
+		j, err = getJob(tx, messageID)
+		return err
+	})
+	if err != nil {
+		return Job{}, err
+	}
+	return *j, nil
+}
+
+// JobLines returns the lines of the job messageID, oldest first, or an error
+// wrapping ErrNotFound when there is no such job.
+func (l *Log) JobLines(ctx context.Context, messageID string) ([]Line, error) {
+	var lines []Line
+	err := l.view(ctx, "job lines "+messageID, func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketJobs).Get([]byte(messageID)) == nil {
+			return ErrNotFound
+		}
+		var err error
+		lines, err = jobLines(tx, messageID)
+		return err
+	})
+	return lines, err
+}
+
+// jobLines reads a job's lines through the joblines index.
+func jobLines(tx *bolt.Tx, id string) ([]Line, error) {
+	var lines []Line
+	prefix := jobLinesPrefix(id)
+	lb := tx.Bucket(bucketLines)
+	c := tx.Bucket(bucketJobLines).Cursor()
+	for k, _ := c.Seek(prefix); hasPrefixKey(k, prefix); k, _ = c.Next() {
+		seqk := k[len(prefix):]
+		v := lb.Get(seqk)
+		if v == nil {
+			return nil, fmt.Errorf("job line %x of %s has no line", seqk, id)
+		}
+		var ln Line
+		if err := json.Unmarshal(v, &ln); err != nil {
+			return nil, fmt.Errorf("decode line %x: %w", seqk, err)
+		}
+		lines = append(lines, ln)
+	}
+	return lines, nil
+}
+
+// Raw returns the message stored for messageID (by a Change with Raw), or
+// an error wrapping ErrNotFound when none is stored.
+func (l *Log) Raw(ctx context.Context, messageID string) ([]byte, error) {
+	var raw []byte
+	err := l.view(ctx, "raw "+messageID, func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketBodies).Get([]byte(messageID))
+		if v == nil {
+			return ErrNotFound
+		}
+		raw = bytes.Clone(v)
+		return nil
+	})
+	return raw, err
+}
+
+// List returns jobs ordered by Message-ID, starting after o.After, at most
+// o.Limit of them (default 100, at most 1000). next is the Message-ID of the
+// last job returned when more jobs match, "" otherwise; pass it as After for
+// the next page. With o.State it walks the state index; with only o.Channel
+// it scans the jobs themselves (a channel filter costs a walk over other
+// channels' jobs). An unknown o.State is an error.
+func (l *Log) List(ctx context.Context, o ListOptions) (jobs []Job, next string, err error) {
+	if o.State != "" && !o.State.Valid() {
+		return nil, "", fmt.Errorf("list: unknown state %q", o.State)
+	}
+	limit := pageLimit(o.Limit)
+	err = l.view(ctx, "list", func(tx *bolt.Tx) error {
+		jobs, next = nil, ""
+		each := func(j *Job) bool { // false stops the walk
+			if o.Channel != "" && j.Channel != o.Channel {
+				return true
+			}
+			if len(jobs) == limit {
+				next = jobs[len(jobs)-1].MessageID
+				return false
+			}
+			jobs = append(jobs, *j)
+			return true
+		}
+		if o.State != "" {
+			return walkState(tx, o.State, o.After, each)
+		}
+		c := tx.Bucket(bucketJobs).Cursor()
+		k, v := c.Seek([]byte(o.After))
+		if k != nil && string(k) == o.After {
+			k, v = c.Next()
+		}
+		for ; k != nil; k, v = c.Next() {
+			var j Job
+			if err := json.Unmarshal(v, &j); err != nil {
+				return fmt.Errorf("decode job %s: %w", k, err)
+			}
+			if !each(&j) {
+				break
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return jobs, next, nil
+}
+
+// walkState calls each for the jobs in state s with ids after after, in id
+// order, until it returns false.
+func walkState(tx *bolt.Tx, s State, after string, each func(*Job) bool) error {
+	prefix := stateKey(s, "")
+	c := tx.Bucket(bucketState).Cursor()
+	start := stateKey(s, after)
+	k, _ := c.Seek(start)
+	if after != "" && bytes.Equal(k, start) {
+		k, _ = c.Next()
+	}
+	for ; hasPrefixKey(k, prefix); k, _ = c.Next() {
+		id := string(k[len(prefix):])
+		j, err := getJob(tx, id)
+		if err != nil {
+			return fmt.Errorf("state index entry %s: %w", id, err)
+		}
+		if !each(j) {
+			break
+		}
+	}
+	return nil
+}
+
+// Lines returns the log's lines in global order, those with Seq > after, at
+// most limit of them (default 100, at most 1000). next is the Seq of the
+// last line returned when more lines follow, 0 otherwise; pass it as after
+// for the next page. A tail that has caught up (next == 0) polls again with
+// the Seq of the last line it has seen.
+func (l *Log) Lines(ctx context.Context, after uint64, limit int) (lines []Line, next uint64, err error) {
+	limit = pageLimit(limit)
+	if after == math.MaxUint64 {
+		return nil, 0, nil
+	}
+	err = l.view(ctx, "lines", func(tx *bolt.Tx) error {
+		lines, next = nil, 0
+		c := tx.Bucket(bucketLines).Cursor()
+		for k, v := c.Seek(seqKey(after + 1)); k != nil; k, v = c.Next() {
+			if len(lines) == limit {
+				next = lines[len(lines)-1].Seq
+				break
+			}
+			var ln Line
+			if err := json.Unmarshal(v, &ln); err != nil {
+				return fmt.Errorf("decode line %x: %w", k, err)
+			}
+			lines = append(lines, ln)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return lines, next, nil
+}
+
+// Due returns the jobs whose NextCheckAt is set and not after now, earliest
+// first (ties by Message-ID), at most limit of them; limit <= 0 means all.
+// It reads the due index only.
+func (l *Log) Due(ctx context.Context, now time.Time, limit int) ([]Job, error) {
+	var jobs []Job
+	err := l.view(ctx, "due", func(tx *bolt.Tx) error {
+		jobs = nil
+		c := tx.Bucket(bucketDue).Cursor()
+		for k, _ := c.First(); k != nil && (limit <= 0 || len(jobs) < limit); k, _ = c.Next() {
+			if len(k) < 8 {
+				return fmt.Errorf("due index key %x too short", k)
+			}
+			if timeIDKeyTime(k).After(now) {
+				break
+			}
+			j, err := getJob(tx, string(k[8:]))
+			if err != nil {
+				return fmt.Errorf("due index entry %s: %w", k[8:], err)
+			}
+			jobs = append(jobs, *j)
+		}
+		return nil
+	})
+	return jobs, err
+}
+
+// ByState returns the jobs in state s ordered by Message-ID, at most limit of
+// them; limit <= 0 means all. It reads the state index, never every job, so
+// recovery ("every forwarding job becomes unknown") costs what it finds.
+func (l *Log) ByState(ctx context.Context, s State, limit int) ([]Job, error) {
+	if !s.Valid() {
+		return nil, fmt.Errorf("by state: unknown state %q", s)
+	}
+	var jobs []Job
+	err := l.view(ctx, "by state "+string(s), func(tx *bolt.Tx) error {
+		jobs = nil
+		return walkState(tx, s, "", func(j *Job) bool {
+			jobs = append(jobs, *j)
+			return limit <= 0 || len(jobs) < limit
+		})
+	})
+	return jobs, err
+}
+
+// Mailbox returns what the log remembers about the mailbox name; the zero
+// Mailbox{Name: name} when it knows nothing.
+func (l *Log) Mailbox(ctx context.Context, name string) (Mailbox, error) {
+	mb := Mailbox{Name: name}
+	err := l.view(ctx, "mailbox "+name, func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketMailboxes).Get([]byte(name))
+		if v == nil {
+			return nil
+		}
+		if err := json.Unmarshal(v, &mb); err != nil {
+			return fmt.Errorf("decode: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Mailbox{}, err
+	}
+	return mb, nil
+}
+
+// Stats returns the log's counters. They are kept inside every Mutate, so
+// this reads the counters and, for OldestUnknown, the first entries of the
+// unknown index; it never scans the jobs. Maps are non-nil and hold no zero
+// entries. Lines are counted by reason only when they carry one.
+func (l *Log) Stats(ctx context.Context) (Stats, error) {
+	var st Stats
+	err := l.view(ctx, "stats", func(tx *bolt.Tx) error {
+		counts, err := readCounters(tx)
+		if err != nil {
+			return err
+		}
+		st = statsFromCounters(counts)
+		c := tx.Bucket(bucketUnknown).Cursor()
+		// An unknown job without AmbiguousAt sorts first; skip it.
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			j, err := getJob(tx, string(k[8:]))
+			if err != nil {
+				return fmt.Errorf("unknown index entry %s: %w", k[8:], err)
+			}
+			if !j.AmbiguousAt.IsZero() {
+				st.OldestUnknown = j.AmbiguousAt
+				break
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Stats{}, err
+	}
+	return st, nil
+}
+
+func readCounters(tx *bolt.Tx) (map[string]int64, error) {
+	counts := map[string]int64{}
+	err := tx.Bucket(bucketCounters).ForEach(func(k, v []byte) error {
+		n, err := decodeCount(v)
+		if err != nil {
+			return fmt.Errorf("counter %q: %w", k, err)
+		}
+		counts[string(k)] = n
+		return nil
+	})
+	return counts, err
+}
