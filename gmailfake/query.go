@@ -1,0 +1,311 @@
+package gmailfake
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// The subset of Gmail's search language the relay needs:
+//
+//	query   = and
+//	and     = or { or }                   (implicit AND between terms)
+//	or      = primary { "OR" primary }
+//	primary = term | "{" primary { primary } "}" | "(" and ")"
+//	term    = "rfc822msgid:" value | "in:" name | "label:" name
+//
+// A brace group matches when any of its members matches (Gmail's shorthand
+// for OR). Operators are case-insensitive, OR must be upper case (as in
+// Gmail). A value may be wrapped in angle brackets or double quotes. Anything
+// else is an error: the emulator never answers an unknown query with a silent
+// empty list.
+
+const (
+	maxQueryLen   = 8192
+	maxQueryDepth = 32
+)
+
+// queryNode is a parsed query: it says whether a stored message matches.
+type queryNode interface {
+	match(m *stored) bool
+}
+
+type matchAll struct{}
+
+func (matchAll) match(*stored) bool { return true }
+
+type msgIDTerm struct{ id string } // normalised: no angle brackets
+
+func (t msgIDTerm) match(m *stored) bool { return m.msgIDKey == t.id }
+
+type labelTerm struct{ label string } // upper case
+
+func (t labelTerm) match(m *stored) bool {
+	if t.label == "ANYWHERE" {
+		return true
+	}
+	for _, l := range m.LabelIDs {
+		if strings.EqualFold(l, t.label) {
+			return true
+		}
+	}
+	return false
+}
+
+type andNode []queryNode
+
+func (n andNode) match(m *stored) bool {
+	for _, c := range n {
+		if !c.match(m) {
+			return false
+		}
+	}
+	return true
+}
+
+type orNode []queryNode
+
+func (n orNode) match(m *stored) bool {
+	for _, c := range n {
+		if c.match(m) {
+			return true
+		}
+	}
+	return false
+}
+
+var errQuery = errors.New("invalid query")
+
+// parseQuery parses q. An empty or blank q matches every message.
+func parseQuery(q string) (queryNode, error) {
+	if len(q) > maxQueryLen {
+		return nil, fmt.Errorf("%w: longer than %d bytes", errQuery, maxQueryLen)
+	}
+	toks, err := tokenize(q)
+	if err != nil {
+		return nil, err
+	}
+	if len(toks) == 0 {
+		return matchAll{}, nil
+	}
+	p := &queryParser{toks: toks}
+	n, err := p.parseAnd(0)
+	if err != nil {
+		return nil, err
+	}
+	if p.pos != len(p.toks) {
+		return nil, fmt.Errorf("%w: unexpected %q", errQuery, p.toks[p.pos].text)
+	}
+	return n, nil
+}
+
+type tokKind int
+
+const (
+	tokWord tokKind = iota
+	tokOR
+	tokLBrace
+	tokRBrace
+	tokLParen
+	tokRParen
+)
+
+type token struct {
+	kind tokKind
+	text string
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+func tokenize(q string) ([]token, error) {
+	var toks []token
+	i := 0
+	for i < len(q) {
+		c := q[i]
+		switch {
+		case isSpace(c):
+			i++
+		case c == '{':
+			toks = append(toks, token{tokLBrace, "{"})
+			i++
+		case c == '}':
+			toks = append(toks, token{tokRBrace, "}"})
+			i++
+		case c == '(':
+			toks = append(toks, token{tokLParen, "("})
+			i++
+		case c == ')':
+			toks = append(toks, token{tokRParen, ")"})
+			i++
+		default:
+			start := i
+			for i < len(q) && !isSpace(q[i]) && !strings.ContainsRune("{}()", rune(q[i])) {
+				switch q[i] {
+				case '<': // a bracketed value runs to its closing bracket
+					end := strings.IndexByte(q[i:], '>')
+					if end < 0 {
+						return nil, fmt.Errorf("%w: unclosed <", errQuery)
+					}
+					i += end + 1
+				case '"':
+					end := strings.IndexByte(q[i+1:], '"')
+					if end < 0 {
+						return nil, fmt.Errorf("%w: unclosed quote", errQuery)
+					}
+					i += end + 2
+				default:
+					i++
+				}
+			}
+			w := q[start:i]
+			if w == "OR" {
+				toks = append(toks, token{tokOR, w})
+			} else {
+				toks = append(toks, token{tokWord, w})
+			}
+		}
+	}
+	return toks, nil
+}
+
+type queryParser struct {
+	toks []token
+	pos  int
+}
+
+func (p *queryParser) peek() (token, bool) {
+	if p.pos >= len(p.toks) {
+		return token{}, false
+	}
+	return p.toks[p.pos], true
+}
+
+// parseAnd reads terms until the end of input or a closing bracket.
+func (p *queryParser) parseAnd(depth int) (queryNode, error) {
+	var terms andNode
+	for {
+		t, ok := p.peek()
+		if !ok || t.kind == tokRParen || t.kind == tokRBrace {
+			break
+		}
+		n, err := p.parseOr(depth)
+		if err != nil {
+			return nil, err
+		}
+		terms = append(terms, n)
+	}
+	switch len(terms) {
+	case 0:
+		return nil, fmt.Errorf("%w: empty expression", errQuery)
+	case 1:
+		return terms[0], nil
+	}
+	return terms, nil
+}
+
+func (p *queryParser) parseOr(depth int) (queryNode, error) {
+	first, err := p.parsePrimary(depth)
+	if err != nil {
+		return nil, err
+	}
+	alts := orNode{first}
+	for {
+		t, ok := p.peek()
+		if !ok || t.kind != tokOR {
+			break
+		}
+		p.pos++
+		n, err := p.parsePrimary(depth)
+		if err != nil {
+			return nil, err
+		}
+		alts = append(alts, n)
+	}
+	if len(alts) == 1 {
+		return first, nil
+	}
+	return alts, nil
+}
+
+func (p *queryParser) parsePrimary(depth int) (queryNode, error) {
+	if depth > maxQueryDepth {
+		return nil, fmt.Errorf("%w: nested deeper than %d", errQuery, maxQueryDepth)
+	}
+	t, ok := p.peek()
+	if !ok {
+		return nil, fmt.Errorf("%w: expression expected at end", errQuery)
+	}
+	p.pos++
+	switch t.kind {
+	case tokWord:
+		return parseTerm(t.text)
+	case tokLParen:
+		n, err := p.parseAnd(depth + 1)
+		if err != nil {
+			return nil, err
+		}
+		if c, ok := p.peek(); !ok || c.kind != tokRParen {
+			return nil, fmt.Errorf("%w: ( without )", errQuery)
+		}
+		p.pos++
+		return n, nil
+	case tokLBrace:
+		var alts orNode
+		for {
+			c, ok := p.peek()
+			if !ok {
+				return nil, fmt.Errorf("%w: { without }", errQuery)
+			}
+			if c.kind == tokRBrace {
+				p.pos++
+				break
+			}
+			n, err := p.parseOr(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			alts = append(alts, n)
+		}
+		if len(alts) == 0 {
+			return nil, fmt.Errorf("%w: empty {}", errQuery)
+		}
+		if len(alts) == 1 {
+			return alts[0], nil
+		}
+		return alts, nil
+	}
+	return nil, fmt.Errorf("%w: unexpected %q", errQuery, t.text)
+}
+
+func parseTerm(w string) (queryNode, error) {
+	op, val, ok := strings.Cut(w, ":")
+	if !ok {
+		return nil, fmt.Errorf("%w: free-text search %q is not supported by the emulator", errQuery, w)
+	}
+	if len(val) >= 2 && val[0] == '"' && val[len(val)-1] == '"' {
+		val = val[1 : len(val)-1]
+	}
+	switch strings.ToLower(op) {
+	case "rfc822msgid":
+		id := normalizeMsgID(val)
+		if id == "" || strings.ContainsAny(id, " \t\r\n<>") {
+			return nil, fmt.Errorf("%w: bad rfc822msgid value %q", errQuery, val)
+		}
+		return msgIDTerm{id: id}, nil
+	case "in", "label":
+		if val == "" || strings.ContainsAny(val, "<>\"") {
+			return nil, fmt.Errorf("%w: bad %s value %q", errQuery, op, val)
+		}
+		return labelTerm{label: strings.ToUpper(val)}, nil
+	}
+	return nil, fmt.Errorf("%w: operator %q is not supported by the emulator", errQuery, op)
+}
+
+// normalizeMsgID strips surrounding blanks and one pair of angle brackets.
+func normalizeMsgID(id string) string {
+	id = strings.TrimSpace(id)
+	if strings.HasPrefix(id, "<") && strings.HasSuffix(id, ">") && len(id) >= 2 {
+		id = strings.TrimSpace(id[1 : len(id)-1])
+	}
+	return id
+}
