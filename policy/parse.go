@@ -1,0 +1,272 @@
+package policy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Parse parses and validates a policy file (YAML, CONTRACT.md "Policy
+// file"). Every error is a *FieldError naming the field by its dotted path,
+// with the line it is on.
+//
+// Rules: unknown keys are errors at every level, as are duplicate keys;
+// msgid_domain defaults to DefaultMsgIDDomain and verify_handle to "first";
+// channels is required and must not be empty; in each channel on_unknown is
+// required (no silent choice between resending and review), and grace
+// (default 3m, a Go duration string such as "90s" or "3m", > 0), checks
+// (default 2, >= 1) and max_attempts (default 3, >= 1) may be omitted.
+// A policy without a "default" channel is valid: every send must then name
+// its channel. Only one YAML document is allowed.
+//
+// The file is walked as a yaml.Node tree rather than decoded into structs
+// with KnownFields(true), because the decoder's unknown-field error names a
+// Go type, not the path of the offending key in the file.
+func Parse(data []byte) (*Policy, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, emptyFile()
+		}
+		return nil, yamlError(err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return nil, yamlError(err)
+		}
+		return nil, &FieldError{Line: extra.Line, Message: "more than one YAML document; want one"}
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
+		return nil, emptyFile()
+	}
+	root := resolve(doc.Content[0])
+	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+		return nil, emptyFile()
+	}
+
+	p := &Policy{MsgIDDomain: DefaultMsgIDDomain, VerifyHandle: VerifyFirst}
+	entries, err := mapping(root, "")
+	if err != nil {
+		return nil, err
+	}
+	seenChannels := false
+	for _, e := range entries {
+		switch e.name {
+		case "msgid_domain":
+			s, err := str(e.value, e.path)
+			if err != nil {
+				return nil, err
+			}
+			if msg := checkDomain(s); msg != "" {
+				return nil, &FieldError{Field: e.path, Line: e.value.Line, Message: msg}
+			}
+			p.MsgIDDomain = s
+		case "verify_handle":
+			s, err := str(e.value, e.path)
+			if err != nil {
+				return nil, err
+			}
+			if v := Verify(s); !v.Valid() {
+				return nil, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("unknown value %q; want first, always or never", s)}
+			}
+			p.VerifyHandle = Verify(s)
+		case "channels":
+			seenChannels = true
+			chans, err := channels(e.value, e.path)
+			if err != nil {
+				return nil, err
+			}
+			p.Channels = chans
+		default:
+			return nil, unknownKey(e)
+		}
+	}
+	if !seenChannels {
+		return nil, &FieldError{Field: "channels", Line: root.Line, Message: "required: at least one channel, e.g. default: {on_unknown: retry}"}
+	}
+	// Parse applied every rule already; Validate guards against the two
+	// drifting apart.
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func emptyFile() *FieldError {
+	return &FieldError{Message: "empty policy file; want at least a channels mapping"}
+}
+
+// yamlError turns a YAML syntax error into a *FieldError, keeping the line
+// number yaml.v3 puts in its message.
+func yamlError(err error) *FieldError {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	return &FieldError{Message: "invalid YAML: " + msg}
+}
+
+// entry is one key of a YAML mapping.
+type entry struct {
+	name  string
+	path  string // dotted path of the key in the file
+	key   *yaml.Node
+	value *yaml.Node
+}
+
+// resolve follows aliases (*anchor) to the node they name.
+func resolve(n *yaml.Node) *yaml.Node {
+	for i := 0; n != nil && n.Kind == yaml.AliasNode && i < 16; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+// mapping returns the entries of n, which must be a mapping with scalar,
+// unique keys. prefix is the path of n ("" at the top).
+func mapping(n *yaml.Node, prefix string) ([]entry, error) {
+	n = resolve(n)
+	field := strings.TrimSuffix(prefix, ".")
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil, &FieldError{Field: field, Line: line(n), Message: "must be a mapping of keys to values"}
+	}
+	seen := make(map[string]int, len(n.Content)/2)
+	out := make([]entry, 0, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), n.Content[i+1]
+		if k == nil || k.Kind != yaml.ScalarNode {
+			return nil, &FieldError{Field: field, Line: line(k), Message: "keys must be plain names"}
+		}
+		path := prefix + k.Value
+		if first, dup := seen[k.Value]; dup {
+			return nil, &FieldError{Field: path, Line: k.Line, Message: fmt.Sprintf("duplicate key (first on line %d)", first)}
+		}
+		seen[k.Value] = k.Line
+		out = append(out, entry{name: k.Value, path: path, key: k, value: v})
+	}
+	return out, nil
+}
+
+func line(n *yaml.Node) int {
+	if n == nil {
+		return 0
+	}
+	return n.Line
+}
+
+func unknownKey(e entry) *FieldError {
+	return &FieldError{Field: e.path, Line: e.key.Line, Message: "unknown key"}
+}
+
+// str returns the value of a non-null scalar.
+func str(n *yaml.Node, path string) (string, error) {
+	n = resolve(n)
+	if n == nil || n.Kind != yaml.ScalarNode {
+		return "", &FieldError{Field: path, Line: line(n), Message: "must be a single value"}
+	}
+	if n.Tag == "!!null" {
+		return "", &FieldError{Field: path, Line: n.Line, Message: "must not be empty"}
+	}
+	return n.Value, nil
+}
+
+// integer returns the value of an integer scalar (not a quoted string).
+func integer(n *yaml.Node, path string) (int, error) {
+	n = resolve(n)
+	if n == nil || n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		v := ""
+		if n != nil {
+			v = n.Value
+		}
+		return 0, &FieldError{Field: path, Line: line(n), Message: fmt.Sprintf("must be a whole number, got %q", v)}
+	}
+	var i int
+	if err := n.Decode(&i); err != nil {
+		return 0, &FieldError{Field: path, Line: n.Line, Message: fmt.Sprintf("must be a whole number, got %q", n.Value)}
+	}
+	return i, nil
+}
+
+// channels parses the channels mapping.
+func channels(n *yaml.Node, path string) (map[string]Channel, error) {
+	if r := resolve(n); r != nil && r.Kind == yaml.ScalarNode && r.Tag == "!!null" {
+		return nil, &FieldError{Field: path, Line: r.Line, Message: "at least one channel is required"}
+	}
+	entries, err := mapping(n, path+".")
+	if err != nil {
+		return nil, err
+	}
+	if len(entries) == 0 {
+		return nil, &FieldError{Field: path, Line: line(resolve(n)), Message: "at least one channel is required"}
+	}
+	out := make(map[string]Channel, len(entries))
+	for _, e := range entries {
+		if msg := checkChannelName(e.name); msg != "" {
+			return nil, &FieldError{Field: e.path, Line: e.key.Line, Message: msg}
+		}
+		c, err := channel(e)
+		if err != nil {
+			return nil, err
+		}
+		out[e.name] = c
+	}
+	return out, nil
+}
+
+// channel parses one channel's mapping, applying the defaults.
+func channel(ch entry) (Channel, error) {
+	c := Channel{Name: ch.name, Grace: DefaultGrace, Checks: DefaultChecks, MaxAttempts: DefaultMaxAttempts}
+	entries, err := mapping(ch.value, ch.path+".")
+	if err != nil {
+		return c, err
+	}
+	for _, e := range entries {
+		switch e.name {
+		case "on_unknown":
+			s, err := str(e.value, e.path)
+			if err != nil {
+				return c, err
+			}
+			if !OnUnknown(s).Valid() {
+				return c, &FieldError{Field: e.path, Line: e.value.Line, Message: onUnknownMessage(s)}
+			}
+			c.OnUnknown = OnUnknown(s)
+		case "grace":
+			s, err := str(e.value, e.path)
+			if err != nil {
+				return c, err
+			}
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				return c, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("not a Go duration such as 90s or 3m: %q", s)}
+			}
+			if d <= 0 {
+				return c, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("must be positive, got %s", s)}
+			}
+			c.Grace = d
+		case "checks", "max_attempts":
+			i, err := integer(e.value, e.path)
+			if err != nil {
+				return c, err
+			}
+			if i < 1 {
+				return c, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("must be at least 1, got %d", i)}
+			}
+			if e.name == "checks" {
+				c.Checks = i
+			} else {
+				c.MaxAttempts = i
+			}
+		default:
+			return c, unknownKey(e)
+		}
+	}
+	if c.OnUnknown == "" {
+		return c, &FieldError{Field: ch.path + ".on_unknown", Line: line(resolve(ch.value)), Message: "required: retry or review"}
+	}
+	return c, nil
+}

@@ -1,0 +1,262 @@
+// Package policy reads and validates the channel policy file (--policy):
+// for each channel, what the sweeper does with an ambiguous send (retry it
+// or hand it to a human), how long it waits for Gmail's search index
+// (grace), how many misses it accepts (checks) and how many attempts a job
+// may take (max_attempts); plus the relay-wide Message-ID domain and the
+// handle-verification setting. The schema is CONTRACT.md's "Policy file".
+//
+// Channel names are never defaulted silently: a send naming a channel that
+// is not in the policy is an error. A file without a "default" channel is
+// valid; every send must then name its channel.
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+)
+
+// OnUnknown is what the sweeper does with a job whose send was ambiguous
+// and that its mailbox searches did not find.
+type OnUnknown string
+
+const (
+	// Retry is at-least-once: after Checks consecutive misses, resend with
+	// the same Message-ID (the receiver's dedup hint).
+	Retry OnUnknown = "retry"
+	// Review never resends automatically: every unknown goes to a human with
+	// the search evidence. For money and irreversible messages.
+	Review OnUnknown = "review"
+)
+
+// Valid reports whether o is Retry or Review.
+func (o OnUnknown) Valid() bool { return o == Retry || o == Review }
+
+// Verify is when the relay reads the stored Message-ID back after a send to
+// check that Gmail kept it.
+type Verify string
+
+const (
+	// VerifyFirst checks the first send of each mailbox after the relay
+	// starts, then trusts the handle until evidence says otherwise.
+	VerifyFirst Verify = "first"
+	// VerifyAlways checks after every send (one extra messages.get each).
+	VerifyAlways Verify = "always"
+	// VerifyNever never checks: the handle is assumed kept.
+	VerifyNever Verify = "never"
+)
+
+// Valid reports whether v is one of the three settings.
+func (v Verify) Valid() bool { return v == VerifyFirst || v == VerifyAlways || v == VerifyNever }
+
+// Defaults applied to a channel field the file omits, and to Default().
+const (
+	DefaultGrace       = 3 * time.Minute
+	DefaultChecks      = 2
+	DefaultMaxAttempts = 3
+	// DefaultChannel is the channel a send without one uses.
+	DefaultChannel = "default"
+	// DefaultMsgIDDomain is the Message-ID domain when neither the file nor
+	// --msgid-domain sets one.
+	DefaultMsgIDDomain = "gmailrelay.local"
+)
+
+// Channel is the policy of one channel.
+type Channel struct {
+	Name      string
+	OnUnknown OnUnknown
+	// Grace is how long the sweeper waits after an ambiguous attempt (and
+	// between checks) before searching the mailbox; > 0.
+	Grace time.Duration
+	// Checks is how many consecutive search misses the sweeper accepts
+	// before acting (resend on Retry, review on Review); >= 1.
+	Checks int
+	// MaxAttempts caps the attempts of one job (caller retries and sweeper
+	// resends together); >= 1. Irrelevant, but allowed, on Review channels.
+	MaxAttempts int
+}
+
+// Policy is the whole policy file.
+type Policy struct {
+	// MsgIDDomain is the domain part of every derived Message-ID.
+	MsgIDDomain  string
+	VerifyHandle Verify
+	// Channels maps each channel name to its policy; Channel.Name equals
+	// the key.
+	Channels map[string]Channel
+}
+
+// FieldError is a problem with one field of a policy. Field is the dotted
+// path of the field in the file ("channels.billing.grace"), or empty for
+// problems with the document as a whole (YAML syntax, an empty file). Line
+// is the 1-based line in the file, or 0 when unknown (for example for errors
+// from Validate, which sees no file).
+type FieldError struct {
+	Field   string
+	Message string
+	Line    int
+}
+
+// Error returns "line N: field: message", leaving out the parts that are
+// unknown.
+func (e *FieldError) Error() string {
+	var b strings.Builder
+	if e.Line > 0 {
+		fmt.Fprintf(&b, "line %d: ", e.Line)
+	}
+	if e.Field != "" {
+		b.WriteString(e.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Message)
+	return b.String()
+}
+
+// Default returns the built-in policy used without --policy: only the
+// "default" channel (retry, 3m grace, 2 checks, 3 max attempts), handle
+// verification "first", Message-ID domain DefaultMsgIDDomain.
+func Default() *Policy {
+	return &Policy{
+		MsgIDDomain:  DefaultMsgIDDomain,
+		VerifyHandle: VerifyFirst,
+		Channels: map[string]Channel{
+			DefaultChannel: {Name: DefaultChannel, OnUnknown: Retry, Grace: DefaultGrace, Checks: DefaultChecks, MaxAttempts: DefaultMaxAttempts},
+		},
+	}
+}
+
+// Load reads and parses the policy file at path. Every error starts with
+// the path; a parse problem wraps a *FieldError.
+func Load(path string) (*Policy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		// The path leads the message already; keep only the cause.
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, fmt.Errorf("%s: read policy: %w", path, err)
+	}
+	p, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return p, nil
+}
+
+// Channel returns the policy of the named channel; "" means
+// DefaultChannel. An unknown name is a *FieldError with Field "channel"
+// listing the known names — including when name is "" and the policy has no
+// default channel.
+func (p *Policy) Channel(name string) (Channel, error) {
+	if name == "" {
+		name = DefaultChannel
+	}
+	if c, ok := p.Channels[name]; ok {
+		return c, nil
+	}
+	return Channel{}, &FieldError{
+		Field:   "channel",
+		Message: fmt.Sprintf("unknown channel %q (known: %s)", name, strings.Join(p.Names(), ", ")),
+	}
+}
+
+// Names returns the channel names, sorted.
+func (p *Policy) Names() []string {
+	names := make([]string, 0, len(p.Channels))
+	for name := range p.Channels {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Validate checks a Policy built in code (or changed after Parse, e.g. by
+// --msgid-domain) against the same rules Parse applies, and returns the
+// first problem as a *FieldError naming the field (Line 0), or nil. Channels
+// are checked in name order.
+func (p *Policy) Validate() error {
+	if msg := checkDomain(p.MsgIDDomain); msg != "" {
+		return &FieldError{Field: "msgid_domain", Message: msg}
+	}
+	if !p.VerifyHandle.Valid() {
+		return &FieldError{Field: "verify_handle", Message: fmt.Sprintf("unknown value %q; want first, always or never", p.VerifyHandle)}
+	}
+	if len(p.Channels) == 0 {
+		return &FieldError{Field: "channels", Message: "at least one channel is required"}
+	}
+	for _, name := range p.Names() {
+		c := p.Channels[name]
+		path := "channels." + name
+		if msg := checkChannelName(name); msg != "" {
+			return &FieldError{Field: path, Message: msg}
+		}
+		if c.Name != name {
+			return &FieldError{Field: path, Message: fmt.Sprintf("Name is %q, want the map key %q", c.Name, name)}
+		}
+		if !c.OnUnknown.Valid() {
+			return &FieldError{Field: path + ".on_unknown", Message: onUnknownMessage(string(c.OnUnknown))}
+		}
+		if c.Grace <= 0 {
+			return &FieldError{Field: path + ".grace", Message: fmt.Sprintf("must be positive, got %s", c.Grace)}
+		}
+		if c.Checks < 1 {
+			return &FieldError{Field: path + ".checks", Message: fmt.Sprintf("must be at least 1, got %d", c.Checks)}
+		}
+		if c.MaxAttempts < 1 {
+			return &FieldError{Field: path + ".max_attempts", Message: fmt.Sprintf("must be at least 1, got %d", c.MaxAttempts)}
+		}
+	}
+	return nil
+}
+
+func onUnknownMessage(v string) string {
+	return fmt.Sprintf("unknown value %q; want retry or review", v)
+}
+
+// checkChannelName returns why name is not a valid channel name
+// ([a-z0-9_-]+), or "".
+func checkChannelName(name string) string {
+	if name == "" {
+		return "channel name must not be empty"
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return fmt.Sprintf("invalid channel name %q: use lower-case letters, digits, _ and -", name)
+		}
+	}
+	return ""
+}
+
+// checkDomain returns why d is not a usable hostname for the right-hand
+// side of a Message-ID (letters, digits, dots and hyphens; labels of 1 to 63
+// characters that neither start nor end with a hyphen; 253 characters at
+// most), or "".
+func checkDomain(d string) string {
+	if d == "" {
+		return "must not be empty"
+	}
+	if len(d) > 253 {
+		return fmt.Sprintf("longer than 253 characters (%d)", len(d))
+	}
+	for _, label := range strings.Split(d, ".") {
+		if label == "" {
+			return fmt.Sprintf("invalid hostname %q: empty label", d)
+		}
+		if len(label) > 63 {
+			return fmt.Sprintf("invalid hostname %q: label longer than 63 characters", d)
+		}
+		if label[0] == '-' || label[len(label)-1] == '-' {
+			return fmt.Sprintf("invalid hostname %q: a label starts or ends with a hyphen", d)
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+				return fmt.Sprintf("invalid hostname %q: use letters, digits, dots and hyphens", d)
+			}
+		}
+	}
+	return ""
+}
