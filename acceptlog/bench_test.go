@@ -1,0 +1,120 @@
+package acceptlog_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+)
+
+// benchChange creates job id on first use and then appends a forwarding
+// attempt: the shape of the send path's first write.
+func benchChange(id string) func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	return func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		j := acceptlog.Job{MessageID: id, Channel: "default", State: acceptlog.StateForwarding}
+		if cur != nil {
+			j = *cur
+		}
+		j.Attempts++
+		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{
+			{Kind: acceptlog.KindReceived, Channel: "default"},
+			{Kind: acceptlog.KindForwarding, Attempt: j.Attempts, State: acceptlog.StateForwarding},
+		}}, nil
+	}
+}
+
+func openBench(b *testing.B) *acceptlog.Log {
+	b.Helper()
+	l, err := acceptlog.Open(filepath.Join(b.TempDir(), "accept.db"), acceptlog.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	return l
+}
+
+func reportFsyncs(b *testing.B, l *acceptlog.Log) {
+	b.ReportMetric(float64(l.Commits())/float64(b.N), "fsyncs/op")
+}
+
+// BenchmarkMutateSerial is one writer: "auto" is the shipped strategy (a
+// lone Mutate commits with Update at once); the batch-* variants force
+// db.Batch with that MaxBatchDelay, to show what a lone writer would pay.
+func BenchmarkMutateSerial(b *testing.B) {
+	for _, tc := range []struct {
+		name        string
+		alwaysBatch bool
+		delay       time.Duration
+	}{
+		{"auto", false, 2 * time.Millisecond},
+		{"batch-0ms", true, 0},
+		{"batch-1ms", true, time.Millisecond},
+		{"batch-2ms", true, 2 * time.Millisecond},
+		{"batch-10ms", true, 10 * time.Millisecond},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			ctx := context.Background()
+			l := openBench(b)
+			acceptlog.SetBatching(l, tc.alwaysBatch, tc.delay)
+			i := 0
+			for b.Loop() {
+				id := fmt.Sprintf("<%d@bench>", i)
+				i++
+				if _, _, err := l.Mutate(ctx, id, benchChange(id)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportFsyncs(b, l)
+		})
+	}
+}
+
+// BenchmarkMutateParallel runs writers on distinct jobs concurrently
+// (b.SetParallelism(8) writers per CPU) to show group commit: fsyncs/op
+// below 1 means several Mutates shared a commit.
+func BenchmarkMutateParallel(b *testing.B) {
+	for _, delay := range []time.Duration{0, time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond} {
+		b.Run(fmt.Sprintf("delay-%s", delay), func(b *testing.B) {
+			ctx := context.Background()
+			l := openBench(b)
+			acceptlog.SetBatching(l, false, delay)
+			var n atomic.Int64
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					id := fmt.Sprintf("<%d@bench>", n.Add(1))
+					if _, _, err := l.Mutate(ctx, id, benchChange(id)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			reportFsyncs(b, l)
+		})
+	}
+}
+
+// BenchmarkRawFsync is the floor: append 512 bytes to a file in the same
+// temporary directory and fsync it.
+func BenchmarkRawFsync(b *testing.B) {
+	f, err := os.Create(filepath.Join(b.TempDir(), "raw"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 512)
+	for b.Loop() {
+		if _, err := f.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(1, "fsyncs/op")
+}

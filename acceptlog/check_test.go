@@ -1,0 +1,192 @@
+package acceptlog_test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+)
+
+// effect appends an effect line moving the job to sent.
+func effect(t *testing.T, l *acceptlog.Log, id string) {
+	t.Helper()
+	transitionLine(t, l, id, acceptlog.Line{Kind: acceptlog.KindEffect, State: acceptlog.StateSent, Source: acceptlog.SourceSearch})
+}
+
+func transitionLine(t *testing.T, l *acceptlog.Log, id string, ln acceptlog.Line) {
+	t.Helper()
+	_, _, err := l.Mutate(context.Background(), id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		if ln.State != "" {
+			cur.State = ln.State
+		}
+		return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{ln}}, nil
+	})
+	if err != nil {
+		t.Fatalf("mutate %s: %v", id, err)
+	}
+}
+
+// TestCheckEffectRule covers the duplicate-effect invariant, whose breaking
+// Mutate allows on purpose (a real duplicate must be recorded).
+func TestCheckEffectRule(t *testing.T) {
+	tests := []struct {
+		name    string
+		after   []acceptlog.Line // after two effect lines
+		wantErr bool
+	}{
+		{"two effects in sent", nil, true},
+		{"two effects then review", []acceptlog.Line{{Kind: acceptlog.KindReview, State: acceptlog.StateReview}}, false},
+		{"two effects, review, resolved", []acceptlog.Line{
+			{Kind: acceptlog.KindReview, State: acceptlog.StateReview},
+			{Kind: acceptlog.KindResolved, State: acceptlog.StateSent, Actor: "ops"},
+		}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			l, err := acceptlog.Open(filepath.Join(t.TempDir(), "accept.db"), acceptlog.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			create(t, l, "<a@x>", "default", acceptlog.StateUnknown)
+			effect(t, l, "<a@x>")
+			effect(t, l, "<a@x>")
+			for _, ln := range tc.after {
+				transitionLine(t, l, "<a@x>", ln)
+			}
+			err = l.Check(ctx)
+			if gotErr := err != nil; gotErr != tc.wantErr {
+				t.Fatalf("Check = %v, want error %v", err, tc.wantErr)
+			}
+			if err != nil && !strings.Contains(err.Error(), "2 effect lines") {
+				t.Errorf("Check error = %q, want it to name the duplicate effect", err)
+			}
+		})
+	}
+}
+
+// TestCheckDetectsCorruption damages a closed log through a raw bbolt handle
+// and asserts Check, after reopening, reports the damage.
+func TestCheckDetectsCorruption(t *testing.T) {
+	tests := []struct {
+		name    string
+		corrupt func(tx *bolt.Tx) error
+		want    []string // substrings of the Check error
+	}{
+		{
+			name: "job state disagrees with its lines",
+			corrupt: func(tx *bolt.Tx) error {
+				return rewriteJob(tx, "<a@x>", func(j *acceptlog.Job) { j.State = acceptlog.StateSent })
+			},
+			want: []string{`job <a@x>: state "sent" but its lines fold to "unknown"`, "state index: missing entry", `counter "state\x00sent"`},
+		},
+		{
+			name: "attempts below a line's attempt",
+			corrupt: func(tx *bolt.Tx) error {
+				return rewriteJob(tx, "<a@x>", func(j *acceptlog.Job) { j.Attempts = 0 })
+			},
+			want: []string{"has attempt 1, job only 0 attempts"},
+		},
+		{
+			name: "due index entry lost",
+			corrupt: func(tx *bolt.Tx) error {
+				k, _ := tx.Bucket([]byte("due")).Cursor().First()
+				return tx.Bucket([]byte("due")).Delete(k)
+			},
+			want: []string{"due index: missing entry (job <a@x>"},
+		},
+		{
+			name: "state index holds a stray entry",
+			corrupt: func(tx *bolt.Tx) error {
+				return tx.Bucket([]byte("state")).Put([]byte("review\x00<ghost@x>"), nil)
+			},
+			want: []string{"state index: stray entry (job <ghost@x> in state review)"},
+		},
+		{
+			name: "line lost from a job",
+			corrupt: func(tx *bolt.Tx) error {
+				c := tx.Bucket([]byte("lines")).Cursor()
+				k, _ := c.Last()
+				return tx.Bucket([]byte("lines")).Delete(k)
+			},
+			want: []string{"joblines index: stray entry", `counter "lines" is 2, recount says 1`, "fold to \"forwarding\""},
+		},
+		{
+			name: "counter drift",
+			corrupt: func(tx *bolt.Tx) error {
+				return tx.Bucket([]byte("counters")).Put([]byte("jobs"), []byte{0, 0, 0, 0, 0, 0, 0, 9})
+			},
+			want: []string{`counter "jobs" is 9, recount says 1`},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			path := filepath.Join(t.TempDir(), "accept.db")
+			l, err := acceptlog.Open(path, acceptlog.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			create(t, l, "<a@x>", "default", acceptlog.StateForwarding)
+			_, _, err = l.Mutate(ctx, "<a@x>", func(cur *acceptlog.Job) (acceptlog.Change, error) {
+				cur.State, cur.Attempts, cur.NextCheckAt, cur.AmbiguousAt = acceptlog.StateUnknown, 1, t0, t0
+				return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{{Kind: acceptlog.KindAmbiguous, Attempt: 1, State: acceptlog.StateUnknown}}}, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Check(ctx); err != nil {
+				t.Fatalf("Check before corruption: %v", err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			db, err := bolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Update(tc.corrupt); err != nil {
+				t.Fatalf("corrupt: %v", err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			l, err = acceptlog.Open(path, acceptlog.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			err = l.Check(ctx)
+			if err == nil {
+				t.Fatal("Check of a corrupted log = nil, want violations")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Check error does not mention %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func rewriteJob(tx *bolt.Tx, id string, edit func(*acceptlog.Job)) error {
+	b := tx.Bucket([]byte("jobs"))
+	var j acceptlog.Job
+	if err := json.Unmarshal(b.Get([]byte(id)), &j); err != nil {
+		return err
+	}
+	edit(&j)
+	v, err := json.Marshal(&j)
+	if err != nil {
+		return err
+	}
+	return b.Put([]byte(id), v)
+}

@@ -1,0 +1,11 @@
+package acceptlog
+
+import "time"
+
+// SetBatching makes every Mutate of l go through db.Batch (alwaysBatch) and
+// sets bbolt's MaxBatchDelay, so benchmarks can compare commit strategies.
+// Call it before the first Mutate.
+func SetBatching(l *Log, alwaysBatch bool, delay time.Duration) {
+	l.alwaysBatch = alwaysBatch
+	l.db.MaxBatchDelay = delay
+}
