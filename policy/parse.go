@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -107,7 +108,16 @@ func emptyFile() *FieldError {
 // number yaml.v3 puts in its message.
 func yamlError(err error) *FieldError {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	return &FieldError{Message: "invalid YAML: " + msg}
+	fe := &FieldError{Message: "invalid YAML: " + msg}
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if num, tail, ok := strings.Cut(rest, ": "); ok {
+			if v, err := strconv.Atoi(num); err == nil && v > 0 {
+				fe.Line = v
+				fe.Message = "invalid YAML: " + tail
+			}
+		}
+	}
+	return fe
 }
 
 // entry is one key of a YAML mapping.

@@ -178,9 +178,13 @@ func TestParseErrors(t *testing.T) {
 }
 
 func TestSyntaxErrorKeepsLine(t *testing.T) {
-	_, err := policy.Parse([]byte("channels:\n  default: {on_unknown: retry\n  billing: x\n"))
-	if err == nil || !strings.Contains(err.Error(), "line ") {
-		t.Errorf("got %v, want a YAML error with its line number", err)
+	_, err := policy.Parse([]byte("channels:\n  default: {on_unknown: retry}\n  billing: x: y\n"))
+	var fe *policy.FieldError
+	if !errors.As(err, &fe) {
+		t.Fatalf("got %v, want *FieldError", err)
+	}
+	if fe.Line != 3 || !strings.HasPrefix(err.Error(), "line 3: invalid YAML: ") {
+		t.Errorf("got line %d, %q; want line 3 and the message once", fe.Line, err)
 	}
 }
 
