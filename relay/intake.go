@@ -1,0 +1,640 @@
+package relay
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/mail"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// MaxMessageBytes is the largest raw message the relay accepts: Gmail's
+// 35 MB upload ceiling. Larger messages are a CodeTooLarge error.
+const MaxMessageBytes = 35 << 20
+
+// DefaultChannel is the channel of a request that names none.
+const DefaultChannel = "default"
+
+// AddressList is a list of address lists as a send request carries it. In
+// JSON it is either a list of strings or one string (n8n sends both); each
+// string may itself hold several comma-separated addresses. null and a
+// blank string are the empty list.
+type AddressList []string
+
+// UnmarshalJSON accepts a JSON string, a list of strings, or null.
+func (l *AddressList) UnmarshalJSON(data []byte) error {
+	data = bytes.TrimSpace(data)
+	switch {
+	case bytes.Equal(data, []byte("null")):
+		*l = nil
+		return nil
+	case len(data) > 0 && data[0] == '"':
+		var s string
+		if err := json.Unmarshal(data, &s); err != nil {
+			return err
+		}
+		*l = nil
+		if strings.TrimSpace(s) != "" {
+			*l = AddressList{s}
+		}
+		return nil
+	}
+	var list []string
+	if err := json.Unmarshal(data, &list); err != nil {
+		return errors.New("must be a string or a list of strings")
+	}
+	*l = list
+	return nil
+}
+
+// JobRef is a job's source-event identity; its key is
+// customer_id:event_type:order_id (see JobKey).
+type JobRef struct {
+	CustomerID string `json:"customer_id"`
+	EventType  string `json:"event_type"`
+	OrderID    string `json:"order_id"`
+}
+
+// SendRequest is the JSON body of POST /v1/send: a job key (key, job, or
+// the Idempotency-Key header, which Prepare takes separately) and either
+// the parts of a message or a raw RFC 5322 message.
+type SendRequest struct {
+	Key     string      `json:"key"`
+	Job     *JobRef     `json:"job"`
+	Channel string      `json:"channel"`
+	From    string      `json:"from"`
+	To      AddressList `json:"to"`
+	Cc      AddressList `json:"cc"`
+	Bcc     AddressList `json:"bcc"`
+	ReplyTo AddressList `json:"reply_to"`
+	Subject string      `json:"subject"`
+	Text    string      `json:"text"`
+	HTML    string      `json:"html"`
+	// Body is an alias of Text (the field name n8n recipes use).
+	Body     string            `json:"body"`
+	Headers  map[string]string `json:"headers"`
+	ThreadID string            `json:"thread_id"`
+	// Raw is a base64url RFC 5322 message, padded or not; standard base64
+	// is accepted too, and whitespace is ignored.
+	Raw string `json:"raw"`
+}
+
+// DecodeSendRequest decodes a send request strictly: the body must be one
+// JSON object, field names must match exactly, and every field must have its
+// type. An unknown field, a wrongly typed one or a body that is not a JSON
+// object is a CodeInvalid *Error naming the field (empty for the body
+// itself). job's fields also accept an integer number, kept as written.
+func DecodeSendRequest(data []byte) (SendRequest, error) {
+	var req SendRequest
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil || fields == nil {
+		if json.Valid(data) {
+			return req, Invalid("", "request body must be a JSON object")
+		}
+		return req, Invalid("", "request body is not valid JSON")
+	}
+	names := make([]string, 0, len(fields))
+	for name := range fields {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		raw := fields[name]
+		var err error
+		switch name {
+		case "key":
+			err = decodeString(name, raw, &req.Key)
+		case "channel":
+			err = decodeString(name, raw, &req.Channel)
+		case "from":
+			err = decodeString(name, raw, &req.From)
+		case "subject":
+			err = decodeString(name, raw, &req.Subject)
+		case "text":
+			err = decodeString(name, raw, &req.Text)
+		case "html":
+			err = decodeString(name, raw, &req.HTML)
+		case "body":
+			err = decodeString(name, raw, &req.Body)
+		case "thread_id":
+			err = decodeString(name, raw, &req.ThreadID)
+		case "raw":
+			err = decodeString(name, raw, &req.Raw)
+		case "to":
+			err = decodeAddressList(name, raw, &req.To)
+		case "cc":
+			err = decodeAddressList(name, raw, &req.Cc)
+		case "bcc":
+			err = decodeAddressList(name, raw, &req.Bcc)
+		case "reply_to":
+			err = decodeAddressList(name, raw, &req.ReplyTo)
+		case "headers":
+			if jerr := json.Unmarshal(raw, &req.Headers); jerr != nil {
+				err = Invalid(name, "headers must be an object of strings")
+			}
+		case "job":
+			req.Job, err = decodeJob(raw)
+		default:
+			err = Invalid(fieldName(name), "unknown field %q", name)
+		}
+		if err != nil {
+			return SendRequest{}, err
+		}
+	}
+	return req, nil
+}
+
+// fieldName bounds a client-chosen name before it is echoed as an error's
+// field.
+func fieldName(name string) string {
+	if len(name) > 64 {
+		return name[:64]
+	}
+	return name
+}
+
+func decodeString(field string, raw json.RawMessage, dst *string) error {
+	if err := json.Unmarshal(raw, dst); err != nil {
+		return Invalid(field, "%s must be a string", field)
+	}
+	return nil
+}
+
+func decodeAddressList(field string, raw json.RawMessage, dst *AddressList) error {
+	if err := json.Unmarshal(raw, dst); err != nil {
+		return Invalid(field, "%s must be a string or a list of strings", field)
+	}
+	return nil
+}
+
+// integerLiteral matches the JSON integers a job field may be given as.
+var integerLiteral = regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`)
+
+// decodeJob decodes job strictly: an object with customer_id, event_type and
+// order_id, each a string or an integer; null is no job.
+func decodeJob(raw json.RawMessage) (*JobRef, error) {
+	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return nil, nil
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return nil, Invalid("job", "job must be an object")
+	}
+	names := make([]string, 0, len(fields))
+	for name := range fields {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var job JobRef
+	for _, name := range names {
+		var dst *string
+		switch name {
+		case "customer_id":
+			dst = &job.CustomerID
+		case "event_type":
+			dst = &job.EventType
+		case "order_id":
+			dst = &job.OrderID
+		default:
+			return nil, Invalid(fieldName("job."+name), "unknown field %q in job", name)
+		}
+		v := bytes.TrimSpace(fields[name])
+		if integerLiteral.Match(v) {
+			*dst = string(v)
+			continue
+		}
+		if err := decodeString("job."+name, v, dst); err != nil {
+			return nil, Invalid("job."+name, "job.%s must be a string or an integer", name)
+		}
+	}
+	return &job, nil
+}
+
+// Prepared is a validated job ready for the log and Gmail.
+type Prepared struct {
+	Key       string // the job key; for a raw message sent without one, its Message-ID
+	MessageID string // normalised, in angle brackets
+	Channel   string
+	ThreadID  string
+	// Raw is the RFC 5322 message to send, carrying MessageID, with CRLF
+	// line endings.
+	Raw []byte
+	// Fingerprint is the hex sha256 of the normalised request: the same
+	// content gives the same fingerprint whatever the Date, the key's source
+	// (key, job or Idempotency-Key), the address formatting or the JSON
+	// field order. A different fingerprint under the same key is a 422.
+	Fingerprint string
+}
+
+// Prepare validates a send request and builds the message it asks for.
+//
+// The key comes from req.Key, then req.Job, then headerKey (the
+// Idempotency-Key header); two of them given and different is an error
+// (field key, job or Idempotency-Key), and none is an error (field key)
+// unless req.Raw carries a Message-ID, which is then the key. The channel
+// defaults to DefaultChannel. req.Raw together with any message part is an
+// error (field raw); req.Raw alone is handled as PrepareRaw does. req.Body is
+// an alias of req.Text; both given and different is an error (field body).
+// domain is the relay's Message-ID domain; an invalid one is a CodeInternal
+// error (configuration, not input). now becomes the Date header.
+//
+// Every input error is a CodeInvalid *Error naming the field; a message
+// over MaxMessageBytes is CodeTooLarge.
+func Prepare(req SendRequest, headerKey, domain string, now time.Time) (Prepared, error) {
+	if err := checkDomain(domain); err != nil {
+		return Prepared{}, err
+	}
+	channel, err := checkChannel(req.Channel)
+	if err != nil {
+		return Prepared{}, err
+	}
+	threadID, err := checkThreadID(req.ThreadID)
+	if err != nil {
+		return Prepared{}, err
+	}
+	key, err := resolveKey(req, headerKey)
+	if err != nil {
+		return Prepared{}, err
+	}
+	if req.Raw != "" {
+		if part := structuredPart(req); part != "" {
+			return Prepared{}, Invalid("raw", "raw cannot be combined with %s: send the whole message in raw", part)
+		}
+		raw, err := decodeRaw(req.Raw)
+		if err != nil {
+			return Prepared{}, err
+		}
+		p, err := PrepareRaw(raw, key, channel, domain)
+		if err != nil {
+			return Prepared{}, err
+		}
+		p.ThreadID = threadID
+		return p, nil
+	}
+	if key == "" {
+		return Prepared{}, Invalid("key", "no key: give key, job or an Idempotency-Key header")
+	}
+	text := req.Text
+	if req.Body != "" {
+		if text != "" && text != req.Body {
+			return Prepared{}, Invalid("body", "body is an alias of text, and the two differ")
+		}
+		text = req.Body
+	}
+	m := Message{
+		From: req.From, To: req.To, Cc: req.Cc, Bcc: req.Bcc, ReplyTo: req.ReplyTo,
+		Subject: req.Subject, Text: text, HTML: req.HTML, Headers: req.Headers,
+	}
+	id := MessageID(key, domain)
+	raw, v, err := buildMIME(m, id, now)
+	if err != nil {
+		return Prepared{}, err
+	}
+	if len(raw) > MaxMessageBytes {
+		return Prepared{}, tooLarge(len(raw))
+	}
+	return Prepared{
+		Key:         key,
+		MessageID:   id,
+		Channel:     channel,
+		ThreadID:    threadID,
+		Raw:         raw,
+		Fingerprint: structuredFingerprint(v, channel, threadID),
+	}, nil
+}
+
+// resolveKey picks the job key from its three sources; "" when none is
+// given.
+func resolveKey(req SendRequest, headerKey string) (string, error) {
+	type source struct{ field, key string }
+	var sources []source
+	if req.Key != "" {
+		if err := validKey("key", req.Key); err != nil {
+			return "", err
+		}
+		sources = append(sources, source{"key", req.Key})
+	}
+	if req.Job != nil {
+		k, err := JobKey(req.Job.CustomerID, req.Job.EventType, req.Job.OrderID)
+		if err != nil {
+			return "", err
+		}
+		sources = append(sources, source{"job", k})
+	}
+	if headerKey != "" {
+		if err := validKey("Idempotency-Key", headerKey); err != nil {
+			return "", err
+		}
+		sources = append(sources, source{"Idempotency-Key", headerKey})
+	}
+	if len(sources) == 0 {
+		return "", nil
+	}
+	for _, s := range sources[1:] {
+		if s.key != sources[0].key {
+			return "", Invalid(s.field, "%s gives key %q but %s gives %q", s.field, s.key, sources[0].field, sources[0].key)
+		}
+	}
+	return sources[0].key, nil
+}
+
+// structuredPart names the first message part set in req, or "".
+func structuredPart(req SendRequest) string {
+	switch {
+	case req.From != "":
+		return "from"
+	case len(req.To) > 0:
+		return "to"
+	case len(req.Cc) > 0:
+		return "cc"
+	case len(req.Bcc) > 0:
+		return "bcc"
+	case len(req.ReplyTo) > 0:
+		return "reply_to"
+	case req.Subject != "":
+		return "subject"
+	case req.Text != "":
+		return "text"
+	case req.HTML != "":
+		return "html"
+	case req.Body != "":
+		return "body"
+	case len(req.Headers) > 0:
+		return "headers"
+	}
+	return ""
+}
+
+// decodeRaw decodes base64url, padded or not; standard base64 is accepted
+// too, and ASCII whitespace (line-wrapped encoders) is ignored.
+func decodeRaw(s string) ([]byte, error) {
+	if len(s) > MaxMessageBytes/3*4+MaxMessageBytes/38 {
+		return nil, tooLarge(len(s) / 4 * 3)
+	}
+	s = strings.Map(func(r rune) rune {
+		if r == ' ' || r == '\t' || r == '\r' || r == '\n' {
+			return -1
+		}
+		return r
+	}, s)
+	s = strings.TrimRight(s, "=")
+	enc := base64.RawURLEncoding
+	if strings.ContainsAny(s, "+/") {
+		enc = base64.RawStdEncoding
+	}
+	raw, err := enc.DecodeString(s)
+	if err != nil {
+		return nil, Invalid("raw", "raw is not base64url: %v", err)
+	}
+	return raw, nil
+}
+
+// channelName is what a channel name may look like.
+var channelName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// checkChannel returns the channel, DefaultChannel when empty.
+func checkChannel(channel string) (string, error) {
+	if channel == "" {
+		return DefaultChannel, nil
+	}
+	if !channelName.MatchString(channel) {
+		return "", Invalid("channel", "channel %q is not a valid name (letters, digits, _ . -; at most 64)", fieldName(channel))
+	}
+	return channel, nil
+}
+
+// threadIDPattern is what a Gmail thread id may look like.
+var threadIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+func checkThreadID(id string) (string, error) {
+	if id != "" && !threadIDPattern.MatchString(id) {
+		return "", Invalid("thread_id", "thread_id %q is not a valid Gmail thread id", fieldName(id))
+	}
+	return id, nil
+}
+
+// checkDomain reports a bad Message-ID domain as the relay's own
+// configuration error, not the caller's.
+func checkDomain(domain string) error {
+	if err := ValidDomain(domain); err != nil {
+		return &Error{Code: CodeInternal, Message: "the relay's Message-ID domain is misconfigured", Err: err}
+	}
+	return nil
+}
+
+func tooLarge(n int) *Error {
+	return &Error{Code: CodeTooLarge, Field: "raw", Message: fmt.Sprintf("message is about %d bytes, more than Gmail accepts (%d)", n, MaxMessageBytes)}
+}
+
+// errMessage is the client-safe message of err.
+func errMessage(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return err.Error()
+}
+
+// structuredFingerprint hashes the validated content of a structured
+// request in a canonical JSON form.
+func structuredFingerprint(v validated, channel, threadID string) string {
+	formatAll := func(addrs []*mail.Address) []string {
+		out := make([]string, len(addrs))
+		for i, a := range addrs {
+			out[i] = formatAddress(a)
+		}
+		return out
+	}
+	canon := struct {
+		Kind     string      `json:"kind"`
+		Channel  string      `json:"channel"`
+		ThreadID string      `json:"thread_id"`
+		From     []string    `json:"from"`
+		To       []string    `json:"to"`
+		Cc       []string    `json:"cc"`
+		Bcc      []string    `json:"bcc"`
+		ReplyTo  []string    `json:"reply_to"`
+		Subject  string      `json:"subject"`
+		Text     string      `json:"text"`
+		HTML     string      `json:"html"`
+		Headers  [][2]string `json:"headers"`
+	}{
+		Kind: "structured", Channel: channel, ThreadID: threadID,
+		From: formatAll(nonNil(v.from)), To: formatAll(v.to), Cc: formatAll(v.cc),
+		Bcc: formatAll(v.bcc), ReplyTo: formatAll(v.replyTo),
+		Subject: v.subject, Text: v.text, HTML: v.html,
+	}
+	for _, name := range v.headerNames {
+		canon.Headers = append(canon.Headers, [2]string{name, v.headers[name]})
+	}
+	data, err := json.Marshal(canon)
+	if err != nil {
+		panic("relay: marshal fingerprint: " + err.Error()) // strings and slices always marshal
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// singleHeaders may appear at most once in a raw message: two To headers
+// could be read differently by the relay and by Gmail.
+var singleHeaders = []string{"Message-Id", "From", "Sender", "To", "Cc", "Bcc", "Reply-To", "Subject", "Date"}
+
+// PrepareRaw validates a raw RFC 5322 message (a message/rfc822 body, the
+// Gmail-compatible path, or a request's raw field) and ties it to its key.
+//
+// Bare LF line endings are accepted and normalised to CRLF. When the message
+// has a Message-ID and key is not empty, the Message-ID must equal
+// MessageID(key, domain); with no key, the Message-ID itself is the key.
+// When it has none and key is not empty, MessageID(key, domain) is added as
+// the first header. The fingerprint is the hex sha256 of the message as it
+// will be sent (normalised, with the Message-ID).
+//
+// Refused with a CodeInvalid *Error, field raw: an unparseable message, NUL
+// bytes, a bare CR in the header section, a repeated From/To/Cc/Bcc/
+// Reply-To/Subject/Message-ID header, malformed addresses, no recipient (To,
+// Cc or Bcc), a malformed Message-ID, a Message-ID that is not the key's
+// ("Message-ID mismatch"), and no Message-ID with no key. A key or channel
+// that is not valid is an error naming that field. Over MaxMessageBytes is
+// CodeTooLarge. A bad domain is a CodeInternal error.
+func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
+	if err := checkDomain(domain); err != nil {
+		return Prepared{}, err
+	}
+	channel, err := checkChannel(channel)
+	if err != nil {
+		return Prepared{}, err
+	}
+	if key != "" {
+		if err := validKey("key", key); err != nil {
+			return Prepared{}, err
+		}
+	}
+	if len(raw) > MaxMessageBytes {
+		return Prepared{}, tooLarge(len(raw))
+	}
+	norm, err := normalizeLineEndings(raw)
+	if err != nil {
+		return Prepared{}, err
+	}
+	msg, err := mail.ReadMessage(bytes.NewReader(norm))
+	if err != nil {
+		return Prepared{}, Invalid("raw", "raw is not an RFC 5322 message: %v", err)
+	}
+	h := msg.Header
+	for _, name := range singleHeaders {
+		if n := len(h[name]); n > 1 {
+			return Prepared{}, Invalid("raw", "raw has %d %s headers; at most one is allowed", n, name)
+		}
+	}
+	recipients := 0
+	for _, name := range []string{"To", "Cc", "Bcc", "Reply-To", "From"} {
+		values, ok := h[name]
+		if !ok {
+			continue
+		}
+		addrs, err := parseAddresses("raw", values)
+		if err != nil {
+			return Prepared{}, Invalid("raw", "raw %s header: %s", name, errMessage(err))
+		}
+		if name == "From" && len(addrs) != 1 {
+			return Prepared{}, Invalid("raw", "raw From header must hold exactly one address")
+		}
+		if name != "Reply-To" && name != "From" {
+			recipients += len(addrs)
+		}
+	}
+	if recipients == 0 {
+		return Prepared{}, Invalid("raw", "raw has no recipients (To, Cc or Bcc)")
+	}
+	p := Prepared{Key: key, Channel: channel}
+	if values, ok := h["Message-Id"]; ok {
+		id, err := NormalizeMessageID(values[0])
+		if err != nil {
+			return Prepared{}, Invalid("raw", "raw Message-ID header: %s", errMessage(err))
+		}
+		if key == "" {
+			p.Key = id
+		} else if want := MessageID(key, domain); id != want {
+			return Prepared{}, Invalid("raw", "Message-ID mismatch: raw carries %s but the key gives %s", id, want)
+		}
+		p.MessageID = id
+	} else {
+		if key == "" {
+			return Prepared{}, Invalid("raw", "raw has no Message-ID and no key was given")
+		}
+		p.MessageID = MessageID(key, domain)
+		injected := make([]byte, 0, len(norm)+len(p.MessageID)+14)
+		injected = append(injected, "Message-ID: "+p.MessageID+"\r\n"...)
+		norm = append(injected, norm...)
+		if len(norm) > MaxMessageBytes {
+			return Prepared{}, tooLarge(len(norm))
+		}
+	}
+	p.Raw = norm
+	sum := sha256.Sum256(norm)
+	p.Fingerprint = hex.EncodeToString(sum[:])
+	return p, nil
+}
+
+// normalizeLineEndings turns bare LF into CRLF and refuses NUL anywhere and
+// a bare CR in the header section, where readers disagree about it.
+func normalizeLineEndings(raw []byte) ([]byte, error) {
+	if bytes.IndexByte(raw, 0) >= 0 {
+		return nil, Invalid("raw", "raw contains a NUL byte")
+	}
+	out := make([]byte, 0, len(raw)+bytes.Count(raw, []byte("\n"))-bytes.Count(raw, []byte("\r\n")))
+	inHeader := true
+	lineStart := 0 // index in out of the current line's first byte
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		switch {
+		case c == '\n':
+			if i == 0 || raw[i-1] != '\r' {
+				out = append(out, '\r')
+			}
+			out = append(out, '\n')
+			if inHeader && len(out)-lineStart == 2 {
+				inHeader = false
+			}
+			lineStart = len(out)
+		case c == '\r' && (i+1 == len(raw) || raw[i+1] != '\n'):
+			if inHeader {
+				return nil, Invalid("raw", "raw has a bare CR in its header section")
+			}
+			out = append(out, c)
+		default:
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// ReadMessageID returns the normalised Message-ID header of a raw message,
+// or "" when it has none. An unparseable message, a repeated Message-ID or
+// a malformed one is a CodeInvalid *Error with field raw.
+func ReadMessageID(raw []byte) (string, error) {
+	msg, err := mail.ReadMessage(bytes.NewReader(raw))
+	if err != nil {
+		return "", Invalid("raw", "raw is not an RFC 5322 message: %v", err)
+	}
+	values := msg.Header["Message-Id"]
+	switch len(values) {
+	case 0:
+		return "", nil
+	case 1:
+	default:
+		return "", Invalid("raw", "raw has %d Message-ID headers", len(values))
+	}
+	id, err := NormalizeMessageID(values[0])
+	if err != nil {
+		return "", Invalid("raw", "raw Message-ID header: %s", errMessage(err))
+	}
+	return id, nil
+}
