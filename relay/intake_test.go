@@ -12,7 +12,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
-const domain = "inbound.yourdomain.com"
+const testDomain = "inbound.yourdomain.com"
 
 func decode(t *testing.T, body string) relay.SendRequest {
 	t.Helper()
@@ -79,7 +79,7 @@ func TestPrepareSameKeyFromEverySource(t *testing.T) {
 	for i, b := range bodies {
 		t.Run(b.name, func(t *testing.T) {
 			now := testDate.Add(time.Duration(i) * time.Hour)
-			p, err := relay.Prepare(decode(t, b.body), b.headerKey, domain, now)
+			p, err := relay.Prepare(decode(t, b.body), b.headerKey, testDomain, now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -112,7 +112,7 @@ func TestPrepareSameKeyFromEverySource(t *testing.T) {
 		`{"key":"cus_123:order.shipped:ord_456","to":"a@x.com","subject":"S","text":"T","channel":"billing"}`,
 		`{"key":"cus_123:order.shipped:ord_456","to":"a@x.com","subject":"S","text":"T","headers":{"X-A":"1"}}`,
 	} {
-		p, err := relay.Prepare(decode(t, body), "", domain, testDate)
+		p, err := relay.Prepare(decode(t, body), "", testDomain, testDate)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,7 +150,7 @@ func TestPrepareRefusals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := relay.Prepare(decode(t, tt.body), tt.headerKey, domain, testDate)
+			_, err := relay.Prepare(decode(t, tt.body), tt.headerKey, testDomain, testDate)
 			wantInvalid(t, err, tt.field)
 		})
 	}
@@ -171,7 +171,7 @@ func TestPrepareRaw(t *testing.T) {
 
 	t.Run("matching Message-ID", func(t *testing.T) {
 		in := rawWithID(testID)
-		p, err := relay.PrepareRaw([]byte(in), key, "", domain)
+		p, err := relay.PrepareRaw([]byte(in), key, "", testDomain)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +181,7 @@ func TestPrepareRaw(t *testing.T) {
 	})
 
 	t.Run("mismatching Message-ID", func(t *testing.T) {
-		_, err := relay.PrepareRaw([]byte(rawWithID("<other@example.com>")), key, "", domain)
+		_, err := relay.PrepareRaw([]byte(rawWithID("<other@example.com>")), key, "", testDomain)
 		wantInvalid(t, err, "raw")
 		if !strings.Contains(err.Error(), "Message-ID mismatch") {
 			t.Fatalf("err = %v, want Message-ID mismatch", err)
@@ -189,7 +189,7 @@ func TestPrepareRaw(t *testing.T) {
 	})
 
 	t.Run("no Message-ID, key: injected", func(t *testing.T) {
-		p, err := relay.PrepareRaw([]byte(rawNoID), key, "billing", domain)
+		p, err := relay.PrepareRaw([]byte(rawNoID), key, "billing", testDomain)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,12 +209,12 @@ func TestPrepareRaw(t *testing.T) {
 	})
 
 	t.Run("no Message-ID, no key", func(t *testing.T) {
-		_, err := relay.PrepareRaw([]byte(rawNoID), "", "", domain)
+		_, err := relay.PrepareRaw([]byte(rawNoID), "", "", testDomain)
 		wantInvalid(t, err, "raw")
 	})
 
 	t.Run("Message-ID is the key when no key is given", func(t *testing.T) {
-		p, err := relay.PrepareRaw([]byte(rawWithID("abc@client.example")), "", "", domain)
+		p, err := relay.PrepareRaw([]byte(rawWithID("abc@client.example")), "", "", testDomain)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,7 +225,7 @@ func TestPrepareRaw(t *testing.T) {
 
 	t.Run("bare LF", func(t *testing.T) {
 		lf := strings.ReplaceAll(rawNoID, "\r\n", "\n")
-		p, err := relay.PrepareRaw([]byte(lf), key, "", domain)
+		p, err := relay.PrepareRaw([]byte(lf), key, "", testDomain)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,7 +233,7 @@ func TestPrepareRaw(t *testing.T) {
 		if string(p.Raw) != want {
 			t.Fatalf("Raw = %q, want %q", p.Raw, want)
 		}
-		crlf, err := relay.PrepareRaw([]byte(rawNoID), key, "", domain)
+		crlf, err := relay.PrepareRaw([]byte(rawNoID), key, "", testDomain)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -244,7 +244,7 @@ func TestPrepareRaw(t *testing.T) {
 
 	t.Run("too large", func(t *testing.T) {
 		big := rawNoID + strings.Repeat("x", relay.MaxMessageBytes)
-		_, err := relay.PrepareRaw([]byte(big), key, "", domain)
+		_, err := relay.PrepareRaw([]byte(big), key, "", testDomain)
 		if got := relay.ErrorCode(err); got != relay.CodeTooLarge {
 			t.Fatalf("code = %s (%v), want %s", got, err, relay.CodeTooLarge)
 		}
@@ -267,7 +267,7 @@ func TestPrepareRaw(t *testing.T) {
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := relay.PrepareRaw([]byte(tt.raw), key, "", domain)
+			_, err := relay.PrepareRaw([]byte(tt.raw), key, "", testDomain)
 			wantInvalid(t, err, "raw")
 		})
 	}
@@ -281,7 +281,7 @@ func TestPrepareRawField(t *testing.T) {
 		"std base64":         base64.StdEncoding.EncodeToString(msg),
 		"wrapped std base64": wrap(base64.StdEncoding.EncodeToString(msg)),
 	}
-	want, err := relay.PrepareRaw(msg, "k", "", domain)
+	want, err := relay.PrepareRaw(msg, "k", "", testDomain)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +293,7 @@ func TestPrepareRawField(t *testing.T) {
 				{`{"key":"k","raw":"` + enc + `","thread_id":"18c0ffee"}`, ""},
 				{`{"raw":"` + enc + `","thread_id":"18c0ffee"}`, "k"},
 			} {
-				p, err := relay.Prepare(decode(t, tc.body), tc.headerKey, domain, testDate)
+				p, err := relay.Prepare(decode(t, tc.body), tc.headerKey, testDomain, testDate)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -305,7 +305,7 @@ func TestPrepareRawField(t *testing.T) {
 	}
 	t.Run("raw with its own Message-ID and no key", func(t *testing.T) {
 		enc := base64.RawURLEncoding.EncodeToString([]byte(rawWithID("<x@y.z>")))
-		p, err := relay.Prepare(decode(t, `{"raw":"`+enc+`"}`), "", domain, testDate)
+		p, err := relay.Prepare(decode(t, `{"raw":"`+enc+`"}`), "", testDomain, testDate)
 		if err != nil || p.Key != "<x@y.z>" || p.MessageID != "<x@y.z>" {
 			t.Fatalf("Prepare = %+v, %v; want key <x@y.z>", p, err)
 		}
