@@ -16,7 +16,6 @@ func notYet(name string) func(context.Context, []string, io.Writer, io.Writer) i
 }
 
 var (
-	runServe     = notYet("serve")
 	runFakeGmail = notYet("fakegmail")
 	runDemo      = notYet("demo")
 	runMsgID     = notYet("msgid")

@@ -1,0 +1,664 @@
+// Package api is gmailrelay's HTTP surface (CONTRACT.md): the send endpoint
+// n8n calls, the Gmail-compatible send path, the acceptance log readers,
+// the review queue, fault rules and operations endpoints. Handlers parse
+// and answer; every decision is the relay's.
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/rs/zerolog"
+	"github.com/rs/zerolog/hlog"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/relay"
+	"github.com/gmailrelay/gmailrelay/sweeper"
+)
+
+// MaxJSONBytes bounds a JSON send request. Larger messages go as
+// message/rfc822 bodies (up to relay.MaxMessageBytes, Gmail's ceiling).
+const MaxJSONBytes = 25 << 20
+
+// Config wires the HTTP API.
+type Config struct {
+	Service *relay.Service
+	Sweeper *sweeper.Sweeper // nil: /admin/sweep answers 503
+	// APIToken may send and read; AdminToken may also change faults,
+	// resolve jobs and trigger sweeps. With neither set, every request is
+	// admitted as admin (serve allows that on loopback only).
+	APIToken, AdminToken string
+	// MsgIDDomain is the right side of derived Message-IDs.
+	MsgIDDomain string
+	// FaultHeader honours X-Relay-Fault on admin-token requests.
+	FaultHeader bool
+	// Mode is "sandbox" (embedded emulator) or "gmail"; shown on /readyz.
+	Mode string
+	// Probe checks that the provider answers; nil: not checked.
+	Probe func(ctx context.Context) error
+	// Metrics serves /metrics; nil: 404.
+	Metrics *Metrics
+	Logger  zerolog.Logger
+}
+
+// Server is the HTTP handler.
+type Server struct {
+	cfg       Config
+	svc       *relay.Service
+	apiHash   [32]byte
+	adminHash [32]byte
+	router    chi.Router
+
+	probeMu  sync.Mutex
+	probeAt  time.Time
+	probeErr error
+}
+
+type role int
+
+const (
+	roleNone role = iota
+	roleAPI
+	roleAdmin
+)
+
+type roleKey struct{}
+
+// New builds the router.
+func New(cfg Config) *Server {
+	s := &Server{cfg: cfg, svc: cfg.Service}
+	s.apiHash = sha256.Sum256([]byte(cfg.APIToken))
+	s.adminHash = sha256.Sum256([]byte(cfg.AdminToken))
+	r := chi.NewRouter()
+	r.Use(hlog.NewHandler(cfg.Logger))
+	r.Use(hlog.RequestIDHandler("req_id", "X-Request-Id"))
+	r.Use(hlog.AccessHandler(func(r *http.Request, status, size int, d time.Duration) {
+		hlog.FromRequest(r).Info().Str("method", r.Method).Str("path", r.URL.Path).Int("status", status).
+			Int("size", size).Dur("took", d).Msg("request")
+	}))
+	r.Use(middleware.Recoverer)
+
+	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.Get("/readyz", s.readyz)
+	if cfg.Metrics != nil {
+		r.Method(http.MethodGet, "/metrics", cfg.Metrics.handler(s))
+	}
+	r.Group(func(r chi.Router) {
+		r.Use(s.authenticate(roleAPI))
+		r.Post("/v1/send", s.send)
+		r.Post("/gmail/v1/users/{userId}/messages/send", s.gmailSend)
+		r.Post("/upload/gmail/v1/users/{userId}/messages/send", s.gmailUpload)
+		r.Get("/v1/jobs", s.listJobs)
+		r.Get("/v1/jobs/{id}", s.getJob)
+		r.Get("/v1/log", s.readLog)
+		r.Get("/v1/stats", s.stats)
+	})
+	r.Group(func(r chi.Router) {
+		r.Use(s.authenticate(roleAdmin))
+		r.Post("/v1/jobs/{id}/resolve", s.resolve)
+		r.Get("/admin/faults", s.listFaults)
+		r.Post("/admin/faults", s.addFault)
+		r.Delete("/admin/faults", s.clearFaults)
+		r.Delete("/admin/faults/{id}", s.deleteFault)
+		r.Post("/admin/sweep", s.sweep)
+	})
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, relay.Errorf(relay.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	s.router = r
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+// roleOf compares the bearer token with both tokens in constant time.
+func (s *Server) roleOf(r *http.Request) role {
+	if s.cfg.APIToken == "" && s.cfg.AdminToken == "" {
+		return roleAdmin
+	}
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok {
+		tok, ok = strings.CutPrefix(h, "bearer ")
+	}
+	if !ok || tok == "" {
+		return roleNone
+	}
+	sum := sha256.Sum256([]byte(tok))
+	isAdmin := s.cfg.AdminToken != "" && subtle.ConstantTimeCompare(sum[:], s.adminHash[:]) == 1
+	isAPI := s.cfg.APIToken != "" && subtle.ConstantTimeCompare(sum[:], s.apiHash[:]) == 1
+	switch {
+	case isAdmin:
+		return roleAdmin
+	case isAPI:
+		return roleAPI
+	}
+	return roleNone
+}
+
+func (s *Server) authenticate(need role) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got := s.roleOf(r)
+			if got == roleNone {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="gmailrelay"`)
+				writeError(w, r, relay.Errorf(relay.CodeUnauthorized, "missing or wrong bearer token"))
+				return
+			}
+			if got < need {
+				writeError(w, r, relay.Errorf(relay.CodeForbidden, "this needs the admin token"))
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), roleKey{}, got)))
+		})
+	}
+}
+
+// faultOverride reads X-Relay-Fault, honoured only with --fault-header and
+// the admin token; otherwise it is ignored. It never reaches Gmail: the
+// relay builds the message itself.
+func (s *Server) faultOverride(r *http.Request) (faultmodes.Decision, error) {
+	h := r.Header.Get("X-Relay-Fault")
+	if h == "" || !s.cfg.FaultHeader || r.Context().Value(roleKey{}) != roleAdmin {
+		return faultmodes.Decision{}, nil
+	}
+	m, err := faultmodes.ParseMode(h)
+	if err != nil {
+		return faultmodes.Decision{}, relay.Invalid("X-Relay-Fault", "%v", err)
+	}
+	f := s.svc.Faults()
+	if f == nil {
+		return faultmodes.Decision{}, relay.Errorf(relay.CodeUnavailable, "fault modes are disabled on this relay")
+	}
+	d, err := f.Force(m)
+	if err != nil {
+		return faultmodes.Decision{}, relay.Invalid("X-Relay-Fault", "%v", err)
+	}
+	return d, nil
+}
+
+// sendAnswer is the 200/202 body of POST /v1/send.
+type sendAnswer struct {
+	MessageID string   `json:"message_id"`
+	State     string   `json:"state"`
+	GmailID   string   `json:"gmail_id,omitempty"`
+	ThreadID  string   `json:"thread_id,omitempty"`
+	LabelIDs  []string `json:"label_ids,omitempty"`
+	Attempts  int      `json:"attempts"`
+	Channel   string   `json:"channel"`
+	URL       string   `json:"url,omitempty"`
+	Replayed  bool     `json:"replayed,omitempty"`
+}
+
+func jobURL(id string) string { return "/v1/jobs/" + url.PathEscape(id) }
+
+func (s *Server) send(w http.ResponseWriter, r *http.Request) {
+	p, err := s.prepare(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	s.run(w, r, p, s.writeSendAnswer)
+}
+
+// prepare reads and validates a /v1/send request of either content type.
+func (s *Server) prepare(r *http.Request) (relay.Prepared, error) {
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	key := r.Header.Get("Idempotency-Key")
+	switch ct {
+	case "message/rfc822":
+		body, err := readBody(r, relay.MaxMessageBytes)
+		if err != nil {
+			return relay.Prepared{}, err
+		}
+		return relay.PrepareRaw(body, key, channelOf(r), s.cfg.MsgIDDomain)
+	case "application/json", "":
+		body, err := readBody(r, MaxJSONBytes)
+		if err != nil {
+			return relay.Prepared{}, err
+		}
+		req, err := relay.DecodeSendRequest(body)
+		if err != nil {
+			return relay.Prepared{}, err
+		}
+		if req.Channel == "" {
+			req.Channel = channelOf(r)
+		}
+		return relay.Prepare(req, key, s.cfg.MsgIDDomain, s.svc.Now())
+	default:
+		return relay.Prepared{}, relay.Invalid("Content-Type", "send application/json or message/rfc822, not %q", ct)
+	}
+}
+
+func channelOf(r *http.Request) string {
+	if c := r.Header.Get("X-Relay-Channel"); c != "" {
+		return c
+	}
+	return r.URL.Query().Get("channel")
+}
+
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return nil, &relay.Error{Code: relay.CodeTooLarge, Message: "request body larger than " + strconv.FormatInt(limit, 10) + " bytes"}
+	}
+	if err != nil {
+		return nil, relay.Invalid("body", "read request body: %v", err)
+	}
+	return body, nil
+}
+
+// run sends p and answers through write, which sees every outcome that
+// is not a dropped response.
+func (s *Server) run(w http.ResponseWriter, r *http.Request, p relay.Prepared, write func(http.ResponseWriter, *http.Request, relay.Result)) {
+	fault, err := s.faultOverride(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	res, err := s.svc.Send(r.Context(), p, relay.SendOptions{Fault: fault})
+	if err != nil {
+		writeErrorFor(w, r, err, p.MessageID, "")
+		return
+	}
+	if res.Dropped {
+		hlog.FromRequest(r).Warn().Str("message_id", p.MessageID).Str("rule", res.Fault.RuleID).
+			Msg("fault forward-then-drop-response: Gmail's answer dropped, job unknown")
+		if res.Fault.Drop == "504" {
+			writeJSON(w, http.StatusGatewayTimeout, errorBody{Error: errorDetail{Code: "fault_injected",
+				Message: "fault forward-then-drop-response injected: Gmail's answer was dropped", MessageID: p.MessageID}})
+			return
+		}
+		panic(http.ErrAbortHandler) // cut the connection: no HTTP answer at all
+	}
+	write(w, r, res)
+}
+
+func (s *Server) writeSendAnswer(w http.ResponseWriter, r *http.Request, res relay.Result) {
+	j := res.Job
+	if res.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	a := sendAnswer{MessageID: j.MessageID, State: string(j.State), Attempts: j.Attempts, Channel: j.Channel, Replayed: res.Replayed}
+	switch j.State {
+	case acceptlog.StateSent:
+		a.GmailID, a.ThreadID, a.LabelIDs = j.GmailID, j.ThreadID, j.LabelIDs
+		writeJSON(w, http.StatusOK, a)
+	case acceptlog.StateFailed:
+		writeErrorFor(w, r, failureError(j, res.Fault), j.MessageID, j.State)
+	default: // unknown, review, forwarding
+		a.URL = jobURL(j.MessageID)
+		w.Header().Set("Location", a.URL)
+		writeJSON(w, http.StatusAccepted, a)
+	}
+}
+
+// failureError turns a failed job into the answer CONTRACT.md gives it.
+func failureError(j acceptlog.Job, d faultmodes.Decision) *relay.Error {
+	switch {
+	case j.LastReason == "fault_injected":
+		return &relay.Error{Code: relay.CodeUnavailable, RetryAfter: 1,
+			Message: "fault fail-before-forward injected (rule " + d.RuleID + "): nothing was sent; safe to retry"}
+	case j.Retryable && j.LastReason == "rate_limited":
+		return &relay.Error{Code: relay.CodeRateLimited, RetryAfter: 30, Message: "Gmail's rate limit: nothing was sent; retry later"}
+	case j.Retryable:
+		return &relay.Error{Code: relay.CodeUnavailable, RetryAfter: 5, Message: "Gmail was not reached: nothing was sent; safe to retry"}
+	case j.LastReason == "auth":
+		return &relay.Error{Code: relay.CodeProviderRejected, Message: "Gmail refused the relay's credentials (status " + strconv.Itoa(j.LastStatus) + "); an operator must fix them"}
+	default:
+		msg := "Gmail rejected the message (status " + strconv.Itoa(j.LastStatus) + ")"
+		if j.LastError != "" {
+			msg += ": " + j.LastError
+		}
+		return &relay.Error{Code: relay.CodeProviderRejected, Message: msg}
+	}
+}
+
+func (s *Server) idParam(r *http.Request) (string, error) {
+	raw := chi.URLParam(r, "id")
+	v, err := url.PathUnescape(raw)
+	if err != nil {
+		return "", relay.Invalid("id", "bad path escape in Message-ID")
+	}
+	id, err := relay.NormalizeMessageID(v)
+	if err != nil {
+		return "", relay.Invalid("id", "%v", err)
+	}
+	return id, nil
+}
+
+func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	o := acceptlog.ListOptions{State: acceptlog.State(q.Get("state")), Channel: q.Get("channel"), After: q.Get("after")}
+	if o.State != "" && !o.State.Valid() {
+		writeError(w, r, relay.Invalid("state", "unknown state %q", o.State))
+		return
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			writeError(w, r, relay.Invalid("limit", "limit must be 1..1000"))
+			return
+		}
+		o.Limit = n
+	}
+	jobs, next, err := s.svc.Log().List(r.Context(), o)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if jobs == nil {
+		jobs = []acceptlog.Job{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs, "next": next})
+}
+
+var statesForMetrics = acceptlog.States
+
+// jobView is a job with its lines, oldest first.
+type jobView struct {
+	acceptlog.Job
+	URL   string           `json:"url"`
+	Lines []acceptlog.Line `json:"lines"`
+}
+
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
+	id, err := s.idParam(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	j, err := s.svc.Log().Get(r.Context(), id)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	lines, err := s.svc.Log().JobLines(r.Context(), id)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, jobView{Job: j, URL: jobURL(id), Lines: lines})
+}
+
+func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var after uint64
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			writeError(w, r, relay.Invalid("after", "after must be a sequence number"))
+			return
+		}
+		after = n
+	}
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 10000 {
+			writeError(w, r, relay.Invalid("limit", "limit must be 1..10000"))
+			return
+		}
+		limit = n
+	}
+	lines, next, err := s.svc.Log().Lines(r.Context(), after, limit)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if strings.Contains(r.Header.Get("Accept"), "application/x-ndjson") {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.Header().Set("X-Next", strconv.FormatUint(next, 10))
+		enc := json.NewEncoder(w)
+		for _, l := range lines {
+			_ = enc.Encode(l)
+		}
+		return
+	}
+	if lines == nil {
+		lines = []acceptlog.Line{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"lines": lines, "next": next})
+}
+
+// Stats is the body of GET /v1/stats.
+type Stats struct {
+	acceptlog.Stats
+	EffectLines      int                     `json:"effect_lines"`
+	DuplicatesFound  int                     `json:"duplicates_found"`
+	HandleRewrites   int                     `json:"handle_rewrites"`
+	ReviewDepth      int                     `json:"review_queue_depth"`
+	OldestUnknownAge float64                 `json:"oldest_unknown_age_seconds"`
+	FaultsInjected   map[faultmodes.Mode]int `json:"faults_injected"`
+	QuotaUnitsSpent  int64                   `json:"quota_units_spent"`
+	Sweeper          *sweeper.Result         `json:"sweeper,omitempty"`
+}
+
+// CollectStats gathers /v1/stats; /metrics reads the same numbers.
+func (s *Server) CollectStats(ctx context.Context) (Stats, error) {
+	st, err := s.svc.Log().Stats(ctx)
+	if err != nil {
+		return Stats{}, err
+	}
+	out := Stats{Stats: st, EffectLines: st.ByKind[acceptlog.KindEffect],
+		DuplicatesFound: st.ByReason[acceptlog.KindReview]["duplicate"],
+		HandleRewrites:  st.ByReason[acceptlog.KindHandle]["rewritten"],
+		ReviewDepth:     st.ByState[acceptlog.StateReview],
+		QuotaUnitsSpent: s.svc.Quota().Spent(),
+		FaultsInjected:  map[faultmodes.Mode]int{},
+	}
+	if !st.OldestUnknown.IsZero() {
+		out.OldestUnknownAge = s.svc.Now().Sub(st.OldestUnknown).Seconds()
+	}
+	if f := s.svc.Faults(); f != nil {
+		out.FaultsInjected = f.Injected()
+	}
+	if s.cfg.Sweeper != nil {
+		t := s.cfg.Sweeper.Totals()
+		out.Sweeper = &t
+	}
+	return out, nil
+}
+
+func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
+	st, err := s.CollectStats(r.Context())
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
+	id, err := s.idParam(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var body struct {
+		Action string `json:"action"`
+		Note   string `json:"note"`
+		Actor  string `json:"actor"`
+	}
+	if err := decodeStrict(r, &body); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	actor := body.Actor
+	if actor == "" {
+		actor = "admin"
+	}
+	res, err := s.svc.Resolve(r.Context(), id, body.Action, body.Note, actor)
+	if err != nil {
+		writeErrorFor(w, r, err, id, res.Job.State)
+		return
+	}
+	lines, _ := s.svc.Log().JobLines(r.Context(), id)
+	writeJSON(w, http.StatusOK, jobView{Job: res.Job, URL: jobURL(id), Lines: lines})
+}
+
+func decodeStrict(r *http.Request, v any) error {
+	body, err := readBody(r, 1<<20)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		field := ""
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			field = strings.Trim(f, `"`)
+			return relay.Invalid(field, "unknown field %q", field)
+		}
+		return relay.Invalid("body", "invalid JSON: %v", err)
+	}
+	return nil
+}
+
+func (s *Server) faultSet() (*faultmodes.Set, error) {
+	if f := s.svc.Faults(); f != nil {
+		return f, nil
+	}
+	return nil, relay.Errorf(relay.CodeUnavailable, "fault modes are disabled on this relay")
+}
+
+func (s *Server) listFaults(w http.ResponseWriter, r *http.Request) {
+	f, err := s.faultSet()
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	rules := f.List()
+	if rules == nil {
+		rules = []faultmodes.Rule{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"rules": rules, "seed": f.Seed(), "injected": f.Injected()})
+}
+
+func (s *Server) addFault(w http.ResponseWriter, r *http.Request) {
+	f, err := s.faultSet()
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	body, err := readBody(r, 1<<20)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	spec, err := faultmodes.ParseSpec(body)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if spec.Channel != "" {
+		if _, err := s.svc.Policy().Channel(spec.Channel); err != nil {
+			writeError(w, r, relay.Invalid("channel", "%v", err))
+			return
+		}
+	}
+	rule, err := f.Add(spec)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	hlog.FromRequest(r).Warn().Str("rule", rule.ID).Str("mode", string(rule.Mode)).Msg("fault rule added")
+	writeJSON(w, http.StatusCreated, rule)
+}
+
+func (s *Server) deleteFault(w http.ResponseWriter, r *http.Request) {
+	f, err := s.faultSet()
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	id := chi.URLParam(r, "id")
+	if !f.Remove(id) {
+		writeError(w, r, relay.Errorf(relay.CodeNotFound, "no fault rule %q", id))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) clearFaults(w http.ResponseWriter, r *http.Request) {
+	f, err := s.faultSet()
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"removed": f.Clear()})
+}
+
+func (s *Server) sweep(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Sweeper == nil {
+		writeError(w, r, relay.Errorf(relay.CodeUnavailable, "the sweeper is not running"))
+		return
+	}
+	res, err := s.cfg.Sweeper.RunOnce(r.Context())
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	body := map[string]any{"mode": s.cfg.Mode}
+	if s.cfg.Mode == "sandbox" {
+		body["warning"] = "SANDBOX: sends go to the embedded Gmail emulator, not to Gmail"
+	}
+	ok := true
+	if _, err := s.svc.Log().Stats(r.Context()); err != nil {
+		ok = false
+		body["log"] = err.Error()
+	} else {
+		body["log"] = "open"
+	}
+	if err := s.probe(r.Context()); err != nil {
+		ok = false
+		body["provider"] = err.Error()
+	} else {
+		body["provider"] = "reachable"
+	}
+	status := http.StatusOK
+	if !ok {
+		status = http.StatusServiceUnavailable
+	}
+	body["ready"] = ok
+	writeJSON(w, status, body)
+}
+
+// probe checks the provider at most every 15 seconds.
+func (s *Server) probe(ctx context.Context) error {
+	if s.cfg.Probe == nil {
+		return nil
+	}
+	s.probeMu.Lock()
+	defer s.probeMu.Unlock()
+	if !s.probeAt.IsZero() && time.Since(s.probeAt) < 15*time.Second {
+		return s.probeErr
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s.probeErr = s.cfg.Probe(ctx)
+	s.probeAt = time.Now()
+	return s.probeErr
+}

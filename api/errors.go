@@ -1,0 +1,94 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// statusOf maps each relay error code to its HTTP status (CONTRACT.md).
+var statusOf = map[relay.Code]int{
+	relay.CodeInvalid:          http.StatusBadRequest,
+	relay.CodeUnauthorized:     http.StatusUnauthorized,
+	relay.CodeForbidden:        http.StatusForbidden,
+	relay.CodeNotFound:         http.StatusNotFound,
+	relay.CodeInFlight:         http.StatusConflict,
+	relay.CodeConflict:         http.StatusConflict,
+	relay.CodeTooLarge:         http.StatusRequestEntityTooLarge,
+	relay.CodeMismatch:         http.StatusUnprocessableEntity,
+	relay.CodeRateLimited:      http.StatusTooManyRequests,
+	relay.CodeProviderRejected: http.StatusBadGateway,
+	relay.CodeUnavailable:      http.StatusServiceUnavailable,
+	relay.CodeInternal:         http.StatusInternalServerError,
+}
+
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	Field     string `json:"field,omitempty"`
+	MessageID string `json:"message_id,omitempty"`
+	State     string `json:"state,omitempty"`
+}
+
+// asRelayError turns errors of the packages below into *relay.Error.
+func asRelayError(err error) *relay.Error {
+	var re *relay.Error
+	if errors.As(err, &re) {
+		return re
+	}
+	var fe *faultmodes.FieldError
+	if errors.As(err, &fe) {
+		return relay.Invalid(fe.Field, "%s", fe.Message)
+	}
+	var pe *policy.FieldError
+	if errors.As(err, &pe) {
+		return relay.Invalid(pe.Field, "%s", pe.Message)
+	}
+	if errors.Is(err, acceptlog.ErrNotFound) {
+		return relay.Errorf(relay.CodeNotFound, "no job with that Message-ID")
+	}
+	return &relay.Error{Code: relay.CodeInternal, Message: "internal error", Err: err}
+}
+
+// writeError is the one writer of error answers: internal errors are logged
+// in full and shown as "internal error".
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	writeErrorFor(w, r, err, "", "")
+}
+
+func writeErrorFor(w http.ResponseWriter, r *http.Request, err error, messageID string, state acceptlog.State) {
+	re := asRelayError(err)
+	status, ok := statusOf[re.Code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	msg := re.Message
+	if status >= 500 && re.Code == relay.CodeInternal {
+		zerolog.Ctx(r.Context()).Error().Err(err).Msg("internal error")
+		msg = "internal error"
+	}
+	if re.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(re.RetryAfter))
+	}
+	writeJSON(w, status, errorBody{Error: errorDetail{Code: string(re.Code), Message: msg, Field: re.Field,
+		MessageID: messageID, State: string(state)}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,207 @@
+package api
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"strings"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// The Gmail-compatible send path: a client that targets Gmail (an n8n HTTP
+// Request node, Google's own client library) only changes its base URL.
+// The job key is the raw message's own Message-ID.
+
+// gmailMessage is the subset of Gmail's Message resource the path reads
+// and answers. Relay carries the relay's view on 202 answers.
+type gmailMessage struct {
+	ID       string      `json:"id,omitempty"`
+	ThreadID string      `json:"threadId,omitempty"`
+	LabelIDs []string    `json:"labelIds,omitempty"`
+	Raw      string      `json:"raw,omitempty"`
+	Relay    *sendAnswer `json:"relay,omitempty"`
+}
+
+var gmailStatus = map[int]string{
+	400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+	409: "ABORTED", 413: "INVALID_ARGUMENT", 422: "FAILED_PRECONDITION", 429: "RESOURCE_EXHAUSTED",
+	500: "INTERNAL", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED",
+}
+
+var gmailReason = map[relay.Code]string{
+	relay.CodeInvalid: "invalidArgument", relay.CodeUnauthorized: "authError", relay.CodeForbidden: "forbidden",
+	relay.CodeNotFound: "notFound", relay.CodeInFlight: "conflict", relay.CodeConflict: "conflict",
+	relay.CodeTooLarge: "invalidArgument", relay.CodeMismatch: "failedPrecondition",
+	relay.CodeRateLimited: "rateLimitExceeded", relay.CodeProviderRejected: "backendError",
+	relay.CodeUnavailable: "backendError", relay.CodeInternal: "backendError",
+}
+
+// writeGmailError answers in Gmail's error JSON, so Google's client
+// returns a *googleapi.Error with Code and Errors[0].Reason.
+func writeGmailError(w http.ResponseWriter, r *http.Request, err error) {
+	re := asRelayError(err)
+	status := statusOf[re.Code]
+	if status == 0 {
+		status = http.StatusInternalServerError
+	}
+	msg := re.Message
+	if re.Code == relay.CodeInternal {
+		msg = "internal error"
+	}
+	if re.Field != "" {
+		msg += " (field " + re.Field + ")"
+	}
+	if re.RetryAfter > 0 {
+		w.Header().Set("Retry-After", itoa(re.RetryAfter))
+	}
+	reason := gmailReason[re.Code]
+	writeJSON(w, status, map[string]any{"error": map[string]any{
+		"code": status, "message": msg, "status": gmailStatus[status],
+		"errors": []map[string]string{{"message": msg, "domain": "global", "reason": reason}},
+	}})
+}
+
+func itoa(n int) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+func (s *Server) gmailSend(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(r, MaxJSONBytes)
+	if err != nil {
+		writeGmailError(w, r, err)
+		return
+	}
+	var m gmailMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		writeGmailError(w, r, relay.Invalid("body", "invalid JSON: %v", err))
+		return
+	}
+	if m.Raw == "" {
+		writeGmailError(w, r, relay.Invalid("raw", "'raw' RFC822 payload message string or uploading message via /upload/* URL required"))
+		return
+	}
+	raw, err := decodeB64(m.Raw)
+	if err != nil {
+		writeGmailError(w, r, relay.Invalid("raw", "raw is not base64url: %v", err))
+		return
+	}
+	s.gmailSendRaw(w, r, raw, m.ThreadID)
+}
+
+func (s *Server) gmailUpload(w http.ResponseWriter, r *http.Request) {
+	switch t := r.URL.Query().Get("uploadType"); t {
+	case "media":
+		raw, err := readBody(r, relay.MaxMessageBytes)
+		if err != nil {
+			writeGmailError(w, r, err)
+			return
+		}
+		s.gmailSendRaw(w, r, raw, "")
+	case "multipart":
+		meta, raw, err := readMultipartRelated(r)
+		if err != nil {
+			writeGmailError(w, r, err)
+			return
+		}
+		s.gmailSendRaw(w, r, raw, meta.ThreadID)
+	case "resumable":
+		writeGmailError(w, r, &relay.Error{Code: relay.CodeInvalid, Field: "uploadType",
+			Message: "resumable uploads are not supported by the relay; send messages under 35 MB with uploadType=multipart"})
+	default:
+		writeGmailError(w, r, relay.Invalid("uploadType", "uploadType must be media or multipart, not %q", t))
+	}
+}
+
+// readMultipartRelated reads Gmail's multipart/related upload: the JSON
+// metadata part, then the message.
+func readMultipartRelated(r *http.Request) (gmailMessage, []byte, error) {
+	var meta gmailMessage
+	ct, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || !strings.HasPrefix(ct, "multipart/") || params["boundary"] == "" {
+		return meta, nil, relay.Invalid("Content-Type", "uploadType=multipart needs a multipart/related body with a boundary")
+	}
+	body, err := readBody(r, relay.MaxMessageBytes+1<<20)
+	if err != nil {
+		return meta, nil, err
+	}
+	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+	part, err := mr.NextPart()
+	if err != nil {
+		return meta, nil, relay.Invalid("body", "multipart body has no metadata part: %v", err)
+	}
+	mb, err := io.ReadAll(part)
+	if err != nil {
+		return meta, nil, relay.Invalid("body", "read metadata part: %v", err)
+	}
+	if len(bytes.TrimSpace(mb)) > 0 {
+		if err := json.Unmarshal(mb, &meta); err != nil {
+			return meta, nil, relay.Invalid("body", "metadata part is not JSON: %v", err)
+		}
+	}
+	part, err = mr.NextPart()
+	if err != nil {
+		return meta, nil, relay.Invalid("body", "multipart body has no message part: %v", err)
+	}
+	raw, err := io.ReadAll(part)
+	if err != nil {
+		return meta, nil, relay.Invalid("body", "read message part: %v", err)
+	}
+	return meta, raw, nil
+}
+
+func decodeB64(s string) ([]byte, error) {
+	s = strings.TrimRight(strings.TrimSpace(s), "=")
+	if b, err := base64.RawURLEncoding.DecodeString(s); err == nil {
+		return b, nil
+	}
+	return base64.RawStdEncoding.DecodeString(s)
+}
+
+func (s *Server) gmailSendRaw(w http.ResponseWriter, r *http.Request, raw []byte, threadID string) {
+	p, err := relay.PrepareRaw(raw, "", channelOf(r), s.cfg.MsgIDDomain)
+	if err != nil {
+		writeGmailError(w, r, err)
+		return
+	}
+	if threadID != "" {
+		p.ThreadID = threadID
+	}
+	fault, err := s.faultOverride(r)
+	if err != nil {
+		writeGmailError(w, r, err)
+		return
+	}
+	res, err := s.svc.Send(r.Context(), p, relay.SendOptions{Fault: fault})
+	if err != nil {
+		writeGmailError(w, r, err)
+		return
+	}
+	if res.Dropped {
+		if res.Fault.Drop == "504" {
+			writeGmailError(w, r, &relay.Error{Code: relay.CodeUnavailable, Message: "fault forward-then-drop-response injected"})
+			return
+		}
+		panic(http.ErrAbortHandler)
+	}
+	j := res.Job
+	if res.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	switch j.State {
+	case acceptlog.StateSent:
+		writeJSON(w, http.StatusOK, gmailMessage{ID: j.GmailID, ThreadID: j.ThreadID, LabelIDs: j.LabelIDs})
+	case acceptlog.StateFailed:
+		writeGmailError(w, r, failureError(j, res.Fault))
+	default:
+		w.Header().Set("Location", jobURL(j.MessageID))
+		writeJSON(w, http.StatusAccepted, gmailMessage{Relay: &sendAnswer{MessageID: j.MessageID, State: string(j.State),
+			Attempts: j.Attempts, Channel: j.Channel, URL: jobURL(j.MessageID)}})
+	}
+}

@@ -1,0 +1,151 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// Metrics are the relay's Prometheus metrics. Counters and histograms are
+// fed as things happen (it is a relay.Observer and wraps the Provider);
+// gauges of the log are read from the same numbers as /v1/stats at scrape.
+type Metrics struct {
+	reg    *prometheus.Registry
+	sends  *prometheus.CounterVec
+	calls  *prometheus.HistogramVec
+	handle *prometheus.CounterVec
+}
+
+// NewMetrics builds the registry with Go and process collectors.
+func NewMetrics() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	m.sends = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gmailrelay_sends_total", Help: "Gmail send attempts by channel and outcome (sent, failed, unknown).",
+	}, []string{"channel", "outcome", "reason"})
+	m.calls = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "gmailrelay_gmail_call_seconds", Help: "Latency of Gmail API calls by method.",
+		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	}, []string{"method", "result"})
+	m.handle = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gmailrelay_handle_checks_total", Help: "Message-IDs read back after a send, by whether Gmail kept ours.",
+	}, []string{"kept"})
+	m.reg.MustRegister(m.sends, m.calls, m.handle,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Attempted implements relay.Observer.
+func (m *Metrics) Attempted(channel string, o relay.Outcome, _ time.Duration) {
+	m.sends.WithLabelValues(channel, o.Verdict.String(), o.Reason).Inc()
+}
+
+// Faulted implements relay.Observer; faults are counted by the fault set.
+func (m *Metrics) Faulted(faultmodes.Mode) {}
+
+// HandleChecked implements relay.Observer.
+func (m *Metrics) HandleChecked(kept bool) {
+	if kept {
+		m.handle.WithLabelValues("true").Inc()
+	} else {
+		m.handle.WithLabelValues("false").Inc()
+	}
+}
+
+// Provider wraps p so every Gmail call's latency is observed.
+func (m *Metrics) Provider(p relay.Provider) relay.Provider { return &timedProvider{p: p, m: m} }
+
+type timedProvider struct {
+	p relay.Provider
+	m *Metrics
+}
+
+func (t *timedProvider) observe(method string, start time.Time, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	t.m.calls.WithLabelValues(method, result).Observe(time.Since(start).Seconds())
+}
+
+func (t *timedProvider) Send(ctx context.Context, mailbox string, raw []byte, threadID string) (relay.SentMessage, error) {
+	start := time.Now()
+	r, err := t.p.Send(ctx, mailbox, raw, threadID)
+	t.observe("send", start, err)
+	return r, err
+}
+
+func (t *timedProvider) List(ctx context.Context, mailbox, q string, labelIDs []string, pageToken string, max int64) (relay.ListPage, error) {
+	start := time.Now()
+	r, err := t.p.List(ctx, mailbox, q, labelIDs, pageToken, max)
+	t.observe("list", start, err)
+	return r, err
+}
+
+func (t *timedProvider) GetHeader(ctx context.Context, mailbox, id string) (relay.StoredHeader, error) {
+	start := time.Now()
+	r, err := t.p.GetHeader(ctx, mailbox, id)
+	t.observe("get", start, err)
+	return r, err
+}
+
+// statsCollector turns /v1/stats into gauges at scrape time.
+type statsCollector struct{ s *Server }
+
+var (
+	descJobs     = prometheus.NewDesc("gmailrelay_jobs", "Jobs in the acceptance log by state.", []string{"state"}, nil)
+	descReview   = prometheus.NewDesc("gmailrelay_review_queue_depth", "Jobs waiting for a human.", nil, nil)
+	descOldest   = prometheus.NewDesc("gmailrelay_oldest_unknown_age_seconds", "Age of the oldest unknown job (0 when none).", nil, nil)
+	descQuota    = prometheus.NewDesc("gmailrelay_quota_units_spent_total", "Gmail quota units the relay has spent.", nil, nil)
+	descEffects  = prometheus.NewDesc("gmailrelay_effect_lines_total", "Effect lines written (Gmail accepted a message).", nil, nil)
+	descDups     = prometheus.NewDesc("gmailrelay_duplicates_found_total", "Duplicates found in the mailbox (sent to review).", nil, nil)
+	descRewrites = prometheus.NewDesc("gmailrelay_handle_failures_total", "Sends whose Message-ID Gmail replaced.", nil, nil)
+	descFaults   = prometheus.NewDesc("gmailrelay_faults_injected_total", "Faults injected by mode.", []string{"mode"}, nil)
+	descSweeper  = prometheus.NewDesc("gmailrelay_sweeper_jobs_total", "Sweeper results by kind, since start.", []string{"result"}, nil)
+)
+
+func (c statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descJobs, descReview, descOldest, descQuota, descEffects, descDups, descRewrites, descFaults, descSweeper} {
+		ch <- d
+	}
+}
+
+func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := c.s.CollectStats(ctx)
+	if err != nil {
+		return
+	}
+	for _, state := range statesForMetrics {
+		ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(st.ByState[state]), string(state))
+	}
+	ch <- prometheus.MustNewConstMetric(descReview, prometheus.GaugeValue, float64(st.ReviewDepth))
+	ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, st.OldestUnknownAge)
+	ch <- prometheus.MustNewConstMetric(descQuota, prometheus.CounterValue, float64(st.QuotaUnitsSpent))
+	ch <- prometheus.MustNewConstMetric(descEffects, prometheus.CounterValue, float64(st.EffectLines))
+	ch <- prometheus.MustNewConstMetric(descDups, prometheus.CounterValue, float64(st.DuplicatesFound))
+	ch <- prometheus.MustNewConstMetric(descRewrites, prometheus.CounterValue, float64(st.HandleRewrites))
+	for _, mode := range []faultmodes.Mode{faultmodes.FailBeforeForward, faultmodes.ForwardThenDropResponse, faultmodes.CrashAfterForward} {
+		ch <- prometheus.MustNewConstMetric(descFaults, prometheus.CounterValue, float64(st.FaultsInjected[mode]), string(mode))
+	}
+	if t := st.Sweeper; t != nil {
+		for name, v := range map[string]int{"checked": t.Checked, "found": t.Found, "duplicates": t.Duplicates,
+			"resent": t.Resent, "retried": t.Retried, "reviewed": t.Reviewed, "deferred": t.Deferred,
+			"verified": t.Verified, "errors": t.Errors} {
+			ch <- prometheus.MustNewConstMetric(descSweeper, prometheus.CounterValue, float64(v), name)
+		}
+	}
+}
+
+// handler serves the registry, with the stats collector bound to s.
+func (m *Metrics) handler(s *Server) http.Handler {
+	m.reg.MustRegister(statsCollector{s: s})
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}

@@ -1,0 +1,325 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/api"
+	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/relay"
+	"github.com/gmailrelay/gmailrelay/sweeper"
+)
+
+// serveConfig is everything `gmailrelay serve` is configured with.
+type serveConfig struct {
+	Addr             string
+	Data             string
+	GmailEndpoint    string
+	Credentials      string
+	Subject          string
+	Mailbox          string
+	PolicyPath       string
+	MsgIDDomain      string
+	APIToken         string
+	AdminToken       string
+	Sandbox          bool
+	AllowCrashFaults bool
+	FaultHeader      bool
+	FaultSeed        int64
+	LogLevel         string
+	LogFormat        string
+	QuotaPerMinute   int
+	SweepInterval    time.Duration
+	SendTimeout      time.Duration
+
+	policy *policy.Policy
+}
+
+// parseServeFlags reads defaults, then the policy file, then GMAILRELAY_*
+// environment variables, then flags (flags win), and validates.
+func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
+	var c serveConfig
+	fs := flag.NewFlagSet("gmailrelay serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "listen address")
+	fs.StringVar(&c.Data, "data", "gmailrelay.db", "acceptance log file (bbolt)")
+	fs.StringVar(&c.GmailEndpoint, "gmail-endpoint", "", "base URL of a Gmail-compatible API (default: Google's)")
+	fs.StringVar(&c.Credentials, "credentials", "", "Google credentials JSON (authorized user or service account)")
+	fs.StringVar(&c.Subject, "subject", "", "user a service account acts for (domain-wide delegation)")
+	fs.StringVar(&c.Mailbox, "mailbox", "me", "Gmail userId to send as")
+	fs.StringVar(&c.PolicyPath, "policy", "", "channel policy file (YAML)")
+	fs.StringVar(&c.MsgIDDomain, "msgid-domain", "", "domain part of derived Message-IDs (overrides the policy's msgid_domain)")
+	fs.StringVar(&c.APIToken, "api-token", "", "bearer token that may send and read")
+	fs.StringVar(&c.AdminToken, "admin-token", "", "bearer token that may also change faults, resolve jobs and sweep")
+	fs.BoolVar(&c.Sandbox, "sandbox", false, "send to the embedded Gmail emulator even if credentials are given")
+	fs.BoolVar(&c.AllowCrashFaults, "allow-crash-faults", false, "permit the crash-after-forward fault (the process really exits)")
+	fs.BoolVar(&c.FaultHeader, "fault-header", false, "honour X-Relay-Fault on requests with the admin token")
+	fs.Int64Var(&c.FaultSeed, "fault-seed", 0, "seed for probabilistic fault rules (0: random, logged)")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", "json", "json or console")
+	fs.IntVar(&c.QuotaPerMinute, "quota-per-minute", 6000, "the relay's Gmail quota budget per mailbox, in Gmail units per minute")
+	fs.DurationVar(&c.SweepInterval, "sweep-interval", 5*time.Second, "how often the sweeper looks for due jobs")
+	fs.DurationVar(&c.SendTimeout, "send-timeout", 60*time.Second, "deadline of each Gmail call")
+	// Environment twins: GMAILRELAY_<FLAG>, applied before the command line.
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "GMAILRELAY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(name); v != "" && envErr == nil {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("%s=%q: %v", name, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return c, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return c, c.validate()
+}
+
+func (c *serveConfig) validate() error {
+	if c.PolicyPath != "" {
+		p, err := policy.Load(c.PolicyPath)
+		if err != nil {
+			return fmt.Errorf("--policy: %w", err)
+		}
+		c.policy = p
+	} else {
+		c.policy = policy.Default()
+	}
+	if c.MsgIDDomain != "" {
+		if err := relay.ValidDomain(c.MsgIDDomain); err != nil {
+			return fmt.Errorf("--msgid-domain: %w", err)
+		}
+		c.policy.MsgIDDomain = c.MsgIDDomain
+	}
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return fmt.Errorf("--addr: %w", err)
+	}
+	if !loopback(c.Addr) && c.APIToken == "" {
+		return fmt.Errorf("--addr %s is not a loopback address: set --api-token (and --admin-token) first", c.Addr)
+	}
+	if c.APIToken != "" && c.APIToken == c.AdminToken {
+		return errors.New("--admin-token must differ from --api-token")
+	}
+	if c.Data == "" {
+		return errors.New("--data: a file path is required")
+	}
+	if c.QuotaPerMinute < 1 {
+		return errors.New("--quota-per-minute must be at least 1")
+	}
+	if c.SweepInterval <= 0 || c.SendTimeout <= 0 {
+		return errors.New("--sweep-interval and --send-timeout must be positive")
+	}
+	switch c.LogFormat {
+	case "json", "console":
+	default:
+		return fmt.Errorf("--log-format must be json or console, not %q", c.LogFormat)
+	}
+	if _, err := zerolog.ParseLevel(c.LogLevel); err != nil || c.LogLevel == "" {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	if c.Subject != "" && c.Credentials == "" {
+		return errors.New("--subject needs --credentials (a service-account key)")
+	}
+	return nil
+}
+
+// sandbox reports whether serve uses the embedded emulator.
+func (c *serveConfig) sandbox() bool {
+	return c.Sandbox || (c.Credentials == "" && c.GmailEndpoint == "")
+}
+
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func newLogger(w io.Writer, format, level string) zerolog.Logger {
+	lvl, _ := zerolog.ParseLevel(level)
+	if format == "console" {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+}
+
+// relayServer is a running relay: its listener, HTTP server, sweeper and log.
+type relayServer struct {
+	URL         string
+	EmulatorURL string // sandbox only
+	Emulator    *gmailfake.Server
+
+	logger  zerolog.Logger
+	http    *http.Server
+	emuHTTP *http.Server
+	sweeper *sweeper.Sweeper
+	svc     *relay.Service
+	log     *acceptlog.Log
+	served  chan error
+}
+
+// startRelay opens the log, builds the provider, recovers, starts the
+// sweeper and serves on a listener it opens first.
+func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*relayServer, error) {
+	rs := &relayServer{logger: logger, served: make(chan error, 2)}
+	ok := false
+	defer func() {
+		if !ok {
+			rs.close(context.Background())
+		}
+	}()
+	gcfg := relay.GmailConfig{Endpoint: c.GmailEndpoint}
+	mode := "gmail"
+	if c.sandbox() {
+		mode = "sandbox"
+		rs.Emulator = gmailfake.New(gmailfake.Options{})
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("listen for the embedded emulator: %w", err)
+		}
+		rs.EmulatorURL = "http://" + ln.Addr().String()
+		rs.emuHTTP = &http.Server{Handler: rs.Emulator.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = rs.emuHTTP.Serve(ln) }()
+		gcfg.Endpoint = rs.EmulatorURL
+	} else if c.Credentials != "" {
+		data, err := os.ReadFile(c.Credentials)
+		if err != nil {
+			return nil, fmt.Errorf("--credentials: %w", err)
+		}
+		gcfg.CredentialsJSON, gcfg.Subject = data, c.Subject
+	}
+	gm, err := relay.NewGmail(ctx, gcfg)
+	if err != nil {
+		return nil, err
+	}
+	lg, err := acceptlog.Open(c.Data, acceptlog.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("open acceptance log %s: %w", c.Data, err)
+	}
+	rs.log = lg
+	faults := faultmodes.New(faultmodes.Options{Seed: c.FaultSeed, AllowCrash: c.AllowCrashFaults})
+	metrics := api.NewMetrics()
+	mailbox := c.Mailbox
+	if c.Subject != "" && mailbox == "me" {
+		mailbox = c.Subject
+	}
+	svc, err := relay.New(ctx, relay.Config{
+		Log: lg, Provider: metrics.Provider(gm), Policy: c.policy, Faults: faults,
+		Quota: relay.NewQuota(c.QuotaPerMinute, nil), Mailbox: mailbox, Logger: logger,
+		SendTimeout: c.SendTimeout, Observer: metrics,
+		Crash: func() {
+			// The real crash: no deferred cleanup, no log write.
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	rs.svc = svc
+	rs.sweeper = sweeper.New(sweeper.Config{Service: svc, Interval: c.SweepInterval})
+	handler := api.New(api.Config{
+		Service: svc, Sweeper: rs.sweeper, APIToken: c.APIToken, AdminToken: c.AdminToken,
+		MsgIDDomain: c.policy.MsgIDDomain, FaultHeader: c.FaultHeader, Mode: mode, Metrics: metrics, Logger: logger,
+		Probe: func(ctx context.Context) error {
+			if t := gm.TokenError(); t != "" {
+				return errors.New("token refresh failing: " + t)
+			}
+			_, err := gm.List(ctx, mailbox, "rfc822msgid:<readyz@gmailrelay.invalid>", nil, "", 1)
+			return err
+		},
+	})
+	ln, err := net.Listen("tcp", c.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", c.Addr, err)
+	}
+	rs.URL = "http://" + ln.Addr().String()
+	rs.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	go func() { rs.served <- rs.http.Serve(ln) }()
+	rs.sweeper.Start(context.WithoutCancel(ctx))
+	logger.Info().Str("url", rs.URL).Str("mode", mode).Str("data", c.Data).Int64("fault_seed", faults.Seed()).
+		Msg("gmailrelay listening")
+	if mode == "sandbox" {
+		logger.Warn().Str("emulator", rs.EmulatorURL).
+			Msg("SANDBOX MODE: no Gmail credentials, sends go to the embedded Gmail emulator; nothing reaches a real mailbox")
+	}
+	ok = true
+	return rs, nil
+}
+
+// close stops accepting, lets in-flight sends finish and be recorded,
+// stops the sweeper and closes the log.
+func (rs *relayServer) close(ctx context.Context) {
+	if rs.http != nil {
+		_ = rs.http.Shutdown(ctx)
+	}
+	if rs.svc != nil {
+		rs.svc.Wait()
+	}
+	if rs.sweeper != nil {
+		rs.sweeper.Stop()
+	}
+	if rs.emuHTTP != nil {
+		_ = rs.emuHTTP.Shutdown(ctx)
+	}
+	if rs.log != nil {
+		_ = rs.log.Close()
+	}
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c, err := parseServeFlags(args, os.Getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "gmailrelay serve: %v\n", err)
+		return 2
+	}
+	logger := newLogger(stderr, c.LogFormat, c.LogLevel)
+	rs, err := startRelay(ctx, c, logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "gmailrelay serve: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "gmailrelay listening on %s\n", rs.URL)
+	if rs.EmulatorURL != "" {
+		fmt.Fprintf(stdout, "SANDBOX: sends go to the embedded Gmail emulator at %s (emulator results, not Gmail)\n", rs.EmulatorURL)
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-rs.served:
+		logger.Error().Err(err).Msg("http server stopped")
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 70*time.Second)
+	defer cancel()
+	rs.close(shutdownCtx)
+	logger.Info().Msg("gmailrelay stopped")
+	return 0
+}

@@ -1,0 +1,108 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"google.golang.org/api/googleapi"
+)
+
+// Verdict is what an attempt's outcome means for the job.
+type Verdict int
+
+// Verdicts.
+const (
+	// Sent: Gmail accepted the message.
+	Sent Verdict = iota
+	// Failed: definitely not sent (Outcome.Retryable says if a new attempt may follow).
+	Failed
+	// Unknown: Gmail may or may not have sent it.
+	Unknown
+)
+
+func (v Verdict) String() string {
+	return [...]string{"sent", "failed", "unknown"}[v]
+}
+
+// Outcome is the classification of one Gmail call.
+type Outcome struct {
+	Verdict   Verdict
+	Retryable bool          // Failed only
+	Alarm     bool          // authentication or authorisation trouble: an operator must look
+	Status    int           // Gmail's HTTP status, 0 when there was none
+	Reason    string        // short machine-readable reason, written on the log line
+	RetryIn   time.Duration // Gmail's Retry-After, when it gave one
+	Err       error
+}
+
+// rateReasons are the 403 reasons Gmail uses for quota, which mean "not sent,
+// try later" rather than "forbidden".
+var rateReasons = map[string]bool{
+	"rateLimitExceeded": true, "userRateLimitExceeded": true, "dailyLimitExceeded": true,
+	"quotaExceeded": true, "concurrentLimitExceeded": true,
+}
+
+// Classify sorts a Gmail call's error into sent / failed / unknown. The
+// table, row by row (tests in outcome_test.go, one per row):
+//
+//	nil                                   → sent
+//	*NotReachedError (refused, DNS, TLS, token refresh, deadline before write) → failed, retryable
+//	429; 403 with a rate reason           → failed, retryable ("rate_limited")
+//	401; 403 otherwise                    → failed, not retryable, alarm ("auth")
+//	other 4xx (400, 404, 413, …)          → failed, not retryable ("provider_rejected")
+//	5xx                                   → unknown ("provider_5xx")
+//	anything else after the request left  → unknown ("timeout" or "transport")
+func Classify(err error) Outcome {
+	if err == nil {
+		return Outcome{Verdict: Sent}
+	}
+	var nr *NotReachedError
+	if errors.As(err, &nr) {
+		return Outcome{Verdict: Failed, Retryable: true, Reason: "not_reached", Err: err}
+	}
+	var g *googleapi.Error
+	if errors.As(err, &g) {
+		o := Outcome{Status: g.Code, Err: err, RetryIn: retryAfter(g.Header)}
+		reason := ""
+		if len(g.Errors) > 0 {
+			reason = g.Errors[0].Reason
+		}
+		switch {
+		case g.Code == http.StatusTooManyRequests || (g.Code == http.StatusForbidden && rateReasons[reason]):
+			o.Verdict, o.Retryable, o.Reason = Failed, true, "rate_limited"
+		case g.Code == http.StatusUnauthorized || g.Code == http.StatusForbidden:
+			o.Verdict, o.Alarm, o.Reason = Failed, true, "auth"
+		case g.Code >= 400 && g.Code < 500:
+			o.Verdict, o.Reason = Failed, "provider_rejected"
+		default:
+			o.Verdict, o.Reason = Unknown, "provider_5xx"
+		}
+		return o
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return Outcome{Verdict: Unknown, Reason: "timeout", Err: err}
+	}
+	return Outcome{Verdict: Unknown, Reason: "transport", Err: err}
+}
+
+func retryAfter(h http.Header) time.Duration {
+	if h == nil {
+		return 0
+	}
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := time.Until(t); d > 0 {
+			return d
+		}
+	}
+	return 0
+}

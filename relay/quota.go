@@ -1,0 +1,99 @@
+package relay
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Quota is the relay's own Gmail quota budget for one mailbox, in Gmail
+// units per minute, shared by the send path and the sweeper. Sends take
+// units at once or are refused (the caller gets 429, nothing is sent); the
+// sweeper takes units only while a reserve for sends remains, so it yields
+// to sends. Time comes from the injected clock.
+type Quota struct {
+	mu      sync.Mutex
+	lim     *rate.Limiter
+	now     func() time.Time
+	reserve float64
+	spent   atomic.Int64
+	// pauseUntil is set when Gmail itself said 429: everybody waits.
+	pauseUntil time.Time
+}
+
+// NewQuota returns a budget of perMinute units per minute (burst: one
+// minute's worth). now may be nil (time.Now).
+func NewQuota(perMinute int, now func() time.Time) *Quota {
+	if now == nil {
+		now = time.Now
+	}
+	if perMinute <= 0 {
+		perMinute = 6000
+	}
+	q := &Quota{
+		lim: rate.NewLimiter(rate.Limit(float64(perMinute)/60), perMinute),
+		now: now,
+	}
+	// Keep room for one send, or a tenth of the budget, whichever is more.
+	q.reserve = max(UnitsSend, float64(perMinute)/10)
+	if q.reserve > float64(perMinute)/2 {
+		q.reserve = float64(perMinute) / 2
+	}
+	return q
+}
+
+// TakeForeground takes units for a send. When the budget cannot cover them
+// now, it takes nothing and returns how long until it could.
+func (q *Quota) TakeForeground(units int) (ok bool, retryIn time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.now()
+	if now.Before(q.pauseUntil) {
+		return false, q.pauseUntil.Sub(now)
+	}
+	r := q.lim.ReserveN(now, units)
+	if !r.OK() {
+		return false, time.Minute
+	}
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return false, d
+	}
+	q.spent.Add(int64(units))
+	return true, 0
+}
+
+// TakeBackground takes units for the sweeper only if a reserve for sends
+// remains afterwards; otherwise it takes nothing and returns how long to
+// wait before asking again.
+func (q *Quota) TakeBackground(units int) (ok bool, wait time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.now()
+	if now.Before(q.pauseUntil) {
+		return false, q.pauseUntil.Sub(now)
+	}
+	need := float64(units) + q.reserve
+	have := q.lim.TokensAt(now)
+	if have < need {
+		secs := (need - have) / float64(q.lim.Limit())
+		return false, time.Duration(secs * float64(time.Second))
+	}
+	q.lim.AllowN(now, units)
+	q.spent.Add(int64(units))
+	return true, 0
+}
+
+// Pause stops every caller until d from now (Gmail answered 429).
+func (q *Quota) Pause(d time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if until := q.now().Add(d); until.After(q.pauseUntil) {
+		q.pauseUntil = until
+	}
+}
+
+// Spent returns the units taken so far.
+func (q *Quota) Spent() int64 { return q.spent.Load() }

@@ -1,0 +1,632 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/policy"
+)
+
+// Config wires a Service. Log, Provider and Policy are required.
+type Config struct {
+	Log      *acceptlog.Log
+	Provider Provider
+	Policy   *policy.Policy
+	// Faults holds the runtime fault rules; nil means none.
+	Faults *faultmodes.Set
+	// Quota is the shared Gmail budget; nil means NewQuota(6000, Now).
+	Quota *Quota
+	// Mailbox is the Gmail userId every call uses ("me" by default).
+	Mailbox string
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Logger receives structured logs (never bodies, tokens or recipients).
+	Logger zerolog.Logger
+	// SendTimeout bounds each Gmail call (default 60s). The call runs on its
+	// own context: a caller that goes away never cancels it.
+	SendTimeout time.Duration
+	// Crash is called by crash-after-forward right after Gmail accepted,
+	// before anything is logged. It must not return (os.Exit). nil: the
+	// fault is treated as forward-then-drop-response.
+	Crash func()
+	// Observer, when set, hears about every attempt outcome (metrics).
+	Observer Observer
+}
+
+// Observer hears about attempts, for metrics. Calls are synchronous and
+// must be cheap.
+type Observer interface {
+	// Attempted is called once per Gmail send attempt with its outcome.
+	Attempted(channel string, o Outcome, took time.Duration)
+	// Faulted is called when a fault rule decides an attempt.
+	Faulted(mode faultmodes.Mode)
+	// HandleChecked is called after a Message-ID was read back.
+	HandleChecked(kept bool)
+}
+
+// Service is the send path: admission through the acceptance log, the Gmail
+// call, the recording of its outcome, and human resolutions.
+type Service struct {
+	log      *acceptlog.Log
+	provider Provider
+	policy   *policy.Policy
+	faults   *faultmodes.Set
+	quota    *Quota
+	mailbox  string
+	now      func() time.Time
+	logger   zerolog.Logger
+	timeout  time.Duration
+	crash    func()
+	obs      Observer
+
+	inflight sync.WaitGroup // Gmail calls in progress, for graceful shutdown
+}
+
+// SendOptions adjust one Send.
+type SendOptions struct {
+	// Fault, when non-zero, replaces the rule-based decision (the
+	// X-Relay-Fault header, already authorised by the caller).
+	Fault faultmodes.Decision
+}
+
+// Result is what a Send or an attempt did.
+type Result struct {
+	// Job is the job as the log now holds it.
+	Job acceptlog.Job
+	// Replayed: nothing was attempted; Job is an earlier result.
+	Replayed bool
+	// Fault is the fault decision taken for this attempt (zero if none).
+	Fault faultmodes.Decision
+	// Dropped: forward-then-drop-response fired; the caller must get no
+	// answer (or 504 when Fault.Drop is "504").
+	Dropped bool
+}
+
+// New opens the send path and recovers from a crash: every job still in
+// forwarding becomes unknown with an ambiguous line (reason
+// recovered_after_restart), its check scheduled after its channel's grace.
+func New(ctx context.Context, cfg Config) (*Service, error) {
+	if cfg.Log == nil || cfg.Provider == nil || cfg.Policy == nil {
+		return nil, errors.New("relay: Log, Provider and Policy are required")
+	}
+	s := &Service{
+		log: cfg.Log, provider: cfg.Provider, policy: cfg.Policy, faults: cfg.Faults,
+		quota: cfg.Quota, mailbox: cfg.Mailbox, now: cfg.Now, logger: cfg.Logger,
+		timeout: cfg.SendTimeout, crash: cfg.Crash, obs: cfg.Observer,
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.quota == nil {
+		s.quota = NewQuota(6000, s.now)
+	}
+	if s.mailbox == "" {
+		s.mailbox = "me"
+	}
+	if s.timeout <= 0 {
+		s.timeout = 60 * time.Second
+	}
+	n, err := s.recover(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("recover: %w", err)
+	}
+	if n > 0 {
+		s.logger.Warn().Int("jobs", n).Msg("recovered jobs left in forwarding by a crash: now unknown, the sweeper will resolve them")
+	}
+	return s, nil
+}
+
+func (s *Service) recover(ctx context.Context) (int, error) {
+	n := 0
+	for {
+		jobs, err := s.log.ByState(ctx, acceptlog.StateForwarding, 500)
+		if err != nil {
+			return n, err
+		}
+		if len(jobs) == 0 {
+			return n, nil
+		}
+		for _, j := range jobs {
+			if _, err := s.markUnknown(ctx, j.MessageID, j.Attempts, Outcome{Verdict: Unknown, Reason: "recovered_after_restart"}, ""); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+}
+
+// Log returns the acceptance log.
+func (s *Service) Log() *acceptlog.Log { return s.log }
+
+// Provider returns the Gmail provider.
+func (s *Service) Provider() Provider { return s.provider }
+
+// Policy returns the channel policy.
+func (s *Service) Policy() *policy.Policy { return s.policy }
+
+// Quota returns the shared Gmail quota budget.
+func (s *Service) Quota() *Quota { return s.quota }
+
+// Mailbox returns the Gmail userId the relay sends as.
+func (s *Service) Mailbox() string { return s.mailbox }
+
+// Now returns the service's clock reading.
+func (s *Service) Now() time.Time { return s.now() }
+
+// Logger returns the service's logger.
+func (s *Service) Logger() *zerolog.Logger { return &s.logger }
+
+// Faults returns the fault rule set (nil when faults are disabled).
+func (s *Service) Faults() *faultmodes.Set { return s.faults }
+
+// Wait blocks until every Gmail call in progress has been recorded.
+func (s *Service) Wait() { s.inflight.Wait() }
+
+// admission is what the front door decided for a request.
+type admission int
+
+const (
+	admitForward admission = iota // a new attempt was logged as forwarding
+	admitFailed                   // the attempt failed at once (fail-before-forward)
+	admitReplay                   // an earlier result is replayed
+)
+
+// Send runs one request through the idempotent front door (DESIGN.md): a
+// new job or a retryable failure is attempted; anything else replays or
+// reports the job. Request-level refusals are *Error: CodeInvalid (unknown
+// channel), CodeMismatch (same key, other content), CodeInFlight,
+// CodeRateLimited (the relay's quota budget is spent; nothing was sent).
+// The attempt's own outcome is in Result.Job.
+func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, error) {
+	ch, err := s.policy.Channel(p.Channel)
+	if err != nil {
+		return Result{}, &Error{Code: CodeInvalid, Field: "channel", Message: err.Error()}
+	}
+	p.Channel = ch.Name
+	cur, err := s.log.Get(ctx, p.MessageID)
+	switch {
+	case errors.Is(err, acceptlog.ErrNotFound):
+	case err != nil:
+		return Result{}, err
+	default:
+		if res, done, err := s.frontDoor(&cur, p); done {
+			return res, err
+		}
+	}
+	d := o.Fault
+	if d.Mode == "" && s.faults != nil {
+		d = s.faults.Decide(p.Channel, p.Key, p.MessageID)
+	}
+	if d.Mode != faultmodes.FailBeforeForward {
+		if ok, in := s.quota.TakeForeground(UnitsSend); !ok {
+			return Result{}, &Error{Code: CodeRateLimited, RetryAfter: seconds(in),
+				Message: "the relay's Gmail quota budget is spent for now; nothing was sent"}
+		}
+	}
+	var adm admission
+	var frontRes Result
+	var frontErr error
+	job, _, err := s.log.Mutate(ctx, p.MessageID, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		adm, frontRes, frontErr = admitForward, Result{}, nil
+		if cur != nil {
+			if res, done, err := s.frontDoor(cur, p); done {
+				adm, frontRes, frontErr = admitReplay, res, err
+				return acceptlog.Change{}, nil
+			}
+		}
+		now := s.now()
+		var j acceptlog.Job
+		var raw []byte
+		if cur != nil {
+			j = *cur
+		} else {
+			j = acceptlog.Job{MessageID: p.MessageID, Key: p.Key, Channel: p.Channel, Mailbox: s.mailbox,
+				Fingerprint: p.Fingerprint, ThreadIDIn: p.ThreadID, CreatedAt: now}
+			raw = p.Raw
+		}
+		j.Attempts++
+		lines := []acceptlog.Line{{Kind: acceptlog.KindReceived, Attempt: j.Attempts, Channel: p.Channel}}
+		lines, adm = s.startAttempt(&j, lines, d, now)
+		return acceptlog.Change{Job: &j, Lines: lines, Raw: raw}, nil
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	switch adm {
+	case admitReplay:
+		return frontRes, frontErr
+	case admitFailed:
+		s.observeFault(d)
+		return Result{Job: job, Fault: d}, nil
+	}
+	s.observeFault(d)
+	return s.forward(ctx, job, p.Raw, d)
+}
+
+// frontDoor answers a request for an existing job without attempting
+// anything, or says (done == false) that a new attempt is due.
+func (s *Service) frontDoor(cur *acceptlog.Job, p Prepared) (Result, bool, error) {
+	if cur.Fingerprint != p.Fingerprint {
+		return Result{}, true, &Error{Code: CodeMismatch, Field: "key",
+			Message: "this key was already used for a message with different content"}
+	}
+	switch cur.State {
+	case acceptlog.StateForwarding:
+		return Result{}, true, &Error{Code: CodeInFlight, RetryAfter: 2,
+			Message: "a send with this key is being forwarded to Gmail right now"}
+	case acceptlog.StateFailed:
+		if cur.Retryable {
+			return Result{}, false, nil
+		}
+	case acceptlog.StateAbandoned:
+		return Result{}, true, &Error{Code: CodeConflict, Field: "key",
+			Message: "an operator abandoned this job; it will not be sent"}
+	}
+	// sent, unknown, review, failed-not-retryable: report the job as it is.
+	return Result{Job: *cur, Replayed: true}, true, nil
+}
+
+// startAttempt appends the fault and forwarding (or not_sent) lines of a
+// new attempt to lines and sets the job's state accordingly.
+func (s *Service) startAttempt(j *acceptlog.Job, lines []acceptlog.Line, d faultmodes.Decision, now time.Time) ([]acceptlog.Line, admission) {
+	if d.Mode != "" {
+		lines = append(lines, acceptlog.Line{Kind: acceptlog.KindFault, Attempt: j.Attempts, RuleID: d.RuleID, Mode: string(d.Mode)})
+	}
+	j.UpdatedAt = now
+	j.NextCheckAt = time.Time{}
+	if d.Mode == faultmodes.FailBeforeForward {
+		j.State, j.Retryable = acceptlog.StateFailed, true
+		j.LastStatus, j.LastReason, j.LastError = 0, "fault_injected", "fail-before-forward fault injected: nothing was sent"
+		s.scheduleRetry(j, now)
+		return append(lines, acceptlog.Line{Kind: acceptlog.KindNotSent, Attempt: j.Attempts, State: acceptlog.StateFailed,
+			Retryable: true, Reason: "fault_injected", RuleID: d.RuleID}), admitFailed
+	}
+	j.State = acceptlog.StateForwarding
+	return append(lines, acceptlog.Line{Kind: acceptlog.KindForwarding, Attempt: j.Attempts, State: acceptlog.StateForwarding}), admitForward
+}
+
+// scheduleRetry lets the sweeper retry a retryable failure on a retry
+// channel whose caller never comes back.
+func (s *Service) scheduleRetry(j *acceptlog.Job, now time.Time) {
+	ch, err := s.policy.Channel(j.Channel)
+	if err == nil && ch.OnUnknown == policy.Retry && j.Retryable {
+		j.NextCheckAt = now.Add(ch.Grace)
+	}
+}
+
+func (s *Service) observeFault(d faultmodes.Decision) {
+	if d.Mode != "" && d.Mode != faultmodes.ForwardAndRespond && s.obs != nil {
+		s.obs.Faulted(d.Mode)
+	}
+}
+
+// forward calls Gmail for a job already logged as forwarding and records
+// the outcome. The call runs on its own context.
+func (s *Service) forward(ctx context.Context, job acceptlog.Job, raw []byte, d faultmodes.Decision) (Result, error) {
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+	if raw == nil {
+		var err error
+		if raw, err = s.log.Raw(ctx, job.MessageID); err != nil {
+			return Result{}, fmt.Errorf("read stored message %s: %w", job.MessageID, err)
+		}
+	}
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
+	start := time.Now()
+	sent, err := s.provider.Send(callCtx, s.mailbox, raw, job.ThreadIDIn)
+	took := time.Since(start)
+	out := Classify(err)
+	if s.obs != nil {
+		s.obs.Attempted(job.Channel, out, took)
+	}
+	// Record on a context the caller cannot cancel either.
+	rec := context.WithoutCancel(ctx)
+	switch d.Mode {
+	case faultmodes.CrashAfterForward:
+		if s.crash != nil {
+			s.crash()
+		}
+		fallthrough
+	case faultmodes.ForwardThenDropResponse:
+		j, err := s.markUnknown(rec, job.MessageID, job.Attempts, Outcome{Verdict: Unknown, Reason: "fault_injected_drop"}, d.RuleID)
+		return Result{Job: j, Fault: d, Dropped: true}, err
+	}
+	var j acceptlog.Job
+	switch out.Verdict {
+	case Sent:
+		j, err = s.markSent(rec, job.MessageID, job.Attempts, sent)
+		if err == nil {
+			s.verifyHandle(rec, j)
+		}
+	case Failed:
+		j, err = s.markFailed(rec, job.MessageID, job.Attempts, out)
+		if out.Reason == "rate_limited" {
+			s.quota.Pause(max(out.RetryIn, time.Second))
+		}
+		if out.Alarm {
+			s.logger.Error().Str("message_id", job.MessageID).Int("status", out.Status).
+				Msg("ALARM: Gmail refused the relay's credentials; sends fail until an operator fixes them")
+		}
+	default:
+		j, err = s.markUnknown(rec, job.MessageID, job.Attempts, out, "")
+	}
+	if err != nil {
+		s.logger.Error().Err(err).Str("message_id", job.MessageID).Msg("record outcome; the job stays forwarding and recovery will make it unknown")
+		return Result{}, err
+	}
+	return Result{Job: j, Fault: d}, nil
+}
+
+// errStale says a recorded outcome no longer applies (the attempt is not
+// the job's current one): a programming or concurrency error.
+var errStale = errors.New("outcome of an attempt that is not in flight")
+
+func (s *Service) markSent(ctx context.Context, id string, attempt int, m SentMessage) (acceptlog.Job, error) {
+	j, _, err := s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		if cur == nil || cur.State != acceptlog.StateForwarding || cur.Attempts != attempt {
+			return acceptlog.Change{}, errStale
+		}
+		now := s.now()
+		j := *cur
+		j.State, j.GmailID, j.ThreadID, j.LabelIDs = acceptlog.StateSent, m.ID, m.ThreadID, m.LabelIDs
+		j.Effects++
+		j.UpdatedAt = now
+		j.Verified, j.Checks = false, 0
+		j.NextCheckAt = now.Add(s.grace(j.Channel)) // the verify pass
+		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{{Kind: acceptlog.KindEffect, Attempt: attempt,
+			State: acceptlog.StateSent, Source: acceptlog.SourceResponse, GmailID: m.ID, ThreadID: m.ThreadID, LabelIDs: m.LabelIDs}}}, nil
+	})
+	return j, err
+}
+
+func (s *Service) markFailed(ctx context.Context, id string, attempt int, o Outcome) (acceptlog.Job, error) {
+	j, _, err := s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		if cur == nil || cur.State != acceptlog.StateForwarding || cur.Attempts != attempt {
+			return acceptlog.Change{}, errStale
+		}
+		now := s.now()
+		j := *cur
+		j.State, j.Retryable = acceptlog.StateFailed, o.Retryable
+		j.LastStatus, j.LastReason, j.LastError = o.Status, o.Reason, errText(o.Err)
+		j.UpdatedAt = now
+		j.NextCheckAt = time.Time{}
+		s.scheduleRetry(&j, now)
+		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{{Kind: acceptlog.KindNotSent, Attempt: attempt,
+			State: acceptlog.StateFailed, Status: o.Status, Retryable: o.Retryable, Reason: o.Reason, Error: j.LastError}}}, nil
+	})
+	return j, err
+}
+
+func (s *Service) markUnknown(ctx context.Context, id string, attempt int, o Outcome, ruleID string) (acceptlog.Job, error) {
+	j, _, err := s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		if cur == nil || cur.State != acceptlog.StateForwarding || cur.Attempts != attempt {
+			return acceptlog.Change{}, errStale
+		}
+		now := s.now()
+		j := *cur
+		j.State = acceptlog.StateUnknown
+		j.LastStatus, j.LastReason, j.LastError = o.Status, o.Reason, errText(o.Err)
+		j.AmbiguousAt, j.Checks, j.UpdatedAt = now, 0, now
+		j.NextCheckAt = now.Add(s.grace(j.Channel))
+		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{{Kind: acceptlog.KindAmbiguous, Attempt: attempt,
+			State: acceptlog.StateUnknown, Status: o.Status, Reason: o.Reason, Error: j.LastError, RuleID: ruleID}}}, nil
+	})
+	return j, err
+}
+
+// grace is the channel's grace, or the default channel's for a channel
+// that has left the policy since the job was logged.
+func (s *Service) grace(channel string) time.Duration {
+	if ch, err := s.policy.Channel(channel); err == nil {
+		return ch.Grace
+	}
+	return 3 * time.Minute
+}
+
+// verifyHandle reads the stored Message-ID back per the policy's
+// verify_handle setting and records a handle line. A rewritten id marks
+// the mailbox untrusted: from then on its ambiguous jobs go to review.
+func (s *Service) verifyHandle(ctx context.Context, j acceptlog.Job) {
+	mode := s.policy.VerifyHandle
+	if mode == policy.VerifyNever || j.GmailID == "" {
+		return
+	}
+	mb, err := s.log.Mailbox(ctx, j.Mailbox)
+	if err != nil || (mode == policy.VerifyFirst && mb.HandleChecked) {
+		return
+	}
+	if ok, _ := s.quota.TakeForeground(UnitsGet); !ok {
+		return // try again on a later send
+	}
+	callCtx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	h, err := s.provider.GetHeader(callCtx, j.Mailbox, j.GmailID)
+	if err != nil {
+		s.logger.Warn().Err(err).Str("message_id", j.MessageID).Msg("read the Message-ID back")
+		return
+	}
+	if err := s.RecordHandle(ctx, j.MessageID, h.MessageID); err != nil {
+		s.logger.Error().Err(err).Str("message_id", j.MessageID).Msg("record handle check")
+	}
+}
+
+// RecordHandle writes a handle line for a job whose stored Message-ID was
+// read back as stored, and updates the mailbox's record. A mismatch marks
+// the mailbox's handle untrusted and raises an alarm in the log.
+func (s *Service) RecordHandle(ctx context.Context, id, stored string) error {
+	kept := stored == id
+	j, err := s.log.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	mb, err := s.log.Mailbox(ctx, j.Mailbox)
+	if err != nil {
+		return err
+	}
+	mb.Name, mb.HandleChecked = j.Mailbox, true
+	if !kept {
+		mb.HandleUntrusted = true
+		mb.Rewrites++
+	}
+	_, _, err = s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		if cur == nil {
+			return acceptlog.Change{}, acceptlog.ErrNotFound
+		}
+		m := mb
+		reason := "kept"
+		if !kept {
+			reason = "rewritten"
+		}
+		return acceptlog.Change{Mailbox: &m, Lines: []acceptlog.Line{{Kind: acceptlog.KindHandle, Attempt: cur.Attempts,
+			Reason: reason, StoredMessageID: stored, HandleKept: &kept}}}, nil
+	})
+	if s.obs != nil {
+		s.obs.HandleChecked(kept)
+	}
+	if !kept {
+		s.logger.Error().Str("message_id", id).Str("stored_message_id", stored).Str("mailbox", j.Mailbox).
+			Msg("ALARM: Gmail replaced our Message-ID; ambiguous jobs of this mailbox now go to review (a search miss proves nothing)")
+	}
+	return err
+}
+
+// Attempt makes a new attempt for an existing job with the same
+// Message-ID, through the same path as Send (fault rules apply). from lists
+// the states the job may be in; reason is written on the received line
+// (for example "sweeper_resend" or "resolved_retry"). The quota is taken
+// as background work unless foreground is set.
+func (s *Service) Attempt(ctx context.Context, id string, from []acceptlog.State, reason string, foreground bool) (Result, error) {
+	cur, err := s.log.Get(ctx, id)
+	if err != nil {
+		return Result{}, err
+	}
+	var d faultmodes.Decision
+	if s.faults != nil {
+		d = s.faults.Decide(cur.Channel, cur.Key, cur.MessageID)
+	}
+	if d.Mode != faultmodes.FailBeforeForward {
+		take := s.quota.TakeBackground
+		if foreground {
+			take = s.quota.TakeForeground
+		}
+		if ok, in := take(UnitsSend); !ok {
+			return Result{}, &Error{Code: CodeRateLimited, RetryAfter: seconds(in), Message: "quota budget spent; try later"}
+		}
+	}
+	var adm admission
+	job, _, err := s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		if cur == nil {
+			return acceptlog.Change{}, acceptlog.ErrNotFound
+		}
+		if !stateIn(cur.State, from) {
+			return acceptlog.Change{}, &Error{Code: CodeConflict, Message: fmt.Sprintf("job is %s, not %v", cur.State, from)}
+		}
+		j := *cur
+		j.Attempts++
+		lines := []acceptlog.Line{{Kind: acceptlog.KindReceived, Attempt: j.Attempts, Channel: j.Channel, Reason: reason}}
+		var change acceptlog.Change
+		lines, adm = s.startAttempt(&j, lines, d, s.now())
+		change.Job, change.Lines = &j, lines
+		return change, nil
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	s.observeFault(d)
+	if adm == admitFailed {
+		return Result{Job: job, Fault: d}, nil
+	}
+	return s.forward(ctx, job, nil, d)
+}
+
+func stateIn(s acceptlog.State, set []acceptlog.State) bool {
+	for _, v := range set {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Resolution actions for Resolve.
+const (
+	ActionMarkSent = "mark-sent"
+	ActionRetry    = "retry"
+	ActionAbandon  = "abandon"
+)
+
+// Resolve applies a human decision to a job in review (or unknown, or
+// failed): mark-sent records that the message was sent (an effect line with
+// source human when none exists yet), retry makes one forced resend with
+// the same Message-ID, abandon gives up. Every resolution is a resolved
+// line carrying actor and note. Errors: CodeNotFound, CodeInvalid (action),
+// CodeConflict (the job's state does not allow it).
+func (s *Service) Resolve(ctx context.Context, id, action, note, actor string) (Result, error) {
+	resolvable := []acceptlog.State{acceptlog.StateReview, acceptlog.StateUnknown, acceptlog.StateFailed}
+	var target acceptlog.State
+	switch action {
+	case ActionMarkSent:
+		target = acceptlog.StateSent
+	case ActionAbandon:
+		target = acceptlog.StateAbandoned
+	case ActionRetry:
+		res, err := s.resolveLine(ctx, id, action, note, actor, resolvable, "")
+		if err != nil {
+			return res, err
+		}
+		return s.Attempt(ctx, id, resolvable, "resolved_retry", true)
+	default:
+		return Result{}, Invalid("action", "action must be mark-sent, retry or abandon, not %q", action)
+	}
+	return s.resolveLine(ctx, id, action, note, actor, resolvable, target)
+}
+
+// resolveLine writes the resolved line (and, with a target, the state).
+func (s *Service) resolveLine(ctx context.Context, id, action, note, actor string, from []acceptlog.State, target acceptlog.State) (Result, error) {
+	j, _, err := s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		if cur == nil {
+			return acceptlog.Change{}, &Error{Code: CodeNotFound, Message: "no job with that Message-ID"}
+		}
+		if !stateIn(cur.State, from) {
+			return acceptlog.Change{}, &Error{Code: CodeConflict, Message: fmt.Sprintf("job is %s; only review, unknown or failed jobs can be resolved", cur.State)}
+		}
+		now := s.now()
+		j := *cur
+		line := acceptlog.Line{Kind: acceptlog.KindResolved, Attempt: j.Attempts, Reason: action, Actor: actor, Note: note}
+		lines := []acceptlog.Line{line}
+		if target != "" {
+			j.State, j.UpdatedAt, j.NextCheckAt = target, now, time.Time{}
+			lines[0].State = target
+			if target == acceptlog.StateSent && j.Effects == 0 {
+				j.Effects++
+				lines = append(lines, acceptlog.Line{Kind: acceptlog.KindEffect, Attempt: j.Attempts, State: target, Source: acceptlog.SourceHuman})
+			}
+			j.Verified = true // a human looked; the verify pass leaves it alone
+		}
+		return acceptlog.Change{Job: &j, Lines: lines}, nil
+	})
+	if errors.Is(err, acceptlog.ErrNotFound) {
+		err = &Error{Code: CodeNotFound, Message: "no job with that Message-ID"}
+	}
+	return Result{Job: j}, err
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func seconds(d time.Duration) int {
+	s := int((d + time.Second - 1) / time.Second)
+	return max(s, 1)
+}

@@ -1,0 +1,420 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
+	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+const svcDomain = "inbound.example.com"
+
+// env is a relay wired to the Gmail emulator through Google's real client.
+type env struct {
+	t      *testing.T
+	clock  *testclock.Clock
+	emu    *gmailfake.Server
+	emuURL string
+	path   string
+	log    *acceptlog.Log
+	svc    *relay.Service
+	faults *faultmodes.Set
+	policy *policy.Policy
+}
+
+func newEnv(t *testing.T, opts gmailfake.Options) *env {
+	t.Helper()
+	e := &env{t: t, clock: testclock.New(), path: filepath.Join(t.TempDir(), "accept.db")}
+	opts.Now = e.clock.Now
+	e.emu, e.emuURL = gmailfake.NewTestServer(t, opts)
+	e.policy = policy.Default()
+	e.policy.Channels["billing"] = policy.Channel{Name: "billing", OnUnknown: policy.Review, Grace: time.Minute, Checks: 1, MaxAttempts: 1}
+	e.faults = faultmodes.New(faultmodes.Options{Seed: 1, Now: e.clock.Now})
+	e.open(e.emuURL)
+	return e
+}
+
+// open (re)opens the log and the service against endpoint.
+func (e *env) open(endpoint string) {
+	e.t.Helper()
+	ctx := context.Background()
+	e.log = acceptlogtest.OpenPath(e.t, e.path, acceptlog.Options{Now: e.clock.Now})
+	gm, err := relay.NewGmail(ctx, relay.GmailConfig{Endpoint: endpoint})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.svc, err = relay.New(ctx, relay.Config{Log: e.log, Provider: gm, Policy: e.policy, Faults: e.faults,
+		Now: e.clock.Now, Logger: zerolog.Nop(), SendTimeout: 2 * time.Second, Quota: relay.NewQuota(1_000_000, e.clock.Now)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) prepare(key, text string) relay.Prepared {
+	e.t.Helper()
+	p, err := relay.Prepare(relay.SendRequest{Key: key, To: relay.AddressList{"customer@example.org"},
+		Subject: "Your order", Text: text}, "", svcDomain, e.clock.Now())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+func (e *env) lines(id string) []acceptlog.Line {
+	e.t.Helper()
+	lines, err := e.log.JobLines(context.Background(), id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return lines
+}
+
+func count(lines []acceptlog.Line, k acceptlog.Kind) int {
+	n := 0
+	for _, l := range lines {
+		if l.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+func TestEmulatorSendThenResendSameKeyReplays(t *testing.T) {
+	e := newEnv(t, gmailfake.Options{})
+	ctx := context.Background()
+	p := e.prepare("cus_1:order.shipped:ord_1", "hello")
+	first, err := e.svc.Send(ctx, p, relay.SendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Job.State != acceptlog.StateSent || first.Replayed {
+		t.Fatalf("first send: state %s replayed %v, want sent, not replayed", first.Job.State, first.Replayed)
+	}
+	second, err := e.svc.Send(ctx, e.prepare("cus_1:order.shipped:ord_1", "hello"), relay.SendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !second.Replayed || second.Job.GmailID != first.Job.GmailID {
+		t.Errorf("second send: replayed %v gmail id %q, want replayed with %q", second.Replayed, second.Job.GmailID, first.Job.GmailID)
+	}
+	if got := e.emu.Count(p.MessageID); got != 1 {
+		t.Errorf("emulator holds %d messages, want 1", got)
+	}
+	if got := count(e.lines(p.MessageID), acceptlog.KindEffect); got != 1 {
+		t.Errorf("effect lines = %d, want 1", got)
+	}
+}
+
+func TestEmulatorSameKeyDifferentContentIsMismatch(t *testing.T) {
+	e := newEnv(t, gmailfake.Options{})
+	ctx := context.Background()
+	if _, err := e.svc.Send(ctx, e.prepare("k1", "one"), relay.SendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.svc.Send(ctx, e.prepare("k1", "two"), relay.SendOptions{})
+	if got := relay.ErrorCode(err); got != relay.CodeMismatch {
+		t.Fatalf("error code = %s (%v), want %s", got, err, relay.CodeMismatch)
+	}
+	if got := e.emu.Count(relay.MessageID("k1", svcDomain)); got != 1 {
+		t.Errorf("emulator holds %d messages, want 1", got)
+	}
+}
+
+func TestEmulatorConcurrentIdenticalSendsForwardOnce(t *testing.T) {
+	e := newEnv(t, gmailfake.Options{})
+	// Provider latency keeps the first send in flight while the others arrive.
+	if _, err := e.emu.AddFault(gmailfake.Fault{Method: "send", Action: "latency", Latency: 300 * time.Millisecond, Count: -1}); err != nil {
+		t.Fatal(err)
+	}
+	p := e.prepare("race-key", "body")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	outcomes := map[string]int{}
+	start := make(chan struct{})
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			res, err := e.svc.Send(context.Background(), p, relay.SendOptions{})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				outcomes[string(relay.ErrorCode(err))]++
+			case res.Replayed:
+				outcomes["replayed"]++
+			default:
+				outcomes[string(res.Job.State)]++
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if outcomes["sent"] != 1 || outcomes["sent"]+outcomes["replayed"]+outcomes[string(relay.CodeInFlight)] != 20 {
+		t.Errorf("outcomes = %v, want exactly one sent and the rest in_flight or replayed", outcomes)
+	}
+	if got := e.emu.Count(p.MessageID); got != 1 {
+		t.Errorf("emulator holds %d messages, want 1", got)
+	}
+	if got := count(e.lines(p.MessageID), acceptlog.KindForwarding); got != 1 {
+		t.Errorf("forwarding lines = %d, want 1", got)
+	}
+}
+
+// TestEmulatorClassificationRows drives each row of the outcome table with
+// an emulator fault and checks the job's state, the log and the emulator.
+func TestEmulatorClassificationRows(t *testing.T) {
+	tests := []struct {
+		name      string
+		fault     gmailfake.Fault
+		state     acceptlog.State
+		retryable bool
+		stored    int
+	}{
+		{"accept-then-error 500 is unknown", gmailfake.Fault{Method: "send", Action: "accept-then-error", Status: 500}, acceptlog.StateUnknown, false, 1},
+		{"500 is unknown", gmailfake.Fault{Method: "send", Action: "error", Status: 500}, acceptlog.StateUnknown, false, 0},
+		{"503 is unknown", gmailfake.Fault{Method: "send", Action: "error", Status: 503}, acceptlog.StateUnknown, false, 0},
+		{"429 is failed retryable", gmailfake.Fault{Method: "send", Action: "error", Status: 429}, acceptlog.StateFailed, true, 0},
+		{"403 rate is failed retryable", gmailfake.Fault{Method: "send", Action: "error", Status: 403}, acceptlog.StateFailed, true, 0},
+		{"400 is failed for good", gmailfake.Fault{Method: "send", Action: "error", Status: 400}, acceptlog.StateFailed, false, 0},
+		{"401 is failed for good", gmailfake.Fault{Method: "send", Action: "error", Status: 401}, acceptlog.StateFailed, false, 0},
+		{"timeout after write is unknown", gmailfake.Fault{Method: "send", Action: "latency", Latency: 3 * time.Second}, acceptlog.StateUnknown, false, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, gmailfake.Options{})
+			if _, err := e.emu.AddFault(tt.fault); err != nil {
+				t.Fatal(err)
+			}
+			p := e.prepare("row:"+tt.name, "x")
+			res, err := e.svc.Send(context.Background(), p, relay.SendOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Job.State != tt.state || res.Job.Retryable != tt.retryable {
+				t.Errorf("job %s retryable=%v, want %s retryable=%v", res.Job.State, res.Job.Retryable, tt.state, tt.retryable)
+			}
+			if got := e.emu.Count(p.MessageID); got != tt.stored {
+				t.Errorf("emulator holds %d, want %d", got, tt.stored)
+			}
+			if got := acceptlog.Fold(e.lines(p.MessageID)); got != tt.state {
+				t.Errorf("fold of lines = %s, want %s", got, tt.state)
+			}
+		})
+	}
+}
+
+func TestConnectionRefusedIsFailedRetryable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	e := newEnv(t, gmailfake.Options{})
+	e.log.Close()
+	e.open(dead)
+	p := e.prepare("refused", "x")
+	res, err := e.svc.Send(context.Background(), p, relay.SendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Job.State != acceptlog.StateFailed || !res.Job.Retryable || res.Job.LastReason != "not_reached" {
+		t.Errorf("job %s retryable=%v reason=%q, want failed retryable not_reached", res.Job.State, res.Job.Retryable, res.Job.LastReason)
+	}
+	// The caller's retry, with Gmail back, sends exactly once.
+	e.log.Close()
+	e.open(e.emuURL)
+	res, err = e.svc.Send(context.Background(), p, relay.SendOptions{})
+	if err != nil || res.Job.State != acceptlog.StateSent {
+		t.Fatalf("retry: %v %v, want sent", res.Job.State, err)
+	}
+	if got := e.emu.Count(p.MessageID); got != 1 {
+		t.Errorf("emulator holds %d, want 1", got)
+	}
+	if res.Job.Attempts != 2 {
+		t.Errorf("attempts = %d, want 2", res.Job.Attempts)
+	}
+}
+
+func TestEmulatorFailBeforeForwardThenRetryGivesOneEffect(t *testing.T) {
+	e := newEnv(t, gmailfake.Options{})
+	one := 1
+	if _, err := e.faults.Add(faultmodes.Spec{Mode: faultmodes.FailBeforeForward, Count: &one}); err != nil {
+		t.Fatal(err)
+	}
+	p := e.prepare("fbf", "x")
+	res, err := e.svc.Send(context.Background(), p, relay.SendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Job.State != acceptlog.StateFailed || !res.Job.Retryable || e.emu.Count(p.MessageID) != 0 {
+		t.Fatalf("after fault: %s retryable=%v, emulator %d; want failed retryable, 0", res.Job.State, res.Job.Retryable, e.emu.Count(p.MessageID))
+	}
+	res, err = e.svc.Send(context.Background(), p, relay.SendOptions{})
+	if err != nil || res.Job.State != acceptlog.StateSent {
+		t.Fatalf("retry: %v %v", res.Job.State, err)
+	}
+	lines := e.lines(p.MessageID)
+	if got := count(lines, acceptlog.KindEffect); got != 1 {
+		t.Errorf("effect lines = %d, want 1", got)
+	}
+	if got := count(lines, acceptlog.KindFault); got != 1 {
+		t.Errorf("fault lines = %d, want 1", got)
+	}
+	if got := e.emu.Count(p.MessageID); got != 1 {
+		t.Errorf("emulator holds %d, want 1", got)
+	}
+}
+
+func TestEmulatorDropResponseLeavesUnknownAndRetryDoesNotForward(t *testing.T) {
+	e := newEnv(t, gmailfake.Options{})
+	if _, err := e.faults.Add(faultmodes.Spec{Mode: faultmodes.ForwardThenDropResponse}); err != nil {
+		t.Fatal(err)
+	}
+	p := e.prepare("drop", "x")
+	res, err := e.svc.Send(context.Background(), p, relay.SendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Dropped || res.Job.State != acceptlog.StateUnknown {
+		t.Fatalf("dropped=%v state=%s, want dropped unknown", res.Dropped, res.Job.State)
+	}
+	res, err = e.svc.Send(context.Background(), p, relay.SendOptions{})
+	if err != nil || !res.Replayed || res.Job.State != acceptlog.StateUnknown {
+		t.Fatalf("retry: replayed=%v state=%s err=%v, want a replay of unknown", res.Replayed, res.Job.State, err)
+	}
+	if got := e.emu.Count(p.MessageID); got != 1 {
+		t.Errorf("emulator holds %d, want 1", got)
+	}
+	if got := count(e.lines(p.MessageID), acceptlog.KindForwarding); got != 1 {
+		t.Errorf("forwarding lines = %d, want 1", got)
+	}
+}
+
+func TestRestartTurnsForwardingIntoUnknown(t *testing.T) {
+	e := newEnv(t, gmailfake.Options{})
+	ctx := context.Background()
+	id := relay.MessageID("crashed", svcDomain)
+	// A crash between "logged forwarding" and the outcome: write it, close.
+	_, _, err := e.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		j := acceptlog.Job{MessageID: id, Key: "crashed", Channel: "default", Mailbox: "me", State: acceptlog.StateForwarding, Attempts: 1}
+		return acceptlog.Change{Job: &j, Raw: []byte("To: a@example.org\r\nMessage-ID: " + id + "\r\n\r\nx"), Lines: []acceptlog.Line{
+			{Kind: acceptlog.KindReceived, Attempt: 1},
+			{Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding},
+		}}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.log.Close()
+	e.open(e.emuURL)
+	j, err := e.log.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != acceptlog.StateUnknown || j.NextCheckAt.IsZero() {
+		t.Errorf("state %s next check %v, want unknown with a check scheduled", j.State, j.NextCheckAt)
+	}
+	lines := e.lines(id)
+	last := lines[len(lines)-1]
+	if last.Kind != acceptlog.KindAmbiguous || last.Reason != "recovered_after_restart" {
+		t.Errorf("last line %s %q, want ambiguous recovered_after_restart", last.Kind, last.Reason)
+	}
+}
+
+func TestEmulatorRewrittenMessageIDMarksHandleUntrusted(t *testing.T) {
+	e := newEnv(t, gmailfake.Options{RewriteMessageID: true})
+	ctx := context.Background()
+	p := e.prepare("rewrite", "x")
+	if _, err := e.svc.Send(ctx, p, relay.SendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lines := e.lines(p.MessageID)
+	var handle *acceptlog.Line
+	for i := range lines {
+		if lines[i].Kind == acceptlog.KindHandle {
+			handle = &lines[i]
+		}
+	}
+	if handle == nil || handle.HandleKept == nil || *handle.HandleKept || handle.StoredMessageID == p.MessageID {
+		t.Fatalf("handle line = %+v, want one saying the id was not kept", handle)
+	}
+	mb, err := e.log.Mailbox(ctx, "me")
+	if err != nil || !mb.HandleUntrusted || mb.Rewrites != 1 {
+		t.Errorf("mailbox = %+v (%v), want untrusted with 1 rewrite", mb, err)
+	}
+	st, err := e.log.Stats(ctx)
+	if err != nil || st.ByReason[acceptlog.KindHandle]["rewritten"] != 1 {
+		t.Errorf("stats handle reasons = %v (%v), want rewritten: 1", st.ByReason[acceptlog.KindHandle], err)
+	}
+}
+
+func TestEmulatorHandleKeptIsCheckedOncePerMailbox(t *testing.T) {
+	e := newEnv(t, gmailfake.Options{})
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := e.svc.Send(ctx, e.prepare(fmt.Sprint("kept-", i), "x"), relay.SendOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := e.emu.Stats().Calls["get"]; got != 1 {
+		t.Errorf("messages.get calls = %d, want 1 (verify_handle: first)", got)
+	}
+	mb, _ := e.log.Mailbox(ctx, "me")
+	if !mb.HandleChecked || mb.HandleUntrusted {
+		t.Errorf("mailbox = %+v, want checked and trusted", mb)
+	}
+}
+
+func TestUnknownChannelIsInvalid(t *testing.T) {
+	e := newEnv(t, gmailfake.Options{})
+	p := e.prepare("chan", "x")
+	p.Channel = "nope"
+	_, err := e.svc.Send(context.Background(), p, relay.SendOptions{})
+	var re *relay.Error
+	if !errors.As(err, &re) || re.Code != relay.CodeInvalid || re.Field != "channel" {
+		t.Fatalf("err = %v, want invalid_argument on channel", err)
+	}
+}
+
+func TestEmulatorResolveReview(t *testing.T) {
+	e := newEnv(t, gmailfake.Options{})
+	ctx := context.Background()
+	if _, err := e.emu.AddFault(gmailfake.Fault{Method: "send", Action: "accept-then-error", Status: 500}); err != nil {
+		t.Fatal(err)
+	}
+	p := e.prepare("resolve-me", "x")
+	p.Channel = "billing"
+	if _, err := e.svc.Send(ctx, p, relay.SendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.Resolve(ctx, p.MessageID, "frobnicate", "", "op"); relay.ErrorCode(err) != relay.CodeInvalid {
+		t.Errorf("bad action: %v, want invalid_argument", err)
+	}
+	res, err := e.svc.Resolve(ctx, p.MessageID, relay.ActionMarkSent, "found it in Sent", "op")
+	if err != nil || res.Job.State != acceptlog.StateSent || res.Job.Effects != 1 {
+		t.Fatalf("mark-sent: %+v %v", res.Job, err)
+	}
+	if _, err := e.svc.Resolve(ctx, p.MessageID, relay.ActionAbandon, "", "op"); relay.ErrorCode(err) != relay.CodeConflict {
+		t.Errorf("resolving a sent job: %v, want conflict", err)
+	}
+	if got := e.emu.Count(p.MessageID); got != 1 {
+		t.Errorf("emulator holds %d, want 1", got)
+	}
+}
