@@ -51,7 +51,7 @@ func BenchmarkMutateSerial(b *testing.B) {
 		alwaysBatch bool
 		delay       time.Duration
 	}{
-		{"auto", false, 2 * time.Millisecond},
+		{"auto", false, time.Millisecond},
 		{"batch-0ms", true, 0},
 		{"batch-1ms", true, time.Millisecond},
 		{"batch-2ms", true, 2 * time.Millisecond},

@@ -73,12 +73,16 @@ type Stats struct {
 var ErrInvalidChange = errors.New("acceptlog: invalid change")
 
 // Default timings. The lock timeout makes a second opener of the same file
-// fail instead of hanging; the batch delay is how long a Mutate that has
-// company waits for more company before the shared commit (a lone Mutate
-// does not wait at all, see Mutate).
+// fail instead of hanging. The batch delay is how long a Mutate that has
+// company waits for more before the shared commit (a lone Mutate does not
+// wait at all). Measured on a 2-core VM with ext4 (raw write+fsync about
+// 0.4 ms, one bbolt commit about 1 ms since it syncs data and meta): with 16
+// concurrent writers 1 ms gave the best throughput (about 0.3 ms/op, 16
+// Mutates per fsync), 5 ms was about twice slower, and 0 gave no grouping
+// (1 fsync per Mutate, about 1.2 ms/op).
 const (
 	lockTimeout   = time.Second
-	maxBatchDelay = 2 * time.Millisecond
+	maxBatchDelay = time.Millisecond
 )
 
 // Log is the acceptance log in one bbolt file. It is safe for concurrent use.
@@ -197,20 +201,25 @@ func (l *Log) Mutate(ctx context.Context, messageID string, fn func(cur *Job) (C
 		job, lines, fnErr, err = l.apply(tx, messageID, fn)
 		return err
 	}
-	var err error
-	if l.pending.Add(1) == 1 && !l.alwaysBatch {
-		err = l.db.Update(txFn)
-	} else {
-		err = l.db.Batch(txFn)
-	}
-	l.pending.Add(-1)
-	if err != nil {
+	if err := l.commit(txFn); err != nil {
 		return Job{}, nil, l.wrapErr("mutate "+messageID, err)
 	}
 	if fnErr != nil {
 		return Job{}, nil, fnErr
 	}
 	return job, lines, nil
+}
+
+// commit runs txFn in a write transaction of its own when no other Mutate
+// is in flight, and in a db.Batch group commit otherwise. A lone writer so
+// pays no batch delay; company waits at most maxBatchDelay and then shares
+// one fsync (see BenchmarkMutateSerial and BenchmarkMutateParallel).
+func (l *Log) commit(txFn func(*bolt.Tx) error) error {
+	defer l.pending.Add(-1)
+	if l.pending.Add(1) == 1 && !l.alwaysBatch {
+		return l.db.Update(txFn)
+	}
+	return l.db.Batch(txFn)
 }
 
 // apply is one run of a Mutate inside tx. fnErr is the callback's error or a

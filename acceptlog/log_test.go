@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -782,5 +783,61 @@ func TestGetAndJobLinesNotFound(t *testing.T) {
 	cancel()
 	if _, err := l.Get(cctx, "<none@x>"); !errors.Is(err, context.Canceled) {
 		t.Errorf("Get on cancelled ctx error = %v, want context.Canceled", err)
+	}
+}
+
+// TestMutateErrorsInABatchDoNotDisturbOthers runs refusing and accepting
+// Mutates together: the refused write nothing, the others all land, and no
+// callback is re-run (a refusal is not a bbolt error, so the batch is not
+// retried).
+func TestMutateErrorsInABatchDoNotDisturbOthers(t *testing.T) {
+	ctx := context.Background()
+	l, _ := mustOpen(t)
+	const n = 20
+	errRefused := errors.New("refused")
+	var calls atomic.Int64
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			id := fmt.Sprintf("<%02d@x>", i)
+			_, _, err := l.Mutate(ctx, id, func(*acceptlog.Job) (acceptlog.Change, error) {
+				calls.Add(1)
+				ch := acceptlog.Change{
+					Job:   &acceptlog.Job{MessageID: id, State: acceptlog.StateSent},
+					Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, State: acceptlog.StateSent}},
+				}
+				switch i % 3 {
+				case 1:
+					return ch, errRefused
+				case 2:
+					ch.Job.State = acceptlog.StateFailed // breaks the fold invariant
+				}
+				return ch, nil
+			})
+			switch want := []error{nil, errRefused, acceptlog.ErrInvalidChange}[i%3]; {
+			case want == nil && err != nil:
+				t.Errorf("Mutate %s: %v", id, err)
+			case want != nil && !errors.Is(err, want):
+				t.Errorf("Mutate %s error = %v, want %v", id, err, want)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	jobs, _, err := l.List(ctx, acceptlog.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := 0; i < n; i += 3 {
+		want = append(want, fmt.Sprintf("<%02d@x>", i))
+	}
+	if got := ids(jobs); !reflect.DeepEqual(got, want) {
+		t.Errorf("jobs = %v, want %v", got, want)
+	}
+	if got := calls.Load(); got != n {
+		t.Errorf("callbacks ran %d times, want %d (no batch retries)", got, n)
 	}
 }
