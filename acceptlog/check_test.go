@@ -3,6 +3,7 @@ package acceptlog_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -116,6 +117,18 @@ func TestCheckDetectsCorruption(t *testing.T) {
 				return tx.Bucket([]byte("lines")).Delete(k)
 			},
 			want: []string{"joblines index: stray entry", `counter "lines" is 2, recount says 1`, "fold to \"forwarding\""},
+		},
+		{
+			name: "many violations are counted, the first 20 spelled out",
+			corrupt: func(tx *bolt.Tx) error {
+				for i := range 25 {
+					if err := tx.Bucket([]byte("state")).Put(fmt.Appendf(nil, "sent\x00<ghost%02d@x>", i), nil); err != nil {
+						return err
+					}
+				}
+				return nil
+			},
+			want: []string{"25 violations", "<ghost19@x>", "(5 more)"},
 		},
 		{
 			name: "counter drift",
