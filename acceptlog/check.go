@@ -17,8 +17,8 @@ const maxReported = 20
 
 // Check verifies the log's invariants over the whole file (it reads every
 // job and line: a test and admin tool, not a hot path):
-//   - every job's State is the fold of its lines and its Attempts is at
-//     least every line's Attempt; its lines name it;
+//   - every job's State is the fold of its lines, its Attempts is at least
+//     every line's Attempt and its Effects is its number of effect lines;
 //   - a job has at most one effect line, unless it is in StateReview or a
 //     resolved line follows its second effect line;
 //   - the state, due and unknown indexes hold exactly the entries the jobs
@@ -180,6 +180,9 @@ func checkJob(v *violations, j *Job, lines []Line) {
 				resolvedAfterSecond = true
 			}
 		}
+	}
+	if j.Effects != effects {
+		v.add("job %s: effects %d but %d effect lines", j.MessageID, j.Effects, effects)
 	}
 	if effects > 1 && j.State != StateReview && !resolvedAfterSecond {
 		v.add("job %s: %d effect lines in state %q (duplicate not under review)", j.MessageID, effects, j.State)

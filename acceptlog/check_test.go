@@ -25,6 +25,9 @@ func transitionLine(t *testing.T, l *acceptlog.Log, id string, ln acceptlog.Line
 		if ln.State != "" {
 			cur.State = ln.State
 		}
+		if ln.Kind == acceptlog.KindEffect {
+			cur.Effects++
+		}
 		return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{ln}}, nil
 	})
 	if err != nil {
@@ -93,6 +96,13 @@ func TestCheckDetectsCorruption(t *testing.T) {
 				return rewriteJob(tx, "<a@x>", func(j *acceptlog.Job) { j.Attempts = 0 })
 			},
 			want: []string{"has attempt 1, job only 0 attempts"},
+		},
+		{
+			name: "effects disagree with effect lines",
+			corrupt: func(tx *bolt.Tx) error {
+				return rewriteJob(tx, "<a@x>", func(j *acceptlog.Job) { j.Effects = 1 })
+			},
+			want: []string{"job <a@x>: effects 1 but 0 effect lines"},
 		},
 		{
 			name: "due index entry lost",

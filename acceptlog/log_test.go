@@ -116,6 +116,7 @@ func TestMutateCreateUpdateAndLineOrder(t *testing.T) {
 		}
 		cur.State = acceptlog.StateSent
 		cur.GmailID = "g1"
+		cur.Effects++
 		return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{
 			{Kind: acceptlog.KindEffect, Attempt: 1, Source: acceptlog.SourceResponse, GmailID: "g1", State: acceptlog.StateSent},
 		}}, nil
