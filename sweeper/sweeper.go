@@ -304,6 +304,8 @@ type pass struct {
 	// stopped: the quota or Gmail asked to wait; nothing more that costs
 	// quota is tried in this pass.
 	stopped bool
+	// searchCost is the quota the last search spent.
+	searchCost int
 }
 
 // errStopped ends a search when the pass had to stop; errChanged ends a
@@ -470,7 +472,7 @@ func (p *pass) retry(ctx context.Context, j acceptlog.Job) (bool, error) {
 		_, err := p.toReview(ctx, j, line)
 		return true, err
 	}
-	ok, err := p.attempt(ctx, j, acceptlog.StateFailed, ReasonRetry)
+	ok, err := p.attempt(ctx, j, acceptlog.StateFailed, ReasonRetry, 0)
 	if ok {
 		p.res.Retried++
 	}
@@ -498,8 +500,11 @@ func (p *pass) attemptsUsed(ctx context.Context, j acceptlog.Job, ch policy.Chan
 }
 
 // attempt makes a new attempt through the send path. ok is false when the
-// pass had to stop first (quota) or the job moved on.
-func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.State, reason string) (ok bool, err error) {
+// pass had to stop first (quota) or the job moved on. redo is the quota
+// the next pass spends again before it gets back to this attempt (the
+// search that led to it): the wait reported covers it too, or a pass would
+// spend the refill on the search and find the send refused again.
+func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.State, reason string, redo int) (ok bool, err error) {
 	if p.stopped {
 		return false, nil
 	}
@@ -507,7 +512,12 @@ func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.Stat
 	var rerr *relay.Error
 	switch {
 	case errors.As(err, &rerr) && rerr.Code == relay.CodeRateLimited:
-		p.stop(time.Duration(max(rerr.RetryAfter, 1)) * time.Second)
+		wait := time.Duration(max(rerr.RetryAfter, 1)) * time.Second
+		// A refused take takes nothing: this asks how long send and search need.
+		if ok, w := p.s.svc.Quota().TakeBackground(relay.UnitsSend + redo); !ok {
+			wait = max(wait, w)
+		}
+		p.stop(wait)
 		return false, nil
 	case errors.As(err, &rerr) && rerr.Code == relay.CodeConflict:
 		return false, nil // someone else moved the job: theirs stands
@@ -610,6 +620,7 @@ func (p *pass) find(ctx context.Context, mailbox, q string, jobs []acceptlog.Job
 		}
 		token = page.NextPageToken
 	}
+	p.searchCost = spent
 	hits := map[string][]hit{}
 	if len(jobs) == 1 {
 		for _, id := range ids {
@@ -625,6 +636,7 @@ func (p *pass) find(ctx context.Context, mailbox, q string, jobs []acceptlog.Job
 	if !p.take(relay.UnitsGet*len(ids), spent) {
 		return nil, errStopped
 	}
+	p.searchCost += relay.UnitsGet * len(ids)
 	want := make(map[string]bool, len(jobs))
 	for _, j := range jobs {
 		want[j.MessageID] = true
@@ -762,7 +774,7 @@ func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hit
 		return true, err
 	}
 	j.Checks = check
-	ok, err := p.attempt(ctx, j, acceptlog.StateUnknown, ReasonResend)
+	ok, err := p.attempt(ctx, j, acceptlog.StateUnknown, ReasonResend, p.searchCost)
 	if ok {
 		p.res.Resent++
 	}

@@ -1,0 +1,255 @@
+package sweeper_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
+	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/relay"
+	"github.com/gmailrelay/gmailrelay/sweeper"
+)
+
+// fakeClock is the injected clock: tests move it, nothing sleeps.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *fakeClock {
+	return &fakeClock{now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// Channels of testPolicy.
+const (
+	retryChannel  = "default" // retry, grace 1m, 2 checks, 3 attempts
+	reviewChannel = "billing" // review, grace 1m, 1 check
+	grace         = time.Minute
+)
+
+func testPolicy() *policy.Policy {
+	return &policy.Policy{
+		MsgIDDomain:  "relay.test",
+		VerifyHandle: policy.VerifyNever,
+		Channels: map[string]policy.Channel{
+			retryChannel:  {Name: retryChannel, OnUnknown: policy.Retry, Grace: grace, Checks: 2, MaxAttempts: 3},
+			reviewChannel: {Name: reviewChannel, OnUnknown: policy.Review, Grace: grace, Checks: 1, MaxAttempts: 1},
+		},
+	}
+}
+
+// setup configures a harness; zero values are fine.
+type setup struct {
+	indexLag      time.Duration
+	emulatorQuota int // per minute; 0 = the emulator's default
+	relayQuota    int // per minute; 0 = plenty
+	batchSize     int
+}
+
+// harness is a relay and a sweeper over a real acceptance log and the Gmail
+// emulator behind Google's client, all on one fake clock.
+type harness struct {
+	t      *testing.T
+	ctx    context.Context
+	clock  *fakeClock
+	srv    *gmailfake.Server
+	prov   relay.Provider
+	path   string
+	log    *acceptlog.Log
+	faults *faultmodes.Set
+	svc    *relay.Service
+	sw     *sweeper.Sweeper
+	set    setup
+
+	mu   sync.Mutex
+	keys int
+}
+
+func newHarness(t *testing.T, set setup) *harness {
+	t.Helper()
+	h := &harness{t: t, ctx: context.Background(), clock: newClock(), set: set}
+	var url string
+	h.srv, url = gmailfake.NewTestServer(t, gmailfake.Options{IndexLag: set.indexLag, Now: h.clock.Now, QuotaPerMinute: set.emulatorQuota})
+	prov, err := relay.NewGmail(h.ctx, relay.GmailConfig{Endpoint: url})
+	if err != nil {
+		t.Fatalf("gmail client: %v", err)
+	}
+	h.prov = prov
+	h.path = filepath.Join(t.TempDir(), "accept.db")
+	h.log = acceptlogtest.OpenPath(t, h.path, acceptlog.Options{Now: h.clock.Now})
+	h.faults = faultmodes.New(faultmodes.Options{Seed: 1, Now: h.clock.Now})
+	h.build(set.relayQuota)
+	return h
+}
+
+// build makes a new Service (running its crash recovery) and Sweeper over
+// the current log, with a fresh quota budget of perMinute (0 = plenty).
+func (h *harness) build(perMinute int) {
+	h.t.Helper()
+	if perMinute == 0 {
+		perMinute = 1 << 30
+	}
+	svc, err := relay.New(h.ctx, relay.Config{Log: h.log, Provider: h.prov, Policy: testPolicy(), Faults: h.faults,
+		Quota: relay.NewQuota(perMinute, h.clock.Now), Now: h.clock.Now, Logger: zerolog.Nop()})
+	if err != nil {
+		h.t.Fatalf("relay.New: %v", err)
+	}
+	h.svc = svc
+	h.sw = sweeper.New(sweeper.Config{Service: svc, BatchSize: h.set.batchSize, Interval: time.Hour})
+}
+
+// restart closes the log, opens it again and builds a new Service (which
+// recovers jobs left forwarding) and Sweeper, as a process restart would.
+func (h *harness) restart() {
+	h.t.Helper()
+	if err := h.log.Close(); err != nil {
+		h.t.Fatalf("close log: %v", err)
+	}
+	h.log = acceptlogtest.OpenPath(h.t, h.path, acceptlog.Options{Now: h.clock.Now})
+	h.build(h.set.relayQuota)
+}
+
+// prepare builds a new message with a fresh key.
+func (h *harness) prepare(channel string) relay.Prepared {
+	h.t.Helper()
+	h.mu.Lock()
+	h.keys++
+	key := fmt.Sprintf("cus_%d:order.shipped:ord_%d", h.keys, h.keys)
+	h.mu.Unlock()
+	p, err := relay.Prepare(relay.SendRequest{Key: key, Channel: channel, From: gmailfake.DefaultAccount,
+		To: relay.AddressList{"customer@example.net"}, Subject: "Your order shipped", Text: "It is on its way."},
+		"", "relay.test", h.clock.Now())
+	if err != nil {
+		h.t.Fatalf("prepare: %v", err)
+	}
+	return p
+}
+
+// send sends a new message through the relay's front door.
+func (h *harness) send(channel string) (string, relay.Result) {
+	h.t.Helper()
+	p := h.prepare(channel)
+	res, err := h.svc.Send(h.ctx, p, relay.SendOptions{})
+	if err != nil {
+		h.t.Fatalf("send: %v", err)
+	}
+	return p.MessageID, res
+}
+
+// sendAmbiguous sends a message that Gmail stores but answers 500 for: a
+// real ambiguous send. It returns the Message-ID.
+func (h *harness) sendAmbiguous(channel string) string {
+	h.t.Helper()
+	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionAcceptThenError, Status: 500})
+	id, res := h.send(channel)
+	h.wantState(id, res.Job, acceptlog.StateUnknown)
+	return id
+}
+
+// sendLost sends a message that Gmail answers 500 for without storing it:
+// unknown to the relay, really not sent.
+func (h *harness) sendLost(channel string) string {
+	h.t.Helper()
+	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionError, Status: 500})
+	id, res := h.send(channel)
+	h.wantState(id, res.Job, acceptlog.StateUnknown)
+	return id
+}
+
+func (h *harness) emulatorFault(f gmailfake.Fault) {
+	h.t.Helper()
+	if _, err := h.srv.AddFault(f); err != nil {
+		h.t.Fatalf("emulator fault: %v", err)
+	}
+}
+
+// sweep runs one pass and fails the test on a pass error.
+func (h *harness) sweep() sweeper.Result {
+	h.t.Helper()
+	r, err := h.sw.RunOnce(h.ctx)
+	if err != nil {
+		h.t.Fatalf("RunOnce: %v", err)
+	}
+	return r
+}
+
+func (h *harness) job(id string) acceptlog.Job {
+	h.t.Helper()
+	j, err := h.log.Get(h.ctx, id)
+	if err != nil {
+		h.t.Fatalf("get %s: %v", id, err)
+	}
+	return j
+}
+
+// lines returns the job's lines of kind (all lines when kind is "").
+func (h *harness) lines(id string, kind acceptlog.Kind) []acceptlog.Line {
+	h.t.Helper()
+	all, err := h.log.JobLines(h.ctx, id)
+	if err != nil {
+		h.t.Fatalf("lines of %s: %v", id, err)
+	}
+	var out []acceptlog.Line
+	for _, l := range all {
+		if kind == "" || l.Kind == kind {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func (h *harness) wantState(id string, j acceptlog.Job, want acceptlog.State) {
+	h.t.Helper()
+	if j.State != want {
+		h.t.Fatalf("job %s: state %q (reason %q), want %q", id, j.State, j.LastReason, want)
+	}
+}
+
+// wantJob checks the job's state, attempts and effect lines in the log and
+// its number of messages at the emulator.
+func (h *harness) wantJob(id string, state acceptlog.State, attempts, effects, messages int) acceptlog.Job {
+	h.t.Helper()
+	j := h.job(id)
+	h.wantState(id, j, state)
+	if j.Attempts != attempts {
+		h.t.Errorf("job %s: %d attempts, want %d", id, j.Attempts, attempts)
+	}
+	if got := len(h.lines(id, acceptlog.KindEffect)); got != effects || j.Effects != effects {
+		h.t.Errorf("job %s: %d effect lines (Effects %d), want %d", id, got, j.Effects, effects)
+	}
+	if got := h.srv.Count(id); got != messages {
+		h.t.Errorf("emulator holds %d messages with %s, want %d", got, id, messages)
+	}
+	return j
+}
+
+// wantResult compares the counters of a pass that matter to a test (Wait
+// and Due are left out).
+func wantResult(t *testing.T, got, want sweeper.Result) {
+	t.Helper()
+	got.Wait, got.Due = 0, 0
+	if got != want {
+		t.Errorf("pass result\n got %+v\nwant %+v", got, want)
+	}
+}

@@ -1,0 +1,464 @@
+package sweeper_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/relay"
+	"github.com/gmailrelay/gmailrelay/sweeper"
+)
+
+// A send Gmail accepted but whose answer was lost, on a retry channel: the
+// sweeper waits for grace, does not take a miss inside the index lag as
+// "not sent", finds the message once the index has it and marks the job
+// sent — with no resend, one message at the emulator and one effect line.
+func TestAmbiguousSendIsFoundNotResent(t *testing.T) {
+	tests := []struct {
+		name string
+		send func(h *harness) string
+	}{
+		{"emulator accepts then answers 500", func(h *harness) string { return h.sendAmbiguous(retryChannel) }},
+		{"fault rule forward-then-drop-response", func(h *harness) string {
+			one := 1
+			if _, err := h.faults.Add(faultmodes.Spec{Mode: faultmodes.ForwardThenDropResponse, Count: &one}); err != nil {
+				t.Fatalf("add fault rule: %v", err)
+			}
+			id, res := h.send(retryChannel)
+			if !res.Dropped {
+				t.Fatalf("send: response not dropped (fault %+v)", res.Fault)
+			}
+			h.wantState(id, res.Job, acceptlog.StateUnknown)
+			return id
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, setup{indexLag: 90 * time.Second})
+			id := tt.send(h)
+			h.wantJob(id, acceptlog.StateUnknown, 1, 0, 1)
+
+			// Before grace: not due, nothing searched.
+			wantResult(t, h.sweep(), sweeper.Result{})
+			if got := h.srv.Stats().Calls[gmailfake.MethodList]; got != 0 {
+				t.Errorf("list calls before grace: %d, want 0", got)
+			}
+
+			// After grace but inside the index lag: a miss, no resend.
+			h.clock.Advance(grace)
+			wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Missed: 1})
+			j := h.wantJob(id, acceptlog.StateUnknown, 1, 0, 1)
+			if j.Checks != 1 {
+				t.Errorf("checks after the first miss: %d, want 1", j.Checks)
+			}
+			searches := h.lines(id, acceptlog.KindSearch)
+			if len(searches) != 1 || searches[0].Hits != 0 || searches[0].Check != 1 ||
+				!strings.Contains(searches[0].Query, "rfc822msgid:"+strings.Trim(id, "<>")) {
+				t.Fatalf("search lines after the first miss: %+v", searches)
+			}
+
+			// After the lag: found once → sent, verified, no resend.
+			h.clock.Advance(grace)
+			wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Found: 1})
+			j = h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+			msgs := h.srv.Messages(id)
+			if j.GmailID != msgs[0].ID || !j.Verified || !j.NextCheckAt.IsZero() {
+				t.Errorf("sent job: gmail id %q (emulator %q), verified %v, next check %v", j.GmailID, msgs[0].ID, j.Verified, j.NextCheckAt)
+			}
+			effect := h.lines(id, acceptlog.KindEffect)[0]
+			if effect.Source != acceptlog.SourceSearch || effect.GmailID != msgs[0].ID || effect.State != acceptlog.StateSent {
+				t.Errorf("effect line %+v, want source search, gmail id %s, state sent", effect, msgs[0].ID)
+			}
+			if got := h.srv.Stats().Calls[gmailfake.MethodSend]; got != 1 {
+				t.Errorf("send calls at the emulator: %d, want 1", got)
+			}
+
+			// Nothing more to do, ever.
+			h.clock.Advance(24 * time.Hour)
+			wantResult(t, h.sweep(), sweeper.Result{})
+			h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+		})
+	}
+}
+
+// On a review-only channel the sweeper never forwards again: found once, the
+// job goes to review with the search as evidence, and a human's mark-sent
+// closes it; missing after the checks, it goes to review too.
+func TestReviewChannelNeverResends(t *testing.T) {
+	t.Run("found", func(t *testing.T) {
+		h := newHarness(t, setup{indexLag: 30 * time.Second})
+		id := h.sendAmbiguous(reviewChannel)
+		h.clock.Advance(grace)
+		wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Found: 1, Reviewed: 1})
+		h.wantJob(id, acceptlog.StateReview, 1, 0, 1)
+		reviews := h.lines(id, acceptlog.KindReview)
+		msgs := h.srv.Messages(id)
+		if len(reviews) != 1 {
+			t.Fatalf("review lines: %+v, want one", reviews)
+		}
+		r := reviews[0]
+		if r.Reason != sweeper.ReasonReviewChannel || r.SentHits != 1 || r.GmailID != msgs[0].ID || r.Query == "" || r.State != acceptlog.StateReview {
+			t.Errorf("review line %+v: want reason %s with the search evidence (1 SENT hit, gmail id %s)", r, sweeper.ReasonReviewChannel, msgs[0].ID)
+		}
+
+		h.clock.Advance(24 * time.Hour)
+		wantResult(t, h.sweep(), sweeper.Result{})
+		if got := h.srv.Stats().Calls[gmailfake.MethodSend]; got != 1 {
+			t.Errorf("send calls: %d, want 1 (never a second forward)", got)
+		}
+
+		res, err := h.svc.Resolve(h.ctx, id, relay.ActionMarkSent, "found it in the mailbox", "ops@example.com")
+		if err != nil {
+			t.Fatalf("resolve mark-sent: %v", err)
+		}
+		h.wantState(id, res.Job, acceptlog.StateSent)
+		h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+		h.clock.Advance(24 * time.Hour)
+		wantResult(t, h.sweep(), sweeper.Result{})
+	})
+	t.Run("missing after checks", func(t *testing.T) {
+		h := newHarness(t, setup{})
+		id := h.sendLost(reviewChannel)
+		h.clock.Advance(grace)
+		wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Reviewed: 1})
+		h.wantJob(id, acceptlog.StateReview, 1, 0, 0)
+		reviews := h.lines(id, acceptlog.KindReview)
+		if len(reviews) != 1 || reviews[0].Reason != sweeper.ReasonMissingAfterChecks || reviews[0].Hits != 0 || reviews[0].Check != 1 {
+			t.Errorf("review lines %+v, want one with reason %s and the empty search", reviews, sweeper.ReasonMissingAfterChecks)
+		}
+		if got := h.srv.Stats().Calls[gmailfake.MethodSend]; got != 1 {
+			t.Errorf("send calls: %d, want 1", got)
+		}
+	})
+}
+
+// A send that really did not happen (Gmail answered 500 and stored
+// nothing) is resent only after `checks` misses spaced by grace, with the
+// same Message-ID, and ends with exactly one message.
+func TestLostSendIsResentAfterChecks(t *testing.T) {
+	h := newHarness(t, setup{indexLag: 30 * time.Second})
+	id := h.sendLost(retryChannel)
+	h.wantJob(id, acceptlog.StateUnknown, 1, 0, 0)
+
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Missed: 1})
+	h.clock.Advance(grace / 2)
+	wantResult(t, h.sweep(), sweeper.Result{}) // the next check waits a full grace
+	h.wantJob(id, acceptlog.StateUnknown, 1, 0, 0)
+
+	h.clock.Advance(grace / 2)
+	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Resent: 1})
+	j := h.wantJob(id, acceptlog.StateSent, 2, 1, 1)
+	if got := h.srv.Messages(id)[0].MessageID; got != id {
+		t.Errorf("resent Message-ID %s, want %s", got, id)
+	}
+	received := h.lines(id, acceptlog.KindReceived)
+	if len(received) != 2 || received[1].Reason != sweeper.ReasonResend || received[1].Attempt != 2 {
+		t.Errorf("received lines %+v, want a second one for attempt 2 with reason %s", received, sweeper.ReasonResend)
+	}
+	if searches := h.lines(id, acceptlog.KindSearch); len(searches) != 2 || searches[1].Check != 2 {
+		t.Errorf("search lines %+v, want checks 1 and 2", searches)
+	}
+
+	// The verify pass confirms the resend once the index has it.
+	if j.Verified {
+		t.Fatalf("a sent-by-response job starts unverified")
+	}
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Verified: 1})
+	if j := h.wantJob(id, acceptlog.StateSent, 2, 1, 1); !j.Verified || !j.NextCheckAt.IsZero() {
+		t.Errorf("after the verify pass: verified %v, next check %v", j.Verified, j.NextCheckAt)
+	}
+}
+
+// Two messages with one Message-ID is what the relay exists to catch:
+// review, on the unknown path and on the verify pass.
+func TestDuplicateGoesToReview(t *testing.T) {
+	t.Run("unknown", func(t *testing.T) {
+		h := newHarness(t, setup{})
+		p := h.prepare(retryChannel)
+		// Gmail stored it twice: once from an earlier attempt, once now.
+		if _, err := h.prov.Send(h.ctx, "me", p.Raw, ""); err != nil {
+			t.Fatalf("direct send: %v", err)
+		}
+		h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionAcceptThenError, Status: 502})
+		res, err := h.svc.Send(h.ctx, p, relay.SendOptions{})
+		if err != nil {
+			t.Fatalf("send: %v", err)
+		}
+		id := p.MessageID
+		h.wantState(id, res.Job, acceptlog.StateUnknown)
+
+		h.clock.Advance(grace)
+		wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Duplicates: 1, Reviewed: 1})
+		h.wantJob(id, acceptlog.StateReview, 1, 0, 2)
+		reviews := h.lines(id, acceptlog.KindReview)
+		if len(reviews) != 1 || reviews[0].Reason != sweeper.ReasonDuplicate || reviews[0].SentHits != 2 {
+			t.Errorf("review lines %+v, want one with reason duplicate and 2 SENT hits", reviews)
+		}
+		h.clock.Advance(24 * time.Hour)
+		wantResult(t, h.sweep(), sweeper.Result{})
+		if got := h.srv.Count(id); got != 2 {
+			t.Errorf("emulator messages %d, want 2 (no resend)", got)
+		}
+	})
+	t.Run("verify pass", func(t *testing.T) {
+		h := newHarness(t, setup{})
+		h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionDuplicate})
+		id, res := h.send(retryChannel)
+		h.wantState(id, res.Job, acceptlog.StateSent)
+
+		wantResult(t, h.sweep(), sweeper.Result{}) // the verify pass waits for grace too
+		h.clock.Advance(grace)
+		wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Duplicates: 1, Reviewed: 1})
+		h.wantJob(id, acceptlog.StateReview, 1, 1, 2)
+		reviews := h.lines(id, acceptlog.KindReview)
+		if len(reviews) != 1 || reviews[0].Reason != sweeper.ReasonDuplicate || reviews[0].SentHits != 2 {
+			t.Errorf("review lines %+v, want one with reason duplicate and 2 SENT hits", reviews)
+		}
+	})
+}
+
+// The verify pass on a sent job whose message search cannot find: checked
+// once more after grace, then left sent with a line saying so.
+func TestVerifyPassGivesUpWithoutStateChange(t *testing.T) {
+	h := newHarness(t, setup{})
+	id, res := h.send(retryChannel)
+	h.wantState(id, res.Job, acceptlog.StateSent)
+	// Make the message invisible to search (as if Gmail rewrote its id).
+	h.srv.SetIndexLag(1000 * time.Hour)
+
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Missed: 1})
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Checked: 1})
+	j := h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+	if j.Verified || !j.NextCheckAt.IsZero() {
+		t.Errorf("verified %v, next check %v: want unverified and no check scheduled", j.Verified, j.NextCheckAt)
+	}
+	searches := h.lines(id, acceptlog.KindSearch)
+	if len(searches) != 2 || searches[1].Reason != sweeper.ReasonVerifyGaveUp || searches[1].State != "" {
+		t.Errorf("search lines %+v, want the second with reason %s and no state", searches, sweeper.ReasonVerifyGaveUp)
+	}
+	h.clock.Advance(24 * time.Hour)
+	wantResult(t, h.sweep(), sweeper.Result{})
+}
+
+// After a restart, a job left forwarding by a crash is recovered as
+// unknown and reconciled: sent when Gmail has it, resent exactly once when
+// it does not.
+func TestRestartRecovery(t *testing.T) {
+	tests := []struct {
+		name                        string
+		gmailHasIt                  bool
+		want                        sweeper.Result
+		wantAttempts, wantSendCalls int
+		passes                      int
+	}{
+		{"gmail has it", true, sweeper.Result{Checked: 1, Found: 1}, 1, 1, 1},
+		{"gmail does not", false, sweeper.Result{Checked: 2, Missed: 1, Resent: 1}, 2, 1, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, setup{})
+			p := h.prepare(retryChannel)
+			id := p.MessageID
+			now := h.clock.Now()
+			_, _, err := h.log.Mutate(h.ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+				j := acceptlog.Job{MessageID: id, Key: p.Key, Channel: retryChannel, Mailbox: "me", Fingerprint: p.Fingerprint,
+					State: acceptlog.StateForwarding, Attempts: 1, CreatedAt: now, UpdatedAt: now}
+				return acceptlog.Change{Job: &j, Raw: p.Raw, Lines: []acceptlog.Line{
+					{Kind: acceptlog.KindReceived, Attempt: 1, Channel: retryChannel},
+					{Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding},
+				}}, nil
+			})
+			if err != nil {
+				t.Fatalf("leave a job forwarding: %v", err)
+			}
+			if tt.gmailHasIt {
+				if _, err := h.prov.Send(h.ctx, "me", p.Raw, ""); err != nil {
+					t.Fatalf("direct send: %v", err)
+				}
+			}
+
+			h.restart()
+			h.wantJob(id, acceptlog.StateUnknown, 1, 0, h.srv.Count(id))
+			var total sweeper.Result
+			for range tt.passes {
+				h.clock.Advance(grace)
+				r := h.sweep()
+				r.Due, r.Wait = 0, 0
+				total.Checked += r.Checked
+				total.Found += r.Found
+				total.Missed += r.Missed
+				total.Resent += r.Resent
+			}
+			wantResult(t, total, tt.want)
+			h.wantJob(id, acceptlog.StateSent, tt.wantAttempts, 1, 1)
+			if got := h.srv.Stats().Calls[gmailfake.MethodSend]; got != tt.wantSendCalls {
+				t.Errorf("send calls at the emulator: %d, want %d", got, tt.wantSendCalls)
+			}
+		})
+	}
+}
+
+// Several due jobs share one query, and hits are attributed by their
+// Message-ID: 100 jobs take at most 5 list calls.
+func TestBatchedSearch(t *testing.T) {
+	h := newHarness(t, setup{})
+	var found, lost []string
+	for i := range 100 {
+		if i%4 == 3 {
+			lost = append(lost, h.sendLost(retryChannel))
+		} else {
+			found = append(found, h.sendAmbiguous(retryChannel))
+		}
+	}
+	before := h.srv.Stats().Calls
+	h.clock.Advance(grace)
+	r := h.sweep()
+	wantResult(t, r, sweeper.Result{Checked: 100, Found: 75, Missed: 25})
+	calls := h.srv.Stats().Calls
+	if got := calls[gmailfake.MethodList] - before[gmailfake.MethodList]; got > 5 {
+		t.Errorf("list calls for 100 jobs: %d, want at most 5", got)
+	}
+	if got := calls[gmailfake.MethodGet] - before[gmailfake.MethodGet]; got != 75 {
+		t.Errorf("get calls: %d, want 75 (one per hit, to attribute it)", got)
+	}
+	for _, id := range found {
+		h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+	}
+	for _, id := range lost {
+		if j := h.wantJob(id, acceptlog.StateUnknown, 1, 0, 0); j.Checks != 1 {
+			t.Errorf("job %s: checks %d, want 1", id, j.Checks)
+		}
+	}
+}
+
+// Retryable failures on retry channels whose caller never came back are
+// retried by the sweeper after grace, up to max_attempts; then review.
+func TestRetryableFailure(t *testing.T) {
+	h := newHarness(t, setup{})
+	count := 3
+	if _, err := h.faults.Add(faultmodes.Spec{Mode: faultmodes.FailBeforeForward, Count: &count}); err != nil {
+		t.Fatalf("add fault rule: %v", err)
+	}
+	id, res := h.send(retryChannel) // attempt 1 fails before forward
+	h.wantState(id, res.Job, acceptlog.StateFailed)
+
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Retried: 1}) // attempt 2 fails too
+	h.wantJob(id, acceptlog.StateFailed, 2, 0, 0)
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Retried: 1}) // attempt 3 fails too
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Reviewed: 1}) // max_attempts is 3
+	h.wantJob(id, acceptlog.StateReview, 3, 0, 0)
+	if r := h.lines(id, acceptlog.KindReview); len(r) != 1 || r[0].Reason != sweeper.ReasonMaxAttempts {
+		t.Errorf("review lines %+v, want one with reason %s", r, sweeper.ReasonMaxAttempts)
+	}
+
+	// A retry that gets through ends sent with one message.
+	id2, res := h.send(retryChannel) // the rule's count is used up: sent
+	h.wantState(id2, res.Job, acceptlog.StateSent)
+	count = 1
+	if _, err := h.faults.Add(faultmodes.Spec{Mode: faultmodes.FailBeforeForward, Count: &count}); err != nil {
+		t.Fatalf("add fault rule: %v", err)
+	}
+	id3, res := h.send(retryChannel)
+	h.wantState(id3, res.Job, acceptlog.StateFailed)
+	h.clock.Advance(grace)
+	r := h.sweep()
+	if r.Retried != 1 {
+		t.Errorf("retried %d, want 1", r.Retried)
+	}
+	h.wantJob(id3, acceptlog.StateSent, 2, 1, 1)
+}
+
+// Where Gmail was seen rewriting Message-IDs a search miss proves nothing:
+// unknown jobs go to review without a search, and sent jobs are not
+// verified.
+func TestUntrustedHandle(t *testing.T) {
+	h := newHarness(t, setup{})
+	sent, res := h.send(retryChannel)
+	h.wantState(sent, res.Job, acceptlog.StateSent)
+	unknown := h.sendAmbiguous(retryChannel)
+	if _, _, err := h.log.Mutate(h.ctx, sent, func(*acceptlog.Job) (acceptlog.Change, error) {
+		return acceptlog.Change{Mailbox: &acceptlog.Mailbox{Name: "me", HandleChecked: true, HandleUntrusted: true, Rewrites: 1}}, nil
+	}); err != nil {
+		t.Fatalf("mark the handle untrusted: %v", err)
+	}
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Reviewed: 1})
+	h.wantJob(unknown, acceptlog.StateReview, 1, 0, 1)
+	if r := h.lines(unknown, acceptlog.KindReview); len(r) != 1 || r[0].Reason != sweeper.ReasonHandleUntrusted {
+		t.Errorf("review lines %+v, want one with reason %s", r, sweeper.ReasonHandleUntrusted)
+	}
+	if j := h.wantJob(sent, acceptlog.StateSent, 1, 1, 1); !j.NextCheckAt.IsZero() || j.Verified {
+		t.Errorf("sent job: next check %v, verified %v; want no check and unverified", j.NextCheckAt, j.Verified)
+	}
+	if got := h.srv.Stats().Calls[gmailfake.MethodList]; got != 0 {
+		t.Errorf("list calls: %d, want 0", got)
+	}
+}
+
+// A 5xx answer to a search is an error of that search only: the job keeps
+// its state, gets no line, and is searched again a little later.
+func TestSearchServerErrorKeepsJobDue(t *testing.T) {
+	h := newHarness(t, setup{})
+	id := h.sendAmbiguous(retryChannel)
+	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodList, Action: gmailfake.ActionError, Status: 503})
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Errors: 1})
+	j := h.wantJob(id, acceptlog.StateUnknown, 1, 0, 1)
+	if len(h.lines(id, acceptlog.KindSearch)) != 0 || j.Checks != 0 {
+		t.Errorf("after a failed search: %d search lines, checks %d; want none", len(h.lines(id, acceptlog.KindSearch)), j.Checks)
+	}
+	if !j.NextCheckAt.After(h.clock.Now()) || j.NextCheckAt.After(h.clock.Now().Add(grace)) {
+		t.Errorf("next check %v: want a little after now (%v)", j.NextCheckAt, h.clock.Now())
+	}
+	wantResult(t, h.sweep(), sweeper.Result{}) // not due again at once
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Found: 1})
+	h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+}
+
+// Gmail's 429 never fails or resolves a job: the sweeper pauses the shared
+// budget (longer each time), stops the pass, asks Gmail nothing while
+// paused, and resolves the job once Gmail lets it.
+func TestRateLimitedSearchBacksOff(t *testing.T) {
+	h := newHarness(t, setup{})
+	id := h.sendAmbiguous(retryChannel)
+	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodList, Action: gmailfake.ActionError, Status: 429, Count: 3})
+	h.clock.Advance(grace)
+	var last time.Duration
+	for i := range 3 {
+		lists := h.srv.Stats().Calls[gmailfake.MethodList]
+		r := h.sweep()
+		if r.Deferred != 1 || r.Wait <= 0 || r.Checked != 0 || r.Errors != 0 {
+			t.Fatalf("pass %d under 429: %+v, want the job deferred with a wait", i, r)
+		}
+		if got := h.srv.Stats().Calls[gmailfake.MethodList] - lists; got != 1 {
+			t.Fatalf("pass %d: %d list calls, want 1 (stop at the first 429)", i, got)
+		}
+		if r.Wait <= last {
+			t.Errorf("pass %d: wait %v after %v, want exponential backoff", i, r.Wait, last)
+		}
+		last = r.Wait
+		// Paused: a pass right away asks Gmail nothing.
+		again := h.sweep()
+		if got := h.srv.Stats().Calls[gmailfake.MethodList] - lists; got != 1 || again.Deferred != 1 {
+			t.Fatalf("pass %d while paused: %d list calls in all, result %+v; want no new call and the job deferred", i, got, again)
+		}
+		h.wantJob(id, acceptlog.StateUnknown, 1, 0, 1)
+		h.clock.Advance(r.Wait)
+	}
+	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Found: 1})
+	h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+	if n := len(h.lines(id, acceptlog.KindSearch)); n != 1 {
+		t.Errorf("search lines %d, want 1 (a 429 is not a search)", n)
+	}
+}
