@@ -131,7 +131,7 @@ type Job struct {
 	State       State  `json:"state"`
 	Retryable   bool   `json:"retryable,omitempty"` // meaningful in StateFailed
 	Attempts    int    `json:"attempts"`
-	Effects     int    `json:"effects"` // effect lines written for this job
+	Effects     int    `json:"effects"`                // effect lines written for this job
 	ThreadIDIn  string `json:"thread_id_in,omitempty"` // threadId the caller asked for
 
 	// Gmail's answer, once sent.
