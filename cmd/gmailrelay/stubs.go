@@ -16,9 +16,8 @@ func notYet(name string) func(context.Context, []string, io.Writer, io.Writer) i
 }
 
 var (
-	runFakeGmail = notYet("fakegmail")
-	runDemo      = notYet("demo")
-	runMsgID     = notYet("msgid")
-	runAuth      = notYet("auth")
-	runSelftest  = notYet("selftest")
+	runDemo     = notYet("demo")
+	runMsgID    = notYet("msgid")
+	runAuth     = notYet("auth")
+	runSelftest = notYet("selftest")
 )

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestFakeGmailBadFlags(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string // in stderr
+	}{
+		{[]string{"--no-such-flag"}, "no-such-flag"},
+		{[]string{"--index-lag", "soon"}, "index-lag"},
+		{[]string{"--index-lag", "-1s"}, "--index-lag"},
+		{[]string{"--latency", "-5ms"}, "--latency"},
+		{[]string{"--quota-per-minute", "0"}, "--quota-per-minute"},
+		{[]string{"--quota-per-minute", "lots"}, "quota-per-minute"},
+		{[]string{"--account", "not an address"}, "--account"},
+		{[]string{"extra"}, "unexpected argument"},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if got := runFakeGmail(context.Background(), tc.args, &stdout, &stderr); got != 2 {
+				t.Errorf("exit code: got %d, want 2", got)
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("stderr %q does not name %q", stderr.String(), tc.want)
+			}
+		})
+	}
+}
+
+func TestFakeGmailServesUntilCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	outR, outW := io.Pipe()
+	done := make(chan int, 1)
+	var stderr bytes.Buffer
+	go func() {
+		done <- runFakeGmail(ctx, []string{"--addr", "127.0.0.1:0", "--quota-per-minute", "600"}, outW, &stderr)
+		outW.Close()
+	}()
+	lines := bufio.NewScanner(outR)
+	if !lines.Scan() {
+		t.Fatalf("no output; stderr %q", stderr.String())
+	}
+	url := regexp.MustCompile(`http://127\.0\.0\.1:\d+`).FindString(lines.Text())
+	if url == "" {
+		t.Fatalf("first line %q carries no URL", lines.Text())
+	}
+	if !lines.Scan() || !strings.Contains(lines.Text(), "not a Gmail guarantee") {
+		t.Errorf("second line %q does not say it is an emulator", lines.Text())
+	}
+	go io.Copy(io.Discard, outR)
+
+	resp, err := http.Get(url + "/_emulator/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats map[string]any
+	err = json.NewDecoder(resp.Body).Decode(&stats)
+	resp.Body.Close()
+	if err != nil || stats["quotaPerMinute"] != 600.0 {
+		t.Errorf("stats: got %v (%v), want quotaPerMinute 600 from the flag", stats, err)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("exit code after cancel: got %d, want 0; stderr %q", code, stderr.String())
+	}
+}
