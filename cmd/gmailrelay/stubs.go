@@ -17,7 +17,6 @@ func notYet(name string) func(context.Context, []string, io.Writer, io.Writer) i
 
 var (
 	runDemo     = notYet("demo")
-	runMsgID    = notYet("msgid")
 	runAuth     = notYet("auth")
 	runSelftest = notYet("selftest")
 )
