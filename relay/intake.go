@@ -482,10 +482,6 @@ func structuredFingerprint(v validated, channel, threadID string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// singleHeaders may appear at most once in a raw message: two To headers
-// could be read differently by the relay and by Gmail.
-var singleHeaders = []string{"Message-Id", "From", "Sender", "To", "Cc", "Bcc", "Reply-To", "Subject", "Date"}
-
 // PrepareRaw validates a raw RFC 5322 message (a message/rfc822 body, the
 // Gmail-compatible path, or a request's raw field) and ties it to its key.
 //
@@ -528,7 +524,9 @@ func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 		return Prepared{}, Invalid("raw", "raw is not an RFC 5322 message: %v", err)
 	}
 	h := msg.Header
-	for _, name := range singleHeaders {
+	// These may appear at most once: two To headers could be read
+	// differently by the relay and by Gmail.
+	for _, name := range []string{"Message-Id", "From", "Sender", "To", "Cc", "Bcc", "Reply-To", "Subject", "Date"} {
 		if n := len(h[name]); n > 1 {
 			return Prepared{}, Invalid("raw", "raw has %d %s headers; at most one is allowed", n, name)
 		}
