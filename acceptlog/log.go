@@ -62,7 +62,7 @@ type Stats struct {
 	ByReason  map[Kind]map[string]int  `json:"lines_by_reason"`
 	// OldestUnknown is the AmbiguousAt of the oldest job in StateUnknown
 	// (zero when there is none).
-	OldestUnknown time.Time `json:"oldest_unknown,omitempty"`
+	OldestUnknown time.Time `json:"oldest_unknown,omitzero"`
 }
 
 // ErrInvalidChange is wrapped by the error Mutate returns when the Change a

@@ -146,10 +146,10 @@ type Job struct {
 
 	// Sweeper bookkeeping. NextCheckAt is zero when no check is scheduled;
 	// a job is in the due index exactly when NextCheckAt is non-zero.
-	NextCheckAt time.Time `json:"next_check_at,omitempty"`
+	NextCheckAt time.Time `json:"next_check_at,omitzero"`
 	Checks      int       `json:"checks,omitempty"` // consecutive search misses
 	Verified    bool      `json:"verified,omitempty"`
-	AmbiguousAt time.Time `json:"ambiguous_at,omitempty"`
+	AmbiguousAt time.Time `json:"ambiguous_at,omitzero"`
 
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`

@@ -50,6 +50,10 @@ type Config struct {
 	Mode string
 	// Probe checks that the provider answers; nil: not checked.
 	Probe func(ctx context.Context) error
+	// AdvanceClock, when set (serve --clock manual), is exposed as
+	// POST /admin/clock {"advance": "5m"} so end-to-end tests move time
+	// instead of sleeping.
+	AdvanceClock func(time.Duration)
 	// Metrics serves /metrics; nil: 404.
 	Metrics *Metrics
 	Logger  zerolog.Logger
@@ -117,6 +121,9 @@ func New(cfg Config) *Server {
 		r.Delete("/admin/faults", s.clearFaults)
 		r.Delete("/admin/faults/{id}", s.deleteFault)
 		r.Post("/admin/sweep", s.sweep)
+		if cfg.AdvanceClock != nil {
+			r.Post("/admin/clock", s.advanceClock)
+		}
 	})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, relay.Errorf(relay.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
@@ -661,4 +668,21 @@ func (s *Server) probe(ctx context.Context) error {
 	s.probeErr = s.cfg.Probe(ctx)
 	s.probeAt = time.Now()
 	return s.probeErr
+}
+
+func (s *Server) advanceClock(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Advance string `json:"advance"`
+	}
+	if err := decodeStrict(r, &body); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	d, err := time.ParseDuration(body.Advance)
+	if err != nil || d < 0 {
+		writeError(w, r, relay.Invalid("advance", "advance must be a non-negative Go duration like 5m"))
+		return
+	}
+	s.cfg.AdvanceClock(d)
+	writeJSON(w, http.StatusOK, map[string]any{"now": s.svc.Now()})
 }

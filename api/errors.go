@@ -90,5 +90,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // Message-IDs carry <>; keep them readable
 	_ = enc.Encode(v)
 }

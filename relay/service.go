@@ -38,7 +38,18 @@ type Config struct {
 	Crash func()
 	// Observer, when set, hears about every attempt outcome (metrics).
 	Observer Observer
+	// CrashPoint, when set, is called at the named points of the send path
+	// (CrashAfterForwardingLogged, CrashAfterGmailAnswer,
+	// CrashAfterOutcomeLogged). Crash tests make it kill the process.
+	CrashPoint func(point string)
 }
+
+// Crash points of the send path, for CrashPoint.
+const (
+	CrashAfterForwardingLogged = "after-forwarding-logged" // forwarding is durable; Gmail not called yet
+	CrashAfterGmailAnswer      = "after-gmail-answer"      // Gmail answered; nothing recorded yet
+	CrashAfterOutcomeLogged    = "after-outcome-logged"    // outcome durable; the caller has no answer yet
+)
 
 // Observer hears about attempts, for metrics. Calls are synchronous and
 // must be cheap.
@@ -65,6 +76,7 @@ type Service struct {
 	timeout  time.Duration
 	crash    func()
 	obs      Observer
+	point    func(string)
 
 	inflight sync.WaitGroup // Gmail calls in progress, for graceful shutdown
 }
@@ -99,7 +111,10 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	s := &Service{
 		log: cfg.Log, provider: cfg.Provider, policy: cfg.Policy, faults: cfg.Faults,
 		quota: cfg.Quota, mailbox: cfg.Mailbox, now: cfg.Now, logger: cfg.Logger,
-		timeout: cfg.SendTimeout, crash: cfg.Crash, obs: cfg.Observer,
+		timeout: cfg.SendTimeout, crash: cfg.Crash, obs: cfg.Observer, point: cfg.CrashPoint,
+	}
+	if s.point == nil {
+		s.point = func(string) {}
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -265,6 +280,10 @@ func (s *Service) frontDoor(cur *acceptlog.Job, p Prepared) (Result, bool, error
 		if cur.Retryable {
 			return Result{}, false, nil
 		}
+	case acceptlog.StateUnknown:
+		if brokenResendUnknown {
+			return Result{}, false, nil
+		}
 	case acceptlog.StateAbandoned:
 		return Result{}, true, &Error{Code: CodeConflict, Field: "key",
 			Message: "an operator abandoned this job; it will not be sent"}
@@ -318,11 +337,13 @@ func (s *Service) forward(ctx context.Context, job acceptlog.Job, raw []byte, d 
 			return Result{}, fmt.Errorf("read stored message %s: %w", job.MessageID, err)
 		}
 	}
+	s.point(CrashAfterForwardingLogged)
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
 	start := time.Now()
 	sent, err := s.provider.Send(callCtx, s.mailbox, raw, job.ThreadIDIn)
 	took := time.Since(start)
+	s.point(CrashAfterGmailAnswer)
 	out := Classify(err)
 	if s.obs != nil {
 		s.obs.Attempted(job.Channel, out, took)
@@ -362,6 +383,7 @@ func (s *Service) forward(ctx context.Context, job acceptlog.Job, raw []byte, d 
 		s.logger.Error().Err(err).Str("message_id", job.MessageID).Msg("record outcome; the job stays forwarding and recovery will make it unknown")
 		return Result{}, err
 	}
+	s.point(CrashAfterOutcomeLogged)
 	return Result{Job: j, Fault: d}, nil
 }
 

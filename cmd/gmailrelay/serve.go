@@ -19,6 +19,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/sweeper"
@@ -45,6 +46,7 @@ type serveConfig struct {
 	QuotaPerMinute   int
 	SweepInterval    time.Duration
 	SendTimeout      time.Duration
+	Clock            string
 
 	policy *policy.Policy
 }
@@ -74,6 +76,7 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	fs.IntVar(&c.QuotaPerMinute, "quota-per-minute", 6000, "the relay's Gmail quota budget per mailbox, in Gmail units per minute")
 	fs.DurationVar(&c.SweepInterval, "sweep-interval", 5*time.Second, "how often the sweeper looks for due jobs")
 	fs.DurationVar(&c.SendTimeout, "send-timeout", 60*time.Second, "deadline of each Gmail call")
+	fs.StringVar(&c.Clock, "clock", "real", "real, or manual (for tests: time moves only through POST /admin/clock)")
 	// Environment twins: GMAILRELAY_<FLAG>, applied before the command line.
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -138,6 +141,9 @@ func (c *serveConfig) validate() error {
 	if _, err := zerolog.ParseLevel(c.LogLevel); err != nil || c.LogLevel == "" {
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
 	}
+	if c.Clock != "real" && c.Clock != "manual" {
+		return fmt.Errorf("--clock must be real or manual, not %q", c.Clock)
+	}
 	if c.Subject != "" && c.Credentials == "" {
 		return errors.New("--subject needs --credentials (a service-account key)")
 	}
@@ -194,11 +200,16 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 			rs.close(context.Background())
 		}
 	}()
+	now, advance := time.Now, func(time.Duration) {}
+	if c.Clock == "manual" {
+		clock := testclock.At(time.Now())
+		now, advance = clock.Now, clock.Advance
+	}
 	gcfg := relay.GmailConfig{Endpoint: c.GmailEndpoint}
 	mode := "gmail"
 	if c.sandbox() {
 		mode = "sandbox"
-		rs.Emulator = gmailfake.New(gmailfake.Options{})
+		rs.Emulator = gmailfake.New(gmailfake.Options{Now: now})
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("listen for the embedded emulator: %w", err)
@@ -218,12 +229,12 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	if err != nil {
 		return nil, err
 	}
-	lg, err := acceptlog.Open(c.Data, acceptlog.Options{})
+	lg, err := acceptlog.Open(c.Data, acceptlog.Options{Now: now})
 	if err != nil {
 		return nil, fmt.Errorf("open acceptance log %s: %w", c.Data, err)
 	}
 	rs.log = lg
-	faults := faultmodes.New(faultmodes.Options{Seed: c.FaultSeed, AllowCrash: c.AllowCrashFaults})
+	faults := faultmodes.New(faultmodes.Options{Seed: c.FaultSeed, AllowCrash: c.AllowCrashFaults, Now: now})
 	metrics := api.NewMetrics()
 	mailbox := c.Mailbox
 	if c.Subject != "" && mailbox == "me" {
@@ -231,22 +242,25 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	}
 	svc, err := relay.New(ctx, relay.Config{
 		Log: lg, Provider: metrics.Provider(gm), Policy: c.policy, Faults: faults,
-		Quota: relay.NewQuota(c.QuotaPerMinute, nil), Mailbox: mailbox, Logger: logger,
+		Quota: relay.NewQuota(c.QuotaPerMinute, now), Mailbox: mailbox, Logger: logger, Now: now,
 		SendTimeout: c.SendTimeout, Observer: metrics,
-		Crash: func() {
-			// The real crash: no deferred cleanup, no log write.
-			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {}
-		},
+		Crash:      crash,
+		CrashPoint: crashPoint(c.AllowCrashFaults, os.Getenv("GMAILRELAY_CRASH_AT"), logger),
 	})
 	if err != nil {
 		return nil, err
 	}
 	rs.svc = svc
 	rs.sweeper = sweeper.New(sweeper.Config{Service: svc, Interval: c.SweepInterval})
+	var clockAdvance func(time.Duration)
+	if c.Clock == "manual" {
+		clockAdvance = advance
+		logger.Warn().Msg("MANUAL CLOCK: time moves only through POST /admin/clock (testing mode)")
+	}
 	handler := api.New(api.Config{
 		Service: svc, Sweeper: rs.sweeper, APIToken: c.APIToken, AdminToken: c.AdminToken,
 		MsgIDDomain: c.policy.MsgIDDomain, FaultHeader: c.FaultHeader, Mode: mode, Metrics: metrics, Logger: logger,
+		AdvanceClock: clockAdvance,
 		Probe: func(ctx context.Context) error {
 			if t := gm.TokenError(); t != "" {
 				return errors.New("token refresh failing: " + t)
@@ -271,6 +285,28 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	}
 	ok = true
 	return rs, nil
+}
+
+// crash is the real crash: SIGKILL to ourselves, no deferred cleanup, no
+// log write.
+func crash() {
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}
+
+// crashPoint returns the CrashPoint hook for crash tests: with
+// --allow-crash-faults and GMAILRELAY_CRASH_AT=<point>, the process kills
+// itself the first time the send path reaches that point.
+func crashPoint(allowed bool, at string, logger zerolog.Logger) func(string) {
+	if !allowed || at == "" {
+		return nil
+	}
+	logger.Warn().Str("point", at).Msg("CRASH POINT ARMED: the process will SIGKILL itself there (crash testing)")
+	return func(point string) {
+		if point == at {
+			crash()
+		}
+	}
 }
 
 // close stops accepting, lets in-flight sends finish and be recorded,

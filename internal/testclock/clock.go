@@ -31,3 +31,6 @@ func (c *Clock) Advance(d time.Duration) {
 	defer c.mu.Unlock()
 	c.t = c.t.Add(d)
 }
+
+// At returns a clock reading t.
+func At(t time.Time) *Clock { return &Clock{t: t} }
