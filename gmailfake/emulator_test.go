@@ -739,3 +739,47 @@ func TestEmulatorLatencyOption(t *testing.T) {
 		t.Errorf("answer after %v, want at least 50ms", el)
 	}
 }
+
+func TestEmulatorPageTokenStableUnderNewMail(t *testing.T) {
+	_, svc, _ := emulator(t, gmailfake.Options{})
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, send(t, svc, rawMessage(msgID(i), "a@example.org", "p")).Id)
+	}
+	first, err := svc.Users.Messages.List("me").MaxResults(2).Do()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Messages) != 2 || first.Messages[0].Id != ids[2] || first.NextPageToken == "" {
+		t.Fatalf("first page: got %+v", first)
+	}
+	send(t, svc, rawMessage(msgID(9), "a@example.org", "arrived between pages"))
+	second, err := svc.Users.Messages.List("me").MaxResults(2).PageToken(first.NextPageToken).Do()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(second.Messages) != 1 || second.Messages[0].Id != ids[0] || second.NextPageToken != "" {
+		t.Errorf("second page: got %+v, want only %s and no further page", second.Messages, ids[0])
+	}
+}
+
+func TestEmulatorSetters(t *testing.T) {
+	clk := newClock()
+	srv, svc, _ := emulator(t, gmailfake.Options{Now: clk.Now})
+
+	srv.SetQuotaPerMinute(100) // one send a minute
+	send(t, svc, rawMessage(msgID(1), "a@example.org", "1"))
+	_, err := svc.Users.Messages.Send("me", &gmail.Message{Raw: b64(rawMessage(msgID(2), "a@example.org", "2"))}).Do()
+	apiError(t, err, http.StatusTooManyRequests, "rateLimitExceeded")
+	srv.SetQuotaPerMinute(0) // back to the default, refilled
+	send(t, svc, rawMessage(msgID(2), "a@example.org", "2"))
+
+	srv.SetIndexLag(time.Minute) // applies to messages already stored
+	if got := search(t, svc, "rfc822msgid:"+msgID(1)); len(got) != 0 {
+		t.Errorf("after SetIndexLag: got %v, want no hit", got)
+	}
+	clk.Advance(time.Minute)
+	if got := search(t, svc, "rfc822msgid:"+msgID(1)); len(got) != 1 {
+		t.Errorf("a minute later: got %v, want one hit", got)
+	}
+}

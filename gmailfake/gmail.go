@@ -313,39 +313,24 @@ func (s *Server) list(r *http.Request, _ appliedFault) (any, *apiError) {
 	defer s.mu.Unlock()
 	now := s.now()
 	var resp listResponse
+	var lastSeq uint64
 	for i := len(s.msgs) - 1; i >= 0; i-- { // newest first, as Gmail lists
 		m := s.msgs[i]
 		if now.Before(m.StoredAt.Add(s.indexLag)) || !hasLabels(m, labels) || !node.match(m) {
 			continue
 		}
+		// The estimate counts every match, whichever page is asked for.
 		resp.ResultSizeEstimate++
-		if after != 0 && m.seq >= after {
-			continue
-		}
-		if len(resp.Messages) == limit {
-			if resp.NextPageToken == "" {
-				resp.NextPageToken = strconv.FormatUint(resp.lastSeq(s), 10)
-			}
-			continue
-		}
-		resp.Messages = append(resp.Messages, listItem{ID: m.ID, ThreadID: m.ThreadID})
-	}
-	if after != 0 {
-		// Gmail's estimate covers what is left from this page on.
-		resp.ResultSizeEstimate = 0
-		for _, m := range s.msgs {
-			if m.seq < after && !now.Before(m.StoredAt.Add(s.indexLag)) && hasLabels(m, labels) && node.match(m) {
-				resp.ResultSizeEstimate++
-			}
+		switch {
+		case after != 0 && m.seq >= after: // on an earlier page
+		case len(resp.Messages) < limit:
+			resp.Messages = append(resp.Messages, listItem{ID: m.ID, ThreadID: m.ThreadID})
+			lastSeq = m.seq
+		default: // a later page exists: it starts below this page's last message
+			resp.NextPageToken = strconv.FormatUint(lastSeq, 10)
 		}
 	}
 	return resp, nil
-}
-
-// lastSeq is the sequence number of the last message on the page: the next
-// page starts below it.
-func (l *listResponse) lastSeq(s *Server) uint64 {
-	return s.byID[l.Messages[len(l.Messages)-1].ID].seq
 }
 
 func hasLabels(m *stored, want []string) bool {
