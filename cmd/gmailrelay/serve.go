@@ -49,6 +49,10 @@ type serveConfig struct {
 	Clock            string
 
 	policy *policy.Policy
+	// In-process users (demo, selftest) may pass these.
+	clock      *testclock.Clock   // the manual clock to use (with Clock "manual")
+	emulator   *gmailfake.Server  // the sandbox emulator to reuse across restarts
+	crashPoint func(point string) // CrashPoint hook
 }
 
 // parseServeFlags reads defaults, then the policy file, then GMAILRELAY_*
@@ -202,14 +206,19 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	}()
 	now, advance := time.Now, func(time.Duration) {}
 	if c.Clock == "manual" {
-		clock := testclock.At(time.Now())
-		now, advance = clock.Now, clock.Advance
+		if c.clock == nil {
+			c.clock = testclock.At(time.Now())
+		}
+		now, advance = c.clock.Now, c.clock.Advance
 	}
 	gcfg := relay.GmailConfig{Endpoint: c.GmailEndpoint}
 	mode := "gmail"
 	if c.sandbox() {
 		mode = "sandbox"
-		rs.Emulator = gmailfake.New(gmailfake.Options{Now: now})
+		rs.Emulator = c.emulator
+		if rs.Emulator == nil {
+			rs.Emulator = gmailfake.New(gmailfake.Options{Now: now})
+		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("listen for the embedded emulator: %w", err)
@@ -229,6 +238,9 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	if err != nil {
 		return nil, err
 	}
+	if c.crashPoint == nil {
+		c.crashPoint = crashPoint(c.AllowCrashFaults, os.Getenv("GMAILRELAY_CRASH_AT"), logger)
+	}
 	lg, err := acceptlog.Open(c.Data, acceptlog.Options{Now: now})
 	if err != nil {
 		return nil, fmt.Errorf("open acceptance log %s: %w", c.Data, err)
@@ -245,7 +257,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		Quota: relay.NewQuota(c.QuotaPerMinute, now), Mailbox: mailbox, Logger: logger, Now: now,
 		SendTimeout: c.SendTimeout, Observer: metrics,
 		Crash:      crash,
-		CrashPoint: crashPoint(c.AllowCrashFaults, os.Getenv("GMAILRELAY_CRASH_AT"), logger),
+		CrashPoint: c.crashPoint,
 	})
 	if err != nil {
 		return nil, err

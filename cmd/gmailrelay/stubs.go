@@ -16,7 +16,6 @@ func notYet(name string) func(context.Context, []string, io.Writer, io.Writer) i
 }
 
 var (
-	runDemo     = notYet("demo")
 	runAuth     = notYet("auth")
 	runSelftest = notYet("selftest")
 )

@@ -1,0 +1,300 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// demoRow is one line of the demo's table.
+type demoRow struct {
+	Mode     string
+	Caller   string // what the caller saw
+	Log      string // what the acceptance log says
+	Emulator int    // messages the emulator holds for the job
+	Effects  int    // effect lines in the log
+	OK       bool
+	Why      string
+}
+
+// demo runs the relay in-process against the embedded emulator, with a
+// manual clock so the sweeper's grace windows pass instantly.
+type demo struct {
+	ctx    context.Context
+	cfg    serveConfig
+	logger zerolog.Logger
+	clock  *testclock.Clock
+	emu    *gmailfake.Server
+	rs     *relayServer
+	client *http.Client
+}
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("gmailrelay demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	verbose := fs.Bool("v", false, "show the relay's logs")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	dir, err := os.MkdirTemp("", "gmailrelay-demo-")
+	if err != nil {
+		fmt.Fprintf(stderr, "gmailrelay demo: %v\n", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	logger := zerolog.Nop()
+	if *verbose {
+		logger = newLogger(stderr, "console", "info")
+	}
+	d := &demo{ctx: ctx, logger: logger, clock: testclock.At(time.Now()), client: &http.Client{Timeout: 30 * time.Second}}
+	d.emu = gmailfake.New(gmailfake.Options{Now: d.clock.Now, IndexLag: 30 * time.Second})
+	pol := policy.Default()
+	pol.MsgIDDomain = "demo.gmailrelay.local"
+	pol.Channels["default"] = policy.Channel{Name: "default", OnUnknown: policy.Retry, Grace: time.Minute, Checks: 2, MaxAttempts: 3}
+	pol.Channels["billing"] = policy.Channel{Name: "billing", OnUnknown: policy.Review, Grace: time.Minute, Checks: 1, MaxAttempts: 1}
+	d.cfg = serveConfig{Addr: "127.0.0.1:0", Data: filepath.Join(dir, "demo.db"), Mailbox: "me", Sandbox: true,
+		Clock: "manual", QuotaPerMinute: 6000, SweepInterval: time.Hour, SendTimeout: 30 * time.Second,
+		policy: pol, clock: d.clock, emulator: d.emu}
+	if err := d.start(nil); err != nil {
+		fmt.Fprintf(stderr, "gmailrelay demo: %v\n", err)
+		return 1
+	}
+	defer func() { d.rs.close(context.Background()) }()
+
+	fmt.Fprintln(stdout, "gmailrelay demo — EMULATOR RESULTS (the embedded Gmail emulator, not Gmail: a green run is not a Gmail guarantee)")
+	fmt.Fprintln(stdout)
+	rows := []demoRow{
+		d.rowFailBeforeForward(),
+		d.rowDropResponse(),
+		d.rowHappyPath(),
+		d.rowReviewChannel(),
+		d.rowCrashAndRecover(),
+	}
+	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MODE\tCALLER SAW\tLOG SAYS\tEMULATOR HOLDS\tEFFECT LINES\tVERDICT")
+	failed := 0
+	for _, r := range rows {
+		verdict := "PASS"
+		if !r.OK {
+			verdict, failed = "FAIL: "+r.Why, failed+1
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", r.Mode, r.Caller, r.Log, r.Emulator, r.Effects, verdict)
+	}
+	tw.Flush()
+	fmt.Fprintln(stdout)
+	if failed > 0 {
+		fmt.Fprintf(stdout, "%d of %d invariants FAILED\n", failed, len(rows))
+		return 1
+	}
+	fmt.Fprintf(stdout, "all %d invariants held (emulator results)\n", len(rows))
+	return 0
+}
+
+func (d *demo) start(crashPoint func(string)) error {
+	c := d.cfg
+	c.crashPoint = crashPoint
+	rs, err := startRelay(d.ctx, c, d.logger)
+	if err != nil {
+		return err
+	}
+	d.rs = rs
+	return nil
+}
+
+// restart closes the relay (as after a crash: in-flight work is not
+// recorded) and starts a new one on the same log file.
+func (d *demo) restart() error {
+	d.rs.close(context.Background())
+	return d.start(nil)
+}
+
+type demoAnswer struct {
+	status int    // 0: no HTTP answer (connection cut)
+	state  string // the state in a 2xx body
+}
+
+func (a demoAnswer) String() string {
+	if a.status == 0 {
+		return "connection cut"
+	}
+	if a.state != "" {
+		return fmt.Sprintf("%d %s", a.status, a.state)
+	}
+	return fmt.Sprint(a.status)
+}
+
+func (d *demo) send(key, channel string) demoAnswer {
+	body, _ := json.Marshal(map[string]string{"key": key, "to": "customer@example.org", "subject": "Your order shipped",
+		"body": "It is on its way.", "channel": channel})
+	resp, err := d.client.Post(d.rs.URL+"/v1/send", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return demoAnswer{}
+	}
+	defer resp.Body.Close()
+	var out struct {
+		State string `json:"state"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return demoAnswer{status: resp.StatusCode, state: out.State}
+}
+
+func (d *demo) admin(method, path string, body any) error {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(d.ctx, method, d.rs.URL+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	return nil
+}
+
+// settle moves time past several grace windows, sweeping after each.
+func (d *demo) settle() {
+	for range 4 {
+		d.clock.Advance(61 * time.Second)
+		_ = d.admin("POST", "/admin/sweep", nil)
+	}
+}
+
+// outcome reads the job from the log and the emulator's count.
+func (d *demo) outcome(key string) (acceptlog.Job, []acceptlog.Line, int) {
+	id := relay.MessageID(key, d.cfg.policy.MsgIDDomain)
+	j, _ := d.rs.log.Get(d.ctx, id)
+	lines, _ := d.rs.log.JobLines(d.ctx, id)
+	return j, lines, d.emu.Count(id)
+}
+
+func countKind(lines []acceptlog.Line, k acceptlog.Kind) int {
+	n := 0
+	for _, l := range lines {
+		if l.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+func describe(j acceptlog.Job, lines []acceptlog.Line) string {
+	s := string(j.State)
+	for _, l := range lines {
+		if l.Kind == acceptlog.KindEffect {
+			s += " (effect from " + l.Source + ")"
+		}
+	}
+	return s
+}
+
+func (d *demo) row(mode, caller, key string, want acceptlog.State, wantEffects int) demoRow {
+	j, lines, n := d.outcome(key)
+	r := demoRow{Mode: mode, Caller: caller, Log: describe(j, lines), Emulator: n, Effects: countKind(lines, acceptlog.KindEffect)}
+	switch {
+	case j.State != want:
+		r.Why = fmt.Sprintf("state %s, want %s", j.State, want)
+	case n != 1:
+		r.Why = fmt.Sprintf("emulator holds %d, want exactly 1", n)
+	case r.Effects != wantEffects:
+		r.Why = fmt.Sprintf("%d effect lines, want %d", r.Effects, wantEffects)
+	default:
+		r.OK = true
+	}
+	return r
+}
+
+func (d *demo) rowFailBeforeForward() demoRow {
+	const key = "demo:fail-before-forward"
+	if err := d.admin("POST", "/admin/faults", map[string]any{"mode": "fail-before-forward", "key": key, "count": 1}); err != nil {
+		return demoRow{Mode: "fail-before-forward", Why: err.Error()}
+	}
+	first := d.send(key, "")
+	retry := d.send(key, "")
+	d.settle()
+	return d.row("fail-before-forward", first.String()+", retry "+retry.String(), key, acceptlog.StateSent, 1)
+}
+
+func (d *demo) rowDropResponse() demoRow {
+	const key = "demo:forward-then-drop-response"
+	if err := d.admin("POST", "/admin/faults", map[string]any{"mode": "forward-then-drop-response", "key": key, "count": 1}); err != nil {
+		return demoRow{Mode: "forward-then-drop-response", Why: err.Error()}
+	}
+	first := d.send(key, "")
+	retry := d.send(key, "")
+	d.settle()
+	return d.row("forward-then-drop-response", first.String()+", retry "+retry.String(), key, acceptlog.StateSent, 1)
+}
+
+func (d *demo) rowHappyPath() demoRow {
+	const key = "demo:forward-and-respond"
+	if err := d.admin("POST", "/admin/faults", map[string]any{"mode": "forward-and-respond", "key": key}); err != nil {
+		return demoRow{Mode: "forward-and-respond", Why: err.Error()}
+	}
+	first := d.send(key, "")
+	d.settle()
+	return d.row("forward-and-respond", first.String(), key, acceptlog.StateSent, 1)
+}
+
+func (d *demo) rowReviewChannel() demoRow {
+	const key = "demo:billing-drop"
+	if err := d.admin("POST", "/admin/faults", map[string]any{"mode": "forward-then-drop-response", "key": key, "count": 1}); err != nil {
+		return demoRow{Mode: "drop-response, review channel", Why: err.Error()}
+	}
+	first := d.send(key, "billing")
+	retry := d.send(key, "billing")
+	d.settle()
+	return d.row("drop-response, review channel", first.String()+", retry "+retry.String(), key, acceptlog.StateReview, 0)
+}
+
+func (d *demo) rowCrashAndRecover() demoRow {
+	const key = "demo:crash-after-gmail-accepted"
+	mode := "crash after Gmail accepted + restart"
+	d.rs.close(context.Background())
+	// Simulated in-process crash: the send path stops right after Gmail's
+	// answer, before anything is recorded, and the caller's connection dies.
+	if err := d.start(func(point string) {
+		if point == relay.CrashAfterGmailAnswer {
+			panic(http.ErrAbortHandler)
+		}
+	}); err != nil {
+		return demoRow{Mode: mode, Why: err.Error()}
+	}
+	first := d.send(key, "")
+	if err := d.restart(); err != nil {
+		return demoRow{Mode: mode, Why: err.Error()}
+	}
+	d.settle()
+	return d.row(mode, first.String(), key, acceptlog.StateSent, 1)
+}
+
