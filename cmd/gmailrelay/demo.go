@@ -297,4 +297,3 @@ func (d *demo) rowCrashAndRecover() demoRow {
 	d.settle()
 	return d.row(mode, first.String(), key, acceptlog.StateSent, 1)
 }
-

@@ -148,6 +148,14 @@ func (c *serveConfig) validate() error {
 	if c.Clock != "real" && c.Clock != "manual" {
 		return fmt.Errorf("--clock must be real or manual, not %q", c.Clock)
 	}
+	if c.Credentials == "" && c.GmailEndpoint == "" && !c.Sandbox {
+		// The token `gmailrelay auth` stored, if there is one.
+		if p := defaultTokenPath(); p != "" {
+			if _, err := os.Stat(p); err == nil {
+				c.Credentials = p
+			}
+		}
+	}
 	if c.Subject != "" && c.Credentials == "" {
 		return errors.New("--subject needs --credentials (a service-account key)")
 	}

@@ -16,6 +16,5 @@ func notYet(name string) func(context.Context, []string, io.Writer, io.Writer) i
 }
 
 var (
-	runAuth     = notYet("auth")
 	runSelftest = notYet("selftest")
 )

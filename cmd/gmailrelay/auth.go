@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/google"
+
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// defaultTokenPath is where `auth` stores the token and where `serve`
+// looks for one when --credentials is not given.
+func defaultTokenPath() string {
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "gmailrelay", "token.json")
+}
+
+// authorizedUser is Google's authorized-user credentials JSON, the format
+// `serve --credentials` reads (google.CredentialsFromJSON).
+type authorizedUser struct {
+	Type         string `json:"type"`
+	ClientID     string `json:"client_id"`
+	ClientSecret string `json:"client_secret"`
+	RefreshToken string `json:"refresh_token"`
+}
+
+func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("gmailrelay auth", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	secret := fs.String("client-secret", "", "OAuth client JSON downloaded from Google Cloud (Desktop app)")
+	out := fs.String("out", defaultTokenPath(), "where to write the token (authorized-user JSON, mode 0600)")
+	timeout := fs.Duration("timeout", 5*time.Minute, "how long to wait for the browser")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *secret == "" || *out == "" {
+		fmt.Fprintln(stderr, "gmailrelay auth: --client-secret is required (and --out when no config dir is known)")
+		return 2
+	}
+	data, err := os.ReadFile(*secret)
+	if err != nil {
+		fmt.Fprintf(stderr, "gmailrelay auth: --client-secret: %v\n", err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	tok, cfg, err := loopbackFlow(ctx, data, func(url string) {
+		fmt.Fprintf(stdout, "Open this URL in a browser on this machine and allow access:\n\n  %s\n\nWaiting for Google to redirect back...\n", url)
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "gmailrelay auth: %v\n", err)
+		return 1
+	}
+	if err := writeToken(*out, authorizedUser{Type: "authorized_user", ClientID: cfg.ClientID,
+		ClientSecret: cfg.ClientSecret, RefreshToken: tok.RefreshToken}); err != nil {
+		fmt.Fprintf(stderr, "gmailrelay auth: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "Token stored in %s (mode 0600). `gmailrelay serve` uses it when --credentials is not given.\n", *out)
+	return 0
+}
+
+// loopbackFlow runs the OAuth installed-app flow with a loopback redirect
+// on a random port, state and PKCE, and returns the token.
+func loopbackFlow(ctx context.Context, clientJSON []byte, show func(url string)) (*oauth2.Token, *oauth2.Config, error) {
+	cfg, err := google.ConfigFromJSON(clientJSON, relay.Scopes...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--client-secret: %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen for the redirect: %w", err)
+	}
+	defer ln.Close()
+	cfg.RedirectURL = "http://" + ln.Addr().String() + "/callback"
+	stateBytes := make([]byte, 16)
+	_, _ = rand.Read(stateBytes)
+	state := hex.EncodeToString(stateBytes)
+	verifier := oauth2.GenerateVerifier()
+
+	type result struct {
+		code string
+		err  error
+	}
+	got := make(chan result, 1)
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/callback" {
+			http.NotFound(w, r)
+			return
+		}
+		q := r.URL.Query()
+		var res result
+		switch {
+		case q.Get("state") != state:
+			res.err = errors.New("redirect carried the wrong state; try again")
+		case q.Get("error") != "":
+			res.err = fmt.Errorf("Google refused: %s", q.Get("error"))
+		case q.Get("code") == "":
+			res.err = errors.New("redirect carried no code")
+		default:
+			res.code = q.Get("code")
+		}
+		if res.err != nil {
+			http.Error(w, res.err.Error(), http.StatusBadRequest)
+		} else {
+			fmt.Fprintln(w, "gmailrelay is authorised. You can close this tab.")
+		}
+		select {
+		case got <- res:
+		default:
+		}
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	show(cfg.AuthCodeURL(state, oauth2.AccessTypeOffline, oauth2.SetAuthURLParam("prompt", "consent"),
+		oauth2.S256ChallengeOption(verifier)))
+	var res result
+	select {
+	case res = <-got:
+	case <-ctx.Done():
+		return nil, nil, fmt.Errorf("no redirect from the browser: %w", ctx.Err())
+	}
+	if res.err != nil {
+		return nil, nil, res.err
+	}
+	tok, err := cfg.Exchange(ctx, res.code, oauth2.VerifierOption(verifier))
+	if err != nil {
+		return nil, nil, fmt.Errorf("exchange the code: %w", err)
+	}
+	if tok.RefreshToken == "" {
+		return nil, nil, errors.New("Google returned no refresh token; revoke the app's access at myaccount.google.com/permissions and run auth again")
+	}
+	return tok, cfg, nil
+}
+
+// writeToken writes the credentials with mode 0600, atomically.
+func writeToken(path string, u authorizedUser) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
+	}
+	data, err := json.MarshalIndent(u, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".token-*")
+	if err != nil {
+		return fmt.Errorf("write token: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write token: %w", err)
+	}
+	if _, err := tmp.Write(append(data, '\n')); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write token: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write token: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write token: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write token %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeGoogle is a tiny OAuth authorization server: the token endpoint
+// checks the code and the PKCE verifier's presence and hands out tokens.
+func fakeGoogle(t *testing.T) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/token" {
+			http.NotFound(w, r)
+			return
+		}
+		_ = r.ParseForm()
+		if r.Form.Get("code") != "the-code" || r.Form.Get("code_verifier") == "" {
+			http.Error(w, `{"error":"invalid_grant"}`, http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"access_token":"at","refresh_token":"rt-123","token_type":"Bearer","expires_in":3600}`)
+	}))
+}
+
+func TestAuthLoopbackFlowStoresToken0600(t *testing.T) {
+	g := fakeGoogle(t)
+	defer g.Close()
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "client.json")
+	os.WriteFile(secret, []byte(`{"installed":{"client_id":"cid","client_secret":"csec","auth_uri":"`+g.URL+`/auth","token_uri":"`+g.URL+`/token","redirect_uris":["http://localhost"]}}`), 0o600)
+	out := filepath.Join(dir, "sub", "token.json")
+
+	pr, pw := io.Pipe()
+	var code int
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var stderr bytes.Buffer
+	go func() {
+		defer wg.Done()
+		code = runAuth(context.Background(), []string{"--client-secret", secret, "--out", out, "--timeout", "30s"}, pw, &stderr)
+		pw.Close()
+	}()
+	// Play the browser: read the printed URL, follow the redirect with a code.
+	buf := make([]byte, 4096)
+	var printed string
+	for !strings.Contains(printed, "Waiting") {
+		n, err := pr.Read(buf)
+		if err != nil {
+			t.Fatalf("read auth output: %v (%s)", err, stderr.String())
+		}
+		printed += string(buf[:n])
+	}
+	m := regexp.MustCompile(`https?://\S+`).FindString(printed)
+	u, err := url.Parse(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	if !strings.Contains(q.Get("scope"), "gmail.send") || !strings.Contains(q.Get("scope"), "gmail.readonly") ||
+		q.Get("code_challenge") == "" || q.Get("access_type") != "offline" {
+		t.Errorf("auth URL %s lacks scopes, PKCE or offline access", m)
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get(q.Get("redirect_uri") + "?state=wrong&code=the-code")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("wrong state answered %d, want 400", resp.StatusCode)
+	}
+	go io.Copy(io.Discard, pr)
+	wg.Wait()
+	if code == 0 {
+		t.Fatalf("a redirect with the wrong state must fail the flow")
+	}
+
+	// Again, the right way.
+	pr, pw = io.Pipe()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		code = runAuth(context.Background(), []string{"--client-secret", secret, "--out", out, "--timeout", "30s"}, pw, &stderr)
+		pw.Close()
+	}()
+	printed = ""
+	for !strings.Contains(printed, "Waiting") {
+		n, err := pr.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		printed += string(buf[:n])
+	}
+	u, _ = url.Parse(regexp.MustCompile(`https?://\S+`).FindString(printed))
+	q = u.Query()
+	resp, err = client.Get(q.Get("redirect_uri") + "?state=" + url.QueryEscape(q.Get("state")) + "&code=the-code")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	go io.Copy(io.Discard, pr)
+	wg.Wait()
+	if code != 0 {
+		t.Fatalf("auth exit %d: %s", code, stderr.String())
+	}
+	st, err := os.Stat(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("token file mode %v, want 0600", st.Mode().Perm())
+	}
+	var u2 authorizedUser
+	data, _ := os.ReadFile(out)
+	if err := json.Unmarshal(data, &u2); err != nil || u2.Type != "authorized_user" || u2.RefreshToken != "rt-123" || u2.ClientID != "cid" {
+		t.Errorf("token file %s, want an authorized_user with the refresh token", data)
+	}
+}
+
+func TestAuthBadFlagsExit2(t *testing.T) {
+	var out, errb bytes.Buffer
+	for _, args := range [][]string{{}, {"--client-secret", "/nonexistent.json"}, {"--bogus"}} {
+		if code := runAuth(context.Background(), args, &out, &errb); code != 2 {
+			t.Errorf("auth %v: exit %d, want 2", args, code)
+		}
+	}
+}
