@@ -193,13 +193,13 @@ type relayServer struct {
 	EmulatorURL string // sandbox only
 	Emulator    *gmailfake.Server
 
-	logger  zerolog.Logger
-	http    *http.Server
-	emuHTTP *http.Server
-	sweeper *sweeper.Sweeper
-	svc     *relay.Service
-	log     *acceptlog.Log
-	served  chan error
+	logger       zerolog.Logger
+	http         *http.Server
+	stopEmulator func()
+	sweeper      *sweeper.Sweeper
+	svc          *relay.Service
+	log          *acceptlog.Log
+	served       chan error
 }
 
 // startRelay opens the log, builds the provider, recovers, starts the
@@ -227,13 +227,11 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		if rs.Emulator == nil {
 			rs.Emulator = gmailfake.New(gmailfake.Options{Now: now})
 		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		url, stop, err := serveEmulator(rs.Emulator)
 		if err != nil {
-			return nil, fmt.Errorf("listen for the embedded emulator: %w", err)
+			return nil, err
 		}
-		rs.EmulatorURL = "http://" + ln.Addr().String()
-		rs.emuHTTP = &http.Server{Handler: rs.Emulator.Handler(), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = rs.emuHTTP.Serve(ln) }()
+		rs.EmulatorURL, rs.stopEmulator = url, stop
 		gcfg.Endpoint = rs.EmulatorURL
 	} else if c.Credentials != "" {
 		data, err := os.ReadFile(c.Credentials)
@@ -341,8 +339,8 @@ func (rs *relayServer) close(ctx context.Context) {
 	if rs.sweeper != nil {
 		rs.sweeper.Stop()
 	}
-	if rs.emuHTTP != nil {
-		_ = rs.emuHTTP.Shutdown(ctx)
+	if rs.stopEmulator != nil {
+		rs.stopEmulator()
 	}
 	if rs.log != nil {
 		_ = rs.log.Close()

@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/mail"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/relay"
+	"github.com/gmailrelay/gmailrelay/sweeper"
+)
+
+// selftestOptions configure one self-test run. now and sleep let tests
+// run it on a manual clock.
+type selftestOptions struct {
+	To          string
+	Gmail       relay.GmailConfig
+	Mailbox     string
+	MsgIDDomain string
+	Window      time.Duration // how long to wait for the message to be found
+	Poll        time.Duration // time between searches (also the sweeper's grace)
+	Label       string        // "Gmail" or "the Gmail emulator", for the report
+	now         func() time.Time
+	sleep       func(ctx context.Context, d time.Duration) error
+}
+
+// selftestReport is what a run found.
+type selftestReport struct {
+	MessageID   string
+	Found       bool
+	IndexLag    time.Duration // from the send to the search that found it
+	Searches    int
+	HandleKept  *bool // nil: not determined
+	QuotaUnits  int64
+	FinalState  acceptlog.State
+	Verdict     string
+	Trustworthy bool
+}
+
+func runSelftest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("gmailrelay selftest", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	live := fs.Bool("live", false, "run against a real mailbox (needs --to and credentials), not the embedded emulator")
+	to := fs.String("to", "", "the mailbox's OWN address: the only recipient the self-test ever sends to")
+	creds := fs.String("credentials", "", "Google credentials JSON (default: the token `gmailrelay auth` stored)")
+	subject := fs.String("subject", "", "user a service account acts for")
+	endpoint := fs.String("gmail-endpoint", "", "base URL of a Gmail-compatible API (e.g. a running `gmailrelay fakegmail`)")
+	domain := fs.String("msgid-domain", "selftest.gmailrelay.local", "domain part of the test Message-ID")
+	window := fs.Duration("window", 30*time.Minute, "how long to wait for Gmail's search to find the message")
+	poll := fs.Duration("poll", 30*time.Second, "time between searches")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	o := selftestOptions{To: *to, MsgIDDomain: *domain, Window: *window, Poll: *poll, Mailbox: "me"}
+	if *window <= 0 || *poll <= 0 || *poll > *window {
+		fmt.Fprintln(stderr, "gmailrelay selftest: --window and --poll must be positive, with --poll <= --window")
+		return 2
+	}
+	if err := relay.ValidDomain(*domain); err != nil {
+		fmt.Fprintf(stderr, "gmailrelay selftest: --msgid-domain: %v\n", err)
+		return 2
+	}
+	if !*live {
+		// Sandbox: the embedded emulator, on a manual clock with a 90s index lag.
+		clock := testclock.At(time.Now())
+		emu := gmailfake.New(gmailfake.Options{Now: clock.Now, IndexLag: 90 * time.Second})
+		url, stop, err := serveEmulator(emu)
+		if err != nil {
+			fmt.Fprintf(stderr, "gmailrelay selftest: %v\n", err)
+			return 1
+		}
+		defer stop()
+		if o.To == "" {
+			o.To = gmailfake.DefaultAccount
+		}
+		o.Gmail, o.Label, o.now = relay.GmailConfig{Endpoint: url}, "the embedded Gmail emulator (EMULATOR RESULT, not Gmail)", clock.Now
+		o.sleep = func(_ context.Context, d time.Duration) error { clock.Advance(d); return nil }
+		o.Window, o.Poll = 10*time.Minute, 30*time.Second
+	} else {
+		if o.To == "" {
+			fmt.Fprintln(stderr, "gmailrelay selftest --live: --to <your own address> is required")
+			return 2
+		}
+		o.Gmail = relay.GmailConfig{Endpoint: *endpoint, Subject: *subject}
+		o.Label = "Gmail"
+		if *endpoint != "" {
+			o.Label = "the Gmail-compatible API at " + *endpoint
+		}
+		if *creds == "" && *endpoint == "" {
+			*creds = defaultTokenPath()
+		}
+		if *creds != "" {
+			data, err := os.ReadFile(*creds)
+			if err != nil {
+				fmt.Fprintf(stderr, "gmailrelay selftest: --credentials: %v (run `gmailrelay auth` first)\n", err)
+				return 2
+			}
+			o.Gmail.CredentialsJSON = data
+		}
+		if *subject != "" {
+			o.Mailbox = *subject
+		}
+	}
+	rep, err := selftest(ctx, o, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "gmailrelay selftest: %v\n", err)
+		return 1
+	}
+	if !rep.Trustworthy {
+		return 1
+	}
+	return 0
+}
+
+// selftest sends one message to o.To with its response dropped, then runs
+// the sweeper until the message is found by Message-ID or the window ends.
+// When it is not found, a second message (a normal send) is read back to
+// tell whether the provider replaced the Message-ID.
+func selftest(ctx context.Context, o selftestOptions, w io.Writer) (selftestReport, error) {
+	var rep selftestReport
+	addr, err := mail.ParseAddress(o.To)
+	if err != nil || addr.Name != "" {
+		return rep, fmt.Errorf("--to %q: one plain address is required (the mailbox's own)", o.To)
+	}
+	if o.now == nil {
+		o.now = time.Now
+	}
+	if o.sleep == nil {
+		o.sleep = func(ctx context.Context, d time.Duration) error {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-t.C:
+				return nil
+			}
+		}
+	}
+	dir, err := os.MkdirTemp("", "gmailrelay-selftest-")
+	if err != nil {
+		return rep, err
+	}
+	defer os.RemoveAll(dir)
+	lg, err := acceptlog.Open(filepath.Join(dir, "selftest.db"), acceptlog.Options{Now: o.now})
+	if err != nil {
+		return rep, err
+	}
+	defer lg.Close()
+	gm, err := relay.NewGmail(ctx, o.Gmail)
+	if err != nil {
+		return rep, err
+	}
+	checks := int(o.Window/o.Poll) + 2 // never resend inside the window
+	pol := &policy.Policy{MsgIDDomain: o.MsgIDDomain, VerifyHandle: policy.VerifyAlways, Channels: map[string]policy.Channel{
+		"selftest": {Name: "selftest", OnUnknown: policy.Retry, Grace: o.Poll, Checks: checks, MaxAttempts: 1},
+	}}
+	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: gm, Policy: pol, Mailbox: o.Mailbox, Now: o.now,
+		Logger: zerolog.Nop(), Quota: relay.NewQuota(6000, o.now)})
+	if err != nil {
+		return rep, err
+	}
+	sw := sweeper.New(sweeper.Config{Service: svc})
+	nonce := o.now().UTC().Format("20060102T150405.000000000")
+	send := func(key, subject string, fault faultmodes.Decision) (relay.Result, error) {
+		p, err := relay.Prepare(relay.SendRequest{Key: key, To: relay.AddressList{addr.Address}, Channel: "selftest",
+			Subject: subject, Text: "gmailrelay self-test. You can delete this message.\r\n"}, "", o.MsgIDDomain, o.now())
+		if err != nil {
+			return relay.Result{}, err
+		}
+		return svc.Send(ctx, p, relay.SendOptions{Fault: fault})
+	}
+
+	fmt.Fprintf(w, "gmailrelay self-test against %s, mailbox %s, sending only to %s\n", o.Label, o.Mailbox, addr.Address)
+	start := o.now()
+	res, err := send("selftest:ambiguous:"+nonce, "gmailrelay self-test (ambiguous send) "+nonce,
+		faultmodes.Decision{RuleID: "selftest", Mode: faultmodes.ForwardThenDropResponse})
+	if err != nil {
+		return rep, fmt.Errorf("send: %w", err)
+	}
+	rep.MessageID = res.Job.MessageID
+	fmt.Fprintf(w, "1. sent %s with forward-then-drop-response: the relay logged it %s\n", rep.MessageID, res.Job.State)
+	for o.now().Sub(start) <= o.Window {
+		if err := o.sleep(ctx, o.Poll); err != nil {
+			return rep, err
+		}
+		r, err := sw.RunOnce(ctx)
+		if err != nil {
+			return rep, fmt.Errorf("sweep: %w", err)
+		}
+		rep.Searches += r.Checked
+		j, err := lg.Get(ctx, rep.MessageID)
+		if err != nil {
+			return rep, err
+		}
+		if j.State != acceptlog.StateUnknown {
+			rep.FinalState = j.State
+			rep.Found = j.State == acceptlog.StateSent
+			rep.IndexLag = o.now().Sub(start)
+			break
+		}
+		fmt.Fprintf(w, "   %s: not found yet (search index lag), checking again in %s\n", o.now().Sub(start).Round(time.Second), o.Poll)
+	}
+	if rep.Found {
+		kept := true
+		rep.HandleKept = &kept
+		fmt.Fprintf(w, "2. found by rfc822msgid: after ~%s and marked sent, without a resend\n", rep.IndexLag.Round(time.Second))
+	} else {
+		fmt.Fprintf(w, "2. NOT found by rfc822msgid: within %s (state %s)\n", o.Window, rep.FinalState)
+		res, err := send("selftest:handle:"+nonce, "gmailrelay self-test (Message-ID check) "+nonce, faultmodes.Decision{})
+		if err == nil && res.Job.State == acceptlog.StateSent {
+			lines, _ := lg.JobLines(ctx, res.Job.MessageID)
+			for _, l := range lines {
+				if l.Kind == acceptlog.KindHandle && l.HandleKept != nil {
+					rep.HandleKept = l.HandleKept
+					fmt.Fprintf(w, "3. a normal send's Message-ID read back: ours %s, stored %s\n", res.Job.MessageID, l.StoredMessageID)
+				}
+			}
+		}
+	}
+	rep.QuotaUnits = svc.Quota().Spent()
+	switch {
+	case rep.Found:
+		rep.Trustworthy = true
+		rep.Verdict = "PASS: the Message-ID survived and search found the ambiguous send; reconciliation works on this mailbox"
+	case rep.HandleKept != nil && !*rep.HandleKept:
+		rep.Verdict = "FAIL: the provider replaced our Message-ID; search cannot find ambiguous sends here. Use review channels (on_unknown: review)"
+	default:
+		rep.Verdict = "INCONCLUSIVE: not found within the window; the search index may be slower. Run again with a longer --window"
+	}
+	kept := "unknown"
+	if rep.HandleKept != nil {
+		kept = fmt.Sprint(*rep.HandleKept)
+	}
+	fmt.Fprintf(w, "\nreport (%s):\n  message id:       %s\n  message id kept:  %s\n  index lag:        %s\n  searches:         %d\n  quota units used: %d\n  verdict:          %s\n",
+		o.Label, rep.MessageID, kept, lagText(rep), rep.Searches, rep.QuotaUnits, rep.Verdict)
+	return rep, nil
+}
+
+func lagText(r selftestReport) string {
+	if !r.Found {
+		return "not found"
+	}
+	return "~" + r.IndexLag.Round(time.Second).String()
+}
+
+// serveEmulator serves emu on a loopback port and returns its URL and a
+// stop function.
+func serveEmulator(emu *gmailfake.Server) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, fmt.Errorf("listen for the emulator: %w", err)
+	}
+	srv := &http.Server{Handler: emu.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
+}
