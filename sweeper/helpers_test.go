@@ -64,7 +64,9 @@ type setup struct {
 	indexLag      time.Duration
 	emulatorQuota int // per minute; 0 = the emulator's default
 	relayQuota    int // per minute; 0 = plenty
+	quotaStatus   int // the emulator's over-quota answer: 429 (0) or 403
 	batchSize     int
+	limit         int // due jobs per pass; 0 = the sweeper's default
 }
 
 // harness is a relay and a sweeper over a real acceptance log and the Gmail
@@ -90,7 +92,7 @@ func newHarness(t *testing.T, set setup) *harness {
 	t.Helper()
 	h := &harness{t: t, ctx: context.Background(), clock: newClock(), set: set}
 	var url string
-	h.srv, url = gmailfake.NewTestServer(t, gmailfake.Options{IndexLag: set.indexLag, Now: h.clock.Now, QuotaPerMinute: set.emulatorQuota})
+	h.srv, url = gmailfake.NewTestServer(t, gmailfake.Options{IndexLag: set.indexLag, Now: h.clock.Now, QuotaPerMinute: set.emulatorQuota, QuotaStatus: set.quotaStatus})
 	prov, err := relay.NewGmail(h.ctx, relay.GmailConfig{Endpoint: url})
 	if err != nil {
 		t.Fatalf("gmail client: %v", err)
@@ -116,7 +118,7 @@ func (h *harness) build(perMinute int) {
 		h.t.Fatalf("relay.New: %v", err)
 	}
 	h.svc = svc
-	h.sw = sweeper.New(sweeper.Config{Service: svc, BatchSize: h.set.batchSize, Interval: time.Hour})
+	h.sw = sweeper.New(sweeper.Config{Service: svc, BatchSize: h.set.batchSize, Limit: h.set.limit, Interval: time.Hour})
 }
 
 // restart closes the log, opens it again and builds a new Service (which

@@ -73,6 +73,9 @@ const (
 // failed with a 5xx or transport error (never more than its grace).
 const errorDelay = 30 * time.Second
 
+// maxHeaders bounds the cache of Message-IDs read back from Gmail.
+const maxHeaders = 10000
+
 // Config wires a Sweeper. Service is required.
 type Config struct {
 	// Service is the send path: its log, provider, policy, quota and
@@ -154,6 +157,10 @@ type Sweeper struct {
 
 	passMu  sync.Mutex    // serialises passes
 	backoff time.Duration // last rate-limit backoff; guarded by passMu
+	// headers maps Gmail message ids to their Message-ID (immutable in
+	// Gmail), so that a pass cut short by quota does not read the same
+	// messages again. Guarded by passMu; bounded by maxHeaders.
+	headers map[string]string
 
 	totalsMu sync.Mutex
 	totals   Result
@@ -172,8 +179,9 @@ func New(cfg Config) *Sweeper {
 	s := &Sweeper{
 		svc: cfg.Service, log: cfg.Service.Log(), now: cfg.Now,
 		batch: cfg.BatchSize, limit: cfg.Limit, interval: cfg.Interval,
-		passes: make(chan Result, passesBuffer),
-		wake:   make(chan struct{}, 1),
+		passes:  make(chan Result, passesBuffer),
+		headers: map[string]string{},
+		wake:    make(chan struct{}, 1),
 	}
 	if s.now == nil {
 		s.now = cfg.Service.Now
@@ -284,6 +292,18 @@ func (s *Sweeper) RunOnce(ctx context.Context) (Result, error) {
 	defer s.passMu.Unlock()
 	p := &pass{s: s, now: s.now(), mailboxes: map[string]acceptlog.Mailbox{}}
 	err := p.run(ctx)
+	switch {
+	case !p.limited:
+		s.backoff = 0
+	case p.res.Checked+p.res.Resent+p.res.Retried > 0:
+		// Rate limited after some progress: the pause was about right, so
+		// the next 429 doubles back to it. Passes that Gmail stops before
+		// any progress double it every time.
+		s.backoff /= 2
+	}
+	if len(s.headers) > maxHeaders {
+		s.headers = map[string]string{}
+	}
 	res := p.res
 	s.totalsMu.Lock()
 	s.totals.add(res)
@@ -306,6 +326,8 @@ type pass struct {
 	stopped bool
 	// searchCost is the quota the last search spent.
 	searchCost int
+	// limited: Gmail answered with a rate limit during this pass.
+	limited bool
 }
 
 // errStopped ends a search when the pass had to stop; errChanged ends a
@@ -324,6 +346,7 @@ const (
 	actVerify                // sent, not verified: search once
 	actRetry                 // retryable failure on a retry channel
 	actUntrust               // unknown in a mailbox whose handle is untrusted: review
+	actResend                // unknown with every check done, resend not made yet
 )
 
 func (p *pass) run(ctx context.Context) error {
@@ -404,6 +427,11 @@ func (p *pass) classify(ctx context.Context, j acceptlog.Job) (action, error) {
 		case mb.HandleUntrusted:
 			return actClear, nil // a miss proves nothing there; Gmail's answer stands
 		case j.State == acceptlog.StateUnknown:
+			if ch := p.channel(j.Channel); ch.OnUnknown == policy.Retry && j.Checks >= ch.Checks {
+				// Its last miss is recorded; the resend waited for quota
+				// (or a crash came between the two).
+				return actResend, nil
+			}
 			return actSearch, nil
 		}
 		return actVerify, nil
@@ -449,6 +477,8 @@ func (p *pass) handle(ctx context.Context, j acceptlog.Job, act action) (done bo
 		return true, err
 	case actRetry:
 		return p.retry(ctx, j)
+	case actResend:
+		return p.resend(ctx, j, 0)
 	}
 	_, err = p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
 		n.NextCheckAt = time.Time{}
@@ -530,8 +560,6 @@ func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.Stat
 		Str("state", string(res.Job.State)).Msg("sweeper made a new attempt with the same Message-ID")
 	if res.Job.State == acceptlog.StateFailed && res.Job.LastReason == "rate_limited" {
 		p.rateLimited(0) // Gmail said 429 to the send: nothing more this pass
-	} else {
-		p.s.backoff = 0
 	}
 	return true, nil
 }
@@ -613,7 +641,6 @@ func (p *pass) find(ctx context.Context, mailbox, q string, jobs []acceptlog.Job
 		if err != nil {
 			return nil, p.gmailErr(err)
 		}
-		p.s.backoff = 0
 		ids = append(ids, page.IDs...)
 		if page.NextPageToken == "" {
 			break
@@ -631,17 +658,23 @@ func (p *pass) find(ctx context.Context, mailbox, q string, jobs []acceptlog.Job
 	if len(ids) == 0 {
 		return hits, nil
 	}
-	// Reserve every read at once: a pass that runs out half-way would have
-	// spent its list for nothing.
-	if !p.take(relay.UnitsGet*len(ids), spent) {
-		return nil, errStopped
-	}
-	p.searchCost += relay.UnitsGet * len(ids)
 	want := make(map[string]bool, len(jobs))
 	for _, j := range jobs {
 		want[j.MessageID] = true
 	}
+	var unread []string
 	for _, id := range ids {
+		if _, ok := p.s.headers[id]; !ok {
+			unread = append(unread, id)
+		}
+	}
+	// Reserve every read at once: a pass that runs out half-way would have
+	// spent its list for nothing.
+	if len(unread) > 0 && !p.take(relay.UnitsGet*len(unread), spent) {
+		return nil, errStopped
+	}
+	p.searchCost += relay.UnitsGet * len(unread)
+	for _, id := range unread {
 		h, err := prov.GetHeader(ctx, mailbox, id)
 		var gerr *googleapi.Error
 		if errors.As(err, &gerr) && gerr.Code == http.StatusNotFound {
@@ -650,9 +683,11 @@ func (p *pass) find(ctx context.Context, mailbox, q string, jobs []acceptlog.Job
 		if err != nil {
 			return nil, p.gmailErr(err)
 		}
-		p.s.backoff = 0
-		if want[h.MessageID] {
-			hits[h.MessageID] = append(hits[h.MessageID], hit{id: h.ID, labels: h.LabelIDs})
+		p.s.headers[id] = h.MessageID
+	}
+	for _, id := range ids {
+		if mid, ok := p.s.headers[id]; ok && want[mid] {
+			hits[mid] = append(hits[mid], hit{id: id, labels: []string{sentLabel}})
 		}
 	}
 	return hits, nil
@@ -693,6 +728,7 @@ func (p *pass) gmailErr(err error) error {
 // with a rate reason): exponentially longer on every consecutive one, with
 // jitter, and never shorter than Gmail's own retry time. The pass stops.
 func (p *pass) rateLimited(retryIn time.Duration) {
+	p.limited = true
 	b := min(max(minBackoff, 2*p.s.backoff), maxBackoff)
 	p.s.backoff = b
 	d := max(b, retryIn) + rand.N(b/2+1)
@@ -764,7 +800,7 @@ func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hit
 		return true, err
 	}
 	// Record the miss first: if the resend cannot go now, the job stays due
-	// and the next pass searches again before resending.
+	// with its checks done, and a later pass resends it without searching.
 	written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
 		n.Checks = check
 		return []acceptlog.Line{search}
@@ -774,7 +810,24 @@ func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hit
 		return true, err
 	}
 	j.Checks = check
-	ok, err := p.attempt(ctx, j, acceptlog.StateUnknown, ReasonResend, p.searchCost)
+	return p.resend(ctx, j, p.searchCost)
+}
+
+// resend gives an unknown job whose checks all missed a new attempt with
+// the same Message-ID, or hands it to a human when it has none left.
+func (p *pass) resend(ctx context.Context, j acceptlog.Job, redo int) (bool, error) {
+	ch := p.channel(j.Channel)
+	used, err := p.attemptsUsed(ctx, j, ch)
+	if err != nil {
+		return false, err
+	}
+	if used >= ch.MaxAttempts {
+		line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, State: acceptlog.StateReview, Reason: ReasonMaxAttempts,
+			Note: fmt.Sprintf("not in the mailbox after %d checks and %d attempts; the channel allows %d", j.Checks, used, ch.MaxAttempts)}
+		_, err := p.toReview(ctx, j, line)
+		return true, err
+	}
+	ok, err := p.attempt(ctx, j, acceptlog.StateUnknown, ReasonResend, redo)
 	if ok {
 		p.res.Resent++
 	}
