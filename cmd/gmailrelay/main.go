@@ -26,6 +26,7 @@ func commands() []command {
 		{"msgid", "print the Message-ID derived from a job key", runMsgID},
 		{"auth", "obtain a Gmail refresh token through the OAuth loopback flow", runAuth},
 		{"selftest", "watch one ambiguous send reconcile (--live: against your real mailbox)", runSelftest},
+		{"healthcheck", "ask a running relay's /healthz (for container health checks)", runHealthcheck},
 	}
 }
 
@@ -58,7 +59,7 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: gmailrelay <command> [flags]")
 	fmt.Fprintln(w)
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.help)
+		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.help)
 	}
 	fmt.Fprintln(w, "\nRun 'gmailrelay <command> -h' for a command's flags.")
 }

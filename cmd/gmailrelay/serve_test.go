@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestServeFlagsPrecedenceAndEnvTwins(t *testing.T) {
+	var errb bytes.Buffer
+	c, err := parseServeFlags([]string{"--addr", "127.0.0.1:9999"}, env(map[string]string{
+		"GMAILRELAY_ADDR": "127.0.0.1:7777", "GMAILRELAY_QUOTA_PER_MINUTE": "15000", "GMAILRELAY_MSGID_DOMAIN": "mail.example.com",
+		"GMAILRELAY_ALLOW_CRASH_FAULTS": "true",
+	}), &errb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Addr != "127.0.0.1:9999" {
+		t.Errorf("addr %s: the flag must win over the environment", c.Addr)
+	}
+	if c.QuotaPerMinute != 15000 || !c.AllowCrashFaults || c.policy.MsgIDDomain != "mail.example.com" {
+		t.Errorf("env twins not applied: %+v", c)
+	}
+}
+
+func TestServeBadConfigurationExits2(t *testing.T) {
+	dir := t.TempDir()
+	badPolicy := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(badPolicy, []byte("channels:\n  default: {on_unknown: sometimes}\n"), 0o600)
+	tests := []struct {
+		name, want string
+		args       []string
+	}{
+		{"unknown flag", "flag provided but not defined", []string{"--nope"}},
+		{"bad policy", "on_unknown", []string{"--policy", badPolicy}},
+		{"missing policy", "no such file", []string{"--policy", filepath.Join(dir, "missing.yaml")}},
+		{"public address without token", "api-token", []string{"--addr", "0.0.0.0:8080"}},
+		{"bad log format", "log-format", []string{"--log-format", "xml"}},
+		{"bad domain", "msgid-domain", []string{"--msgid-domain", "bad domain"}},
+		{"same tokens", "differ", []string{"--api-token", "x", "--admin-token", "x"}},
+		{"bad clock", "clock", []string{"--clock", "sundial"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if code := runServe(context.Background(), tt.args, &out, &errb); code != 2 {
+				t.Errorf("exit %d, want 2", code)
+			}
+			if !strings.Contains(errb.String(), tt.want) {
+				t.Errorf("message %q does not name %q", errb.String(), tt.want)
+			}
+		})
+	}
+}
+
+// TestServeSandboxEndToEnd starts the whole service in-process on an
+// OS-chosen port, sends, replays, and shuts down gracefully.
+func TestServeSandboxEndToEnd(t *testing.T) {
+	c, err := parseServeFlags([]string{"--addr", "127.0.0.1:0", "--data", filepath.Join(t.TempDir(), "r.db")}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.sandbox() {
+		t.Fatal("no credentials and no endpoint must mean sandbox")
+	}
+	rs, err := startRelay(context.Background(), c, newLogger(io.Discard, "json", "info"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.close(context.Background())
+	body := `{"key":"cus_1:order.shipped:ord_1","to":"a@example.org","subject":"hi","body":"hello"}`
+	var ids []string
+	for range 2 {
+		resp, err := http.Post(rs.URL+"/v1/send", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out map[string]any
+		json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("send: %d %v", resp.StatusCode, out)
+		}
+		ids = append(ids, out["gmail_id"].(string))
+	}
+	if ids[0] != ids[1] {
+		t.Errorf("replay gave another gmail id: %v", ids)
+	}
+	resp, err := http.Get(rs.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ready map[string]any
+	json.NewDecoder(resp.Body).Decode(&ready)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || ready["mode"] != "sandbox" || !strings.Contains(ready["warning"].(string), "SANDBOX") {
+		t.Errorf("readyz: %d %v, want 200 sandbox with a warning", resp.StatusCode, ready)
+	}
+	if got := rs.Emulator.Count(""); got != 1 {
+		t.Errorf("embedded emulator holds %d, want 1", got)
+	}
+	var hc bytes.Buffer
+	if code := runHealthcheck(context.Background(), []string{"--url", rs.URL + "/healthz", "--timeout", "5s"}, &hc, io.Discard); code != 0 {
+		t.Errorf("healthcheck exit %d", code)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rs.close(ctx)
+	if code := runHealthcheck(context.Background(), []string{"--url", rs.URL + "/healthz"}, io.Discard, io.Discard); code != 1 {
+		t.Errorf("healthcheck of a stopped relay: exit %d, want 1", code)
+	}
+}
