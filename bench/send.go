@@ -1,0 +1,219 @@
+package bench
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/api/gmail/v1"
+	"google.golang.org/api/option"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/api"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// Metrics are a scenario's figures by unit name ("relay_sends/s"), as
+// reported with testing.B.ReportMetric and read back by Parse.
+type Metrics map[string]float64
+
+// MsgIDDomain is the Message-ID domain of every message the harness builds.
+const MsgIDDomain = "bench.gmailrelay.test"
+
+// unlimited is a quota budget (units per minute) that never limits.
+const unlimited = 1 << 40
+
+// SendConfig configures SendOverhead.
+type SendConfig struct {
+	// Latency is the emulator's added latency on every Gmail call.
+	Latency time.Duration
+	// Concurrency is how many sends are in flight at once on each path.
+	Concurrency int
+	// Sends is how many messages each path sends.
+	Sends int
+	// Dir holds the relay's acceptance log.
+	Dir string
+}
+
+// SendOverhead sends cfg.Sends messages with Google's Go client straight to
+// a fresh emulator, then the same number through the relay's
+// Gmail-compatible path (POST /gmail/v1/users/me/messages/send) to the same
+// emulator, with the same client settings and message shape (distinct
+// Message-IDs). Both paths are warmed up first (connections, and the relay
+// runs with verify_handle never so no send pays a read-back).
+//
+// Figures, per path (direct_, relay_): sends/s, p50_ms, p99_ms,
+// allocs/send and cpu_us/send (the whole process: client, relay and
+// emulator, so relay minus direct is the relay's own cost); and ratio
+// (relay sends/s ÷ direct sends/s), added_p50_ms (relay p50 − direct p50),
+// fsyncs/send (acceptance-log commits per relay send).
+func SendOverhead(ctx context.Context, cfg SendConfig) (Metrics, error) {
+	if cfg.Concurrency < 1 || cfg.Sends < 1 {
+		return nil, fmt.Errorf("send overhead: concurrency and sends must be positive")
+	}
+	emu := gmailfake.New(gmailfake.Options{Latency: cfg.Latency, QuotaPerMinute: unlimited})
+	emuSrv := httptest.NewServer(emu.Handler())
+	defer emuSrv.Close()
+
+	log, err := acceptlog.Open(filepath.Join(cfg.Dir, "accept.db"), acceptlog.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer log.Close()
+	prov, err := relay.NewGmail(ctx, relay.GmailConfig{Endpoint: emuSrv.URL})
+	if err != nil {
+		return nil, err
+	}
+	pol := policy.Default()
+	pol.MsgIDDomain = MsgIDDomain
+	pol.VerifyHandle = policy.VerifyNever
+	svc, err := relay.New(ctx, relay.Config{Log: log, Provider: prov, Policy: pol,
+		Quota: relay.NewQuota(unlimited, nil), Logger: zerolog.Nop()})
+	if err != nil {
+		return nil, err
+	}
+	relaySrv := httptest.NewServer(api.New(api.Config{Service: svc, MsgIDDomain: MsgIDDomain, Logger: zerolog.Nop()}))
+	defer relaySrv.Close()
+
+	direct, err := newGmailClient(ctx, emuSrv.URL, cfg.Concurrency)
+	if err != nil {
+		return nil, err
+	}
+	viaRelay, err := newGmailClient(ctx, relaySrv.URL, cfg.Concurrency)
+	if err != nil {
+		return nil, err
+	}
+
+	// Warm up: one round of connections on each path.
+	for _, p := range []struct {
+		name string
+		svc  *gmail.Service
+	}{{"warm-direct", direct}, {"warm-relay", viaRelay}} {
+		if _, err := runSends(ctx, p.svc, buildMessages(p.name, cfg.Concurrency), cfg.Concurrency); err != nil {
+			return nil, fmt.Errorf("%s: %w", p.name, err)
+		}
+	}
+
+	m := Metrics{}
+	dm, err := measure(ctx, direct, buildMessages("direct", cfg.Sends), cfg.Concurrency)
+	if err != nil {
+		return nil, fmt.Errorf("direct sends: %w", err)
+	}
+	commits := log.Commits()
+	rm, err := measure(ctx, viaRelay, buildMessages("relay", cfg.Sends), cfg.Concurrency)
+	if err != nil {
+		return nil, fmt.Errorf("relay sends: %w", err)
+	}
+	fsyncs := log.Commits() - commits
+	for k, v := range dm {
+		m["direct_"+k] = v
+	}
+	for k, v := range rm {
+		m["relay_"+k] = v
+	}
+	m["ratio"] = rm["sends/s"] / dm["sends/s"]
+	m["added_p50_ms"] = rm["p50_ms"] - dm["p50_ms"]
+	m["fsyncs/send"] = float64(fsyncs) / float64(cfg.Sends)
+	if got, want := emu.Count(""), 2*cfg.Concurrency+2*cfg.Sends; got != want {
+		return nil, fmt.Errorf("send overhead: emulator holds %d messages, want %d", got, want)
+	}
+	return m, nil
+}
+
+// newGmailClient is Google's Gmail client pointed at base, with a
+// connection pool large enough for conc callers.
+func newGmailClient(ctx context.Context, base string, conc int) (*gmail.Service, error) {
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 2 * conc, MaxIdleConnsPerHost: 2 * conc}}
+	svc, err := gmail.NewService(ctx, option.WithEndpoint(base+"/"), option.WithHTTPClient(hc))
+	if err != nil {
+		return nil, fmt.Errorf("gmail client for %s: %w", base, err)
+	}
+	return svc, nil
+}
+
+// BuildMessage returns a small RFC 5322 message carrying messageID, its
+// From the emulator's own account so that nothing is rewritten.
+func BuildMessage(messageID string) []byte {
+	return fmt.Appendf(nil, "From: Bench <%s>\r\nTo: rcpt@example.com\r\nSubject: bench %s\r\n"+
+		"Date: Mon, 01 Jun 2026 09:00:00 +0000\r\nMessage-ID: %s\r\nMIME-Version: 1.0\r\n"+
+		"Content-Type: text/plain; charset=UTF-8\r\n\r\nYour order has shipped. %s\r\n",
+		gmailfake.DefaultAccount, messageID, messageID, messageID)
+}
+
+// buildMessages prepares n Gmail Message resources with distinct
+// Message-IDs under prefix, encoded before any timing starts.
+func buildMessages(prefix string, n int) []*gmail.Message {
+	out := make([]*gmail.Message, n)
+	for i := range out {
+		raw := BuildMessage(fmt.Sprintf("<%s-%06d@%s>", prefix, i, MsgIDDomain))
+		out[i] = &gmail.Message{Raw: encodeRaw(raw)}
+	}
+	return out
+}
+
+// measure sends msgs with conc workers and returns sends/s, p50_ms, p99_ms,
+// allocs/send and cpu_us/send.
+func measure(ctx context.Context, svc *gmail.Service, msgs []*gmail.Message, conc int) (Metrics, error) {
+	mallocs, cpu := Mallocs(), CPUTime()
+	start := time.Now()
+	lat, err := runSends(ctx, svc, msgs, conc)
+	took := time.Since(start)
+	cpu, mallocs = CPUTime()-cpu, Mallocs()-mallocs
+	if err != nil {
+		return nil, err
+	}
+	n := float64(len(msgs))
+	return Metrics{
+		"sends/s":     rate(len(msgs), took),
+		"p50_ms":      ms(Percentile(lat, 50)),
+		"p99_ms":      ms(Percentile(lat, 99)),
+		"allocs/send": float64(mallocs) / n,
+		"cpu_us/send": float64(cpu.Microseconds()) / n,
+	}, nil
+}
+
+// runSends sends every message with conc workers and returns each send's
+// latency. Any failed send is an error: the figures would be meaningless.
+func runSends(ctx context.Context, svc *gmail.Service, msgs []*gmail.Message, conc int) ([]time.Duration, error) {
+	lat := make([]time.Duration, len(msgs))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var once sync.Once
+	var firstErr error
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(msgs) {
+					return
+				}
+				t0 := time.Now()
+				got, err := svc.Users.Messages.Send("me", msgs[i]).Context(ctx).Do()
+				lat[i] = time.Since(t0)
+				if err == nil && got.Id == "" {
+					err = fmt.Errorf("send answered without a Gmail id")
+				}
+				if err != nil {
+					once.Do(func() { firstErr = fmt.Errorf("send %d: %w", i, err) })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return lat, firstErr
+}
+
+// encodeRaw is Gmail's raw field encoding (base64url with padding).
+func encodeRaw(raw []byte) string { return base64.URLEncoding.EncodeToString(raw) }

@@ -1,0 +1,163 @@
+package bench_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay/bench"
+)
+
+// format writes results as `go test -bench` prints them.
+func format(results []bench.Result) string {
+	var b strings.Builder
+	b.WriteString("goos: linux\ngoarch: amd64\ncpu: Test CPU\n")
+	for _, r := range results {
+		fmt.Fprintf(&b, "%s-2\t1\t12345 ns/op", r.Name)
+		units := make([]string, 0, len(r.Metrics))
+		for u := range r.Metrics {
+			units = append(units, u)
+		}
+		sort.Strings(units)
+		for _, u := range units {
+			fmt.Fprintf(&b, "\t%.4g %s", r.Metrics[u], u)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("PASS\nok  \tgithub.com/gmailrelay/gmailrelay/bench\t1.0s\n")
+	return b.String()
+}
+
+// TestTinyRun runs every scenario on tiny sizes and the table code over
+// their figures, so that neither can rot between benchmark runs.
+func TestTinyRun(t *testing.T) {
+	ctx := context.Background()
+	var results []bench.Result
+	add := func(name string, m bench.Metrics, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		results = append(results, bench.Result{Name: name, Metrics: m})
+	}
+	for _, lat := range []int{0, 150} {
+		for _, conc := range []int{1, 16, 64} {
+			name := fmt.Sprintf("BenchmarkSendOverhead/latency=%dms/conc=%d", lat, conc)
+			if lat == 0 && conc == 1 {
+				m, err := bench.SendOverhead(ctx, bench.SendConfig{Concurrency: 2, Sends: 10, Dir: t.TempDir()})
+				add(name, m, err)
+				if got := m["fsyncs/send"]; got <= 0 {
+					t.Errorf("fsyncs/send = %v, want > 0: every relay send is logged durably", got)
+				}
+				continue
+			}
+			// The other configurations only differ in sizes: reuse the figures.
+			results = append(results, bench.Result{Name: name, Metrics: results[0].Metrics})
+		}
+	}
+	for _, conc := range []int{1, 16, 64} {
+		m, err := bench.DurableLog(ctx, t.TempDir(), min(conc, 4), 20)
+		add(fmt.Sprintf("BenchmarkDurableLog/conc=%d", conc), m, err)
+	}
+	m, err := bench.Sweep(ctx, bench.SweepConfig{Dir: t.TempDir(), Jobs: 40, QuotaPerMinute: 15000, BatchSize: 5})
+	add("BenchmarkSweeper", m, err)
+	if m["wrong"] != 0 || m["resolved"] != 40 || m["storms"] != 0 {
+		t.Errorf("sweep: wrong %v, resolved %v, storms %v; want 0, 40, 0", m["wrong"], m["resolved"], m["storms"])
+	}
+
+	dir := t.TempDir()
+	big, small := filepath.Join(dir, "big.db"), filepath.Join(dir, "small.db")
+	if err := bench.BuildLog(ctx, big, bench.ScaleConfig{Jobs: 200, LinesPerJob: 10, Forwarding: 5, Review: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := bench.BuildLog(ctx, small, bench.ScaleConfig{Jobs: 20, LinesPerJob: 10, Review: 3}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := bench.ReviewQueue(ctx, small, 3, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bt, err := bench.ReviewQueue(ctx, big, 3, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err = bench.OpenAndRecover(ctx, big)
+	if err == nil && m["recovered"] != 5 {
+		t.Errorf("recovered = %v, want 5", m["recovered"])
+	}
+	if err == nil {
+		m["review_ratio"], m["review_big_us"], m["review_small_us"] = float64(bt)/float64(st), float64(bt/time.Microsecond), float64(st/time.Microsecond)
+	}
+	add("BenchmarkLogScale", m, err)
+
+	parsed, info, err := bench.Parse(strings.NewReader(format(results)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(parsed), len(results); got != want {
+		t.Fatalf("parsed %d results, want %d", got, want)
+	}
+	if info.CPU != "Test CPU" || info.Procs != 2 {
+		t.Errorf("info = %+v, want cpu Test CPU and 2 procs", info)
+	}
+	rows := bench.Rows(parsed)
+	var out strings.Builder
+	if err := bench.Render(&out, rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if r.Status == bench.StatusNotRun {
+			t.Errorf("row %q did not run", r.Figure)
+		}
+	}
+	if got, want := strings.Count(out.String(), "\n"), len(rows)+2; got != want {
+		t.Errorf("table has %d lines, want %d:\n%s", got, want, out.String())
+	}
+}
+
+// TestRowsTargets checks the pass/miss decisions on hand-made figures.
+func TestRowsTargets(t *testing.T) {
+	send := func(ratio, added, fsyncs float64) bench.Metrics {
+		return bench.Metrics{"ratio": ratio, "added_p50_ms": added, "fsyncs/send": fsyncs}
+	}
+	tests := []struct {
+		name   string
+		result bench.Result
+		figure string
+		want   string
+	}{
+		{"throughput met", bench.Result{Name: "BenchmarkSendOverhead/latency=150ms/conc=64", Metrics: send(0.96, 1, 2)},
+			"send, latency 150 ms, concurrency 64: throughput relay/direct", bench.StatusPass},
+		{"throughput missed", bench.Result{Name: "BenchmarkSendOverhead/latency=150ms/conc=64", Metrics: send(0.94, 1, 2)},
+			"send, latency 150 ms, concurrency 64: throughput relay/direct", bench.StatusMiss},
+		{"added latency missed", bench.Result{Name: "BenchmarkSendOverhead/latency=150ms/conc=16", Metrics: send(1, 2.5, 2)},
+			"send, latency 150 ms, concurrency 16: p50 added latency", bench.StatusMiss},
+		{"fsyncs met", bench.Result{Name: "BenchmarkSendOverhead/latency=0ms/conc=64", Metrics: send(0.2, 50, 0.4)},
+			"send, latency 0 ms, concurrency 64: fsyncs/send", bench.StatusPass},
+		{"fsyncs missed", bench.Result{Name: "BenchmarkSendOverhead/latency=0ms/conc=64", Metrics: send(0.2, 50, 1)},
+			"send, latency 0 ms, concurrency 64: fsyncs/send", bench.StatusMiss},
+		{"durable missed", bench.Result{Name: "BenchmarkDurableLog/conc=1", Metrics: bench.Metrics{"ratio_vs_raw": 0.3}},
+			"durable log, concurrency 1: appends ÷ raw fsyncs", bench.StatusMiss},
+		{"sweeper wrong", bench.Result{Name: "BenchmarkSweeper", Metrics: bench.Metrics{"jobs": 10, "wrong": 1}},
+			"sweeper, 10 unknown jobs (half sent), quota 15000/min: jobs wrongly resolved", bench.StatusMiss},
+		{"review grows", bench.Result{Name: "BenchmarkLogScale", Metrics: bench.Metrics{"lines": 10, "jobs": 1, "review_ratio": 3}},
+			"log scale, 10 lines / 1 jobs: review queue, 10 among all jobs vs among a tenth", bench.StatusMiss},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got string
+			for _, r := range bench.Rows([]bench.Result{tc.result}) {
+				if r.Figure == tc.figure {
+					got = r.Status
+				}
+			}
+			if got != tc.want {
+				t.Errorf("status of %q = %q, want %q", tc.figure, got, tc.want)
+			}
+		})
+	}
+}
