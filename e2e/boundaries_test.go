@@ -1,0 +1,349 @@
+package e2e_test
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/e2e"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// These tests run the real gmailrelay binary against the Gmail emulator.
+// What they prove are emulator results: the relay's logic holds against a
+// provider that behaves as the emulator does, not a guarantee about Gmail.
+
+// linesOf returns the lines of kind k.
+func linesOf(lines []acceptlog.Line, k acceptlog.Kind) []acceptlog.Line {
+	var out []acceptlog.Line
+	for _, l := range lines {
+		if l.Kind == k {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// wantJob checks a job's state, attempts, forwarding and effect lines and
+// the emulator's count for it.
+func wantJob(t *testing.T, r *relayProc, id string, state acceptlog.State, attempts, forwarding, effects, messages int) e2e.Job {
+	t.Helper()
+	j := r.Job(t, id)
+	if j.State != state {
+		t.Errorf("job state = %s, want %s (lines %s)", j.State, state, kindList(j.Lines))
+	}
+	if j.Attempts != attempts {
+		t.Errorf("job attempts = %d, want %d", j.Attempts, attempts)
+	}
+	if got := len(linesOf(j.Lines, acceptlog.KindForwarding)); got != forwarding {
+		t.Errorf("forwarding lines = %d, want %d (lines %s)", got, forwarding, kindList(j.Lines))
+	}
+	if got := len(linesOf(j.Lines, acceptlog.KindEffect)); got != effects {
+		t.Errorf("effect lines = %d, want %d (lines %s)", got, effects, kindList(j.Lines))
+	}
+	if got := r.Emu.Count(id); got != messages {
+		t.Errorf("emulator messages with %s = %d, want %d", id, got, messages)
+	}
+	return j
+}
+
+// kindList renders lines as "kind(reason) kind ..." for failure messages.
+func kindList(lines []acceptlog.Line) string {
+	s := ""
+	for _, l := range lines {
+		s += string(l.Kind)
+		if l.Reason != "" {
+			s += "(" + l.Reason + ")"
+		}
+		s += " "
+	}
+	return s
+}
+
+// wantClean runs the checker over everything the relay and the emulator
+// hold, with the callers' history.
+func wantClean(t *testing.T, r *relayProc, history []e2e.Op) {
+	t.Helper()
+	rep := e2e.Check(r.Observe(t, history))
+	for _, v := range rep.Violations {
+		t.Errorf("checker: %s", v)
+	}
+}
+
+func TestEmulatorFailBeforeForwardRetrySendsOnce(t *testing.T) {
+	t.Parallel()
+	r := startRelay(t, relayOptions{})
+	key := "cus_1:order.shipped:fail-before-forward"
+	id := msgID(key)
+	r.AddFault(t, fmt.Sprintf(`{"mode":"fail-before-forward","key":%q,"count":1}`, key))
+
+	first := r.Send(request(key, ""), 1, 1)
+	if first.Status != http.StatusServiceUnavailable {
+		t.Fatalf("first try: %s, want 503", opString(first))
+	}
+	j := wantJob(t, r, id, acceptlog.StateFailed, 1, 0, 0, 0)
+	if !j.Retryable {
+		t.Errorf("failed job retryable = false, want true")
+	}
+	second := r.Send(request(key, ""), 1, 2)
+	if second.Outcome != e2e.OK {
+		t.Fatalf("retry: %s, want 200 sent", opString(second))
+	}
+	r.SweepUntilQuiet(t)
+	j = wantJob(t, r, id, acceptlog.StateSent, 2, 1, 1, 1)
+	if got := linesOf(j.Lines, acceptlog.KindEffect)[0].Source; got != acceptlog.SourceResponse {
+		t.Errorf("effect source = %q, want %q", got, acceptlog.SourceResponse)
+	}
+	wantClean(t, r, []e2e.Op{first, second})
+}
+
+func TestEmulatorDropResponseFoundByMessageIDNoResend(t *testing.T) {
+	t.Parallel()
+	r := startRelay(t, relayOptions{})
+	key := "cus_1:order.shipped:drop-response"
+	id := msgID(key)
+	r.AddFault(t, fmt.Sprintf(`{"mode":"forward-then-drop-response","key":%q,"count":1}`, key))
+
+	first := r.Send(request(key, ""), 1, 1)
+	if first.Outcome != e2e.Info || first.Status != 0 {
+		t.Fatalf("first try: %s, want no answer (connection cut)", opString(first))
+	}
+	wantJob(t, r, id, acceptlog.StateUnknown, 1, 1, 0, 1)
+	retry := r.Send(request(key, ""), 1, 2)
+	if retry.Status != http.StatusAccepted || retry.State != string(acceptlog.StateUnknown) {
+		t.Fatalf("caller retry: %s, want 202 unknown", opString(retry))
+	}
+	r.SweepUntilQuiet(t)
+	j := wantJob(t, r, id, acceptlog.StateSent, 1, 1, 1, 1)
+	eff := linesOf(j.Lines, acceptlog.KindEffect)[0]
+	if eff.Source != acceptlog.SourceSearch {
+		t.Errorf("effect source = %q, want %q (found by Message-ID)", eff.Source, acceptlog.SourceSearch)
+	}
+	if want := r.Emu.Messages(id)[0].ID; eff.GmailID != want {
+		t.Errorf("effect gmail id = %q, want the emulator's %q", eff.GmailID, want)
+	}
+	if got := r.Emu.Stats().Calls[gmailfake.MethodSend]; got != 1 {
+		t.Errorf("emulator send calls = %d, want 1 (no resend)", got)
+	}
+	wantClean(t, r, []e2e.Op{first, retry})
+}
+
+func TestEmulatorForwardAndRespondSweeperOnlyVerifies(t *testing.T) {
+	t.Parallel()
+	r := startRelay(t, relayOptions{})
+	key := "cus_1:order.shipped:forward-and-respond"
+	id := msgID(key)
+	r.AddFault(t, fmt.Sprintf(`{"mode":"forward-and-respond","key":%q}`, key))
+
+	op := r.Send(request(key, ""), 1, 1)
+	if op.Outcome != e2e.OK {
+		t.Fatalf("send: %s, want 200 sent", opString(op))
+	}
+	before := wantJob(t, r, id, acceptlog.StateSent, 1, 1, 1, 1)
+	listsBefore := r.Emu.Stats().Calls[gmailfake.MethodList]
+	r.SweepUntilQuiet(t)
+	after := wantJob(t, r, id, acceptlog.StateSent, 1, 1, 1, 1)
+	if len(after.Lines) < len(before.Lines) {
+		t.Fatalf("lines shrank from %d to %d", len(before.Lines), len(after.Lines))
+	}
+	for i, l := range before.Lines {
+		if after.Lines[i].Seq != l.Seq || after.Lines[i].Kind != l.Kind {
+			t.Errorf("line %d changed: %v -> %v", i, l, after.Lines[i])
+		}
+	}
+	added := after.Lines[len(before.Lines):]
+	if len(added) != 1 || added[0].Kind != acceptlog.KindSearch || added[0].Reason != "verified" || added[0].SentHits != 1 {
+		t.Errorf("lines the sweeper added = %s, want exactly one verify search with one hit", kindList(added))
+	}
+	if got := r.Emu.Stats().Calls[gmailfake.MethodList] - listsBefore; got != 1 {
+		t.Errorf("searches by the sweeper = %d, want 1 (the verify pass)", got)
+	}
+	if got := r.Emu.Stats().Calls[gmailfake.MethodSend]; got != 1 {
+		t.Errorf("emulator send calls = %d, want 1", got)
+	}
+	wantClean(t, r, []e2e.Op{op})
+}
+
+func TestEmulatorReviewChannelNeverAutoRetries(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		fault      func(t *testing.T, r *relayProc, key string)
+		wantReason string
+		messages   int
+	}{
+		{
+			name: "dropped response, message stored",
+			fault: func(t *testing.T, r *relayProc, key string) {
+				r.AddFault(t, fmt.Sprintf(`{"mode":"forward-then-drop-response","key":%q,"count":1}`, key))
+			},
+			wantReason: "review_channel", messages: 1,
+		},
+		{
+			name: "gmail 500, nothing stored",
+			fault: func(t *testing.T, r *relayProc, key string) {
+				if _, err := r.Emu.AddFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionError, Status: 500}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantReason: "missing_after_checks", messages: 0,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := startRelay(t, relayOptions{})
+			key := "cus_1:invoice.paid:review"
+			id := msgID(key)
+			tc.fault(t, r, key)
+			first := r.Send(request(key, "billing"), 1, 1)
+			if first.Outcome != e2e.Info {
+				t.Fatalf("first try: %s, want an unknown outcome", opString(first))
+			}
+			wantJob(t, r, id, acceptlog.StateUnknown, 1, 1, 0, tc.messages)
+			retry := r.Send(request(key, "billing"), 1, 2)
+			if retry.Status != http.StatusAccepted {
+				t.Fatalf("caller retry: %s, want 202", opString(retry))
+			}
+			r.SweepUntilQuiet(t)
+			// More sweeps must not change anything: review waits for a human.
+			for range 3 {
+				r.Advance(t, 10*grace)
+				r.Sweep(t)
+			}
+			j := wantJob(t, r, id, acceptlog.StateReview, 1, 1, 0, tc.messages)
+			rev := linesOf(j.Lines, acceptlog.KindReview)
+			if len(rev) != 1 || rev[0].Reason != tc.wantReason {
+				t.Errorf("review lines = %s, want one with reason %s", kindList(rev), tc.wantReason)
+			}
+			if got := r.Emu.Stats().Calls[gmailfake.MethodSend]; got != 1 {
+				t.Errorf("emulator send calls = %d, want 1 (never auto-retried)", got)
+			}
+			wantClean(t, r, []e2e.Op{first, retry})
+		})
+	}
+}
+
+// TestEmulatorCrashAfterForwardRecoversOnRestart is issue 4's crash test:
+// the process really dies after Gmail accepted and before anything was
+// logged; the restarted relay finds the job forwarding, makes it unknown,
+// and the sweeper finds the message instead of sending it again.
+func TestEmulatorCrashAfterForwardRecoversOnRestart(t *testing.T) {
+	t.Parallel()
+	r := startRelay(t, relayOptions{})
+	key := "cus_1:order.shipped:crash-after-forward"
+	id := msgID(key)
+	r.AddFault(t, fmt.Sprintf(`{"mode":"crash-after-forward","key":%q,"count":1}`, key))
+
+	first := r.Send(request(key, ""), 1, 1)
+	if first.Outcome != e2e.Info || first.Status != 0 {
+		t.Fatalf("first try: %s, want no answer (the relay died)", opString(first))
+	}
+	r.WaitExit(t)
+	if got := r.Emu.Count(id); got != 1 {
+		t.Fatalf("emulator messages before restart = %d, want 1 (Gmail accepted)", got)
+	}
+	r.Restart(t)
+	j := wantJob(t, r, id, acceptlog.StateUnknown, 1, 1, 0, 1)
+	amb := linesOf(j.Lines, acceptlog.KindAmbiguous)
+	if len(amb) != 1 || amb[0].Reason != "recovered_after_restart" {
+		t.Errorf("ambiguous lines = %s, want one with reason recovered_after_restart", kindList(amb))
+	}
+	retry := r.Send(request(key, ""), 1, 2)
+	if retry.Status != http.StatusAccepted {
+		t.Fatalf("caller retry after restart: %s, want 202 (no resend)", opString(retry))
+	}
+	r.SweepUntilQuiet(t)
+	j = wantJob(t, r, id, acceptlog.StateSent, 1, 1, 1, 1)
+	if got := linesOf(j.Lines, acceptlog.KindEffect)[0].Source; got != acceptlog.SourceSearch {
+		t.Errorf("effect source = %q, want %q", got, acceptlog.SourceSearch)
+	}
+	wantClean(t, r, []e2e.Op{first, retry})
+}
+
+// TestEmulatorCrashPoints SIGKILLs the relay at each point of the send
+// path, on a retry channel and on a review channel, restarts it on the same
+// data file and sweeps to quiescence. Every job must end sent with exactly
+// one emulator message, or in review — never two messages.
+func TestEmulatorCrashPoints(t *testing.T) {
+	t.Parallel()
+	const rule = "crash-after-forward rule"
+	type want struct {
+		restart      acceptlog.State // right after the restart
+		final        acceptlog.State
+		messages     int // at the emulator, from the crash on
+		finalAttempt int
+	}
+	tests := []struct {
+		point   string
+		channel string
+		want    want
+	}{
+		{relay.CrashAfterForwardingLogged, "default", want{acceptlog.StateUnknown, acceptlog.StateSent, 0, 2}},
+		{relay.CrashAfterForwardingLogged, "billing", want{acceptlog.StateUnknown, acceptlog.StateReview, 0, 1}},
+		{relay.CrashAfterGmailAnswer, "default", want{acceptlog.StateUnknown, acceptlog.StateSent, 1, 1}},
+		{relay.CrashAfterGmailAnswer, "billing", want{acceptlog.StateUnknown, acceptlog.StateReview, 1, 1}},
+		{relay.CrashAfterOutcomeLogged, "default", want{acceptlog.StateSent, acceptlog.StateSent, 1, 1}},
+		{relay.CrashAfterOutcomeLogged, "billing", want{acceptlog.StateSent, acceptlog.StateSent, 1, 1}},
+		{rule, "default", want{acceptlog.StateUnknown, acceptlog.StateSent, 1, 1}},
+		{rule, "billing", want{acceptlog.StateUnknown, acceptlog.StateReview, 1, 1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.point+"/"+tc.channel, func(t *testing.T) {
+			t.Parallel()
+			crashAt := tc.point
+			if tc.point == rule {
+				crashAt = ""
+			}
+			r := startRelay(t, relayOptions{crashAt: crashAt})
+			key := "cus_2:crash:" + tc.point + ":" + tc.channel
+			id := msgID(key)
+			if tc.point == rule {
+				r.AddFault(t, fmt.Sprintf(`{"mode":"crash-after-forward","key":%q,"count":1}`, key))
+			}
+			first := r.Send(request(key, tc.channel), 1, 1)
+			r.WaitExit(t)
+			if first.Outcome != e2e.Info || first.Status != 0 {
+				t.Errorf("first try: %s, want no answer", opString(first))
+			}
+			if got := r.Emu.Count(id); got != tc.want.messages {
+				t.Errorf("emulator messages at the crash = %d, want %d", got, tc.want.messages)
+			}
+			r.Restart(t)
+			j := r.Job(t, id)
+			if j.State != tc.want.restart {
+				t.Errorf("state after restart = %s, want %s (lines %s)", j.State, tc.want.restart, kindList(j.Lines))
+			}
+			if j.State == acceptlog.StateUnknown {
+				amb := linesOf(j.Lines, acceptlog.KindAmbiguous)
+				if len(amb) != 1 || amb[0].Reason != "recovered_after_restart" {
+					t.Errorf("ambiguous lines = %s, want one recovered_after_restart", kindList(amb))
+				}
+			}
+			retry := r.Send(request(key, tc.channel), 1, 2)
+			switch tc.want.restart {
+			case acceptlog.StateSent:
+				// The log has it sent although the caller saw no answer:
+				// the retry gets the stored result.
+				if retry.Outcome != e2e.OK {
+					t.Errorf("caller retry: %s, want 200 sent (replayed)", opString(retry))
+				}
+			default:
+				if retry.Status != http.StatusAccepted {
+					t.Errorf("caller retry: %s, want 202 (the relay owns the ambiguous job)", opString(retry))
+				}
+			}
+			r.SweepUntilQuiet(t)
+			effects := 0
+			if tc.want.final == acceptlog.StateSent {
+				effects = 1
+			}
+			j = wantJob(t, r, id, tc.want.final, tc.want.finalAttempt, tc.want.finalAttempt, effects, max(tc.want.messages, effects))
+			t.Logf("emulator result: crash %s on %s: caller saw [%s] then [%s]; log after restart %s; final %s after %d attempt(s); emulator holds %d",
+				tc.point, tc.channel, opString(first), opString(retry), tc.want.restart, j.State, j.Attempts, r.Emu.Count(id))
+			wantClean(t, r, []e2e.Op{first, retry})
+		})
+	}
+}

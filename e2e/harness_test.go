@@ -1,0 +1,602 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/e2e"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// The binaries under test, built at most once per `go test` run into a
+// temporary directory by TestMain's helpers. They are plain builds (not
+// -race): the race detector covers this package's own code, and the relay's
+// packages have their own -race tests.
+type binaries struct {
+	good   func() (string, error)
+	broken func() (string, error)
+}
+
+// bins is set once by TestMain before any test runs and never changed.
+var bins binaries
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gmailrelay-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: temp dir:", err)
+		os.Exit(1)
+	}
+	bins = binaries{
+		good:   sync.OnceValues(func() (string, error) { return buildRelay(filepath.Join(dir, "gmailrelay")) }),
+		broken: sync.OnceValues(func() (string, error) { return buildRelay(filepath.Join(dir, "gmailrelay-broken"), "gmailrelay_broken") }),
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// buildRelay builds cmd/gmailrelay to out, with build tags.
+func buildRelay(out string, tags ...string) (string, error) {
+	args := []string{"build", "-o", out}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	args = append(args, "github.com/gmailrelay/gmailrelay/cmd/gmailrelay")
+	cmd := exec.Command("go", args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return out, nil
+}
+
+// Test policy: a short grace so that sweeps need little clock movement.
+const (
+	msgidDomain = "e2e.example.com"
+	grace       = time.Minute
+	apiToken    = "e2e-api-token"
+	adminToken  = "e2e-admin-token"
+	testPolicy  = `msgid_domain: ` + msgidDomain + `
+verify_handle: first
+channels:
+  default: {on_unknown: retry, grace: 1m, checks: 2, max_attempts: 3}
+  billing: {on_unknown: review, grace: 1m, checks: 1}
+`
+)
+
+// reviewChannels returns the test policy's on_unknown: review channels.
+func reviewChannels() map[string]bool { return map[string]bool{"billing": true} }
+
+// relayOptions configures startRelay.
+type relayOptions struct {
+	binary   string        // "" = the good build
+	crashAt  string        // GMAILRELAY_CRASH_AT for the first process only
+	indexLag time.Duration // the emulator's search index lag
+	seed     int64         // --fault-seed (0: 1)
+	timeout  time.Duration // --send-timeout (0: 5s)
+}
+
+// relayProc is a gmailrelay serve subprocess against an in-process Gmail
+// emulator whose clock the test holds. Both clocks move together through
+// advance; a restarted process gets the same data file and is brought to
+// the same clock reading.
+type relayProc struct {
+	t      testing.TB
+	bin    string
+	args   []string
+	Emu    *gmailfake.Server
+	clock  *testclock.Clock
+	client *http.Client
+	out    *lockedBuffer
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	url    string
+	exited chan struct{}
+	offset time.Duration // total clock advance since the test began
+	starts int
+}
+
+// startRelay starts the emulator and the relay, and registers cleanup
+// that kills the relay and prints its output if the test failed.
+func startRelay(t testing.TB, o relayOptions) *relayProc {
+	t.Helper()
+	bin := o.binary
+	if bin == "" {
+		var err error
+		if bin, err = bins.good(); err != nil {
+			t.Fatalf("build gmailrelay: %v", err)
+		}
+	}
+	clock := testclock.At(time.Now())
+	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{Now: clock.Now, IndexLag: o.indexLag, QuotaPerMinute: 10_000_000})
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(pol, []byte(testPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	seed := o.seed
+	if seed == 0 {
+		seed = 1
+	}
+	timeout := o.timeout
+	if timeout == 0 {
+		timeout = 5 * time.Second
+	}
+	r := &relayProc{
+		t: t, bin: bin, Emu: emu, clock: clock, out: &lockedBuffer{},
+		client: &http.Client{Timeout: timeout + 10*time.Second},
+		args: []string{"serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "relay.db"),
+			"--gmail-endpoint", emuURL, "--policy", pol, "--api-token", apiToken, "--admin-token", adminToken,
+			"--allow-crash-faults", "--fault-seed", fmt.Sprint(seed), "--sweep-interval", "1h",
+			"--clock", "manual", "--send-timeout", timeout.String(), "--quota-per-minute", "10000000"},
+	}
+	t.Cleanup(func() {
+		r.Kill()
+		if t.Failed() {
+			t.Logf("relay output (last 64 KiB):\n%s", r.out.Tail(64<<10))
+		}
+	})
+	if err := r.start(o.crashAt); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// start runs a new relay process on the data file and waits until it
+// listens; it then moves the new process's clock to the test's reading.
+func (r *relayProc) start(crashAt string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.starts++
+	cmd := exec.Command(r.bin, r.args...)
+	cmd.Env = relayEnv(crashAt)
+	listening := make(chan string, 1)
+	cmd.Stdout = &lineWatcher{w: r.out, prefix: fmt.Sprintf("[%d out] ", r.starts), found: listening}
+	cmd.Stderr = &lineWatcher{w: r.out, prefix: fmt.Sprintf("[%d err] ", r.starts)}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start relay: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	r.cmd, r.exited, r.url = cmd, exited, ""
+	select {
+	case u := <-listening:
+		r.url = u
+	case <-exited:
+		return fmt.Errorf("relay exited before listening (%v)", cmd.ProcessState)
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+		return errors.New("relay did not print its listening line within 30s")
+	}
+	if r.offset > 0 {
+		if err := r.postClock(r.url, r.offset); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// relayEnv is this process's environment without GMAILRELAY_* twins (they
+// would override the test's flags), plus the crash point.
+func relayEnv(crashAt string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GMAILRELAY_") {
+			env = append(env, kv)
+		}
+	}
+	if crashAt != "" {
+		env = append(env, "GMAILRELAY_CRASH_AT="+crashAt)
+	}
+	return env
+}
+
+// URL is the running process's base URL ("" while none runs).
+func (r *relayProc) URL() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.url
+}
+
+// Exited is closed when the current process has exited.
+func (r *relayProc) Exited() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.exited
+}
+
+// Kill SIGKILLs the current process and waits for it to exit; it reports
+// whether the process was still running.
+func (r *relayProc) Kill() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return false
+	}
+	running := true
+	select {
+	case <-r.exited:
+		running = false
+	default:
+		_ = r.cmd.Process.Kill()
+		<-r.exited
+	}
+	r.url = ""
+	return running
+}
+
+// WaitExit waits (bounded) for the process to exit by itself, as a crash
+// point makes it, and checks that it died of SIGKILL.
+func (r *relayProc) WaitExit(t testing.TB) {
+	t.Helper()
+	select {
+	case <-r.Exited():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay did not crash within 30s")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ws, ok := r.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("relay exited with %v, want killed by SIGKILL", r.cmd.ProcessState)
+	}
+	r.url = ""
+}
+
+// Restart kills the process if it runs and starts a new one on the same
+// data file, with no crash point armed.
+func (r *relayProc) Restart(t testing.TB) {
+	t.Helper()
+	r.Kill()
+	if err := r.start(""); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// advance moves the emulator's and the relay's clocks forward by d.
+func (r *relayProc) advance(d time.Duration) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.offset += d
+	r.clock.Advance(d)
+	if r.url == "" {
+		return nil // the next start catches up
+	}
+	return r.postClock(r.url, d)
+}
+
+func (r *relayProc) postClock(base string, d time.Duration) error {
+	body := fmt.Sprintf(`{"advance":%q}`, d.String())
+	status, b, err := r.do(base, http.MethodPost, "/admin/clock", adminToken, body)
+	if err != nil {
+		return fmt.Errorf("advance relay clock: %w", err)
+	}
+	if status != http.StatusOK {
+		return fmt.Errorf("advance relay clock: status %d: %s", status, b)
+	}
+	return nil
+}
+
+// Advance is advance for tests that expect the relay to be up.
+func (r *relayProc) Advance(t testing.TB, d time.Duration) {
+	t.Helper()
+	if err := r.advance(d); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// do makes one request to base+path and returns status and body.
+func (r *relayProc) do(base, method, path, token, body string) (int, []byte, error) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(context.Background(), method, base+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// admin makes an admin request to the running process and decodes a JSON
+// answer with status want into out (nil: ignore the body).
+func (r *relayProc) admin(method, path, body string, want int, out any) error {
+	base := r.URL()
+	if base == "" {
+		return errors.New("the relay is not running")
+	}
+	status, b, err := r.do(base, method, path, adminToken, body)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if status != want {
+		return fmt.Errorf("%s %s: status %d, want %d: %s", method, path, status, want, b)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("%s %s: decode %s: %w", method, path, b, err)
+		}
+	}
+	return nil
+}
+
+// AddFault adds a relay fault rule (POST /admin/faults) and returns its id.
+func (r *relayProc) AddFault(t testing.TB, spec string) string {
+	t.Helper()
+	var rule struct {
+		ID string `json:"id"`
+	}
+	if err := r.admin(http.MethodPost, "/admin/faults", spec, http.StatusCreated, &rule); err != nil {
+		t.Fatal(err)
+	}
+	return rule.ID
+}
+
+// sweepResult is the part of POST /admin/sweep's answer the suite reads.
+type sweepResult struct {
+	Due      int `json:"due"`
+	Checked  int `json:"checked"`
+	Resent   int `json:"resent"`
+	Retried  int `json:"retried"`
+	Deferred int `json:"deferred"`
+	Errors   int `json:"errors"`
+}
+
+// Sweep runs one sweeper pass.
+func (r *relayProc) Sweep(t testing.TB) sweepResult {
+	t.Helper()
+	var res sweepResult
+	if err := r.admin(http.MethodPost, "/admin/sweep", "", http.StatusOK, &res); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// maxSweeps bounds SweepUntilQuiet: far more rounds than any job needs
+// (checks × max_attempts × verify, plus backoffs).
+const maxSweeps = 60
+
+// SweepUntilQuiet repeats "advance both clocks by the grace, sweep" until
+// no job is forwarding or unknown and none has a check scheduled; it
+// returns the number of rounds and fails the test when the bound is hit.
+func (r *relayProc) SweepUntilQuiet(t testing.TB) int {
+	t.Helper()
+	for round := 1; round <= maxSweeps; round++ {
+		r.Advance(t, grace)
+		r.Sweep(t)
+		busy := 0
+		for _, j := range r.AllJobs(t) {
+			if j.State == acceptlog.StateForwarding || j.State == acceptlog.StateUnknown || !j.NextCheckAt.IsZero() {
+				busy++
+			}
+		}
+		if busy == 0 {
+			return round
+		}
+	}
+	t.Fatalf("jobs still unresolved after %d sweeps", maxSweeps)
+	return 0
+}
+
+// AllJobs lists every job (GET /v1/jobs, every page), without lines.
+func (r *relayProc) AllJobs(t testing.TB) []acceptlog.Job {
+	t.Helper()
+	var all []acceptlog.Job
+	after := ""
+	for {
+		var page struct {
+			Jobs []acceptlog.Job `json:"jobs"`
+			Next string          `json:"next"`
+		}
+		path := "/v1/jobs?limit=1000"
+		if after != "" {
+			path += "&after=" + url.QueryEscape(after)
+		}
+		if err := r.admin(http.MethodGet, path, "", http.StatusOK, &page); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, page.Jobs...)
+		if page.Next == "" || len(page.Jobs) == 0 {
+			return all
+		}
+		after = page.Next
+	}
+}
+
+// Job fetches one job with its lines (GET /v1/jobs/{id}).
+func (r *relayProc) Job(t testing.TB, id string) e2e.Job {
+	t.Helper()
+	var j e2e.Job
+	if err := r.admin(http.MethodGet, "/v1/jobs/"+url.PathEscape(id), "", http.StatusOK, &j); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// Log reads the whole acceptance log (GET /v1/log, every page).
+func (r *relayProc) Log(t testing.TB) []acceptlog.Line {
+	t.Helper()
+	var all []acceptlog.Line
+	var after uint64
+	for {
+		var page struct {
+			Lines []acceptlog.Line `json:"lines"`
+			Next  uint64           `json:"next"`
+		}
+		if err := r.admin(http.MethodGet, fmt.Sprintf("/v1/log?after=%d&limit=1000", after), "", http.StatusOK, &page); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, page.Lines...)
+		if page.Next == 0 {
+			return all
+		}
+		after = page.Next
+	}
+}
+
+// Observe collects everything the checker needs, with history.
+func (r *relayProc) Observe(t testing.TB, history []e2e.Op) e2e.Observation {
+	t.Helper()
+	o := e2e.Observation{Log: r.Log(t), Messages: r.Emu.Messages(""), History: history, ReviewChannels: reviewChannels()}
+	for _, j := range r.AllJobs(t) {
+		o.Jobs = append(o.Jobs, r.Job(t, j.MessageID))
+	}
+	return o
+}
+
+// sendRequest is the body of POST /v1/send the suite uses.
+type sendRequest struct {
+	Key     string `json:"key"`
+	To      string `json:"to"`
+	Subject string `json:"subject"`
+	Body    string `json:"body"`
+	Channel string `json:"channel,omitempty"`
+}
+
+// request builds the one request content a key always has (the same key
+// with other content would be 422).
+func request(key, channel string) sendRequest {
+	return sendRequest{Key: key, To: "customer@example.net", Subject: "Your order " + key, Body: "Hello from " + key, Channel: channel}
+}
+
+// msgID is the Message-ID a key derives to under the test policy.
+func msgID(key string) string { return relay.MessageID(key, msgidDomain) }
+
+// Send makes one POST /v1/send as a caller with the API token would, and
+// records what the caller saw.
+func (r *relayProc) Send(req sendRequest, caller, try int) e2e.Op {
+	op := e2e.Op{Caller: caller, Key: req.Key, MessageID: msgID(req.Key), Try: try}
+	base := r.URL()
+	if base == "" {
+		op.Outcome, op.Err = e2e.Fail, "relay not running"
+		return op
+	}
+	body, _ := json.Marshal(req)
+	status, b, err := r.do(base, http.MethodPost, "/v1/send", apiToken, string(body))
+	classify(&op, status, b, err)
+	return op
+}
+
+// classify turns an answer (or its absence) into what the caller knows.
+func classify(op *e2e.Op, status int, body []byte, err error) {
+	if err != nil {
+		op.Err = err.Error()
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			op.Outcome = e2e.Fail // the request never reached the relay
+		} else {
+			op.Outcome = e2e.Info
+		}
+		return
+	}
+	op.Status = status
+	var a struct {
+		State string `json:"state"`
+	}
+	_ = json.Unmarshal(body, &a)
+	op.State = a.State
+	switch {
+	case status == http.StatusOK && a.State == string(acceptlog.StateSent):
+		op.Outcome = e2e.OK
+	case status >= 200 && status < 300:
+		op.Outcome = e2e.Info
+	default:
+		op.Outcome = e2e.Fail
+	}
+}
+
+// String is a one-line account of an operation, for logs.
+func opString(op e2e.Op) string {
+	s := fmt.Sprintf("caller %d try %d key %s: %s", op.Caller, op.Try, op.Key, op.Outcome)
+	if op.Status != 0 {
+		s += fmt.Sprintf(" (%d %s)", op.Status, op.State)
+	}
+	if op.Err != "" {
+		s += " (" + op.Err + ")"
+	}
+	return s
+}
+
+// lockedBuffer is an io.Writer safe for concurrent use that keeps
+// everything written.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// Tail returns the last n bytes written.
+func (b *lockedBuffer) Tail(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.buf.String()
+	if len(s) > n {
+		s = "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// lineWatcher copies a process's output to w, line by line with a prefix,
+// and sends the URL of the first "gmailrelay listening on" line to found.
+type lineWatcher struct {
+	w       io.Writer
+	prefix  string
+	found   chan<- string
+	partial []byte
+}
+
+const listeningPrefix = "gmailrelay listening on "
+
+func (l *lineWatcher) Write(p []byte) (int, error) {
+	l.partial = append(l.partial, p...)
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		line := string(l.partial[:i])
+		l.partial = l.partial[i+1:]
+		_, _ = io.WriteString(l.w, l.prefix+line+"\n")
+		if u, ok := strings.CutPrefix(line, listeningPrefix); ok && l.found != nil {
+			l.found <- strings.TrimSpace(u)
+			l.found = nil
+		}
+	}
+}
