@@ -293,7 +293,7 @@ func (s *Sweeper) RunOnce(ctx context.Context) (Result, error) {
 	p := &pass{s: s, now: s.now(), mailboxes: map[string]acceptlog.Mailbox{}}
 	err := p.run(ctx)
 	switch {
-	case !p.limited:
+	case !p.limited && p.answered:
 		s.backoff = 0
 	case p.res.Checked+p.res.Resent+p.res.Retried > 0:
 		// Rate limited after some progress: the pause was about right, so
@@ -326,8 +326,9 @@ type pass struct {
 	stopped bool
 	// searchCost is the quota the last search spent.
 	searchCost int
-	// limited: Gmail answered with a rate limit during this pass.
-	limited bool
+	// limited: Gmail answered with a rate limit during this pass;
+	// answered: Gmail answered a call without one.
+	limited, answered bool
 }
 
 // errStopped ends a search when the pass had to stop; errChanged ends a
@@ -560,6 +561,8 @@ func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.Stat
 		Str("state", string(res.Job.State)).Msg("sweeper made a new attempt with the same Message-ID")
 	if res.Job.State == acceptlog.StateFailed && res.Job.LastReason == "rate_limited" {
 		p.rateLimited(0) // Gmail said 429 to the send: nothing more this pass
+	} else {
+		p.answered = true
 	}
 	return true, nil
 }
@@ -641,6 +644,7 @@ func (p *pass) find(ctx context.Context, mailbox, q string, jobs []acceptlog.Job
 		if err != nil {
 			return nil, p.gmailErr(err)
 		}
+		p.answered = true
 		ids = append(ids, page.IDs...)
 		if page.NextPageToken == "" {
 			break

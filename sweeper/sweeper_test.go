@@ -513,7 +513,7 @@ func TestQuota(t *testing.T) {
 		foreground    bool
 	}{
 		{"relay budget matches gmail", 600, 600, 429, 400, 100, true},
-		{"gmail stricter than the relay budget, 429", 1200, 600, 429, 200, 50, false},
+		{"gmail stricter than the relay budget, 429", 1200, 600, 429, 100, 20, false},
 		{"gmail stricter than the relay budget, 403", 1200, 600, 403, 100, 20, false},
 	}
 	for _, tt := range tests {
