@@ -86,6 +86,27 @@ func (q *Quota) TakeBackground(units int) (ok bool, wait time.Duration) {
 	return true, 0
 }
 
+// Available reports, without taking anything, whether units could be
+// taken now (as background work: leaving the send reserve), and if not,
+// how long until they could.
+func (q *Quota) Available(units int, background bool) (ok bool, wait time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.now()
+	if now.Before(q.pauseUntil) {
+		return false, q.pauseUntil.Sub(now)
+	}
+	need := float64(units)
+	if background {
+		need += q.reserve
+	}
+	have := q.lim.TokensAt(now)
+	if have >= need {
+		return true, 0
+	}
+	return false, time.Duration((need - have) / float64(q.lim.Limit()) * float64(time.Second))
+}
+
 // Pause stops every caller until d from now (Gmail answered 429).
 func (q *Quota) Pause(d time.Duration) {
 	q.mu.Lock()

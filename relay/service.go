@@ -215,15 +215,9 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 			return res, err
 		}
 	}
-	d := o.Fault
-	if d.Mode == "" && s.faults != nil {
-		d = s.faults.Decide(p.Channel, p.Key, p.MessageID)
-	}
-	if d.Mode != faultmodes.FailBeforeForward {
-		if ok, in := s.quota.TakeForeground(UnitsSend); !ok {
-			return Result{}, &Error{Code: CodeRateLimited, RetryAfter: seconds(in),
-				Message: "the relay's Gmail quota budget is spent for now; nothing was sent"}
-		}
+	d, err := s.admitAttempt(o.Fault, p.Channel, p.Key, p.MessageID, true)
+	if err != nil {
+		return Result{}, err
 	}
 	var adm admission
 	var frontRes Result
@@ -263,6 +257,35 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 	}
 	s.observeFault(d)
 	return s.forward(ctx, job, p.Raw, d)
+}
+
+// admitAttempt takes the fault decision and the quota for one attempt. The
+// quota is checked before a fault rule is consumed, so an attempt refused
+// for quota never uses up a counted rule; fail-before-forward spends no
+// quota. forced, when set, replaces the rule-based decision.
+func (s *Service) admitAttempt(forced faultmodes.Decision, channel, key, id string, foreground bool) (faultmodes.Decision, error) {
+	refused := func(in time.Duration) error {
+		return &Error{Code: CodeRateLimited, RetryAfter: seconds(in),
+			Message: "the relay's Gmail quota budget is spent for now; nothing was sent"}
+	}
+	if ok, in := s.quota.Available(UnitsSend, !foreground); !ok {
+		return faultmodes.Decision{}, refused(in)
+	}
+	d := forced
+	if d.Mode == "" && s.faults != nil {
+		d = s.faults.Decide(channel, key, id)
+	}
+	if d.Mode == faultmodes.FailBeforeForward {
+		return d, nil
+	}
+	take := s.quota.TakeBackground
+	if foreground {
+		take = s.quota.TakeForeground
+	}
+	if ok, in := take(UnitsSend); !ok {
+		return faultmodes.Decision{}, refused(in)
+	}
+	return d, nil
 }
 
 // frontDoor answers a request for an existing job without attempting
@@ -530,18 +553,9 @@ func (s *Service) Attempt(ctx context.Context, id string, from []acceptlog.State
 	if err != nil {
 		return Result{}, err
 	}
-	var d faultmodes.Decision
-	if s.faults != nil {
-		d = s.faults.Decide(cur.Channel, cur.Key, cur.MessageID)
-	}
-	if d.Mode != faultmodes.FailBeforeForward {
-		take := s.quota.TakeBackground
-		if foreground {
-			take = s.quota.TakeForeground
-		}
-		if ok, in := take(UnitsSend); !ok {
-			return Result{}, &Error{Code: CodeRateLimited, RetryAfter: seconds(in), Message: "quota budget spent; try later"}
-		}
+	d, err := s.admitAttempt(faultmodes.Decision{}, cur.Channel, cur.Key, cur.MessageID, foreground)
+	if err != nil {
+		return Result{}, err
 	}
 	var adm admission
 	job, _, err := s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {

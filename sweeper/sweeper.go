@@ -544,8 +544,8 @@ func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.Stat
 	switch {
 	case errors.As(err, &rerr) && rerr.Code == relay.CodeRateLimited:
 		wait := time.Duration(max(rerr.RetryAfter, 1)) * time.Second
-		// A refused take takes nothing: this asks how long send and search need.
-		if ok, w := p.s.svc.Quota().TakeBackground(relay.UnitsSend + redo); !ok {
+		// How long until send and search both fit (takes nothing).
+		if ok, w := p.s.svc.Quota().Available(relay.UnitsSend+redo, true); !ok {
 			wait = max(wait, w)
 		}
 		p.stop(wait)
