@@ -326,6 +326,9 @@ func failureError(j acceptlog.Job, d faultmodes.Decision) *relay.Error {
 			Message: "fault fail-before-forward injected (rule " + d.RuleID + "): nothing was sent; safe to retry"}
 	case j.Retryable && j.LastReason == "rate_limited":
 		return &relay.Error{Code: relay.CodeRateLimited, RetryAfter: 30, Message: "Gmail's rate limit: nothing was sent; retry later"}
+	case j.LastReason == "token_refresh":
+		return &relay.Error{Code: relay.CodeUnavailable, RetryAfter: 30,
+			Message: "the relay could not refresh its Gmail token: nothing was sent; an operator must fix the credentials (see /readyz)"}
 	case j.Retryable:
 		return &relay.Error{Code: relay.CodeUnavailable, RetryAfter: 5, Message: "Gmail was not reached: nothing was sent; safe to retry"}
 	case j.LastReason == "auth":

@@ -76,6 +76,10 @@ type NotReachedError struct{ Err error }
 func (e *NotReachedError) Error() string { return "gmail not reached: " + e.Err.Error() }
 func (e *NotReachedError) Unwrap() error { return e.Err }
 
+// ErrTokenRefresh marks a failed OAuth token refresh: Gmail was not
+// reached, and an operator must look at the credentials.
+var ErrTokenRefresh = errors.New("token refresh failed")
+
 // GmailConfig says how to reach Gmail.
 type GmailConfig struct {
 	// Endpoint is the base URL of a Gmail-compatible API ("" = Google's).
@@ -172,7 +176,7 @@ func (w *watchedSource) Token() (*oauth2.Token, error) {
 	if err != nil {
 		msg := err.Error()
 		w.g.tokenErr.Store(&msg)
-		return nil, &NotReachedError{Err: fmt.Errorf("token refresh: %w", err)}
+		return nil, &NotReachedError{Err: fmt.Errorf("%w: %w", ErrTokenRefresh, err)}
 	}
 	w.g.tokenErr.Store(nil)
 	return t, nil

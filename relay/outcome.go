@@ -49,7 +49,8 @@ var rateReasons = map[string]bool{
 // table, row by row (tests in outcome_test.go, one per row):
 //
 //	nil                                   → sent
-//	*NotReachedError (refused, DNS, TLS, token refresh, deadline before write) → failed, retryable
+//	*NotReachedError (refused, DNS, TLS, deadline before write) → failed, retryable ("not_reached")
+//	*NotReachedError wrapping ErrTokenRefresh → failed, retryable, alarm ("token_refresh")
 //	429; 403 with a rate reason           → failed, retryable ("rate_limited")
 //	401; 403 otherwise                    → failed, not retryable, alarm ("auth")
 //	other 4xx (400, 404, 413, …)          → failed, not retryable ("provider_rejected")
@@ -61,6 +62,9 @@ func Classify(err error) Outcome {
 	}
 	var nr *NotReachedError
 	if errors.As(err, &nr) {
+		if errors.Is(err, ErrTokenRefresh) {
+			return Outcome{Verdict: Failed, Retryable: true, Alarm: true, Reason: "token_refresh", Err: err}
+		}
 		return Outcome{Verdict: Failed, Retryable: true, Reason: "not_reached", Err: err}
 	}
 	var g *googleapi.Error

@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ func TestClassify(t *testing.T) {
 	}{
 		{"2xx", nil, relay.Sent, false, false, ""},
 		{"not reached", &relay.NotReachedError{Err: errors.New("dial tcp: connection refused")}, relay.Failed, true, false, "not_reached"},
+		{"token refresh", &relay.NotReachedError{Err: fmt.Errorf("%w: invalid_grant", relay.ErrTokenRefresh)}, relay.Failed, true, true, "token_refresh"},
 		{"429", gerr(429, "rateLimitExceeded"), relay.Failed, true, false, "rate_limited"},
 		{"403 user rate", gerr(403, "userRateLimitExceeded"), relay.Failed, true, false, "rate_limited"},
 		{"403 quota", gerr(403, "quotaExceeded"), relay.Failed, true, false, "rate_limited"},

@@ -396,8 +396,8 @@ func (s *Service) forward(ctx context.Context, job acceptlog.Job, raw []byte, d 
 			s.quota.Pause(max(out.RetryIn, time.Second))
 		}
 		if out.Alarm {
-			s.logger.Error().Str("message_id", job.MessageID).Int("status", out.Status).
-				Msg("ALARM: Gmail refused the relay's credentials; sends fail until an operator fixes them")
+			s.logger.Error().Str("message_id", job.MessageID).Int("status", out.Status).Str("reason", out.Reason).
+				Msg("ALARM: Gmail refused the relay's credentials (or their refresh failed); sends fail until an operator fixes them")
 		}
 	default:
 		j, err = s.markUnknown(rec, job.MessageID, job.Attempts, out, "")

@@ -3,14 +3,22 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gmailrelay/gmailrelay/gmailfake"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -117,5 +125,57 @@ func TestServeSandboxEndToEnd(t *testing.T) {
 	rs.close(ctx)
 	if code := runHealthcheck(context.Background(), []string{"--url", rs.URL + "/healthz"}, io.Discard, io.Discard); code != 1 {
 		t.Errorf("healthcheck of a stopped relay: exit %d, want 1", code)
+	}
+}
+
+// TestServeTokenRefreshFailureIsLoud: a service account whose token
+// endpoint refuses makes sends answer 503 (Gmail not reached, nothing sent)
+// and /readyz fail with the reason — never a silent send error.
+func TestServeTokenRefreshFailureIsLoud(t *testing.T) {
+	tokenSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, `{"error":"invalid_grant","error_description":"account disabled"}`, http.StatusBadRequest)
+	}))
+	defer tokenSrv.Close()
+	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{})
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pemKey := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	sa, _ := json.Marshal(map[string]string{"type": "service_account", "client_email": "relay@project.iam.gserviceaccount.com",
+		"private_key": string(pemKey), "private_key_id": "k1", "token_uri": tokenSrv.URL + "/token", "client_id": "1"})
+	dir := t.TempDir()
+	credPath := filepath.Join(dir, "sa.json")
+	os.WriteFile(credPath, sa, 0o600)
+	c, err := parseServeFlags([]string{"--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "r.db"), "--credentials", credPath,
+		"--subject", "me@example.com", "--gmail-endpoint", emuURL}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := startRelay(context.Background(), c, newLogger(io.Discard, "json", "info"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.close(context.Background())
+	resp, err := http.Post(rs.URL+"/v1/send", "application/json", strings.NewReader(`{"key":"k","to":"a@example.org","text":"x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("send with a failing token: %d, want 503", resp.StatusCode)
+	}
+	if got := emu.Count(""); got != 0 {
+		t.Errorf("emulator holds %d, want 0", got)
+	}
+	resp, err = http.Get(rs.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ready map[string]any
+	json.NewDecoder(resp.Body).Decode(&ready)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(fmt.Sprint(ready["provider"]), "token refresh failing") {
+		t.Errorf("readyz: %d %v, want 503 naming the token refresh", resp.StatusCode, ready)
 	}
 }
