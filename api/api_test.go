@@ -640,3 +640,42 @@ func TestEmulatorMetricsMoveWithSends(t *testing.T) {
 		}
 	}
 }
+
+func TestEmulatorConcurrentSameKeyGets409WithRetryAfter(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	if _, err := e.emu.AddFault(gmailfake.Fault{Method: "send", Action: "latency", Latency: 300 * time.Millisecond, Count: -1}); err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		status int
+		retry  string
+	}
+	out := make(chan res, 20)
+	start := make(chan struct{})
+	for range 20 {
+		go func() {
+			<-start
+			r, err := e.do("POST", "/v1/send", apiToken, sendBody("busy"))
+			if err != nil {
+				out <- res{}
+				return
+			}
+			out <- res{r.status, r.header.Get("Retry-After")}
+		}()
+	}
+	close(start)
+	counts := map[int]int{}
+	for range 20 {
+		r := <-out
+		counts[r.status]++
+		if r.status == 409 && r.retry == "" {
+			t.Error("409 without Retry-After")
+		}
+	}
+	if counts[200] < 1 || counts[200]+counts[409] != 20 {
+		t.Errorf("statuses %v, want 200s (sent or replayed) and 409s only", counts)
+	}
+	if got := e.emu.Count(relay.MessageID("busy", domain)); got != 1 {
+		t.Errorf("emulator holds %d, want 1", got)
+	}
+}
