@@ -269,9 +269,14 @@ func checkJob(j *Job, seqs []uint64, n int, reviewChannel bool, s *Summary, add 
 	checkResends(j, reviewChannel, add)
 }
 
-// checkResends enforces RuleNoBlindResend over j's lines in order.
+// checkResends enforces RuleNoBlindResend over j's lines in order. A new
+// attempt after an ambiguous outcome is legitimate when its received line
+// says the sweeper resent after at least one search miss (retry channels)
+// or a human asked for a retry after a resolved line; the ambiguity is then
+// settled, whatever that attempt's outcome. A forwarding line while the
+// ambiguity is still open is a blind resend.
 func checkResends(j *Job, reviewChannel bool, add func(rule, id, format string, args ...any)) {
-	open := false     // an ambiguous outcome not yet resolved by search, resend or human
+	open := false     // an ambiguous outcome not yet settled by search, resend or human
 	misses := 0       // searches without a SENT hit since the ambiguous line
 	resolved := false // a resolved line since the ambiguous line
 	var received acceptlog.Line
@@ -289,13 +294,16 @@ func checkResends(j *Job, reviewChannel bool, add func(rule, id, format string, 
 			open = false
 		case acceptlog.KindReceived:
 			received = l
-		case acceptlog.KindForwarding:
-			if !open {
-				continue
-			}
 			switch {
-			case received.Reason == reasonResolvedRetry && resolved:
-			case received.Reason == reasonSweeperResend && !reviewChannel && misses > 0:
+			case !open:
+			case l.Reason == reasonResolvedRetry && resolved:
+				open = false
+			case l.Reason == reasonSweeperResend && !reviewChannel && misses > 0:
+				open = false
+			}
+		case acceptlog.KindForwarding:
+			switch {
+			case !open:
 			case reviewChannel:
 				add(RuleNoBlindResend, j.MessageID, "attempt %d forwarded on review channel %s after an ambiguous outcome without a resolved line (received reason %q)",
 					l.Attempt, j.Channel, received.Reason)

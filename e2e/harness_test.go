@@ -44,8 +44,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bins = binaries{
-		good:   sync.OnceValues(func() (string, error) { return buildRelay(filepath.Join(dir, "gmailrelay")) }),
-		broken: sync.OnceValues(func() (string, error) { return buildRelay(filepath.Join(dir, "gmailrelay-broken"), "gmailrelay_broken") }),
+		good: sync.OnceValues(func() (string, error) { return buildRelay(filepath.Join(dir, "gmailrelay")) }),
+		broken: sync.OnceValues(func() (string, error) {
+			return buildRelay(filepath.Join(dir, "gmailrelay-broken"), "gmailrelay_broken")
+		}),
 	}
 	code := m.Run()
 	_ = os.RemoveAll(dir)

@@ -1,0 +1,384 @@
+package e2e_test
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/e2e"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+)
+
+var (
+	soakJobs     = flag.Int("soak.jobs", 1200, "requests the soak makes (keys drawn so that some repeat)")
+	soakDuration = flag.Duration("soak.duration", 25*time.Second, "longest the soak's load phase runs")
+	soakSeed     = flag.Int64("soak.seed", 0, "seed of the soak (0: a fixed seed and a random one)")
+)
+
+// fixedSoakSeed is the seed CI always runs, next to a random one.
+const fixedSoakSeed = 20261202
+
+// soakConfig is one soak run.
+type soakConfig struct {
+	seed     int64
+	jobs     int
+	duration time.Duration
+	binary   string // "" = the good build
+	// dropRate, when > 0, installs a global forward-then-drop-response
+	// rule with that probability at the start (and after every restart is
+	// not needed: callers' retries of the dropped jobs come at once).
+	dropRate float64
+}
+
+// soakStats counts what the load and the chaos did.
+type soakStats struct {
+	requests atomic.Int64 // HTTP requests made by callers
+	kills    atomic.Int64 // relay processes that died (SIGKILL from outside or a crash fault)
+	emuFault atomic.Int64 // emulator fault rules installed
+	relFault atomic.Int64 // relay fault rules installed
+}
+
+// TestSoak is the randomized soak against the real binary and the Gmail
+// emulator (emulator results). Callers retry like n8n's Retry On Fail,
+// some race on the same key; relay and emulator faults and SIGKILLs are
+// injected at random. After the load stops, the relay is swept to
+// quiescence and the checker must find no violation. The seed is logged:
+// rerun with -soak.seed to replay the same plan (the interleaving of the
+// goroutines and processes is not replayable).
+func TestSoak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the soak runs real processes for tens of seconds; skipped in -short mode")
+	}
+	seeds := []int64{*soakSeed}
+	if *soakSeed == 0 {
+		seeds = []int64{fixedSoakSeed, rand.Int64N(1<<62) + 1}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			rep, line := runSoak(t, soakConfig{seed: seed, jobs: *soakJobs, duration: *soakDuration})
+			t.Log(line)
+			for i, v := range rep.Violations {
+				if i == 40 {
+					t.Errorf("… and %d more violations", len(rep.Violations)-i)
+					break
+				}
+				t.Errorf("checker: %s", v)
+			}
+			if rep.Summary.Duplicates != 0 || rep.Summary.Lost != 0 {
+				t.Errorf("duplicates outside review = %d, lost = %d; want 0 and 0", rep.Summary.Duplicates, rep.Summary.Lost)
+			}
+		})
+	}
+}
+
+// TestCheckerCatchesBrokenRelay proves that the checker can fail: the
+// relay built with -tags gmailrelay_broken resends an ambiguous job when a
+// caller retries, and the checker must say so — in a targeted scenario and
+// in a soak.
+func TestCheckerCatchesBrokenRelay(t *testing.T) {
+	t.Parallel()
+	bin, err := bins.broken()
+	if err != nil {
+		t.Fatalf("build the broken relay: %v", err)
+	}
+	t.Run("dropped response then caller retry", func(t *testing.T) {
+		t.Parallel()
+		r := startRelay(t, relayOptions{binary: bin})
+		key := "cus_9:order.shipped:broken"
+		id := msgID(key)
+		r.AddFault(t, fmt.Sprintf(`{"mode":"forward-then-drop-response","key":%q,"count":1}`, key))
+		first := r.Send(request(key, ""), 1, 1)
+		retry := r.Send(request(key, ""), 1, 2)
+		history := []e2e.Op{first, retry}
+		if got := r.Emu.Count(id); got != 2 {
+			t.Fatalf("emulator messages = %d, want 2 (the broken relay resends)", got)
+		}
+		rep := e2e.Check(r.Observe(t, history))
+		for _, rule := range []string{e2e.RuleDuplicate, e2e.RuleNoBlindResend} {
+			if !rep.Has(rule) {
+				t.Errorf("checker before sweeping: no %s violation; got %v", rule, rep.Violations)
+			}
+		}
+		// The verify pass moves the duplicate to review; the blind resend
+		// stays in the log for the checker to see.
+		r.SweepUntilQuiet(t)
+		rep = e2e.Check(r.Observe(t, history))
+		if !rep.Has(e2e.RuleNoBlindResend) {
+			t.Errorf("checker after sweeping: no %s violation; got %v", e2e.RuleNoBlindResend, rep.Violations)
+		}
+		t.Logf("emulator result: broken relay: checker reports %d violation(s), e.g. %v", len(rep.Violations), rep.Violations)
+	})
+	t.Run("soak", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("the soak runs real processes; skipped in -short mode")
+		}
+		t.Parallel()
+		rep, line := runSoak(t, soakConfig{seed: fixedSoakSeed, jobs: 120, duration: 10 * time.Second, binary: bin, dropRate: 0.3})
+		t.Log(line + " (broken build)")
+		if rep.OK() {
+			t.Fatal("the checker found nothing wrong with the broken relay")
+		}
+		if !rep.Has(e2e.RuleNoBlindResend) {
+			t.Errorf("checker: no %s violation; got %v", e2e.RuleNoBlindResend, rep.Violations)
+		}
+		t.Logf("checker caught the broken relay: %d violation(s), first: %s", len(rep.Violations), rep.Violations[0])
+	})
+}
+
+// runSoak runs one soak and returns the checker's report and the summary
+// line.
+func runSoak(t *testing.T, c soakConfig) (e2e.Report, string) {
+	t.Logf("soak: seed=%d jobs=%d duration=%s (replay with -soak.seed=%d)", c.seed, c.jobs, c.duration, c.seed)
+	rng := rand.New(rand.NewPCG(uint64(c.seed), 0x5eed))
+	r := startRelay(t, relayOptions{binary: c.binary, seed: c.seed, timeout: 2 * time.Second,
+		indexLag: time.Duration(rng.IntN(31)) * time.Second})
+	if c.dropRate > 0 {
+		r.AddFault(t, fmt.Sprintf(`{"mode":"forward-then-drop-response","probability":%g}`, c.dropRate))
+	}
+	var st soakStats
+
+	// The plan: which key each request uses, and who sends it.
+	type planned struct {
+		req     sendRequest
+		racers  int // callers sending it at the same time
+		tries   int // n8n maxTries
+		waitFor time.Duration
+	}
+	pool := max(1, c.jobs*2/3)
+	plan := make([]planned, c.jobs)
+	for i := range plan {
+		k := rng.IntN(pool)
+		channel := "default"
+		if k%4 == 0 {
+			channel = "billing"
+		}
+		racers := 1
+		if rng.IntN(100) < 15 {
+			racers = 2 + rng.IntN(2)
+		}
+		plan[i] = planned{
+			req:    request(fmt.Sprintf("cus_%d:order.shipped:ord_%d", k%17, k), channel),
+			racers: racers, tries: 2 + rng.IntN(3), waitFor: time.Duration(rng.IntN(20)) * time.Millisecond,
+		}
+	}
+
+	var (
+		histMu  sync.Mutex
+		history []e2e.Op
+	)
+	record := func(op e2e.Op) {
+		histMu.Lock()
+		defer histMu.Unlock()
+		history = append(history, op)
+	}
+	ticks := make(chan struct{}, 64)
+	deadline := time.Now().Add(c.duration)
+	// caller sends one request the way n8n's HTTP Request node with Retry
+	// On Fail does: up to tries times, a fixed wait between tries, and
+	// any non-2xx answer or transport error counts as an error to retry.
+	caller := func(id int, p planned) {
+		for try := 1; try <= p.tries; try++ {
+			if try > 1 && p.waitFor > 0 {
+				time.Sleep(p.waitFor) // the client's own Retry On Fail wait, not a wait for the relay
+			}
+			op := r.Send(p.req, id, try)
+			st.requests.Add(1)
+			record(op)
+			select {
+			case ticks <- struct{}{}:
+			default:
+			}
+			if op.Outcome == e2e.OK || (op.Status >= 200 && op.Status < 300) {
+				return
+			}
+		}
+	}
+	work := make(chan planned)
+	var callers sync.WaitGroup
+	const workers = 6
+	for w := range workers {
+		callers.Add(1)
+		go func() {
+			defer callers.Done()
+			n := 0
+			for p := range work {
+				var racing sync.WaitGroup
+				for i := range p.racers {
+					racing.Add(1)
+					go func() {
+						defer racing.Done()
+						caller(w*1_000_000+n*10+i, p)
+					}()
+				}
+				racing.Wait()
+				n++
+			}
+		}()
+	}
+
+	// Chaos: one random action per completed request, and a supervisor
+	// that restarts the relay whenever its process dies.
+	stop := make(chan struct{})
+	var bg sync.WaitGroup
+	bg.Add(2)
+	go func() {
+		defer bg.Done()
+		chaosRNG := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+		for {
+			select {
+			case <-stop:
+				return
+			case <-ticks:
+				chaos(t, r, chaosRNG, &st)
+			}
+		}
+	}()
+	go func() {
+		defer bg.Done()
+		for {
+			exited := r.Exited()
+			select {
+			case <-stop:
+				return
+			case <-exited:
+			}
+			st.kills.Add(1)
+			if err := r.start(""); err != nil {
+				t.Errorf("restart the relay: %v", err)
+				return
+			}
+		}
+	}()
+
+	for _, p := range plan {
+		if time.Now().After(deadline) {
+			break
+		}
+		work <- p
+	}
+	close(work)
+	callers.Wait()
+	close(stop)
+	bg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// Load has stopped: the relay must be up, without fault rules, and
+	// swept until nothing is left to decide.
+	select {
+	case <-r.Exited():
+		st.kills.Add(1)
+		r.Restart(t)
+	default:
+	}
+	if err := r.admin(http.MethodDelete, "/admin/faults", "", http.StatusOK, nil); err != nil {
+		t.Fatal(err)
+	}
+	emuHits := 0
+	for _, f := range r.Emu.Faults() {
+		emuHits += f.Hits
+	}
+	r.Emu.ClearFaults()
+	rounds := r.SweepUntilQuiet(t)
+
+	histMu.Lock()
+	hist := append([]e2e.Op(nil), history...)
+	histMu.Unlock()
+	obs := r.Observe(t, hist)
+	rep := e2e.Check(obs)
+	logViolatingJobs(t, obs, rep, 5)
+	relayFaults := 0
+	for _, l := range obs.Log {
+		if l.Kind == acceptlog.KindFault {
+			relayFaults++
+		}
+	}
+	s := rep.Summary
+	t.Logf("soak detail: requests=%d relay_rules=%d emulator_rules=%d relay_fault_lines=%d emulator_fault_hits=%d failed=%d duplicates_in_review=%d sweeps_to_quiet=%d",
+		st.requests.Load(), st.relFault.Load(), st.emuFault.Load(), relayFaults, emuHits, s.Failed, s.DuplicatesInReview, rounds)
+	line := fmt.Sprintf("soak: seed=%d jobs=%d attempts=%d faults=%d kills=%d sent=%d review=%d duplicates=%d lost=%d",
+		c.seed, s.Jobs, s.Attempts, relayFaults+emuHits, st.kills.Load(), s.Sent, s.Review, s.Duplicates, s.Lost)
+	return rep, line
+}
+
+// chaos takes one random action against the relay or the emulator. Errors
+// of the relay's admin API are expected (the process may just have died)
+// and ignored.
+func chaos(t *testing.T, r *relayProc, rng *rand.Rand, st *soakStats) {
+	switch n := rng.IntN(100); {
+	case n < 10: // a relay fault rule
+		modes := []string{"fail-before-forward", "fail-before-forward", "forward-then-drop-response",
+			"forward-then-drop-response", "crash-after-forward", "forward-and-respond"}
+		mode := modes[rng.IntN(len(modes))]
+		spec := fmt.Sprintf(`{"mode":%q,"count":%d,"probability":%.2f`, mode, 1+rng.IntN(8), 0.2+rng.Float64()*0.6)
+		if rng.IntN(3) == 0 {
+			spec += `,"channel":"billing"`
+		}
+		spec += "}"
+		if mode == "crash-after-forward" {
+			spec = `{"mode":"crash-after-forward","count":1,"probability":0.3}`
+		}
+		if err := r.admin(http.MethodPost, "/admin/faults", spec, http.StatusCreated, nil); err == nil {
+			st.relFault.Add(1)
+		}
+	case n < 22: // an emulator fault
+		faults := []gmailfake.Fault{
+			{Method: gmailfake.MethodSend, Action: gmailfake.ActionError, Status: 500},
+			{Method: gmailfake.MethodSend, Action: gmailfake.ActionError, Status: 429},
+			{Method: gmailfake.MethodSend, Action: gmailfake.ActionAcceptThenError, Status: 500},
+			{Method: gmailfake.MethodSend, Action: gmailfake.ActionAcceptThenError, Status: 503},
+			{Method: gmailfake.MethodSend, Action: gmailfake.ActionLatency, Latency: 50 * time.Millisecond},
+			{Method: gmailfake.MethodSend, Action: gmailfake.ActionDuplicate},
+			{Method: gmailfake.MethodList, Action: gmailfake.ActionError, Status: 500},
+		}
+		f := faults[rng.IntN(len(faults))]
+		if rng.IntN(10) == 0 {
+			// Longer than --send-timeout: the relay times out after Gmail
+			// stored the message.
+			f = gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionLatency, Latency: 2500 * time.Millisecond}
+		}
+		f.Count = 1 + rng.IntN(3)
+		if _, err := r.Emu.AddFault(f); err != nil {
+			t.Errorf("emulator fault %+v: %v", f, err)
+			return
+		}
+		st.emuFault.Add(1)
+	case n < 24: // search index lag changes
+		r.Emu.SetIndexLag(time.Duration(rng.IntN(31)) * time.Second)
+	case n < 26: // SIGKILL from outside; the supervisor restarts
+		r.Kill()
+	case n < 33: // time passes and the sweeper runs while callers work
+		_ = r.advance(time.Duration(10+rng.IntN(60)) * time.Second)
+		_ = r.admin(http.MethodPost, "/admin/sweep", "", http.StatusOK, nil)
+	}
+}
+
+// logViolatingJobs logs the lines of the first n jobs with a violation, so
+// that a failure can be understood without rerunning.
+func logViolatingJobs(t *testing.T, obs e2e.Observation, rep e2e.Report, n int) {
+	seen := map[string]bool{}
+	for _, v := range rep.Violations {
+		if len(seen) == n || v.MessageID == "" || seen[v.MessageID] {
+			continue
+		}
+		seen[v.MessageID] = true
+		for _, j := range obs.Jobs {
+			if j.MessageID != v.MessageID {
+				continue
+			}
+			t.Logf("job %s (key %s, channel %s) is %s after %d attempts:", j.MessageID, j.Key, j.Channel, j.State, j.Attempts)
+			for _, l := range j.Lines {
+				b, _ := json.Marshal(l)
+				t.Logf("  %s", b)
+			}
+		}
+	}
+}
