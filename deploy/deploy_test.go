@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/gmailrelay/gmailrelay/policy"
 )
 
 // root is the repository root, where the deployment files live.
@@ -261,5 +263,20 @@ func TestComposeFile(t *testing.T) {
 	}
 	if got := n8n.DependsOn["gmailrelay"].Condition; got != "service_healthy" {
 		t.Errorf("n8n depends_on gmailrelay condition %q, want service_healthy", got)
+	}
+}
+
+// TestExamplePolicyLoads checks the policy file docker-compose.yml offers to
+// mount: serve would refuse to start on a bad one.
+func TestExamplePolicyLoads(t *testing.T) {
+	if !strings.Contains(read(t, "docker-compose.yml"), "./examples/policy.yaml:") {
+		t.Error("docker-compose.yml no longer mentions examples/policy.yaml; update this test")
+	}
+	p, err := policy.Load(filepath.Join(root, "examples", "policy.yaml"))
+	if err != nil {
+		t.Fatalf("examples/policy.yaml: %v", err)
+	}
+	if _, err := p.Channel("default"); err != nil {
+		t.Errorf("examples/policy.yaml has no default channel: %v", err)
 	}
 }
