@@ -137,7 +137,7 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if t := st.Sweeper; t != nil {
 		for name, v := range map[string]int{"checked": t.Checked, "found": t.Found, "duplicates": t.Duplicates,
-			"resent": t.Resent, "retried": t.Retried, "reviewed": t.Reviewed, "deferred": t.Deferred,
+			"missed": t.Missed, "resent": t.Resent, "retried": t.Retried, "reviewed": t.Reviewed, "deferred": t.Deferred,
 			"verified": t.Verified, "errors": t.Errors} {
 			ch <- prometheus.MustNewConstMetric(descSweeper, prometheus.CounterValue, float64(v), name)
 		}
