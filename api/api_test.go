@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,6 +53,7 @@ type env struct {
 type envOpts struct {
 	faultHeader bool
 	quota       int
+	logs        io.Writer // nil: no logs
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -71,15 +73,19 @@ func newEnv(t *testing.T, o envOpts) *env {
 		o.quota = 1_000_000
 	}
 	metrics := api.NewMetrics()
+	logger := zerolog.Nop()
+	if o.logs != nil {
+		logger = zerolog.New(o.logs).Level(zerolog.DebugLevel)
+	}
 	e.svc, err = relay.New(context.Background(), relay.Config{Log: e.log, Provider: metrics.Provider(gm), Policy: pol,
-		Faults: faultmodes.New(faultmodes.Options{Seed: 1, Now: e.clock.Now}), Now: e.clock.Now, Logger: zerolog.Nop(),
+		Faults: faultmodes.New(faultmodes.Options{Seed: 1, Now: e.clock.Now}), Now: e.clock.Now, Logger: logger,
 		Quota: relay.NewQuota(o.quota, e.clock.Now), Observer: metrics, SendTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.sw = sweeper.New(sweeper.Config{Service: e.svc})
 	srv := httptest.NewServer(api.New(api.Config{Service: e.svc, Sweeper: e.sw, APIToken: apiToken, AdminToken: adminToken,
-		MsgIDDomain: domain, FaultHeader: o.faultHeader, Mode: "sandbox", Metrics: metrics, Logger: zerolog.Nop()}))
+		MsgIDDomain: domain, FaultHeader: o.faultHeader, Mode: "sandbox", Metrics: metrics, Logger: logger}))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e
@@ -678,4 +684,42 @@ func TestEmulatorConcurrentSameKeyGets409WithRetryAfter(t *testing.T) {
 	if got := e.emu.Count(relay.MessageID("busy", domain)); got != 1 {
 		t.Errorf("emulator holds %d, want 1", got)
 	}
+}
+
+// TestLogsNeverCarryTokensBodiesOrRecipients sends through every path that
+// logs (success, fault, drop, bad input, auth failure) with logging at
+// debug level, and searches the logs for the secrets.
+func TestLogsNeverCarryTokensBodiesOrRecipients(t *testing.T) {
+	var logs bytes.Buffer
+	e := newEnv(t, envOpts{logs: &syncWriter{w: &logs}})
+	secretBody := "the-secret-body-text"
+	msg := map[string]any{"key": "log-1", "to": "secret.recipient@example.org", "cc": "cc.person@example.org",
+		"subject": "the-secret-subject", "body": secretBody}
+	e.must("POST", "/v1/send", apiToken, msg)
+	e.addFault(map[string]any{"mode": "forward-then-drop-response", "count": 1})
+	msg["key"] = "log-2"
+	_, _ = e.do("POST", "/v1/send", apiToken, msg)
+	msg["to"] = "bad\r\nsecret.recipient@example.org"
+	e.must("POST", "/v1/send", apiToken, msg)
+	e.must("GET", "/v1/jobs", "wrong-"+apiToken, nil)
+	out := logs.String()
+	if !strings.Contains(out, "request") {
+		t.Fatalf("no access log written: %q", out)
+	}
+	for _, secret := range []string{apiToken, adminToken, "secret.recipient", "cc.person", secretBody, "the-secret-subject"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("logs contain %q", secret)
+		}
+	}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }
