@@ -43,6 +43,7 @@ type soakStats struct {
 	kills    atomic.Int64 // relay processes that died (SIGKILL from outside or a crash fault)
 	emuFault atomic.Int64 // emulator fault rules installed
 	relFault atomic.Int64 // relay fault rules installed
+	chaos    atomic.Int64 // chaos steps taken (one after every request)
 }
 
 // TestSoak is the randomized soak against the real binary and the Gmail
@@ -178,7 +179,7 @@ func runSoak(t *testing.T, c soakConfig) (e2e.Report, string) {
 		defer histMu.Unlock()
 		history = append(history, op)
 	}
-	ticks := make(chan struct{}, 64)
+	chaosRNG := &lockedRand{r: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))}
 	deadline := time.Now().Add(c.duration)
 	// caller sends one request the way n8n's HTTP Request node with Retry
 	// On Fail does: up to tries times, a fixed wait between tries, and
@@ -191,10 +192,8 @@ func runSoak(t *testing.T, c soakConfig) (e2e.Report, string) {
 			op := r.Send(p.req, id, try)
 			st.requests.Add(1)
 			record(op)
-			select {
-			case ticks <- struct{}{}:
-			default:
-			}
+			st.chaos.Add(1)
+			chaos(t, r, chaosRNG, &st)
 			if op.Outcome == e2e.OK || (op.Status >= 200 && op.Status < 300) {
 				return
 			}
@@ -223,23 +222,11 @@ func runSoak(t *testing.T, c soakConfig) (e2e.Report, string) {
 		}()
 	}
 
-	// Chaos: one random action per completed request, and a supervisor
-	// that restarts the relay whenever its process dies.
+	// A supervisor restarts the relay whenever its process dies (SIGKILL
+	// from chaos, or a crash-after-forward fault).
 	stop := make(chan struct{})
 	var bg sync.WaitGroup
-	bg.Add(2)
-	go func() {
-		defer bg.Done()
-		chaosRNG := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
-		for {
-			select {
-			case <-stop:
-				return
-			case <-ticks:
-				chaos(t, r, chaosRNG, &st)
-			}
-		}
-	}()
+	bg.Add(1)
 	go func() {
 		defer bg.Done()
 		for {
@@ -302,6 +289,11 @@ func runSoak(t *testing.T, c soakConfig) (e2e.Report, string) {
 		}
 	}
 	s := rep.Summary
+	seen := map[e2e.Outcome]int{}
+	for _, op := range hist {
+		seen[op.Outcome]++
+	}
+	t.Logf("soak history: callers saw ok=%d fail=%d unknown=%d; chaos steps=%d", seen[e2e.OK], seen[e2e.Fail], seen[e2e.Info], st.chaos.Load())
 	t.Logf("soak detail: requests=%d relay_rules=%d emulator_rules=%d relay_fault_lines=%d emulator_fault_hits=%d failed=%d duplicates_in_review=%d sweeps_to_quiet=%d",
 		st.requests.Load(), st.relFault.Load(), st.emuFault.Load(), relayFaults, emuHits, s.Failed, s.DuplicatesInReview, rounds)
 	line := fmt.Sprintf("soak: seed=%d jobs=%d attempts=%d faults=%d kills=%d sent=%d review=%d duplicates=%d lost=%d",
@@ -309,12 +301,31 @@ func runSoak(t *testing.T, c soakConfig) (e2e.Report, string) {
 	return rep, line
 }
 
-// chaos takes one random action against the relay or the emulator. Errors
-// of the relay's admin API are expected (the process may just have died)
-// and ignored.
-func chaos(t *testing.T, r *relayProc, rng *rand.Rand, st *soakStats) {
-	switch n := rng.IntN(100); {
-	case n < 10: // a relay fault rule
+// lockedRand is a random source shared by the callers.
+type lockedRand struct {
+	mu sync.Mutex
+	r  *rand.Rand
+}
+
+func (l *lockedRand) IntN(n int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.IntN(n)
+}
+
+func (l *lockedRand) Float64() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.Float64()
+}
+
+// chaos is taken by a caller after each of its requests: with a small
+// probability it does one random thing to the relay or the emulator, while
+// the other callers go on. Errors of the relay's admin API are expected
+// (the process may just have died) and ignored.
+func chaos(t *testing.T, r *relayProc, rng *lockedRand, st *soakStats) {
+	switch n := rng.IntN(1000); {
+	case n < 20: // a relay fault rule
 		modes := []string{"fail-before-forward", "fail-before-forward", "forward-then-drop-response",
 			"forward-then-drop-response", "crash-after-forward", "forward-and-respond"}
 		mode := modes[rng.IntN(len(modes))]
@@ -329,7 +340,7 @@ func chaos(t *testing.T, r *relayProc, rng *rand.Rand, st *soakStats) {
 		if err := r.admin(http.MethodPost, "/admin/faults", spec, http.StatusCreated, nil); err == nil {
 			st.relFault.Add(1)
 		}
-	case n < 22: // an emulator fault
+	case n < 60: // an emulator fault
 		faults := []gmailfake.Fault{
 			{Method: gmailfake.MethodSend, Action: gmailfake.ActionError, Status: 500},
 			{Method: gmailfake.MethodSend, Action: gmailfake.ActionError, Status: 429},
@@ -351,11 +362,11 @@ func chaos(t *testing.T, r *relayProc, rng *rand.Rand, st *soakStats) {
 			return
 		}
 		st.emuFault.Add(1)
-	case n < 24: // search index lag changes
+	case n < 65: // search index lag changes
 		r.Emu.SetIndexLag(time.Duration(rng.IntN(31)) * time.Second)
-	case n < 26: // SIGKILL from outside; the supervisor restarts
+	case n < 72: // SIGKILL from outside; the supervisor restarts
 		r.Kill()
-	case n < 33: // time passes and the sweeper runs while callers work
+	case n < 92: // time passes and the sweeper runs while callers work
 		_ = r.advance(time.Duration(10+rng.IntN(60)) * time.Second)
 		_ = r.admin(http.MethodPost, "/admin/sweep", "", http.StatusOK, nil)
 	}
