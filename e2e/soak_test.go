@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -293,6 +295,7 @@ func runSoak(t *testing.T, c soakConfig) (e2e.Report, string) {
 	for _, op := range hist {
 		seen[op.Outcome]++
 	}
+	t.Logf("soak review: %s", reviewReasons(obs))
 	t.Logf("soak history: callers saw ok=%d fail=%d unknown=%d; chaos steps=%d", seen[e2e.OK], seen[e2e.Fail], seen[e2e.Info], st.chaos.Load())
 	t.Logf("soak detail: requests=%d relay_rules=%d emulator_rules=%d relay_fault_lines=%d emulator_fault_hits=%d failed=%d duplicates_in_review=%d sweeps_to_quiet=%d",
 		st.requests.Load(), st.relFault.Load(), st.emuFault.Load(), relayFaults, emuHits, s.Failed, s.DuplicatesInReview, rounds)
@@ -392,4 +395,40 @@ func logViolatingJobs(t *testing.T, obs e2e.Observation, rep e2e.Report, n int) 
 			}
 		}
 	}
+}
+
+// reviewReasons sums up why jobs are in review: the reason of each one's
+// last review line, and for duplicates whether one attempt stored twice
+// (the emulator's duplicate fault) or several attempts each stored one.
+func reviewReasons(obs e2e.Observation) string {
+	count := map[string]int{}
+	for _, j := range obs.Jobs {
+		if j.State != acceptlog.StateReview {
+			continue
+		}
+		why := "?"
+		forwards := 0
+		for _, l := range j.Lines {
+			switch l.Kind {
+			case acceptlog.KindReview:
+				why = l.Reason
+			case acceptlog.KindForwarding:
+				forwards++
+			}
+		}
+		if why == "duplicate" {
+			why = fmt.Sprintf("duplicate(after %d forwards)", forwards)
+		}
+		count[why]++
+	}
+	keys := make([]string, 0, len(count))
+	for k := range count {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := ""
+	for _, k := range keys {
+		out += fmt.Sprintf("%s=%d ", k, count[k])
+	}
+	return strings.TrimSpace(out)
 }
