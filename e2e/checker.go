@@ -6,8 +6,18 @@
 // DESIGN.md.
 //
 // The tests that drive the real gmailrelay binary live in this directory's
-// _test.go files. Their results are emulator results: a green run proves the
-// relay's logic against the emulator, not a guarantee about Gmail.
+// _test.go files: they build cmd/gmailrelay once per run (a plain build, not
+// -race: the race detector covers the suite's own goroutines, and the
+// relay's packages have their own -race tests), start it as a subprocess on
+// an OS-chosen loopback port against an in-process Gmail emulator, SIGKILL
+// and restart it on the same data file, and move both clocks forward
+// instead of sleeping. Their results are emulator results: a green run
+// proves the relay's logic against the emulator, not a guarantee about
+// Gmail.
+//
+//	go test -race ./e2e/                                   # CI: boundaries, crash points, a short soak (fixed + random seed)
+//	go test ./e2e/ -run Soak -soak.jobs=5000 -soak.duration=10m   # a long soak
+//	go test ./e2e/ -run Soak -soak.seed=S                  # replay a soak's plan
 package e2e
 
 import (
