@@ -539,7 +539,7 @@ func classify(op *e2e.Op, status int, body []byte, err error) {
 	}
 }
 
-// String is a one-line account of an operation, for logs.
+// opString is a one-line account of an operation, for logs.
 func opString(op e2e.Op) string {
 	s := fmt.Sprintf("caller %d try %d key %s: %s", op.Caller, op.Try, op.Key, op.Outcome)
 	if op.Status != 0 {

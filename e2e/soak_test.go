@@ -34,8 +34,8 @@ type soakConfig struct {
 	duration time.Duration
 	binary   string // "" = the good build
 	// dropRate, when > 0, installs a global forward-then-drop-response
-	// rule with that probability at the start (and after every restart is
-	// not needed: callers' retries of the dropped jobs come at once).
+	// rule with that probability at the start (rules do not survive a
+	// restart; the dropped jobs' retries come before the first kill, mostly).
 	dropRate float64
 }
 
