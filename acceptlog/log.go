@@ -92,10 +92,9 @@ type Log struct {
 	path string
 	now  func() time.Time
 
-	// pending counts the Mutates in flight: a lone one commits at once with
-	// db.Update, others join a db.Batch group commit.
-	pending     atomic.Int64
-	alwaysBatch bool // tests and benchmarks only, see export_test.go
+	// group is the group commit every Mutate goes through (see commit).
+	group       groupCommit
+	alwaysBatch bool // benchmarks only: use db.Batch instead, see export_test.go
 
 	commits atomic.Uint64
 	// lastTx is the write transaction whose commit is already counted. Only
@@ -160,10 +159,11 @@ func (l *Log) Commits() uint64 { return l.commits.Load() }
 // log has none) and writes the Change fn returns, all in one bbolt write
 // transaction that is fsynced before Mutate returns.
 //
-// Concurrent Mutates are grouped into one transaction (db.Batch: one fsync
-// for the group); a Mutate with no other in flight commits alone at once.
-// Because a group is retried when one of its members fails, fn may be called
-// more than once and must depend only on its argument. ctx is only checked
+// Concurrent Mutates are grouped into one transaction (a group commit: one
+// fsync for the group); a Mutate with no other in flight commits alone at
+// once. Because a group's members are retried alone when the group's
+// transaction fails, fn may be called more than once and must depend only on
+// its argument. ctx is only checked
 // before the transaction starts: a commit is never abandoned half-way.
 //
 // When fn returns an error, nothing is written and Mutate returns that error
@@ -210,16 +210,86 @@ func (l *Log) Mutate(ctx context.Context, messageID string, fn func(cur *Job) (C
 	return job, lines, nil
 }
 
-// commit runs txFn in a write transaction of its own when no other Mutate
-// is in flight, and in a db.Batch group commit otherwise. A lone writer so
-// pays no batch delay; company waits at most maxBatchDelay and then shares
-// one fsync (see BenchmarkMutateSerial and BenchmarkMutateParallel).
+// commit runs txFn in a group commit: the first Mutate to arrive when no
+// commit is running leads, committing at once with everything queued so
+// far in one write transaction (one fsync); Mutates arriving meanwhile
+// queue, and when the leader's commit is done the first of them leads the
+// next group. A lone writer so never waits for company, and under
+// concurrency the group grows with the time a commit takes — no timer.
+// If a group's transaction fails, each member is retried alone so one bad
+// member cannot fail the others (as bbolt's Batch does).
 func (l *Log) commit(txFn func(*bolt.Tx) error) error {
-	defer l.pending.Add(-1)
-	if l.pending.Add(1) == 1 && !l.alwaysBatch {
-		return l.db.Update(txFn)
+	if l.alwaysBatch {
+		return l.db.Batch(txFn)
 	}
-	return l.db.Batch(txFn)
+	w := &waiter{fn: txFn, wake: make(chan []*waiter, 1)}
+	l.group.mu.Lock()
+	l.group.queue = append(l.group.queue, w)
+	if l.group.leading {
+		l.group.mu.Unlock()
+		if batch := <-w.wake; batch != nil {
+			return l.lead(batch, w)
+		}
+		return w.err
+	}
+	l.group.leading = true
+	batch := l.group.queue
+	l.group.queue = nil
+	l.group.mu.Unlock()
+	return l.lead(batch, w)
+}
+
+// groupCommit is the queue of Mutates waiting for the running commit.
+type groupCommit struct {
+	mu      sync.Mutex
+	queue   []*waiter
+	leading bool
+}
+
+// waiter is one queued Mutate. wake receives nil when its group has been
+// committed (err says how), or the next group when it is to lead it.
+type waiter struct {
+	fn   func(*bolt.Tx) error
+	err  error
+	wake chan []*waiter
+}
+
+// lead commits batch (which holds self), wakes its members and hands the
+// lead to the first Mutate that queued meanwhile.
+func (l *Log) lead(batch []*waiter, self *waiter) error {
+	err := l.db.Update(func(tx *bolt.Tx) error {
+		for _, w := range batch {
+			if err := w.fn(tx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+	case len(batch) == 1:
+		batch[0].err = err
+	default:
+		for _, w := range batch {
+			w.err = l.db.Update(w.fn)
+		}
+	}
+	l.group.mu.Lock()
+	next := l.group.queue
+	l.group.queue = nil
+	if len(next) == 0 {
+		l.group.leading = false
+	}
+	l.group.mu.Unlock()
+	for _, w := range batch {
+		if w != self {
+			w.wake <- nil
+		}
+	}
+	if len(next) > 0 {
+		next[0].wake <- next
+	}
+	return self.err
 }
 
 // apply is one run of a Mutate inside tx. fnErr is the callback's error or a

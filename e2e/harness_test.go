@@ -113,7 +113,6 @@ type relayProc struct {
 	cmd    *exec.Cmd
 	url    string
 	exited chan struct{}
-	offset time.Duration // total clock advance since the test began
 	starts int
 }
 
@@ -164,12 +163,15 @@ func startRelay(t testing.TB, o relayOptions) *relayProc {
 }
 
 // start runs a new relay process on the data file and waits until it
-// listens; it then moves the new process's clock to the test's reading.
+// listens, its clock starting at the test's reading.
 func (r *relayProc) start(crashAt string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.starts++
-	cmd := exec.Command(r.bin, r.args...)
+	// The new process's manual clock starts at the test's reading, so
+	// recovery at start already sees the right time.
+	args := append(append([]string(nil), r.args...), "--clock-start", r.clock.Now().UTC().Format(time.RFC3339Nano))
+	cmd := exec.Command(r.bin, args...)
 	cmd.Env = relayEnv(crashAt)
 	listening := make(chan string, 1)
 	cmd.Stdout = &lineWatcher{w: r.out, prefix: fmt.Sprintf("[%d out] ", r.starts), found: listening}
@@ -192,11 +194,6 @@ func (r *relayProc) start(crashAt string) error {
 		_ = cmd.Process.Kill()
 		<-exited
 		return errors.New("relay did not print its listening line within 30s")
-	}
-	if r.offset > 0 {
-		if err := r.postClock(r.url, r.offset); err != nil {
-			return err
-		}
 	}
 	return nil
 }
@@ -282,7 +279,6 @@ func (r *relayProc) Restart(t testing.TB) {
 func (r *relayProc) advance(d time.Duration) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.offset += d
 	r.clock.Advance(d)
 	if r.url == "" {
 		return nil // the next start catches up

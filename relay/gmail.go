@@ -117,7 +117,7 @@ func NewGmail(ctx context.Context, cfg GmailConfig) (*Gmail, error) {
 		if err != nil {
 			return nil, err
 		}
-		base := http.DefaultTransport
+		base := pooledTransport()
 		if cfg.HTTPClient != nil && cfg.HTTPClient.Transport != nil {
 			base = cfg.HTTPClient.Transport
 		}
@@ -126,7 +126,7 @@ func NewGmail(ctx context.Context, cfg GmailConfig) (*Gmail, error) {
 	case cfg.HTTPClient != nil:
 		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
 	default:
-		opts = append(opts, option.WithHTTPClient(&http.Client{}))
+		opts = append(opts, option.WithHTTPClient(&http.Client{Transport: pooledTransport()}))
 	}
 	svc, err := gmail.NewService(ctx, opts...)
 	if err != nil {
@@ -134,6 +134,16 @@ func NewGmail(ctx context.Context, cfg GmailConfig) (*Gmail, error) {
 	}
 	g.svc = svc
 	return g, nil
+}
+
+// pooledTransport is http.DefaultTransport keeping enough idle connections
+// per host for a busy relay (the default keeps 2, so concurrent sends to a
+// Gmail-compatible endpoint over HTTP/1.1 would reconnect every round).
+func pooledTransport() http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 128
+	t.MaxIdleConns = 256
+	return t
 }
 
 // tokenSource builds an OAuth2 token source from an authorized-user or

@@ -47,6 +47,7 @@ type serveConfig struct {
 	SweepInterval    time.Duration
 	SendTimeout      time.Duration
 	Clock            string
+	ClockStart       string
 
 	policy *policy.Policy
 	// In-process users (demo, selftest) may pass these.
@@ -81,6 +82,7 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	fs.DurationVar(&c.SweepInterval, "sweep-interval", 5*time.Second, "how often the sweeper looks for due jobs")
 	fs.DurationVar(&c.SendTimeout, "send-timeout", 60*time.Second, "deadline of each Gmail call")
 	fs.StringVar(&c.Clock, "clock", "real", "real, or manual (for tests: time moves only through POST /admin/clock)")
+	fs.StringVar(&c.ClockStart, "clock-start", "", "with --clock manual: the clock's first reading (RFC 3339; default now)")
 	// Environment twins: GMAILRELAY_<FLAG>, applied before the command line.
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -147,6 +149,13 @@ func (c *serveConfig) validate() error {
 	}
 	if c.Clock != "real" && c.Clock != "manual" {
 		return fmt.Errorf("--clock must be real or manual, not %q", c.Clock)
+	}
+	if c.ClockStart != "" {
+		t, err := time.Parse(time.RFC3339Nano, c.ClockStart)
+		if err != nil || c.Clock != "manual" {
+			return fmt.Errorf("--clock-start needs --clock manual and an RFC 3339 time, got %q", c.ClockStart)
+		}
+		c.clock = testclock.At(t)
 	}
 	if c.Credentials == "" && c.GmailEndpoint == "" && !c.Sandbox {
 		// The token `gmailrelay auth` stored, if there is one.
