@@ -8,40 +8,19 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
 )
 
 // Clock is a manually advanced clock shared by the relay, the sweeper and
 // the emulator, so that quota refills and grace periods pass in no real
-// time. It is safe for concurrent use.
-type Clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// time.
+type Clock = testclock.Clock
 
 // NewClock returns a clock reading a fixed, arbitrary instant.
-func NewClock() *Clock {
-	return &Clock{t: time.Date(2026, 6, 1, 9, 0, 0, 0, time.UTC)}
-}
-
-// Now returns the clock's reading.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Advance moves the clock forward by d (nothing for d <= 0).
-func (c *Clock) Advance(d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func NewClock() *Clock { return testclock.New() }
 
 // CPUTime returns the CPU time (user + system) the process has used so far.
 func CPUTime() time.Duration {

@@ -10,27 +10,13 @@ import (
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
 )
 
 // clock is a manual clock for Options.Now.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+type clock = testclock.Clock
 
-func newClock() *clock { return &clock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+func newClock() *clock { return testclock.New() }
 
 func mustAdd(t *testing.T, s *faultmodes.Set, spec faultmodes.Spec) faultmodes.Rule {
 	t.Helper()
@@ -426,7 +412,7 @@ func TestRuleJSON(t *testing.T) {
 	}
 	want := map[string]any{
 		"id": r.ID, "mode": "fail-before-forward", "channel": "billing", "count": 3.0, "ttl": "1m",
-		"remaining": 3.0, "expires_at": "2026-01-02T03:05:05Z", "created_at": "2026-01-02T03:04:05Z",
+		"remaining": 3.0, "expires_at": "2026-12-02T09:01:00Z", "created_at": "2026-12-02T09:00:00Z",
 		"hits": 0.0, "active": true,
 	}
 	if len(got) != len(want) {

@@ -9,37 +9,19 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"google.golang.org/api/gmail/v1"
 	"google.golang.org/api/googleapi"
 	"google.golang.org/api/option"
 )
 
-// clock is an injected clock that tests move by hand.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// clock is the injected clock tests move by hand.
+type clock = testclock.Clock
 
-func newClock() *clock {
-	return &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+func newClock() *clock { return testclock.New() }
 
 // emulator starts an emulator with an injected clock (unless opts has one)
 // and returns it with a Google client pointed at it.

@@ -25,8 +25,12 @@ func (c *Clock) Now() time.Time {
 	return c.t
 }
 
-// Advance moves the clock forward by d.
+// Advance moves the clock forward by d (nothing for d <= 0: time never
+// runs backwards).
 func (c *Clock) Advance(d time.Duration) {
+	if d <= 0 {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t = c.t.Add(d)
