@@ -222,7 +222,9 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	s.run(w, r, p, s.writeSendAnswer)
+	s.run(w, r, p, func(w http.ResponseWriter, r *http.Request, err error) {
+		writeErrorFor(w, r, err, p.MessageID, "")
+	}, s.writeSendAnswer)
 }
 
 // prepare reads and validates a /v1/send request of either content type.
@@ -273,25 +275,26 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	return body, nil
 }
 
-// run sends p and answers through write, which sees every outcome that
-// is not a dropped response.
-func (s *Server) run(w http.ResponseWriter, r *http.Request, p relay.Prepared, write func(http.ResponseWriter, *http.Request, relay.Result)) {
+// run sends p and answers through write, which sees every outcome that is
+// not a refusal (answered by fail) or a dropped response.
+func (s *Server) run(w http.ResponseWriter, r *http.Request, p relay.Prepared,
+	fail func(http.ResponseWriter, *http.Request, error), write func(http.ResponseWriter, *http.Request, relay.Result)) {
 	fault, err := s.faultOverride(r)
 	if err != nil {
-		writeError(w, r, err)
+		fail(w, r, err)
 		return
 	}
 	res, err := s.svc.Send(r.Context(), p, relay.SendOptions{Fault: fault})
 	if err != nil {
-		writeErrorFor(w, r, err, p.MessageID, "")
+		fail(w, r, err)
 		return
 	}
 	if res.Dropped {
 		hlog.FromRequest(r).Warn().Str("message_id", p.MessageID).Str("rule", res.Fault.RuleID).
 			Msg("fault forward-then-drop-response: Gmail's answer dropped, job unknown")
 		if res.Fault.Drop == "504" {
-			writeJSON(w, http.StatusGatewayTimeout, errorBody{Error: errorDetail{Code: "fault_injected",
-				Message: "fault forward-then-drop-response injected: Gmail's answer was dropped", MessageID: p.MessageID}})
+			fail(w, r, &relay.Error{Code: relay.CodeFaultDropped,
+				Message: "fault forward-then-drop-response injected (rule " + res.Fault.RuleID + "): Gmail's answer was dropped; the relay owns the job"})
 			return
 		}
 		panic(http.ErrAbortHandler) // cut the connection: no HTTP answer at all

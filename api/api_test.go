@@ -723,3 +723,22 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	return s.w.Write(p)
 }
+
+func TestEmulatorGmailPathDrop504IsGatewayTimeout(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.addFault(map[string]any{"mode": "forward-then-drop-response", "drop": "504"})
+	svc, err := gmail.NewService(context.Background(), option.WithEndpoint(e.url+"/"), option.WithHTTPClient(&http.Client{
+		Transport: bearer{token: apiToken}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := "To: a@example.org\r\nSubject: drop\r\nMessage-ID: <drop-504@example.org>\r\n\r\nhi\r\n"
+	_, err = svc.Users.Messages.Send("me", &gmail.Message{Raw: base64.URLEncoding.EncodeToString([]byte(raw))}).Do()
+	var gerr *googleapi.Error
+	if !errors.As(err, &gerr) || gerr.Code != 504 {
+		t.Fatalf("err = %v, want a googleapi 504", err)
+	}
+	if got := e.emu.Count("<drop-504@example.org>"); got != 1 {
+		t.Errorf("emulator holds %d, want 1 (Gmail got it; only the answer was dropped)", got)
+	}
+}

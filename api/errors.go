@@ -27,6 +27,7 @@ var statusOf = map[relay.Code]int{
 	relay.CodeRateLimited:      http.StatusTooManyRequests,
 	relay.CodeProviderRejected: http.StatusBadGateway,
 	relay.CodeUnavailable:      http.StatusServiceUnavailable,
+	relay.CodeFaultDropped:     http.StatusGatewayTimeout,
 	relay.CodeInternal:         http.StatusInternalServerError,
 }
 

@@ -39,7 +39,7 @@ var gmailReason = map[relay.Code]string{
 	relay.CodeNotFound: "notFound", relay.CodeInFlight: "conflict", relay.CodeConflict: "conflict",
 	relay.CodeTooLarge: "invalidArgument", relay.CodeMismatch: "failedPrecondition",
 	relay.CodeRateLimited: "rateLimitExceeded", relay.CodeProviderRejected: "backendError",
-	relay.CodeUnavailable: "backendError", relay.CodeInternal: "backendError",
+	relay.CodeUnavailable: "backendError", relay.CodeFaultDropped: "backendError", relay.CodeInternal: "backendError",
 }
 
 // writeGmailError answers in Gmail's error JSON, so Google's client
@@ -173,23 +173,12 @@ func (s *Server) gmailSendRaw(w http.ResponseWriter, r *http.Request, raw []byte
 	if threadID != "" {
 		p.ThreadID = threadID
 	}
-	fault, err := s.faultOverride(r)
-	if err != nil {
-		writeGmailError(w, r, err)
-		return
-	}
-	res, err := s.svc.Send(r.Context(), p, relay.SendOptions{Fault: fault})
-	if err != nil {
-		writeGmailError(w, r, err)
-		return
-	}
-	if res.Dropped {
-		if res.Fault.Drop == "504" {
-			writeGmailError(w, r, &relay.Error{Code: relay.CodeUnavailable, Message: "fault forward-then-drop-response injected"})
-			return
-		}
-		panic(http.ErrAbortHandler)
-	}
+	s.run(w, r, p, writeGmailError, s.writeGmailAnswer)
+}
+
+// writeGmailAnswer answers like Gmail: its Message JSON on 200, its error
+// JSON on failures; a job the relay owns (202) carries the relay's view.
+func (s *Server) writeGmailAnswer(w http.ResponseWriter, r *http.Request, res relay.Result) {
 	j := res.Job
 	if res.Replayed {
 		w.Header().Set("Idempotent-Replayed", "true")

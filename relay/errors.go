@@ -22,6 +22,7 @@ const (
 	CodeRateLimited      Code = "rate_limited"         // 429 + Retry-After: nothing was sent
 	CodeProviderRejected Code = "provider_rejected"    // 502: Gmail rejected the message itself
 	CodeUnavailable      Code = "unavailable"          // 503 + Retry-After: definitely not sent
+	CodeFaultDropped     Code = "fault_injected"       // 504: forward-then-drop-response with drop "504"
 	CodeInternal         Code = "internal"             // 500
 )
 
