@@ -38,6 +38,7 @@ type Error struct {
 	Err error
 }
 
+// Error implements error: the code, the message, the field and the cause.
 func (e *Error) Error() string {
 	msg := string(e.Code) + ": " + e.Message
 	if e.Field != "" {
@@ -49,6 +50,7 @@ func (e *Error) Error() string {
 	return msg
 }
 
+// Unwrap returns the underlying cause.
 func (e *Error) Unwrap() error { return e.Err }
 
 // Errorf returns an *Error with the code and a formatted message.

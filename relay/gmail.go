@@ -73,7 +73,9 @@ type Provider interface {
 // written to the network: Gmail cannot have acted on it.
 type NotReachedError struct{ Err error }
 
+// Error implements error.
 func (e *NotReachedError) Error() string { return "gmail not reached: " + e.Err.Error() }
+// Unwrap returns the network or token error.
 func (e *NotReachedError) Unwrap() error { return e.Err }
 
 // ErrTokenRefresh marks a failed OAuth token refresh: Gmail was not

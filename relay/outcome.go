@@ -23,6 +23,7 @@ const (
 	Unknown
 )
 
+// String returns "sent", "failed" or "unknown".
 func (v Verdict) String() string {
 	return [...]string{"sent", "failed", "unknown"}[v]
 }
