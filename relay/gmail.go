@@ -75,6 +75,7 @@ type NotReachedError struct{ Err error }
 
 // Error implements error.
 func (e *NotReachedError) Error() string { return "gmail not reached: " + e.Err.Error() }
+
 // Unwrap returns the network or token error.
 func (e *NotReachedError) Unwrap() error { return e.Err }
 
