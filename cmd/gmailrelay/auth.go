@@ -46,11 +46,8 @@ func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	secret := fs.String("client-secret", "", "OAuth client JSON downloaded from Google Cloud (Desktop app)")
 	out := fs.String("out", defaultTokenPath(), "where to write the token (authorized-user JSON, mode 0600)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long to wait for the browser")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if *secret == "" || *out == "" {
 		fmt.Fprintln(stderr, "gmailrelay auth: --client-secret is required (and --out when no config dir is known)")

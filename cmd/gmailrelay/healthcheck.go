@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,11 +16,8 @@ func runHealthcheck(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.SetOutput(stderr)
 	url := fs.String("url", "http://127.0.0.1:8080/healthz", "health endpoint to ask")
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for an answer")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()

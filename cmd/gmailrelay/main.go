@@ -5,6 +5,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -62,4 +64,17 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.help)
 	}
 	fmt.Fprintln(w, "\nRun 'gmailrelay <command> -h' for a command's flags.")
+}
+
+// parseFlags parses a subcommand's flags. When it returns ok false, the
+// subcommand exits with code: 0 after -h, 2 after a bad flag (the flag
+// package has already said which).
+func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	return 0, true
 }

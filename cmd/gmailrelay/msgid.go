@@ -35,11 +35,8 @@ func msgID(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "gmailrelay msgid: "+format+"\n", a...)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -62,11 +61,8 @@ func runSelftest(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	domain := fs.String("msgid-domain", "selftest.gmailrelay.local", "domain part of the test Message-ID")
 	window := fs.Duration("window", 30*time.Minute, "how long to wait for Gmail's search to find the message")
 	poll := fs.Duration("poll", 30*time.Second, "time between searches")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	o := selftestOptions{To: *to, MsgIDDomain: *domain, Window: *window, Poll: *poll, Mailbox: "me"}
 	if *window <= 0 || *poll <= 0 || *poll > *window {
