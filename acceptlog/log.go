@@ -255,8 +255,19 @@ type waiter struct {
 }
 
 // lead commits batch (which holds self), wakes its members and hands the
-// lead to the first Mutate that queued meanwhile.
+// lead to the first Mutate that queued meanwhile. A callback that panics
+// fails its whole group and the panic goes on up the leader's stack, but
+// only after the lead is handed over: the log never stays locked.
 func (l *Log) lead(batch []*waiter, self *waiter) error {
+	defer func() {
+		if p := recover(); p != nil {
+			for _, w := range batch {
+				w.err = fmt.Errorf("acceptlog: a callback in the same commit group panicked: %v", p)
+			}
+			l.handOver(batch, self)
+			panic(p)
+		}
+	}()
 	err := l.db.Update(func(tx *bolt.Tx) error {
 		for _, w := range batch {
 			if err := w.fn(tx); err != nil {
@@ -274,6 +285,13 @@ func (l *Log) lead(batch []*waiter, self *waiter) error {
 			w.err = l.db.Update(w.fn)
 		}
 	}
+	l.handOver(batch, self)
+	return self.err
+}
+
+// handOver wakes batch's members but self and gives the lead to the first
+// Mutate that queued meanwhile, or ends the leading.
+func (l *Log) handOver(batch []*waiter, self *waiter) {
 	l.group.mu.Lock()
 	next := l.group.queue
 	l.group.queue = nil
@@ -289,7 +307,6 @@ func (l *Log) lead(batch []*waiter, self *waiter) error {
 	if len(next) > 0 {
 		next[0].wake <- next
 	}
-	return self.err
 }
 
 // apply is one run of a Mutate inside tx. fnErr is the callback's error or a

@@ -842,3 +842,35 @@ func TestMutateErrorsInABatchDoNotDisturbOthers(t *testing.T) {
 		t.Errorf("callbacks ran %d times, want %d (no batch retries)", got, n)
 	}
 }
+
+// TestMutatePanicDoesNotLockTheLog: a callback that panics fails its call
+// (the panic reaches the caller) and the log keeps working for everyone
+// else.
+func TestMutatePanicDoesNotLockTheLog(t *testing.T) {
+	l := acceptlogtest.Open(t)
+	ctx := context.Background()
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the panic did not reach the caller")
+			}
+		}()
+		_, _, _ = l.Mutate(ctx, "<panic@x>", func(*acceptlog.Job) (acceptlog.Change, error) { panic("boom") })
+	}()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := l.Mutate(ctx, "<after@x>", func(*acceptlog.Job) (acceptlog.Change, error) {
+			j := acceptlog.Job{MessageID: "<after@x>", State: acceptlog.StateUnknown, Channel: "default", Attempts: 1}
+			return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{{Kind: acceptlog.KindAmbiguous, Attempt: 1, State: acceptlog.StateUnknown}}}, nil
+		})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Mutate after a panic: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Mutate after a panic never returned: the group commit is stuck")
+	}
+}
