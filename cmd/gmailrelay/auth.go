@@ -127,7 +127,13 @@ func loopbackFlow(ctx context.Context, clientJSON []byte, show func(url string))
 		}
 	})}
 	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	defer func() {
+		// Shutdown, not Close: the browser must still get the page the
+		// handler is writing when the code arrives.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}()
 
 	show(cfg.AuthCodeURL(state, oauth2.AccessTypeOffline, oauth2.SetAuthURLParam("prompt", "consent"),
 		oauth2.S256ChallengeOption(verifier)))
