@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"io"
 	"mime"
@@ -87,9 +86,9 @@ func (s *Server) gmailSend(w http.ResponseWriter, r *http.Request) {
 		writeGmailError(w, r, relay.Invalid("raw", "'raw' RFC822 payload message string or uploading message via /upload/* URL required"))
 		return
 	}
-	raw, err := decodeB64(m.Raw)
+	raw, err := relay.DecodeRaw(m.Raw)
 	if err != nil {
-		writeGmailError(w, r, relay.Invalid("raw", "raw is not base64url: %v", err))
+		writeGmailError(w, r, err)
 		return
 	}
 	s.gmailSendRaw(w, r, raw, m.ThreadID)
@@ -154,14 +153,6 @@ func readMultipartRelated(r *http.Request) (gmailMessage, []byte, error) {
 		return meta, nil, relay.Invalid("body", "read message part: %v", err)
 	}
 	return meta, raw, nil
-}
-
-func decodeB64(s string) ([]byte, error) {
-	s = strings.TrimRight(strings.TrimSpace(s), "=")
-	if b, err := base64.RawURLEncoding.DecodeString(s); err == nil {
-		return b, nil
-	}
-	return base64.RawStdEncoding.DecodeString(s)
 }
 
 func (s *Server) gmailSendRaw(w http.ResponseWriter, r *http.Request, raw []byte, threadID string) {

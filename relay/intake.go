@@ -267,7 +267,7 @@ func Prepare(req SendRequest, headerKey, domain string, now time.Time) (Prepared
 		if part := structuredPart(req); part != "" {
 			return Prepared{}, Invalid("raw", "raw cannot be combined with %s: send the whole message in raw", part)
 		}
-		raw, err := decodeRaw(req.Raw)
+		raw, err := DecodeRaw(req.Raw)
 		if err != nil {
 			return Prepared{}, err
 		}
@@ -372,9 +372,10 @@ func structuredPart(req SendRequest) string {
 	return ""
 }
 
-// decodeRaw decodes base64url, padded or not; standard base64 is accepted
-// too, and ASCII whitespace (line-wrapped encoders) is ignored.
-func decodeRaw(s string) ([]byte, error) {
+// DecodeRaw decodes a base64 raw message as Gmail's "raw" field carries it:
+// base64url or standard, padded or not, line-wrapped or not. Errors are
+// *Error: CodeInvalid on field "raw", or CodeTooLarge.
+func DecodeRaw(s string) ([]byte, error) {
 	if len(s) > MaxMessageBytes/3*4+MaxMessageBytes/38 {
 		return nil, tooLarge(len(s) / 4 * 3)
 	}

@@ -72,14 +72,8 @@ func (q *Quota) TakeBackground(units int) (ok bool, wait time.Duration) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.now()
-	if now.Before(q.pauseUntil) {
-		return false, q.pauseUntil.Sub(now)
-	}
-	need := float64(units) + q.reserve
-	have := q.lim.TokensAt(now)
-	if have < need {
-		secs := (need - have) / float64(q.lim.Limit())
-		return false, time.Duration(secs * float64(time.Second))
+	if ok, wait := q.availableAt(now, units, true); !ok {
+		return false, wait
 	}
 	q.lim.AllowN(now, units)
 	q.spent.Add(int64(units))
@@ -92,7 +86,11 @@ func (q *Quota) TakeBackground(units int) (ok bool, wait time.Duration) {
 func (q *Quota) Available(units int, background bool) (ok bool, wait time.Duration) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	now := q.now()
+	return q.availableAt(q.now(), units, background)
+}
+
+// availableAt is Available at now; q.mu is held.
+func (q *Quota) availableAt(now time.Time, units int, background bool) (bool, time.Duration) {
 	if now.Before(q.pauseUntil) {
 		return false, q.pauseUntil.Sub(now)
 	}

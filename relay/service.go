@@ -414,57 +414,56 @@ func (s *Service) forward(ctx context.Context, job acceptlog.Job, raw []byte, d 
 // the job's current one): a programming or concurrency error.
 var errStale = errors.New("outcome of an attempt that is not in flight")
 
-func (s *Service) markSent(ctx context.Context, id string, attempt int, m SentMessage) (acceptlog.Job, error) {
+// recordOutcome writes the outcome of the attempt in flight: edit turns
+// the job (a copy, already stamped UpdatedAt) into its new record and
+// returns the line that explains it. An attempt that is no longer the
+// job's one in flight is errStale and writes nothing.
+func (s *Service) recordOutcome(ctx context.Context, id string, attempt int, edit func(j *acceptlog.Job, now time.Time) acceptlog.Line) (acceptlog.Job, error) {
 	j, _, err := s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
 		if cur == nil || cur.State != acceptlog.StateForwarding || cur.Attempts != attempt {
 			return acceptlog.Change{}, errStale
 		}
 		now := s.now()
 		j := *cur
-		j.State, j.GmailID, j.ThreadID, j.LabelIDs = acceptlog.StateSent, m.ID, m.ThreadID, m.LabelIDs
-		j.Effects++
 		j.UpdatedAt = now
-		j.Verified, j.Checks = false, 0
-		j.NextCheckAt = now.Add(s.grace(j.Channel)) // the verify pass
-		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{{Kind: acceptlog.KindEffect, Attempt: attempt,
-			State: acceptlog.StateSent, Source: acceptlog.SourceResponse, GmailID: m.ID, ThreadID: m.ThreadID, LabelIDs: m.LabelIDs}}}, nil
+		line := edit(&j, now)
+		line.Attempt, line.State = attempt, j.State
+		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{line}}, nil
 	})
 	return j, err
+}
+
+func (s *Service) markSent(ctx context.Context, id string, attempt int, m SentMessage) (acceptlog.Job, error) {
+	return s.recordOutcome(ctx, id, attempt, func(j *acceptlog.Job, now time.Time) acceptlog.Line {
+		j.State, j.GmailID, j.ThreadID, j.LabelIDs = acceptlog.StateSent, m.ID, m.ThreadID, m.LabelIDs
+		j.Effects++
+		j.Verified, j.Checks = false, 0
+		j.NextCheckAt = now.Add(s.grace(j.Channel)) // the verify pass
+		return acceptlog.Line{Kind: acceptlog.KindEffect, Source: acceptlog.SourceResponse,
+			GmailID: m.ID, ThreadID: m.ThreadID, LabelIDs: m.LabelIDs}
+	})
 }
 
 func (s *Service) markFailed(ctx context.Context, id string, attempt int, o Outcome) (acceptlog.Job, error) {
-	j, _, err := s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		if cur == nil || cur.State != acceptlog.StateForwarding || cur.Attempts != attempt {
-			return acceptlog.Change{}, errStale
-		}
-		now := s.now()
-		j := *cur
+	return s.recordOutcome(ctx, id, attempt, func(j *acceptlog.Job, now time.Time) acceptlog.Line {
 		j.State, j.Retryable = acceptlog.StateFailed, o.Retryable
 		j.LastStatus, j.LastReason, j.LastError = o.Status, o.Reason, errText(o.Err)
-		j.UpdatedAt = now
 		j.NextCheckAt = time.Time{}
-		s.scheduleRetry(&j, now)
-		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{{Kind: acceptlog.KindNotSent, Attempt: attempt,
-			State: acceptlog.StateFailed, Status: o.Status, Retryable: o.Retryable, Reason: o.Reason, Error: j.LastError}}}, nil
+		s.scheduleRetry(j, now)
+		return acceptlog.Line{Kind: acceptlog.KindNotSent, Status: o.Status, Retryable: o.Retryable,
+			Reason: o.Reason, Error: j.LastError}
 	})
-	return j, err
 }
 
 func (s *Service) markUnknown(ctx context.Context, id string, attempt int, o Outcome, ruleID string) (acceptlog.Job, error) {
-	j, _, err := s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		if cur == nil || cur.State != acceptlog.StateForwarding || cur.Attempts != attempt {
-			return acceptlog.Change{}, errStale
-		}
-		now := s.now()
-		j := *cur
+	return s.recordOutcome(ctx, id, attempt, func(j *acceptlog.Job, now time.Time) acceptlog.Line {
 		j.State = acceptlog.StateUnknown
 		j.LastStatus, j.LastReason, j.LastError = o.Status, o.Reason, errText(o.Err)
-		j.AmbiguousAt, j.Checks, j.UpdatedAt = now, 0, now
+		j.AmbiguousAt, j.Checks = now, 0
 		j.NextCheckAt = now.Add(s.grace(j.Channel))
-		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{{Kind: acceptlog.KindAmbiguous, Attempt: attempt,
-			State: acceptlog.StateUnknown, Status: o.Status, Reason: o.Reason, Error: j.LastError, RuleID: ruleID}}}, nil
+		return acceptlog.Line{Kind: acceptlog.KindAmbiguous, Status: o.Status, Reason: o.Reason,
+			Error: j.LastError, RuleID: ruleID}
 	})
-	return j, err
 }
 
 // grace is the channel's grace, or the default channel's for a channel

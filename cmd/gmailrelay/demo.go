@@ -81,10 +81,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stdout, "gmailrelay demo — EMULATOR RESULTS (the embedded Gmail emulator, not Gmail: a green run is not a Gmail guarantee)")
 	fmt.Fprintln(stdout)
 	rows := []demoRow{
-		d.rowFailBeforeForward(),
-		d.rowDropResponse(),
-		d.rowHappyPath(),
-		d.rowReviewChannel(),
+		d.faultRow("fail-before-forward", "fail-before-forward", "demo:fail-before-forward", "", true, acceptlog.StateSent, 1),
+		d.faultRow("forward-then-drop-response", "forward-then-drop-response", "demo:forward-then-drop-response", "", true, acceptlog.StateSent, 1),
+		d.faultRow("forward-and-respond", "forward-and-respond", "demo:forward-and-respond", "", false, acceptlog.StateSent, 1),
+		d.faultRow("drop-response, review channel", "forward-then-drop-response", "demo:billing-drop", "billing", true, acceptlog.StateReview, 0),
 		d.rowCrashAndRecover(),
 	}
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
@@ -230,47 +230,22 @@ func (d *demo) row(mode, caller, key string, want acceptlog.State, wantEffects i
 	return r
 }
 
-func (d *demo) rowFailBeforeForward() demoRow {
-	const key = "demo:fail-before-forward"
-	if err := d.admin("POST", "/admin/faults", map[string]any{"mode": "fail-before-forward", "key": key, "count": 1}); err != nil {
-		return demoRow{Mode: "fail-before-forward", Why: err.Error()}
+// faultRow runs one fault-mode scenario: a rule for the key, a send, the
+// caller's retry when retry is set, then time passes and the sweeper runs.
+func (d *demo) faultRow(label, mode, key, channel string, retry bool, want acceptlog.State, wantEffects int) demoRow {
+	rule := map[string]any{"mode": mode, "key": key}
+	if mode != "forward-and-respond" {
+		rule["count"] = 1
 	}
-	first := d.send(key, "")
-	retry := d.send(key, "")
-	d.settle()
-	return d.row("fail-before-forward", first.String()+", retry "+retry.String(), key, acceptlog.StateSent, 1)
-}
-
-func (d *demo) rowDropResponse() demoRow {
-	const key = "demo:forward-then-drop-response"
-	if err := d.admin("POST", "/admin/faults", map[string]any{"mode": "forward-then-drop-response", "key": key, "count": 1}); err != nil {
-		return demoRow{Mode: "forward-then-drop-response", Why: err.Error()}
+	if err := d.admin("POST", "/admin/faults", rule); err != nil {
+		return demoRow{Mode: label, Why: err.Error()}
 	}
-	first := d.send(key, "")
-	retry := d.send(key, "")
-	d.settle()
-	return d.row("forward-then-drop-response", first.String()+", retry "+retry.String(), key, acceptlog.StateSent, 1)
-}
-
-func (d *demo) rowHappyPath() demoRow {
-	const key = "demo:forward-and-respond"
-	if err := d.admin("POST", "/admin/faults", map[string]any{"mode": "forward-and-respond", "key": key}); err != nil {
-		return demoRow{Mode: "forward-and-respond", Why: err.Error()}
+	caller := d.send(key, channel).String()
+	if retry {
+		caller += ", retry " + d.send(key, channel).String()
 	}
-	first := d.send(key, "")
 	d.settle()
-	return d.row("forward-and-respond", first.String(), key, acceptlog.StateSent, 1)
-}
-
-func (d *demo) rowReviewChannel() demoRow {
-	const key = "demo:billing-drop"
-	if err := d.admin("POST", "/admin/faults", map[string]any{"mode": "forward-then-drop-response", "key": key, "count": 1}); err != nil {
-		return demoRow{Mode: "drop-response, review channel", Why: err.Error()}
-	}
-	first := d.send(key, "billing")
-	retry := d.send(key, "billing")
-	d.settle()
-	return d.row("drop-response, review channel", first.String()+", retry "+retry.String(), key, acceptlog.StateReview, 0)
+	return d.row(label, caller, key, want, wantEffects)
 }
 
 func (d *demo) rowCrashAndRecover() demoRow {
