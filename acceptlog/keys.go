@@ -162,7 +162,7 @@ func jobCounters(j *Job) []string {
 func lineCounters(l *Line) []string {
 	keys := []string{counterLines, counterKeyKind(l.Kind)}
 	if l.Reason != "" {
-		keys = append(keys, counterKeyReason(l.Kind, l.Reason))
+		keys = append(keys, counterKeyReason(l.Kind, string(l.Reason)))
 	}
 	return keys
 }

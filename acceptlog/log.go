@@ -42,6 +42,11 @@ type Change struct {
 	Raw []byte
 	// Mailbox, when non-nil, replaces that mailbox's record.
 	Mailbox *Mailbox
+	// EditMailbox, when non-nil, edits the record of the job's mailbox
+	// (Job.Mailbox) as read inside the same transaction, and the result is
+	// stored: a read-modify-write no concurrent Mutate can undo. It must
+	// not change the record's Name, and cannot be combined with Mailbox.
+	EditMailbox func(m *Mailbox)
 }
 
 // ListOptions filter List. Zero values mean "any"; Limit defaults to 100.
@@ -381,6 +386,15 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 			return Job{}, nil, nil, fmt.Errorf("put raw: %w", err)
 		}
 	}
+	if ch.EditMailbox != nil {
+		mb, err := getMailbox(tx, result.Mailbox)
+		if err != nil {
+			return Job{}, nil, nil, err
+		}
+		ch.EditMailbox(&mb)
+		mb.Name = result.Mailbox
+		ch.Mailbox = &mb
+	}
 	if ch.Mailbox != nil {
 		v, err := json.Marshal(ch.Mailbox)
 		if err != nil {
@@ -447,6 +461,16 @@ func validateChange(id string, cur *Job, ch *Change) error {
 	}
 	if ch.Mailbox != nil && ch.Mailbox.Name == "" {
 		return fmt.Errorf("mailbox without a name")
+	}
+	if ch.EditMailbox != nil {
+		switch {
+		case ch.Mailbox != nil:
+			return fmt.Errorf("both Mailbox and EditMailbox")
+		case cur == nil && ch.Job == nil:
+			return fmt.Errorf("EditMailbox without a job")
+		case ch.Job != nil && ch.Job.Mailbox == "", ch.Job == nil && cur.Mailbox == "":
+			return fmt.Errorf("EditMailbox for a job without a mailbox")
+		}
 	}
 	return nil
 }
@@ -519,6 +543,20 @@ func addCounts(b *bolt.Bucket, deltas map[string]int64) error {
 		}
 	}
 	return nil
+}
+
+// getMailbox reads a mailbox's record; the zero Mailbox{Name: name} when
+// the log knows nothing about it.
+func getMailbox(tx *bolt.Tx, name string) (Mailbox, error) {
+	mb := Mailbox{Name: name}
+	v := tx.Bucket(bucketMailboxes).Get([]byte(name))
+	if v == nil {
+		return mb, nil
+	}
+	if err := json.Unmarshal(v, &mb); err != nil {
+		return Mailbox{}, fmt.Errorf("decode mailbox %s: %w", name, err)
+	}
+	return mb, nil
 }
 
 // getJob reads a job; ErrNotFound (and a nil job) when absent.

@@ -254,16 +254,11 @@ func (l *Log) ByState(ctx context.Context, s State, limit int) ([]Job, error) {
 // Mailbox returns what the log remembers about the mailbox name; the zero
 // Mailbox{Name: name} when it knows nothing.
 func (l *Log) Mailbox(ctx context.Context, name string) (Mailbox, error) {
-	mb := Mailbox{Name: name}
+	var mb Mailbox
 	err := l.view(ctx, "mailbox "+name, func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketMailboxes).Get([]byte(name))
-		if v == nil {
-			return nil
-		}
-		if err := json.Unmarshal(v, &mb); err != nil {
-			return fmt.Errorf("decode: %w", err)
-		}
-		return nil
+		var err error
+		mb, err = getMailbox(tx, name)
+		return err
 	})
 	if err != nil {
 		return Mailbox{}, err

@@ -88,7 +88,7 @@ type Line struct {
 	Attempt   int       `json:"attempt"`
 	Kind      Kind      `json:"kind"`
 	State     State     `json:"state,omitempty"`
-	Reason    string    `json:"reason,omitempty"`
+	Reason    Reason    `json:"reason,omitempty"`
 
 	// Effect lines.
 	Source   string   `json:"source,omitempty"`
@@ -142,7 +142,7 @@ type Job struct {
 	// The last failure, replayed to callers of a non-retryable failed job.
 	LastStatus int    `json:"last_status,omitempty"`
 	LastError  string `json:"last_error,omitempty"`
-	LastReason string `json:"last_reason,omitempty"`
+	LastReason Reason `json:"last_reason,omitempty"`
 
 	// Sweeper bookkeeping. NextCheckAt is zero when no check is scheduled;
 	// a job is in the due index exactly when NextCheckAt is non-zero.

@@ -324,17 +324,17 @@ func (s *Server) writeSendAnswer(w http.ResponseWriter, r *http.Request, res rel
 // failureError turns a failed job into the answer CONTRACT.md gives it.
 func failureError(j acceptlog.Job, d faultmodes.Decision) *relay.Error {
 	switch {
-	case j.LastReason == "fault_injected":
+	case j.LastReason == acceptlog.ReasonFaultInjected:
 		return &relay.Error{Code: relay.CodeUnavailable, RetryAfter: 1,
 			Message: "fault fail-before-forward injected (rule " + d.RuleID + "): nothing was sent; safe to retry"}
-	case j.Retryable && j.LastReason == "rate_limited":
+	case j.Retryable && j.LastReason == acceptlog.ReasonRateLimited:
 		return &relay.Error{Code: relay.CodeRateLimited, RetryAfter: 30, Message: "Gmail's rate limit: nothing was sent; retry later"}
-	case j.LastReason == "token_refresh":
+	case j.LastReason == acceptlog.ReasonTokenRefresh:
 		return &relay.Error{Code: relay.CodeUnavailable, RetryAfter: 30,
 			Message: "the relay could not refresh its Gmail token: nothing was sent; an operator must fix the credentials (see /readyz)"}
 	case j.Retryable:
 		return &relay.Error{Code: relay.CodeUnavailable, RetryAfter: 5, Message: "Gmail was not reached: nothing was sent; safe to retry"}
-	case j.LastReason == "auth":
+	case j.LastReason == acceptlog.ReasonAuth:
 		return &relay.Error{Code: relay.CodeProviderRejected, Message: "Gmail refused the relay's credentials (status " + strconv.Itoa(j.LastStatus) + "); an operator must fix them"}
 	default:
 		msg := "Gmail rejected the message (status " + strconv.Itoa(j.LastStatus) + ")"
@@ -472,8 +472,8 @@ func (s *Server) CollectStats(ctx context.Context) (Stats, error) {
 		return Stats{}, err
 	}
 	out := Stats{Stats: st, EffectLines: st.ByKind[acceptlog.KindEffect],
-		DuplicatesFound: st.ByReason[acceptlog.KindReview]["duplicate"],
-		HandleRewrites:  st.ByReason[acceptlog.KindHandle]["rewritten"],
+		DuplicatesFound: st.ByReason[acceptlog.KindReview][string(acceptlog.ReasonDuplicate)],
+		HandleRewrites:  st.ByReason[acceptlog.KindHandle][string(acceptlog.ReasonHandleRewritten)],
 		ReviewDepth:     st.ByState[acceptlog.StateReview],
 		QuotaUnitsSpent: s.svc.Quota().Spent(),
 		FaultsInjected:  map[faultmodes.Mode]int{},

@@ -43,7 +43,7 @@ func NewMetrics() *Metrics {
 
 // Attempted implements relay.Observer.
 func (m *Metrics) Attempted(channel string, o relay.Outcome, _ time.Duration) {
-	m.sends.WithLabelValues(channel, o.Verdict.String(), o.Reason).Inc()
+	m.sends.WithLabelValues(channel, o.Verdict.String(), string(o.Reason)).Inc()
 }
 
 // Faulted implements relay.Observer; faults are counted by the fault set.

@@ -55,7 +55,7 @@ func kindList(lines []acceptlog.Line) string {
 	for _, l := range lines {
 		s += string(l.Kind)
 		if l.Reason != "" {
-			s += "(" + l.Reason + ")"
+			s += "(" + string(l.Reason) + ")"
 		}
 		s += " "
 	}
@@ -215,7 +215,7 @@ func TestEmulatorReviewChannelNeverAutoRetries(t *testing.T) {
 			}
 			j := wantJob(t, r, id, acceptlog.StateReview, 1, 1, 0, tc.messages)
 			rev := linesOf(j.Lines, acceptlog.KindReview)
-			if len(rev) != 1 || rev[0].Reason != tc.wantReason {
+			if len(rev) != 1 || rev[0].Reason != acceptlog.Reason(tc.wantReason) {
 				t.Errorf("review lines = %s, want one with reason %s", kindList(rev), tc.wantReason)
 			}
 			if got := r.Emu.Stats().Calls[gmailfake.MethodSend]; got != 1 {

@@ -150,8 +150,8 @@ func (r Report) Has(rule string) bool {
 // Resend reasons the relay writes on the received line of a new attempt
 // for an existing job (sweeper.ReasonResend, the resolve endpoint's retry).
 const (
-	reasonSweeperResend = "sweeper_resend"
-	reasonResolvedRetry = "resolved_retry"
+	reasonSweeperResend = acceptlog.ReasonSweeperResend
+	reasonResolvedRetry = acceptlog.ReasonResolvedRetry
 )
 
 // Check walks every job and every caller operation of o and returns the

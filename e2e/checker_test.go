@@ -43,7 +43,7 @@ var (
 	lResolved   = acceptlog.Line{Kind: acceptlog.KindResolved, Reason: "retry"}
 )
 
-func reason(l acceptlog.Line, r string) acceptlog.Line { l.Reason = r; return l }
+func reason(l acceptlog.Line, r acceptlog.Reason) acceptlog.Line { l.Reason = r; return l }
 
 // observe assembles an observation whose global log is the jobs' lines.
 func observe(jobs []e2e.Job, msgs map[string]int, history ...e2e.Op) e2e.Observation {

@@ -413,7 +413,7 @@ func reviewReasons(obs e2e.Observation) string {
 		for _, l := range j.Lines {
 			switch l.Kind {
 			case acceptlog.KindReview:
-				why = l.Reason
+				why = string(l.Reason)
 			case acceptlog.KindForwarding:
 				forwards++
 			}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/api/googleapi"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
 )
 
 // Verdict is what an attempt's outcome means for the job.
@@ -31,11 +33,11 @@ func (v Verdict) String() string {
 // Outcome is the classification of one Gmail call.
 type Outcome struct {
 	Verdict   Verdict
-	Retryable bool          // Failed only
-	Alarm     bool          // authentication or authorisation trouble: an operator must look
-	Status    int           // Gmail's HTTP status, 0 when there was none
-	Reason    string        // short machine-readable reason, written on the log line
-	RetryIn   time.Duration // Gmail's Retry-After, when it gave one
+	Retryable bool             // Failed only
+	Alarm     bool             // authentication or authorisation trouble: an operator must look
+	Status    int              // Gmail's HTTP status, 0 when there was none
+	Reason    acceptlog.Reason // short machine-readable reason, written on the log line
+	RetryIn   time.Duration    // Gmail's Retry-After, when it gave one
 	Err       error
 }
 
@@ -64,9 +66,9 @@ func Classify(err error) Outcome {
 	var nr *NotReachedError
 	if errors.As(err, &nr) {
 		if errors.Is(err, ErrTokenRefresh) {
-			return Outcome{Verdict: Failed, Retryable: true, Alarm: true, Reason: "token_refresh", Err: err}
+			return Outcome{Verdict: Failed, Retryable: true, Alarm: true, Reason: acceptlog.ReasonTokenRefresh, Err: err}
 		}
-		return Outcome{Verdict: Failed, Retryable: true, Reason: "not_reached", Err: err}
+		return Outcome{Verdict: Failed, Retryable: true, Reason: acceptlog.ReasonNotReached, Err: err}
 	}
 	var g *googleapi.Error
 	if errors.As(err, &g) {
@@ -77,20 +79,20 @@ func Classify(err error) Outcome {
 		}
 		switch {
 		case g.Code == http.StatusTooManyRequests || (g.Code == http.StatusForbidden && rateReasons[reason]):
-			o.Verdict, o.Retryable, o.Reason = Failed, true, "rate_limited"
+			o.Verdict, o.Retryable, o.Reason = Failed, true, acceptlog.ReasonRateLimited
 		case g.Code == http.StatusUnauthorized || g.Code == http.StatusForbidden:
-			o.Verdict, o.Alarm, o.Reason = Failed, true, "auth"
+			o.Verdict, o.Alarm, o.Reason = Failed, true, acceptlog.ReasonAuth
 		case g.Code >= 400 && g.Code < 500:
-			o.Verdict, o.Reason = Failed, "provider_rejected"
+			o.Verdict, o.Reason = Failed, acceptlog.ReasonProviderRejected
 		default:
-			o.Verdict, o.Reason = Unknown, "provider_5xx"
+			o.Verdict, o.Reason = Unknown, acceptlog.ReasonProvider5xx
 		}
 		return o
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return Outcome{Verdict: Unknown, Reason: "timeout", Err: err}
+		return Outcome{Verdict: Unknown, Reason: acceptlog.ReasonTimeout, Err: err}
 	}
-	return Outcome{Verdict: Unknown, Reason: "transport", Err: err}
+	return Outcome{Verdict: Unknown, Reason: acceptlog.ReasonTransport, Err: err}
 }
 
 func retryAfter(h http.Header) time.Duration {

@@ -149,7 +149,7 @@ func (s *Service) recover(ctx context.Context) (int, error) {
 			return n, nil
 		}
 		for _, j := range jobs {
-			if _, err := s.markUnknown(ctx, j.MessageID, j.Attempts, Outcome{Verdict: Unknown, Reason: "recovered_after_restart"}, ""); err != nil {
+			if _, err := s.markUnknown(ctx, j.MessageID, j.Attempts, Outcome{Verdict: Unknown, Reason: acceptlog.ReasonRecoveredAfterRestart}, ""); err != nil {
 				return n, err
 			}
 			n++
@@ -328,7 +328,7 @@ func (s *Service) startAttempt(j *acceptlog.Job, lines []acceptlog.Line, d fault
 		j.LastStatus, j.LastReason, j.LastError = 0, "fault_injected", "fail-before-forward fault injected: nothing was sent"
 		s.scheduleRetry(j, now)
 		return append(lines, acceptlog.Line{Kind: acceptlog.KindNotSent, Attempt: j.Attempts, State: acceptlog.StateFailed,
-			Retryable: true, Reason: "fault_injected", RuleID: d.RuleID}), admitFailed
+			Retryable: true, Reason: acceptlog.ReasonFaultInjected, RuleID: d.RuleID}), admitFailed
 	}
 	j.State = acceptlog.StateForwarding
 	return append(lines, acceptlog.Line{Kind: acceptlog.KindForwarding, Attempt: j.Attempts, State: acceptlog.StateForwarding}), admitForward
@@ -380,7 +380,7 @@ func (s *Service) forward(ctx context.Context, job acceptlog.Job, raw []byte, d 
 		}
 		fallthrough
 	case faultmodes.ForwardThenDropResponse:
-		j, err := s.markUnknown(rec, job.MessageID, job.Attempts, Outcome{Verdict: Unknown, Reason: "fault_injected_drop"}, d.RuleID)
+		j, err := s.markUnknown(rec, job.MessageID, job.Attempts, Outcome{Verdict: Unknown, Reason: acceptlog.ReasonFaultInjectedDrop}, d.RuleID)
 		return Result{Job: j, Fault: d, Dropped: true}, err
 	}
 	var j acceptlog.Job
@@ -392,11 +392,11 @@ func (s *Service) forward(ctx context.Context, job acceptlog.Job, raw []byte, d 
 		}
 	case Failed:
 		j, err = s.markFailed(rec, job.MessageID, job.Attempts, out)
-		if out.Reason == "rate_limited" {
+		if out.Reason == acceptlog.ReasonRateLimited {
 			s.quota.Pause(max(out.RetryIn, time.Second))
 		}
 		if out.Alarm {
-			s.logger.Error().Str("message_id", job.MessageID).Int("status", out.Status).Str("reason", out.Reason).
+			s.logger.Error().Str("message_id", job.MessageID).Int("status", out.Status).Str("reason", string(out.Reason)).
 				Msg("ALARM: Gmail refused the relay's credentials (or their refresh failed); sends fail until an operator fixes them")
 		}
 	default:
@@ -507,39 +507,42 @@ func (s *Service) verifyHandle(ctx context.Context, j acceptlog.Job) {
 // the mailbox's handle untrusted and raises an alarm in the log.
 func (s *Service) RecordHandle(ctx context.Context, id, stored string) error {
 	kept := stored == id
-	j, err := s.log.Get(ctx, id)
-	if err != nil {
-		return err
-	}
-	mb, err := s.log.Mailbox(ctx, j.Mailbox)
-	if err != nil {
-		return err
-	}
-	mb.Name, mb.HandleChecked = j.Mailbox, true
+	reason := acceptlog.ReasonHandleKept
 	if !kept {
-		mb.HandleUntrusted = true
-		mb.Rewrites++
+		reason = acceptlog.ReasonHandleRewritten
 	}
-	_, _, err = s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	var mailbox string
+	// The mailbox is read and written back in the same transaction as the
+	// handle line: a concurrent kept read-back can never reset the
+	// untrusted flag a rewritten one set, nor lose a rewrite's count.
+	_, _, err := s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
 		if cur == nil {
 			return acceptlog.Change{}, acceptlog.ErrNotFound
 		}
-		m := mb
-		reason := "kept"
-		if !kept {
-			reason = "rewritten"
-		}
-		return acceptlog.Change{Mailbox: &m, Lines: []acceptlog.Line{{Kind: acceptlog.KindHandle, Attempt: cur.Attempts,
-			Reason: reason, StoredMessageID: stored, HandleKept: &kept}}}, nil
+		mailbox = cur.Mailbox
+		return acceptlog.Change{
+			EditMailbox: func(mb *acceptlog.Mailbox) {
+				mb.HandleChecked = true
+				if !kept {
+					mb.HandleUntrusted = true
+					mb.Rewrites++
+				}
+			},
+			Lines: []acceptlog.Line{{Kind: acceptlog.KindHandle, Attempt: cur.Attempts,
+				Reason: reason, StoredMessageID: stored, HandleKept: &kept}},
+		}, nil
 	})
+	if err != nil {
+		return fmt.Errorf("record handle of %s: %w", id, err)
+	}
 	if s.obs != nil {
 		s.obs.HandleChecked(kept)
 	}
 	if !kept {
-		s.logger.Error().Str("message_id", id).Str("stored_message_id", stored).Str("mailbox", j.Mailbox).
+		s.logger.Error().Str("message_id", id).Str("stored_message_id", stored).Str("mailbox", mailbox).
 			Msg("ALARM: Gmail replaced our Message-ID; ambiguous jobs of this mailbox now go to review (a search miss proves nothing)")
 	}
-	return err
+	return nil
 }
 
 // Attempt makes a new attempt for an existing job with the same
@@ -547,7 +550,7 @@ func (s *Service) RecordHandle(ctx context.Context, id, stored string) error {
 // the states the job may be in; reason is written on the received line
 // (for example "sweeper_resend" or "resolved_retry"). The quota is taken
 // as background work unless foreground is set.
-func (s *Service) Attempt(ctx context.Context, id string, from []acceptlog.State, reason string, foreground bool) (Result, error) {
+func (s *Service) Attempt(ctx context.Context, id string, from []acceptlog.State, reason acceptlog.Reason, foreground bool) (Result, error) {
 	cur, err := s.log.Get(ctx, id)
 	if err != nil {
 		return Result{}, err
@@ -593,9 +596,9 @@ func stateIn(s acceptlog.State, set []acceptlog.State) bool {
 
 // Resolution actions for Resolve.
 const (
-	ActionMarkSent = "mark-sent"
-	ActionRetry    = "retry"
-	ActionAbandon  = "abandon"
+	ActionMarkSent = string(acceptlog.ReasonMarkSent)
+	ActionRetry    = string(acceptlog.ReasonRetry)
+	ActionAbandon  = string(acceptlog.ReasonAbandon)
 )
 
 // Resolve applies a human decision to a job in review (or unknown, or
@@ -617,7 +620,7 @@ func (s *Service) Resolve(ctx context.Context, id, action, note, actor string) (
 		if err != nil {
 			return res, err
 		}
-		return s.Attempt(ctx, id, resolvable, "resolved_retry", true)
+		return s.Attempt(ctx, id, resolvable, acceptlog.ReasonResolvedRetry, true)
 	default:
 		return Result{}, Invalid("action", "action must be mark-sent, retry or abandon, not %q", action)
 	}
@@ -635,7 +638,7 @@ func (s *Service) resolveLine(ctx context.Context, id, action, note, actor strin
 		}
 		now := s.now()
 		j := *cur
-		line := acceptlog.Line{Kind: acceptlog.KindResolved, Attempt: j.Attempts, Reason: action, Actor: actor, Note: note}
+		line := acceptlog.Line{Kind: acceptlog.KindResolved, Attempt: j.Attempts, Reason: acceptlog.Reason(action), Actor: actor, Note: note}
 		lines := []acceptlog.Line{line}
 		if target != "" {
 			j.State, j.UpdatedAt, j.NextCheckAt = target, now, time.Time{}

@@ -40,20 +40,21 @@ const (
 	DefaultLimit     = 500
 )
 
-// Reasons written on the sweeper's lines. Lines that change a job's state
-// carry one of these; search lines of the verify pass carry a Verify* one.
+// Reasons written on the sweeper's lines (see acceptlog's Reason
+// constants). Lines that change a job's state carry one of these; search
+// lines of the verify pass carry a Verify* one.
 const (
-	ReasonFound              = "found_in_mailbox"     // effect line: exactly one SENT hit
-	ReasonReviewChannel      = "review_channel"       // found once, but the channel never auto-resolves
-	ReasonDuplicate          = "duplicate"            // two or more SENT hits
-	ReasonMissingAfterChecks = "missing_after_checks" // review channel: every check missed
-	ReasonMaxAttempts        = "max_attempts"         // no attempt left for a resend or retry
-	ReasonHandleUntrusted    = "handle_untrusted"     // Gmail rewrote Message-IDs in this mailbox
-	ReasonResend             = "sweeper_resend"       // received line of a resend after the last miss
-	ReasonRetry              = "sweeper_retry"        // received line of a retried retryable failure
-	ReasonVerified           = "verified"             // verify pass: exactly one SENT hit
-	ReasonVerifyMiss         = "verify_miss"          // verify pass: no hit yet, checked again after grace
-	ReasonVerifyGaveUp       = "verify_gave_up"       // verify pass: still no hit; Gmail's answer stands
+	ReasonFound              = acceptlog.ReasonFound
+	ReasonReviewChannel      = acceptlog.ReasonReviewChannel
+	ReasonDuplicate          = acceptlog.ReasonDuplicate
+	ReasonMissingAfterChecks = acceptlog.ReasonMissingAfterChecks
+	ReasonMaxAttempts        = acceptlog.ReasonMaxAttempts
+	ReasonHandleUntrusted    = acceptlog.ReasonHandleUntrusted
+	ReasonResend             = acceptlog.ReasonSweeperResend
+	ReasonRetry              = acceptlog.ReasonSweeperRetry
+	ReasonVerified           = acceptlog.ReasonVerified
+	ReasonVerifyMiss         = acceptlog.ReasonVerifyMiss
+	ReasonVerifyGaveUp       = acceptlog.ReasonVerifyGaveUp
 )
 
 // sentLabel is the label every search is restricted to.
@@ -523,7 +524,7 @@ func (p *pass) attemptsUsed(ctx context.Context, j acceptlog.Job, ch policy.Chan
 	}
 	used := j.Attempts
 	for _, l := range lines {
-		if l.Kind == acceptlog.KindNotSent && l.Reason == "rate_limited" {
+		if l.Kind == acceptlog.KindNotSent && l.Reason == acceptlog.ReasonRateLimited {
 			used--
 		}
 	}
@@ -535,7 +536,7 @@ func (p *pass) attemptsUsed(ctx context.Context, j acceptlog.Job, ch policy.Chan
 // the next pass spends again before it gets back to this attempt (the
 // search that led to it): the wait reported covers it too, or a pass would
 // spend the refill on the search and find the send refused again.
-func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.State, reason string, redo int) (ok bool, err error) {
+func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.State, reason acceptlog.Reason, redo int) (ok bool, err error) {
 	if p.stopped {
 		return false, nil
 	}
@@ -554,12 +555,12 @@ func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.Stat
 		return false, nil // someone else moved the job: theirs stands
 	case err != nil:
 		p.res.Errors++
-		p.s.svc.Logger().Warn().Err(err).Str("message_id", j.MessageID).Str("reason", reason).Msg("sweeper attempt")
+		p.s.svc.Logger().Warn().Err(err).Str("message_id", j.MessageID).Str("reason", string(reason)).Msg("sweeper attempt")
 		return true, nil
 	}
-	p.s.svc.Logger().Info().Str("message_id", j.MessageID).Str("reason", reason).Int("attempt", res.Job.Attempts).
+	p.s.svc.Logger().Info().Str("message_id", j.MessageID).Str("reason", string(reason)).Int("attempt", res.Job.Attempts).
 		Str("state", string(res.Job.State)).Msg("sweeper made a new attempt with the same Message-ID")
-	if res.Job.State == acceptlog.StateFailed && res.Job.LastReason == "rate_limited" {
+	if res.Job.State == acceptlog.StateFailed && res.Job.LastReason == acceptlog.ReasonRateLimited {
 		p.rateLimited(0) // Gmail said 429 to the send: nothing more this pass
 	} else {
 		p.answered = true
@@ -721,7 +722,7 @@ func (p *pass) take(units, spent int) bool {
 // gmailErr turns a failed Gmail call into errStopped (rate limited: back
 // off) or the error itself.
 func (p *pass) gmailErr(err error) error {
-	if o := relay.Classify(err); o.Reason == "rate_limited" {
+	if o := relay.Classify(err); o.Reason == acceptlog.ReasonRateLimited {
 		p.rateLimited(o.RetryIn)
 		return errStopped
 	}
@@ -901,7 +902,7 @@ func searchLine(j acceptlog.Job, q string, hits []hit, check int) acceptlog.Line
 }
 
 // evidence is a review line carrying the search that led to it.
-func evidence(search acceptlog.Line, reason string, hits []hit, note string) acceptlog.Line {
+func evidence(search acceptlog.Line, reason acceptlog.Reason, hits []hit, note string) acceptlog.Line {
 	l := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: search.Attempt, State: acceptlog.StateReview, Reason: reason,
 		Query: search.Query, Hits: search.Hits, SentHits: search.SentHits, Check: search.Check, Note: note}
 	if len(hits) > 0 {
@@ -925,7 +926,7 @@ func (p *pass) toReview(ctx context.Context, j acceptlog.Job, review acceptlog.L
 	})
 	if written {
 		p.res.Reviewed++
-		p.s.svc.Logger().Warn().Str("message_id", j.MessageID).Str("reason", review.Reason).Msg("job handed to a human for review")
+		p.s.svc.Logger().Warn().Str("message_id", j.MessageID).Str("reason", string(review.Reason)).Msg("job handed to a human for review")
 	}
 	return written, err
 }
