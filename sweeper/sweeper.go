@@ -709,9 +709,9 @@ func (p *pass) take(units, spent int) bool {
 		return true
 	}
 	if spent > 0 {
-		// A refused take takes nothing: this only asks how long the whole
-		// search needs.
-		if ok2, w := quota.TakeBackground(units + spent); !ok2 {
+		// Only a question (a peek that takes nothing): how long until the
+		// whole search fits.
+		if ok2, w := quota.Available(units+spent, true); !ok2 {
 			wait = max(wait, w)
 		}
 	}

@@ -336,24 +336,33 @@ func crashPoint(allowed bool, at string, logger zerolog.Logger) func(string) {
 	}
 }
 
-// close stops accepting, lets in-flight sends finish and be recorded,
-// stops the sweeper and closes the log.
-func (rs *relayServer) close(ctx context.Context) {
+// close shuts the relay down in the only safe order: stop accepting
+// requests, stop the sweeper (so no resend starts while in-flight sends
+// are awaited: a WaitGroup Add racing its Wait is a misuse), wait for the
+// Gmail calls in flight to be recorded, then close the log. It returns
+// the errors of the HTTP shutdown and of the log's Close.
+func (rs *relayServer) close(ctx context.Context) error {
+	var errs []error
 	if rs.http != nil {
-		_ = rs.http.Shutdown(ctx)
-	}
-	if rs.svc != nil {
-		rs.svc.Wait()
+		if err := rs.http.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("shut the http server down: %w", err))
+		}
 	}
 	if rs.sweeper != nil {
 		rs.sweeper.Stop()
+	}
+	if rs.svc != nil {
+		rs.svc.Wait()
 	}
 	if rs.stopEmulator != nil {
 		rs.stopEmulator()
 	}
 	if rs.log != nil {
-		_ = rs.log.Close()
+		if err := rs.log.Close(); err != nil {
+			errs = append(errs, err)
+		}
 	}
+	return errors.Join(errs...)
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -375,14 +384,22 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if rs.EmulatorURL != "" {
 		fmt.Fprintf(stdout, "SANDBOX: sends go to the embedded Gmail emulator at %s (emulator results, not Gmail)\n", rs.EmulatorURL)
 	}
+	code := 0
 	select {
 	case <-ctx.Done():
 	case err := <-rs.served:
+		// The server died under us: stop cleanly, but say it failed.
 		logger.Error().Err(err).Msg("http server stopped")
+		fmt.Fprintf(stderr, "gmailrelay serve: http server stopped: %v\n", err)
+		code = 1
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 70*time.Second)
 	defer cancel()
-	rs.close(shutdownCtx)
+	if err := rs.close(shutdownCtx); err != nil {
+		logger.Error().Err(err).Msg("shutdown")
+		fmt.Fprintf(stderr, "gmailrelay serve: shutdown: %v\n", err)
+		code = 1
+	}
 	logger.Info().Msg("gmailrelay stopped")
-	return 0
+	return code
 }
