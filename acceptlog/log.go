@@ -434,6 +434,13 @@ func validateChange(id string, cur *Job, ch *Change) error {
 		if j.State != folded {
 			return fmt.Errorf("job state %q is not the fold of its lines (%q)", j.State, folded)
 		}
+		// Only changes of an existing job are checked against the table:
+		// test fixtures and benchmarks seed new jobs in any state.
+		if cur != nil {
+			if err := checkTransition(cur.State, j.State); err != nil {
+				return err
+			}
+		}
 		if cur != nil && j.Attempts < cur.Attempts {
 			return fmt.Errorf("attempts decrease from %d to %d", cur.Attempts, j.Attempts)
 		}

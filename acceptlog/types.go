@@ -41,7 +41,7 @@ const (
 )
 
 // States lists every state, in display order.
-var States = []State{StateForwarding, StateSent, StateFailed, StateUnknown, StateReview, StateAbandoned}
+var States = []State{StateQueued, StateForwarding, StateSent, StateFailed, StateUnknown, StateReview, StateAbandoned}
 
 // Valid reports whether s is one of the known states.
 func (s State) Valid() bool {
