@@ -285,6 +285,34 @@ func (s *Set) Decide(channel, key, messageID string) Decision {
 	return Decision{RuleID: r.ID, Mode: r.Mode, Drop: r.Drop}
 }
 
+// Refund gives back a decision taken by Decide for an attempt that was
+// then not made (the front door found nothing to attempt): the rule's
+// Remaining count and Hits are restored, and the injected counter. A rule
+// removed meanwhile, or a zero or Force decision, is left alone.
+func (s *Set) Refund(d Decision) {
+	if d.Mode == "" || d.RuleID == HeaderRuleID {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.rules {
+		if e.rule.ID != d.RuleID {
+			continue
+		}
+		r := &e.rule
+		if r.Remaining != nil {
+			*r.Remaining++
+		}
+		r.Hits--
+		r.Active = r.active(s.now())
+		s.injected[r.Mode]--
+		if s.injected[r.Mode] <= 0 {
+			delete(s.injected, r.Mode)
+		}
+		return
+	}
+}
+
 // Force turns a mode requested per request (the X-Relay-Fault header) into
 // a Decision with RuleID HeaderRuleID and counts it in Injected. The caller
 // must already have checked that the header is enabled and the request

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -67,5 +68,43 @@ func TestConcurrentRecordHandleNeverForgetsARewrite(t *testing.T) {
 	}
 	if rewritten != n {
 		t.Errorf("rewritten handle lines = %d, want %d", rewritten, n)
+	}
+}
+
+// Concurrent identical requests, of which one attempts and the others get
+// 409 or a replay, spend the quota of one send and the fault rule's count
+// once, on the attempt that was made. Before the fix each of them took a
+// send's units (and a count: 1 rule could fire for a request that then
+// attempted nothing).
+func TestConcurrentDuplicatesSpendQuotaAndFaultCountOnce(t *testing.T) {
+	e := newEnv(t, gmailfake.Options{})
+	ctx := context.Background()
+	e.policy.VerifyHandle = "never"
+	one := 1
+	if _, err := e.faults.Add(faultmodes.Spec{Mode: faultmodes.ForwardThenDropResponse, Count: &one}); err != nil {
+		t.Fatal(err)
+	}
+	p := e.prepare("dup-quota", "x")
+	q := e.svc.Quota()
+	before := q.Spent()
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, _ = e.svc.Send(ctx, p, relay.SendOptions{})
+		}()
+	}
+	close(start)
+	wg.Wait()
+	lines := e.lines(p.MessageID)
+	fwd, faults := count(lines, acceptlog.KindForwarding), count(lines, acceptlog.KindFault)
+	if fwd != 1 || faults != 1 {
+		t.Errorf("forwarding lines = %d, fault lines = %d, want 1 and 1", fwd, faults)
+	}
+	if got, want := q.Spent()-before, int64(relay.UnitsSend*fwd); got != want {
+		t.Errorf("quota spent = %d, want %d (one send per attempt made)", got, want)
 	}
 }

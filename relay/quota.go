@@ -116,3 +116,21 @@ func (q *Quota) Pause(d time.Duration) {
 
 // Spent returns the units taken so far.
 func (q *Quota) Spent() int64 { return q.spent.Load() }
+
+// Refund gives back units taken for an attempt that was not made (the
+// front door found, inside the transaction, nothing to attempt). The
+// bucket never holds more than its burst: units that would overflow it are
+// dropped, as they would have refilled anyway.
+func (q *Quota) Refund(units int) {
+	if units <= 0 {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.now()
+	room := float64(q.lim.Burst()) - q.lim.TokensAt(now)
+	if give := min(float64(units), room); give >= 1 {
+		q.lim.AllowN(now, -int(give)) // a negative take adds tokens
+	}
+	q.spent.Add(-int64(units))
+}

@@ -199,6 +199,14 @@ const (
 // channel), CodeMismatch (same key, other content), CodeInFlight,
 // CodeRateLimited (the relay's quota budget is spent; nothing was sent).
 // The attempt's own outcome is in Result.Job.
+//
+// Quota and fault rules: a send's units and a counted rule's count are
+// taken before the admission transaction and given back when, inside it,
+// the front door finds nothing to attempt (a concurrent duplicate got in
+// first: 409, 422 or a replay) or the transaction fails. So once Send has
+// returned, only attempts that were made have spent units or counts. While
+// a refused duplicate is between take and give-back, a concurrent request
+// of another job may see the budget (or a count: 1 rule) as spent.
 func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, error) {
 	ch, err := s.policy.Channel(p.Channel)
 	if err != nil {
@@ -245,6 +253,10 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 		lines, adm = s.startAttempt(&j, lines, d, now)
 		return acceptlog.Change{Job: &j, Lines: lines, Raw: raw}, nil
 	})
+	if err != nil || adm == admitReplay {
+		// Nothing was attempted: give back what admission took.
+		s.giveBack(o.Fault, d, true)
+	}
 	if err != nil {
 		return Result{}, err
 	}
@@ -286,6 +298,18 @@ func (s *Service) admitAttempt(forced faultmodes.Decision, channel, key, id stri
 		return faultmodes.Decision{}, refused(in)
 	}
 	return d, nil
+}
+
+// giveBack returns the quota units and the fault rule's count that
+// admitAttempt took for an attempt that was then not made. A forced
+// decision (the X-Relay-Fault header) consumed no rule.
+func (s *Service) giveBack(forced, d faultmodes.Decision, tookQuota bool) {
+	if d.Mode != faultmodes.FailBeforeForward && tookQuota {
+		s.quota.Refund(UnitsSend)
+	}
+	if forced.Mode == "" && s.faults != nil {
+		s.faults.Refund(d)
+	}
 }
 
 // frontDoor answers a request for an existing job without attempting
@@ -549,7 +573,9 @@ func (s *Service) RecordHandle(ctx context.Context, id, stored string) error {
 // Message-ID, through the same path as Send (fault rules apply). from lists
 // the states the job may be in; reason is written on the received line
 // (for example "sweeper_resend" or "resolved_retry"). The quota is taken
-// as background work unless foreground is set.
+// as background work unless foreground is set. Like Send, an attempt the
+// transaction then refuses (the job moved on: CodeConflict) gives back the
+// units and the fault rule's count it took.
 func (s *Service) Attempt(ctx context.Context, id string, from []acceptlog.State, reason acceptlog.Reason, foreground bool) (Result, error) {
 	cur, err := s.log.Get(ctx, id)
 	if err != nil {
@@ -576,6 +602,7 @@ func (s *Service) Attempt(ctx context.Context, id string, from []acceptlog.State
 		return change, nil
 	})
 	if err != nil {
+		s.giveBack(faultmodes.Decision{}, d, true)
 		return Result{}, err
 	}
 	s.observeFault(d)
