@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
@@ -106,5 +107,34 @@ func TestConcurrentDuplicatesSpendQuotaAndFaultCountOnce(t *testing.T) {
 	}
 	if got, want := q.Spent()-before, int64(relay.UnitsSend*fwd); got != want {
 		t.Errorf("quota spent = %d, want %d (one send per attempt made)", got, want)
+	}
+}
+
+// A resolve retry refused for quota writes nothing: before the fix the
+// resolved line was committed first, so the log said a retry happened
+// that did not.
+func TestResolveRetryRefusedForQuotaWritesNoResolvedLine(t *testing.T) {
+	e := newEnv(t, gmailfake.Options{})
+	ctx := context.Background()
+	if _, err := e.emu.AddFault(gmailfake.Fault{Method: "send", Action: "accept-then-error", Status: 500}); err != nil {
+		t.Fatal(err)
+	}
+	p := e.prepare("resolve-quota", "x")
+	p.Channel = "billing"
+	if _, err := e.svc.Send(ctx, p, relay.SendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := len(e.lines(p.MessageID))
+	e.svc.Quota().Pause(time.Hour)
+	_, err := e.svc.Resolve(ctx, p.MessageID, relay.ActionRetry, "try again", "op")
+	if relay.ErrorCode(err) != relay.CodeRateLimited {
+		t.Fatalf("resolve retry with no quota: %v, want rate_limited", err)
+	}
+	lines := e.lines(p.MessageID)
+	if got := count(lines, acceptlog.KindResolved); got != 0 || len(lines) != before {
+		t.Errorf("resolved lines = %d, lines %d → %d; want nothing written", got, before, len(lines))
+	}
+	if got := e.emu.Count(p.MessageID); got != 1 {
+		t.Errorf("emulator holds %d, want 1", got)
 	}
 }

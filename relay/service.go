@@ -577,6 +577,13 @@ func (s *Service) RecordHandle(ctx context.Context, id, stored string) error {
 // transaction then refuses (the job moved on: CodeConflict) gives back the
 // units and the fault rule's count it took.
 func (s *Service) Attempt(ctx context.Context, id string, from []acceptlog.State, reason acceptlog.Reason, foreground bool) (Result, error) {
+	return s.attempt(ctx, id, from, reason, foreground, nil)
+}
+
+// attempt is Attempt; before, when set, makes the lines to write first in
+// the same transaction (a resolve retry's resolved line), so that they are
+// written exactly when the attempt starts.
+func (s *Service) attempt(ctx context.Context, id string, from []acceptlog.State, reason acceptlog.Reason, foreground bool, before func(j *acceptlog.Job) []acceptlog.Line) (Result, error) {
 	cur, err := s.log.Get(ctx, id)
 	if err != nil {
 		return Result{}, err
@@ -594,8 +601,12 @@ func (s *Service) Attempt(ctx context.Context, id string, from []acceptlog.State
 			return acceptlog.Change{}, &Error{Code: CodeConflict, Message: fmt.Sprintf("job is %s, not %v", cur.State, from)}
 		}
 		j := *cur
+		var lines []acceptlog.Line
+		if before != nil {
+			lines = before(&j)
+		}
 		j.Attempts++
-		lines := []acceptlog.Line{{Kind: acceptlog.KindReceived, Attempt: j.Attempts, Channel: j.Channel, Reason: reason}}
+		lines = append(lines, acceptlog.Line{Kind: acceptlog.KindReceived, Attempt: j.Attempts, Channel: j.Channel, Reason: reason})
 		var change acceptlog.Change
 		lines, adm = s.startAttempt(&j, lines, d, s.now())
 		change.Job, change.Lines = &j, lines
@@ -643,11 +654,16 @@ func (s *Service) Resolve(ctx context.Context, id, action, note, actor string) (
 	case ActionAbandon:
 		target = acceptlog.StateAbandoned
 	case ActionRetry:
-		res, err := s.resolveLine(ctx, id, action, note, actor, resolvable, "")
-		if err != nil {
-			return res, err
+		// The resolved line is written with the attempt, in one
+		// transaction: an attempt refused (quota) leaves no trace of a
+		// retry that did not happen.
+		res, err := s.attempt(ctx, id, resolvable, acceptlog.ReasonResolvedRetry, true, func(j *acceptlog.Job) []acceptlog.Line {
+			return []acceptlog.Line{{Kind: acceptlog.KindResolved, Attempt: j.Attempts, Reason: acceptlog.ReasonRetry, Actor: actor, Note: note}}
+		})
+		if errors.Is(err, acceptlog.ErrNotFound) {
+			err = &Error{Code: CodeNotFound, Message: "no job with that Message-ID"}
 		}
-		return s.Attempt(ctx, id, resolvable, acceptlog.ReasonResolvedRetry, true)
+		return res, err
 	default:
 		return Result{}, Invalid("action", "action must be mark-sent, retry or abandon, not %q", action)
 	}
