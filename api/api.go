@@ -68,6 +68,7 @@ type Server struct {
 	router    chi.Router
 
 	probeMu  sync.Mutex
+	probing  bool // a probe is running; guarded by probeMu
 	probeAt  time.Time
 	probeErr error
 }
@@ -659,21 +660,35 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, body)
 }
 
-// probe checks the provider at most every 15 seconds.
+// probe checks the provider at most every 15 seconds. The probe runs on
+// its own context (5 s), not the caller's, and without holding probeMu, so
+// a caller that goes away neither cancels it nor has its
+// context.Canceled cached as the provider's health, and concurrent
+// readiness checks never queue behind a slow probe: while one runs, the
+// others get the last result.
 func (s *Server) probe(ctx context.Context) error {
 	if s.cfg.Probe == nil {
 		return nil
 	}
 	s.probeMu.Lock()
-	defer s.probeMu.Unlock()
-	if !s.probeAt.IsZero() && time.Since(s.probeAt) < 15*time.Second {
-		return s.probeErr
+	fresh := !s.probeAt.IsZero() && time.Since(s.probeAt) < 15*time.Second
+	if fresh || s.probing {
+		err := s.probeErr
+		s.probeMu.Unlock()
+		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	s.probeErr = s.cfg.Probe(ctx)
-	s.probeAt = time.Now()
-	return s.probeErr
+	s.probing = true
+	s.probeMu.Unlock()
+
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	err := s.cfg.Probe(pctx)
+	cancel()
+
+	s.probeMu.Lock()
+	defer s.probeMu.Unlock()
+	s.probing = false
+	s.probeErr, s.probeAt = err, time.Now()
+	return err
 }
 
 func (s *Server) advanceClock(w http.ResponseWriter, r *http.Request) {

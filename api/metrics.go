@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +23,11 @@ type Metrics struct {
 	sends  *prometheus.CounterVec
 	calls  *prometheus.HistogramVec
 	handle *prometheus.CounterVec
+
+	// stats is the server the stats collector reads at scrape time: the
+	// last one built on these Metrics. The collector is registered once.
+	stats     atomic.Pointer[Server]
+	statsOnce sync.Once
 }
 
 // NewMetrics builds the registry with Go and process collectors.
@@ -96,7 +103,7 @@ func (t *timedProvider) GetHeader(ctx context.Context, mailbox, id string) (rela
 }
 
 // statsCollector turns /v1/stats into gauges at scrape time.
-type statsCollector struct{ s *Server }
+type statsCollector struct{ m *Metrics }
 
 var (
 	descJobs     = prometheus.NewDesc("gmailrelay_jobs", "Jobs in the acceptance log by state.", []string{"state"}, nil)
@@ -119,7 +126,11 @@ func (c statsCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := c.s.CollectStats(ctx)
+	srv := c.m.stats.Load()
+	if srv == nil {
+		return
+	}
+	st, err := srv.CollectStats(ctx)
 	if err != nil {
 		return
 	}
@@ -144,8 +155,12 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// handler serves the registry, with the stats collector bound to s.
+// handler serves the registry, with the stats collector reading s. The
+// collector is registered on the first call only: a second server built on
+// the same Metrics takes it over instead of panicking on a duplicate
+// registration.
 func (m *Metrics) handler(s *Server) http.Handler {
-	m.reg.MustRegister(statsCollector{s: s})
+	m.stats.Store(s)
+	m.statsOnce.Do(func() { m.reg.MustRegister(statsCollector{m: m}) })
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
