@@ -427,8 +427,8 @@ func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 	limit := 100
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 10000 {
-			writeError(w, r, relay.Invalid("limit", "limit must be 1..10000"))
+		if err != nil || n < 1 || n > 1000 {
+			writeError(w, r, relay.Invalid("limit", "limit must be 1..1000 (the log pages at most 1000 lines; follow next)"))
 			return
 		}
 		limit = n

@@ -48,3 +48,19 @@ func TestReadyzDoesNotCacheACallersCancellation(t *testing.T) {
 	}
 
 }
+
+// /v1/log refuses a limit the log would silently cap (before: limit=5000
+// was accepted and 1000 lines returned).
+func TestLogLimitAboveThePageSizeIsRefused(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	rep, err := e.do(http.MethodGet, "/v1/log?limit=5000", adminToken, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.status != http.StatusBadRequest {
+		t.Errorf("limit=5000: %d, want 400", rep.status)
+	}
+	if rep, err = e.do(http.MethodGet, "/v1/log?limit=1000", adminToken, nil); err != nil || rep.status != http.StatusOK {
+		t.Errorf("limit=1000: %d %v, want 200", rep.status, err)
+	}
+}

@@ -138,3 +138,26 @@ func TestResolveRetryRefusedForQuotaWritesNoResolvedLine(t *testing.T) {
 		t.Errorf("emulator holds %d, want 1", got)
 	}
 }
+
+// verify_handle: first checks the first send of each mailbox after the
+// relay starts (policy's doc), so a restart checks again. Before, the
+// mailbox's stored HandleChecked suppressed every later check forever.
+func TestVerifyHandleFirstChecksAgainAfterARestart(t *testing.T) {
+	e := newEnv(t, gmailfake.Options{})
+	ctx := context.Background()
+	if _, err := e.svc.Send(ctx, e.prepare("first-a", "x"), relay.SendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.open(e.emuURL)
+	for _, k := range []string{"first-b", "first-c"} {
+		if _, err := e.svc.Send(ctx, e.prepare(k, "x"), relay.SendOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := e.emu.Stats().Calls["get"]; got != 2 {
+		t.Errorf("messages.get calls = %d, want 2 (one per start)", got)
+	}
+}

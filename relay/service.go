@@ -79,6 +79,11 @@ type Service struct {
 	point    func(string)
 
 	inflight sync.WaitGroup // Gmail calls in progress, for graceful shutdown
+
+	// handleChecked holds the mailboxes whose Message-ID was read back
+	// since this Service started (verify_handle: first checks once per
+	// mailbox per start, as the policy documents, not once ever).
+	handleChecked sync.Map
 }
 
 // SendOptions adjust one Send.
@@ -507,8 +512,7 @@ func (s *Service) verifyHandle(ctx context.Context, j acceptlog.Job) {
 	if mode == policy.VerifyNever || j.GmailID == "" {
 		return
 	}
-	mb, err := s.log.Mailbox(ctx, j.Mailbox)
-	if err != nil || (mode == policy.VerifyFirst && mb.HandleChecked) {
+	if _, done := s.handleChecked.Load(j.Mailbox); mode == policy.VerifyFirst && done {
 		return
 	}
 	if ok, _ := s.quota.TakeForeground(UnitsGet); !ok {
@@ -523,7 +527,9 @@ func (s *Service) verifyHandle(ctx context.Context, j acceptlog.Job) {
 	}
 	if err := s.RecordHandle(ctx, j.MessageID, h.MessageID); err != nil {
 		s.logger.Error().Err(err).Str("message_id", j.MessageID).Msg("record handle check")
+		return
 	}
+	s.handleChecked.Store(j.Mailbox, true)
 }
 
 // RecordHandle writes a handle line for a job whose stored Message-ID was
