@@ -23,6 +23,8 @@ const maxReported = 20
 //     resolved line follows its second effect line;
 //   - the state, due and unknown indexes hold exactly the entries the jobs
 //     imply, and every line is in the per-job line index (and vice versa);
+//   - every change of state its lines make (after the first) is in
+//     Transitions;
 //   - the counters equal a recount.
 //
 // It returns nil when all hold, otherwise an error saying how many
@@ -168,7 +170,14 @@ func checkJob(v *violations, j *Job, lines []Line) {
 		v.add("job %s: state %q but its lines fold to %q", j.MessageID, j.State, f)
 	}
 	effects, resolvedAfterSecond := 0, false
+	var prev State
 	for _, ln := range lines {
+		if ln.State != "" {
+			if prev != "" && !Allowed(prev, ln.State) {
+				v.add("job %s: line %d moves %s → %s, not in the table of allowed transitions", j.MessageID, ln.Seq, prev, ln.State)
+			}
+			prev = ln.State
+		}
 		if ln.Attempt > j.Attempts {
 			v.add("job %s: line %d has attempt %d, job only %d attempts", j.MessageID, ln.Seq, ln.Attempt, j.Attempts)
 		}

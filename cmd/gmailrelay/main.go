@@ -28,6 +28,7 @@ func commands() []command {
 		{"msgid", "print the Message-ID derived from a job key", runMsgID},
 		{"auth", "obtain a Gmail refresh token through the OAuth loopback flow", runAuth},
 		{"selftest", "watch one ambiguous send reconcile (--live: against your real mailbox)", runSelftest},
+		{"check", "verify an acceptance log file's invariants offline (exit 1 naming each violation)", runCheck},
 		{"healthcheck", "ask a running relay's /healthz (for container health checks)", runHealthcheck},
 	}
 }
