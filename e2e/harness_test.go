@@ -263,6 +263,36 @@ func (r *relayProc) WaitExit(t testing.TB) {
 		t.Fatalf("relay exited with %v, want killed by SIGKILL", r.cmd.ProcessState)
 	}
 	r.url = ""
+	r.checkDataLocked(t)
+}
+
+// checkData runs `gmailrelay check` on the data file of the killed
+// process: the log must hold every invariant after any kill.
+func (r *relayProc) checkData(t testing.TB) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.checkDataLocked(t)
+}
+
+func (r *relayProc) checkDataLocked(t testing.TB) {
+	t.Helper()
+	data := ""
+	for i, a := range r.args {
+		if a == "--data" && i+1 < len(r.args) {
+			data = r.args[i+1]
+		}
+	}
+	if data == "" {
+		return
+	}
+	if _, err := os.Stat(data); err != nil {
+		return // killed before the log was created
+	}
+	out, err := exec.Command(r.bin, "check", "--data", data).CombinedOutput()
+	if err != nil {
+		t.Fatalf("gmailrelay check after a kill: %v\n%s", err, out)
+	}
 }
 
 // Restart kills the process if it runs and starts a new one on the same
@@ -270,6 +300,7 @@ func (r *relayProc) WaitExit(t testing.TB) {
 func (r *relayProc) Restart(t testing.TB) {
 	t.Helper()
 	r.Kill()
+	r.checkData(t)
 	if err := r.start(""); err != nil {
 		t.Fatal(err)
 	}
