@@ -110,7 +110,7 @@ func loopbackFlow(ctx context.Context, clientJSON []byte, show func(url string))
 		case q.Get("state") != state:
 			res.err = errors.New("redirect carried the wrong state; try again")
 		case q.Get("error") != "":
-			res.err = fmt.Errorf("Google refused: %s", q.Get("error"))
+			res.err = fmt.Errorf("google refused the consent: %s", q.Get("error"))
 		case q.Get("code") == "":
 			res.err = errors.New("redirect carried no code")
 		default:
@@ -151,7 +151,7 @@ func loopbackFlow(ctx context.Context, clientJSON []byte, show func(url string))
 		return nil, nil, fmt.Errorf("exchange the code: %w", err)
 	}
 	if tok.RefreshToken == "" {
-		return nil, nil, errors.New("Google returned no refresh token; revoke the app's access at myaccount.google.com/permissions and run auth again")
+		return nil, nil, errors.New("no refresh token from Google; revoke the app's access at myaccount.google.com/permissions and run auth again")
 	}
 	return tok, cfg, nil
 }
