@@ -1,0 +1,222 @@
+package sweeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/policy"
+)
+
+// decideUnknown records the search of an unknown job and acts on it. It
+// returns false when the job is left for a later pass (its resend waits for
+// quota).
+func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hits []hit) (bool, error) {
+	ch := p.channel(j.Channel)
+	check := j.Checks + 1
+	search := searchLine(j, q, hits, check)
+	switch {
+	case len(hits) == 1 && ch.OnUnknown == policy.Retry:
+		h := hits[0]
+		labels := append([]string(nil), h.labels...)
+		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+			n.State, n.GmailID, n.LabelIDs = acceptlog.StateSent, h.id, labels
+			n.Effects++
+			n.Verified = true // this search, after grace, already counted exactly one
+			n.Checks, n.NextCheckAt = 0, time.Time{}
+			return []acceptlog.Line{search, {Kind: acceptlog.KindEffect, Attempt: j.Attempts, State: acceptlog.StateSent,
+				Reason: ReasonFound, Source: acceptlog.SourceSearch, GmailID: h.id, LabelIDs: labels}}
+		})
+		if written {
+			p.s.svc.Logger().Info().Str("message_id", j.MessageID).Str("gmail_id", h.id).Msg("ambiguous send found in the mailbox: sent")
+		}
+		p.count(written, &p.res.Checked, &p.res.Found)
+		return true, err
+	case len(hits) == 1:
+		written, err := p.toReview(ctx, j, evidence(search, ReasonReviewChannel, hits,
+			"found once in the mailbox; this channel never resolves ambiguous sends by itself"), search)
+		p.count(written, &p.res.Checked, &p.res.Found)
+		return true, err
+	case len(hits) >= 2:
+		written, err := p.toReview(ctx, j, evidence(search, ReasonDuplicate, hits, "the mailbox holds this message more than once"), search)
+		p.count(written, &p.res.Checked, &p.res.Duplicates)
+		return true, err
+	case check < ch.Checks:
+		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+			n.Checks = check
+			n.NextCheckAt = p.now.Add(ch.Grace)
+			return []acceptlog.Line{search}
+		})
+		p.count(written, &p.res.Checked, &p.res.Missed)
+		return true, err
+	case ch.OnUnknown != policy.Retry:
+		written, err := p.toReview(ctx, j, evidence(search, ReasonMissingAfterChecks, nil,
+			fmt.Sprintf("not in the mailbox after %d checks", check)), search)
+		p.count(written, &p.res.Checked)
+		return true, err
+	}
+	used, err := p.attemptsUsed(ctx, j, ch)
+	if err != nil {
+		return false, err
+	}
+	if used >= ch.MaxAttempts {
+		written, err := p.toReview(ctx, j, evidence(search, ReasonMaxAttempts, nil,
+			fmt.Sprintf("not in the mailbox after %d checks and %d attempts; the channel allows %d", check, used, ch.MaxAttempts)), search)
+		p.count(written, &p.res.Checked)
+		return true, err
+	}
+	// Record the miss first: if the resend cannot go now, the job stays due
+	// with its checks done, and a later pass resends it without searching.
+	written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+		n.Checks = check
+		return []acceptlog.Line{search}
+	})
+	p.count(written, &p.res.Checked)
+	if err != nil || !written {
+		return true, err
+	}
+	j.Checks = check
+	return p.resend(ctx, j, p.searchCost)
+}
+
+// resend gives an unknown job whose checks all missed a new attempt with
+// the same Message-ID, or hands it to a human when it has none left.
+func (p *pass) resend(ctx context.Context, j acceptlog.Job, redo int) (bool, error) {
+	ch := p.channel(j.Channel)
+	used, err := p.attemptsUsed(ctx, j, ch)
+	if err != nil {
+		return false, err
+	}
+	if used >= ch.MaxAttempts {
+		line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, State: acceptlog.StateReview, Reason: ReasonMaxAttempts,
+			Note: fmt.Sprintf("not in the mailbox after %d checks and %d attempts; the channel allows %d", j.Checks, used, ch.MaxAttempts)}
+		_, err := p.toReview(ctx, j, line)
+		return true, err
+	}
+	ok, err := p.attempt(ctx, j, acceptlog.StateUnknown, ReasonResend, redo)
+	if ok {
+		p.res.Resent++
+	}
+	return ok, err
+}
+
+// decideVerify records the verify search of a sent job and acts on it.
+func (p *pass) decideVerify(ctx context.Context, j acceptlog.Job, q string, hits []hit) (bool, error) {
+	ch := p.channel(j.Channel)
+	check := j.Checks + 1
+	search := searchLine(j, q, hits, check)
+	switch {
+	case len(hits) == 1:
+		search.Reason = ReasonVerified
+		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+			n.Verified, n.Checks, n.NextCheckAt = true, 0, time.Time{}
+			return []acceptlog.Line{search}
+		})
+		p.count(written, &p.res.Checked, &p.res.Verified)
+		return true, err
+	case len(hits) >= 2:
+		written, err := p.toReview(ctx, j, evidence(search, ReasonDuplicate, hits,
+			"sent, but the mailbox holds this message more than once"), search)
+		p.count(written, &p.res.Checked, &p.res.Duplicates)
+		return true, err
+	case check < 2:
+		// Index lag, or Gmail rewrote the id: look once more.
+		search.Reason = ReasonVerifyMiss
+		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+			n.Checks, n.NextCheckAt = check, p.now.Add(ch.Grace)
+			return []acceptlog.Line{search}
+		})
+		p.count(written, &p.res.Checked, &p.res.Missed)
+		return true, err
+	}
+	search.Reason = ReasonVerifyGaveUp
+	search.Note = "still not found by Message-ID; Gmail's answer said sent, so the job stays sent"
+	written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+		n.Checks, n.NextCheckAt = check, time.Time{}
+		return []acceptlog.Line{search}
+	})
+	p.count(written, &p.res.Checked)
+	return true, err
+}
+
+// count adds one to each counter when a decision was written.
+func (p *pass) count(written bool, counters ...*int) {
+	if !written {
+		return
+	}
+	for _, c := range counters {
+		*c++
+	}
+}
+
+func searchLine(j acceptlog.Job, q string, hits []hit, check int) acceptlog.Line {
+	sent := 0
+	for _, h := range hits {
+		for _, l := range h.labels {
+			if strings.EqualFold(l, sentLabel) {
+				sent++
+				break
+			}
+		}
+	}
+	return acceptlog.Line{Kind: acceptlog.KindSearch, Attempt: j.Attempts, Query: q, Hits: len(hits), SentHits: sent, Check: check}
+}
+
+// evidence is a review line carrying the search that led to it.
+func evidence(search acceptlog.Line, reason acceptlog.Reason, hits []hit, note string) acceptlog.Line {
+	l := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: search.Attempt, State: acceptlog.StateReview, Reason: reason,
+		Query: search.Query, Hits: search.Hits, SentHits: search.SentHits, Check: search.Check, Note: note}
+	if len(hits) > 0 {
+		l.GmailID = hits[0].id
+		ids := make([]string, len(hits))
+		for i, h := range hits {
+			ids[i] = h.id
+		}
+		sort.Strings(ids)
+		l.Note += "; gmail ids: " + strings.Join(ids, ", ")
+	}
+	return l
+}
+
+// toReview moves the job to review, writing the lines before (the search
+// that led there) and the review line in one transaction.
+func (p *pass) toReview(ctx context.Context, j acceptlog.Job, review acceptlog.Line, before ...acceptlog.Line) (bool, error) {
+	written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+		n.State, n.NextCheckAt = acceptlog.StateReview, time.Time{}
+		return append(append([]acceptlog.Line(nil), before...), review)
+	})
+	if written {
+		p.res.Reviewed++
+		p.s.svc.Logger().Warn().Str("message_id", j.MessageID).Str("reason", string(review.Reason)).Msg("job handed to a human for review")
+	}
+	return written, err
+}
+
+// mutate applies edit to the job as read at the start of the pass, in one
+// transaction with the lines edit returns, and says whether it wrote. When
+// the job moved on since (another state, attempt, check count or
+// verification), nothing is written and the error is nil: whoever moved it
+// decided.
+func (p *pass) mutate(ctx context.Context, read acceptlog.Job, edit func(n *acceptlog.Job) []acceptlog.Line) (written bool, err error) {
+	_, _, err = p.s.log.Mutate(ctx, read.MessageID, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		if cur == nil || cur.State != read.State || cur.Attempts != read.Attempts ||
+			cur.Checks != read.Checks || cur.Verified != read.Verified {
+			return acceptlog.Change{}, errChanged
+		}
+		n := *cur
+		lines := edit(&n)
+		n.UpdatedAt = p.now
+		return acceptlog.Change{Job: &n, Lines: lines}, nil
+	})
+	if errors.Is(err, errChanged) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("record sweep of %s: %w", read.MessageID, err)
+	}
+	return true, nil
+}

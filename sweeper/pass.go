@@ -1,0 +1,264 @@
+package sweeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// pass is the state of one RunOnce.
+type pass struct {
+	s         *Sweeper
+	now       time.Time
+	res       Result
+	mailboxes map[string]acceptlog.Mailbox
+	// stopped: the quota or Gmail asked to wait; nothing more that costs
+	// quota is tried in this pass.
+	stopped bool
+	// searchCost is the quota the last search spent.
+	searchCost int
+	// limited: Gmail answered with a rate limit during this pass;
+	// answered: Gmail answered a call without one.
+	limited, answered bool
+}
+
+// errStopped ends a search when the pass had to stop; errChanged ends a
+// Mutate whose job moved on since it was read.
+var (
+	errStopped = errors.New("sweeper: pass stopped to wait for quota")
+	errChanged = errors.New("sweeper: job changed since it was read")
+)
+
+// action is what a due job needs.
+type action int
+
+const (
+	actClear   action = iota // nothing to do: clear NextCheckAt
+	actSearch                // unknown: search and decide
+	actVerify                // sent, not verified: search once
+	actRetry                 // retryable failure on a retry channel
+	actUntrust               // unknown in a mailbox whose handle is untrusted: review
+	actResend                // unknown with every check done, resend not made yet
+)
+
+func (p *pass) run(ctx context.Context) error {
+	jobs, err := p.s.log.Due(ctx, p.now, p.s.limit)
+	if err != nil {
+		return fmt.Errorf("read due jobs: %w", err)
+	}
+	p.res.Due = len(jobs)
+	handled := 0
+	// Search batches, per mailbox, in due order.
+	batches := map[string][]acceptlog.Job{}
+	var order []string
+	flush := func(mailbox string) error {
+		b := batches[mailbox]
+		batches[mailbox] = nil
+		n, err := p.search(ctx, mailbox, b)
+		handled += n
+		return err
+	}
+	for _, j := range jobs {
+		if p.stopped {
+			break
+		}
+		act, err := p.classify(ctx, j)
+		if err != nil {
+			return err
+		}
+		if act == actSearch || act == actVerify {
+			if _, ok := batches[j.Mailbox]; !ok {
+				order = append(order, j.Mailbox)
+			}
+			batches[j.Mailbox] = append(batches[j.Mailbox], j)
+			if len(batches[j.Mailbox]) >= p.s.batch {
+				if err := flush(j.Mailbox); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		done, err := p.handle(ctx, j, act)
+		if err != nil {
+			return err
+		}
+		if done {
+			handled++
+		}
+	}
+	for _, mb := range order {
+		if p.stopped {
+			break
+		}
+		if len(batches[mb]) > 0 {
+			if err := flush(mb); err != nil {
+				return err
+			}
+		}
+	}
+	if p.stopped {
+		p.res.Deferred = len(jobs) - handled
+	}
+	return nil
+}
+
+// classify says what a due job needs.
+func (p *pass) classify(ctx context.Context, j acceptlog.Job) (action, error) {
+	switch j.State {
+	case acceptlog.StateUnknown, acceptlog.StateSent:
+		if j.State == acceptlog.StateSent && j.Verified {
+			return actClear, nil
+		}
+		mb, err := p.mailbox(ctx, j.Mailbox)
+		if err != nil {
+			return 0, err
+		}
+		switch {
+		case mb.HandleUntrusted && j.State == acceptlog.StateUnknown:
+			return actUntrust, nil
+		case mb.HandleUntrusted:
+			return actClear, nil // a miss proves nothing there; Gmail's answer stands
+		case j.State == acceptlog.StateUnknown:
+			if ch := p.channel(j.Channel); ch.OnUnknown == policy.Retry && j.Checks >= ch.Checks {
+				// Its last miss is recorded; the resend waited for quota
+				// (or a crash came between the two).
+				return actResend, nil
+			}
+			return actSearch, nil
+		}
+		return actVerify, nil
+	case acceptlog.StateFailed:
+		if j.Retryable && p.channel(j.Channel).OnUnknown == policy.Retry {
+			return actRetry, nil
+		}
+	}
+	return actClear, nil
+}
+
+func (p *pass) mailbox(ctx context.Context, name string) (acceptlog.Mailbox, error) {
+	if mb, ok := p.mailboxes[name]; ok {
+		return mb, nil
+	}
+	mb, err := p.s.log.Mailbox(ctx, name)
+	if err != nil {
+		return acceptlog.Mailbox{}, fmt.Errorf("read mailbox %s: %w", name, err)
+	}
+	p.mailboxes[name] = mb
+	return mb, nil
+}
+
+// channel returns the job's channel policy. A channel that has left the
+// policy since the job was logged is handled as review-only: a human
+// decides rather than a guess.
+func (p *pass) channel(name string) policy.Channel {
+	ch, err := p.s.svc.Policy().Channel(name)
+	if err != nil {
+		return policy.Channel{Name: name, OnUnknown: policy.Review, Grace: policy.DefaultGrace, Checks: 1, MaxAttempts: 1}
+	}
+	return ch
+}
+
+// handle deals with a job that needs no search. done is false when the
+// pass stopped before the job could be decided.
+func (p *pass) handle(ctx context.Context, j acceptlog.Job, act action) (done bool, err error) {
+	switch act {
+	case actUntrust:
+		line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, State: acceptlog.StateReview,
+			Reason: ReasonHandleUntrusted, Note: "Gmail rewrote Message-IDs in this mailbox: a search miss proves nothing"}
+		_, err := p.toReview(ctx, j, line)
+		return true, err
+	case actRetry:
+		return p.retry(ctx, j)
+	case actResend:
+		return p.resend(ctx, j, 0)
+	}
+	_, err = p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+		n.NextCheckAt = time.Time{}
+		return nil
+	})
+	return true, err
+}
+
+// retry gives a retryable failed job a new attempt, or hands it to a human
+// when it has none left. The request never reached Gmail (or Gmail said it
+// did not send), so no search is needed.
+func (p *pass) retry(ctx context.Context, j acceptlog.Job) (bool, error) {
+	ch := p.channel(j.Channel)
+	used, err := p.attemptsUsed(ctx, j, ch)
+	if err != nil {
+		return false, err
+	}
+	if used >= ch.MaxAttempts {
+		line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, State: acceptlog.StateReview,
+			Reason: ReasonMaxAttempts, Note: fmt.Sprintf("%d attempts, none sent; the channel allows %d", used, ch.MaxAttempts)}
+		_, err := p.toReview(ctx, j, line)
+		return true, err
+	}
+	ok, err := p.attempt(ctx, j, acceptlog.StateFailed, ReasonRetry, 0)
+	if ok {
+		p.res.Retried++
+	}
+	return ok, err
+}
+
+// attemptsUsed is the job's attempts that count against MaxAttempts: every
+// attempt but those Gmail refused with a rate limit (which sent nothing and
+// must never use up a job's attempts).
+func (p *pass) attemptsUsed(ctx context.Context, j acceptlog.Job, ch policy.Channel) (int, error) {
+	if j.Attempts < ch.MaxAttempts {
+		return j.Attempts, nil // the common case, without reading lines
+	}
+	lines, err := p.s.log.JobLines(ctx, j.MessageID)
+	if err != nil {
+		return 0, fmt.Errorf("read lines of %s: %w", j.MessageID, err)
+	}
+	used := j.Attempts
+	for _, l := range lines {
+		if l.Kind == acceptlog.KindNotSent && l.Reason == acceptlog.ReasonRateLimited {
+			used--
+		}
+	}
+	return used, nil
+}
+
+// attempt makes a new attempt through the send path. ok is false when the
+// pass had to stop first (quota) or the job moved on. redo is the quota
+// the next pass spends again before it gets back to this attempt (the
+// search that led to it): the wait reported covers it too, or a pass would
+// spend the refill on the search and find the send refused again.
+func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.State, reason acceptlog.Reason, redo int) (ok bool, err error) {
+	if p.stopped {
+		return false, nil
+	}
+	res, err := p.s.svc.Attempt(ctx, j.MessageID, []acceptlog.State{from}, reason, false)
+	var rerr *relay.Error
+	switch {
+	case errors.As(err, &rerr) && rerr.Code == relay.CodeRateLimited:
+		wait := time.Duration(max(rerr.RetryAfter, 1)) * time.Second
+		// How long until send and search both fit (takes nothing).
+		if ok, w := p.s.svc.Quota().Available(relay.UnitsSend+redo, true); !ok {
+			wait = max(wait, w)
+		}
+		p.stop(wait)
+		return false, nil
+	case errors.As(err, &rerr) && rerr.Code == relay.CodeConflict:
+		return false, nil // someone else moved the job: theirs stands
+	case err != nil:
+		p.res.Errors++
+		p.s.svc.Logger().Warn().Err(err).Str("message_id", j.MessageID).Str("reason", string(reason)).Msg("sweeper attempt")
+		return true, nil
+	}
+	p.s.svc.Logger().Info().Str("message_id", j.MessageID).Str("reason", string(reason)).Int("attempt", res.Job.Attempts).
+		Str("state", string(res.Job.State)).Msg("sweeper made a new attempt with the same Message-ID")
+	if res.Job.State == acceptlog.StateFailed && res.Job.LastReason == acceptlog.ReasonRateLimited {
+		p.rateLimited(0) // Gmail said 429 to the send: nothing more this pass
+	} else {
+		p.answered = true
+	}
+	return true, nil
+}

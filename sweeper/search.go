@@ -1,0 +1,194 @@
+package sweeper
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"time"
+
+	"google.golang.org/api/googleapi"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// hit is one search result attributed to a job.
+type hit struct {
+	id     string
+	labels []string
+}
+
+// search runs the searches for jobs of one mailbox, BatchSize ids per query
+// (the caller hands over at most that many), and decides each job. It
+// returns how many jobs it dealt with.
+func (p *pass) search(ctx context.Context, mailbox string, jobs []acceptlog.Job) (int, error) {
+	q := query(jobs)
+	hits, err := p.find(ctx, mailbox, q, jobs)
+	if errors.Is(err, errStopped) {
+		return 0, nil
+	}
+	if err != nil {
+		p.res.Errors++
+		p.s.svc.Logger().Warn().Err(err).Int("jobs", len(jobs)).Msg("mailbox search; the jobs are checked again shortly")
+		for _, j := range jobs {
+			grace := p.channel(j.Channel).Grace
+			if _, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+				n.NextCheckAt = p.now.Add(min(errorDelay, grace))
+				return nil
+			}); err != nil {
+				return 0, err
+			}
+		}
+		return len(jobs), nil
+	}
+	done := 0
+	for _, j := range jobs {
+		var ok bool
+		if j.State == acceptlog.StateSent {
+			ok, err = p.decideVerify(ctx, j, q, hits[j.MessageID])
+		} else {
+			ok, err = p.decideUnknown(ctx, j, q, hits[j.MessageID])
+		}
+		if err != nil {
+			return done, err
+		}
+		if ok {
+			done++
+		}
+	}
+	return done, nil
+}
+
+// query is the search for jobs' Message-IDs: rfc822msgid:<id> for one,
+// {rfc822msgid:<a> rfc822msgid:<b> ...} (Gmail's OR group) for several.
+func query(jobs []acceptlog.Job) string {
+	terms := make([]string, len(jobs))
+	for i, j := range jobs {
+		terms[i] = "rfc822msgid:" + strings.TrimSuffix(strings.TrimPrefix(j.MessageID, "<"), ">")
+	}
+	if len(terms) == 1 {
+		return terms[0]
+	}
+	return "{" + strings.Join(terms, " ") + "}"
+}
+
+// find lists the SENT messages matching q (every page) and attributes each
+// hit to a job: directly for a one-id query, by reading the hit's
+// Message-ID otherwise. It returns errStopped when the pass must stop.
+func (p *pass) find(ctx context.Context, mailbox, q string, jobs []acceptlog.Job) (map[string][]hit, error) {
+	prov := p.s.svc.Provider()
+	spent := 0
+	var ids []string
+	token := ""
+	for {
+		if !p.take(relay.UnitsList, spent) {
+			return nil, errStopped
+		}
+		spent += relay.UnitsList
+		page, err := prov.List(ctx, mailbox, q, []string{sentLabel}, token, maxPageSize)
+		if err != nil {
+			return nil, p.gmailErr(err)
+		}
+		p.answered = true
+		ids = append(ids, page.IDs...)
+		if page.NextPageToken == "" {
+			break
+		}
+		token = page.NextPageToken
+	}
+	p.searchCost = spent
+	hits := map[string][]hit{}
+	if len(jobs) == 1 {
+		for _, id := range ids {
+			hits[jobs[0].MessageID] = append(hits[jobs[0].MessageID], hit{id: id, labels: []string{sentLabel}})
+		}
+		return hits, nil
+	}
+	if len(ids) == 0 {
+		return hits, nil
+	}
+	want := make(map[string]bool, len(jobs))
+	for _, j := range jobs {
+		want[j.MessageID] = true
+	}
+	var unread []string
+	for _, id := range ids {
+		if _, ok := p.s.headers[id]; !ok {
+			unread = append(unread, id)
+		}
+	}
+	// Reserve every read at once: a pass that runs out half-way would have
+	// spent its list for nothing.
+	if len(unread) > 0 && !p.take(relay.UnitsGet*len(unread), spent) {
+		return nil, errStopped
+	}
+	p.searchCost += relay.UnitsGet * len(unread)
+	for _, id := range unread {
+		h, err := prov.GetHeader(ctx, mailbox, id)
+		var gerr *googleapi.Error
+		if errors.As(err, &gerr) && gerr.Code == http.StatusNotFound {
+			continue // deleted between list and get
+		}
+		if err != nil {
+			return nil, p.gmailErr(err)
+		}
+		p.s.headers[id] = h.MessageID
+	}
+	for _, id := range ids {
+		if mid, ok := p.s.headers[id]; ok && want[mid] {
+			hits[mid] = append(hits[mid], hit{id: id, labels: []string{sentLabel}})
+		}
+	}
+	return hits, nil
+}
+
+// take takes units from the shared budget as background work. When the
+// budget says wait, the pass stops; the wait it reports covers the units
+// this search already spent too, since the next pass starts the search
+// again.
+func (p *pass) take(units, spent int) bool {
+	quota := p.s.svc.Quota()
+	ok, wait := quota.TakeBackground(units)
+	if ok {
+		return true
+	}
+	if spent > 0 {
+		// Only a question (a peek that takes nothing): how long until the
+		// whole search fits.
+		if ok2, w := quota.Available(units+spent, true); !ok2 {
+			wait = max(wait, w)
+		}
+	}
+	p.stop(wait)
+	return false
+}
+
+// gmailErr turns a failed Gmail call into errStopped (rate limited: back
+// off) or the error itself.
+func (p *pass) gmailErr(err error) error {
+	if o := relay.Classify(err); o.Reason == acceptlog.ReasonRateLimited {
+		p.rateLimited(o.RetryIn)
+		return errStopped
+	}
+	return err
+}
+
+// rateLimited pauses the shared budget after Gmail answered 429 (or 403
+// with a rate reason): exponentially longer on every consecutive one, with
+// jitter, and never shorter than Gmail's own retry time. The pass stops.
+func (p *pass) rateLimited(retryIn time.Duration) {
+	p.limited = true
+	b := min(max(minBackoff, 2*p.s.backoff), maxBackoff)
+	p.s.backoff = b
+	d := max(b, retryIn) + rand.N(b/2+1)
+	p.s.svc.Quota().Pause(d)
+	p.s.svc.Logger().Warn().Dur("pause", d).Msg("Gmail rate limit: the sweeper backs off")
+	p.stop(d)
+}
+
+func (p *pass) stop(wait time.Duration) {
+	p.stopped = true
+	p.res.Wait = max(p.res.Wait, wait)
+}
