@@ -1,0 +1,11 @@
+// Package relay is gmailrelay's domain and send path: it turns a request
+// into a job with a deterministic Message-ID (intake, msgid), admits it
+// through the idempotent front door in one acceptance-log transaction,
+// calls Gmail on a context the caller cannot cancel, and records the
+// outcome (sent, failed or unknown) guarded on the attempt in flight. It
+// also holds the shared Gmail quota budget (Quota), the classification of
+// Gmail's answers (Classify), the read-back of stored Message-IDs
+// (RecordHandle) and human resolutions (Resolve). State changes follow
+// acceptlog.Transitions; the sweeper closes what the send path leaves
+// unknown.
+package relay
