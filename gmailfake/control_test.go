@@ -52,7 +52,8 @@ func TestEmulatorControlFaultValidation(t *testing.T) {
 		body  string
 		field string
 	}{
-		{`{"method":"delete","action":"error"}`, "method"},
+		{`{"method":"explode","action":"error"}`, "method"},
+		{`{"method":"send","action":"error","account":"nobody@example.org"}`, "account"},
 		{`{"method":"send","action":"explode"}`, "action"},
 		{`{"method":"list","action":"duplicate"}`, "action"},
 		{`{"method":"get","action":"accept-then-error"}`, "action"},
