@@ -173,4 +173,3 @@ func dailyLimited(now time.Time, wait time.Duration, header bool) *apiError {
 	}
 	return e
 }
-
