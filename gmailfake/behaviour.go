@@ -122,7 +122,7 @@ func ParseIndexLag(s string) (fixed time.Duration, dist LagDistribution, err err
 		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
 		d, perr := time.ParseDuration(strings.TrimSpace(v))
 		if !ok || perr != nil || d <= 0 {
-			return 0, dist, fmt.Errorf("%q: want key=positive duration (p50=2s)", part)
+			return 0, LagDistribution{}, fmt.Errorf("%q: want key=positive duration (p50=2s)", part)
 		}
 		switch strings.ToLower(strings.TrimSpace(k)) {
 		case "p50":
@@ -132,7 +132,7 @@ func ParseIndexLag(s string) (fixed time.Duration, dist LagDistribution, err err
 		case "max":
 			dist.Max = d
 		default:
-			return 0, dist, fmt.Errorf("%q: unknown key %q (want p50, p99, max)", part, k)
+			return 0, LagDistribution{}, fmt.Errorf("%q: unknown key %q (want p50, p99, max)", part, k)
 		}
 	}
 	switch {
