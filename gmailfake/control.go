@@ -15,6 +15,9 @@ import (
 
 func (s *Server) controlRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /_emulator/messages", s.ctlMessages)
+	mux.HandleFunc("POST /_emulator/messages/{id}/trash", s.ctlMessageAction)
+	mux.HandleFunc("POST /_emulator/messages/{id}/untrash", s.ctlMessageAction)
+	mux.HandleFunc("POST /_emulator/messages/{id}/delete", s.ctlMessageAction)
 	mux.HandleFunc("POST /_emulator/faults", s.ctlAddFault)
 	mux.HandleFunc("GET /_emulator/faults", s.ctlFaults)
 	mux.HandleFunc("DELETE /_emulator/faults", s.ctlClearFaults)
@@ -23,22 +26,79 @@ func (s *Server) controlRoutes(mux *http.ServeMux) {
 }
 
 type ctlMessage struct {
-	ID        string   `json:"id"`
-	ThreadID  string   `json:"threadId"`
-	LabelIDs  []string `json:"labelIds"`
-	MessageID string   `json:"messageId"`
+	ID                string   `json:"id"`
+	ThreadID          string   `json:"threadId"`
+	LabelIDs          []string `json:"labelIds"`
+	MessageID         string   `json:"messageId"`
+	OriginalMessageID string   `json:"originalMessageId,omitempty"`
+	Account           string   `json:"account"`
+	Trashed           bool     `json:"trashed"`
+	Deleted           bool     `json:"deleted"`
+}
+
+func toCtlMessage(m Message) ctlMessage {
+	return ctlMessage{ID: m.ID, ThreadID: m.ThreadID, LabelIDs: m.LabelIDs, MessageID: m.MessageID,
+		OriginalMessageID: m.OriginalMessageID, Account: m.Account, Trashed: m.Trashed, Deleted: m.Deleted}
+}
+
+// ctlAccount reads ?account=: "" for every account, 400 naming the
+// parameter for an address the emulator does not serve.
+func (s *Server) ctlAccount(w http.ResponseWriter, r *http.Request) (string, bool) {
+	acct := r.URL.Query().Get("account")
+	if acct == "" {
+		return "", true
+	}
+	for _, a := range s.Accounts() {
+		if strings.EqualFold(a, acct) {
+			return a, true
+		}
+	}
+	writeAPIError(w, &apiError{code: http.StatusBadRequest, reason: "invalidArgument", domain: "emulator",
+		location: "account", message: "account: " + acct + " is not an account the emulator serves"})
+	return "", false
 }
 
 func (s *Server) ctlMessages(w http.ResponseWriter, r *http.Request) {
-	msgs := s.Messages(r.URL.Query().Get("rfc822msgid"))
+	acct, ok := s.ctlAccount(w, r)
+	if !ok {
+		return
+	}
+	t := s.Lookup(acct, r.URL.Query().Get("rfc822msgid"))
 	out := struct {
-		Count    int          `json:"count"`
-		Messages []ctlMessage `json:"messages"`
-	}{Count: len(msgs), Messages: make([]ctlMessage, 0, len(msgs))}
-	for _, m := range msgs {
-		out.Messages = append(out.Messages, ctlMessage{ID: m.ID, ThreadID: m.ThreadID, LabelIDs: m.LabelIDs, MessageID: m.MessageID})
+		Count      int          `json:"count"`
+		Deliveries int          `json:"deliveries"`
+		Messages   []ctlMessage `json:"messages"`
+	}{Count: t.Count, Deliveries: t.Deliveries, Messages: make([]ctlMessage, 0, len(t.Messages))}
+	for _, m := range t.Messages {
+		out.Messages = append(out.Messages, toCtlMessage(m))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// ctlMessageAction trashes, untrashes or deletes a message as a user
+// cleaning the mailbox by hand: no quota, no Gmail call counted.
+func (s *Server) ctlMessageAction(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var err error
+	switch action := r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]; action {
+	case "trash":
+		err = s.Trash(id)
+	case "untrash":
+		err = s.Untrash(id)
+	default:
+		err = s.Delete(id)
+	}
+	if err != nil {
+		writeAPIError(w, notFound())
+		return
+	}
+	for _, m := range s.Messages("") {
+		if m.ID == id {
+			writeJSON(w, http.StatusOK, toCtlMessage(m))
+			return
+		}
+	}
+	writeAPIError(w, notFound())
 }
 
 // faultJSON is a fault rule as the control API reads and writes it.
@@ -49,6 +109,7 @@ type faultJSON struct {
 	Status    int    `json:"status,omitempty"`
 	Count     *int   `json:"count,omitempty"`
 	Latency   string `json:"latency,omitempty"`
+	Account   string `json:"account,omitempty"`
 	Remaining *int   `json:"remaining,omitempty"`
 	Hits      *int   `json:"hits,omitempty"`
 }
@@ -79,7 +140,7 @@ func (s *Server) ctlAddFault(w http.ResponseWriter, r *http.Request) {
 			location: "id", message: "id, remaining and hits are set by the emulator"})
 		return
 	}
-	f := Fault{Method: in.Method, Action: in.Action, Status: in.Status}
+	f := Fault{Method: in.Method, Action: in.Action, Status: in.Status, Account: in.Account}
 	if in.Count != nil {
 		f.Count = *in.Count
 		if f.Count == 0 {
@@ -116,7 +177,7 @@ func (s *Server) ctlFaults(w http.ResponseWriter, _ *http.Request) {
 	}{Faults: make([]faultJSON, 0, len(rules))}
 	for _, r := range rules {
 		fj := faultJSON{ID: r.ID, Method: r.Fault.Method, Action: r.Fault.Action, Status: r.Fault.Status,
-			Count: &r.Fault.Count, Remaining: &r.Remaining, Hits: &r.Hits}
+			Count: &r.Fault.Count, Account: r.Fault.Account, Remaining: &r.Remaining, Hits: &r.Hits}
 		if r.Fault.Latency > 0 {
 			fj.Latency = r.Fault.Latency.String()
 		}
@@ -131,17 +192,28 @@ func (s *Server) ctlClearFaults(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]int{"cleared": n})
 }
 
-func (s *Server) ctlStats(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) ctlStats(w http.ResponseWriter, r *http.Request) {
+	acct, ok := s.ctlAccount(w, r)
+	if !ok {
+		return
+	}
 	st := s.Stats()
+	if acct != "" {
+		st = s.AccountStats(acct)
+	}
 	s.mu.Lock()
-	stored, quota := len(s.msgs), s.quota
+	quota, seed := s.quota, s.seed
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{
 		"calls":          st.Calls,
 		"quotaUnits":     st.QuotaUnits,
 		"rateLimited":    st.RateLimited,
-		"messages":       stored,
+		"dailyLimited":   st.DailyLimited,
+		"deliveries":     st.Deliveries,
+		"messages":       s.Lookup(acct, "").Count,
 		"quotaPerMinute": quota,
+		"accounts":       s.Accounts(),
+		"seed":           seed,
 	})
 }
 

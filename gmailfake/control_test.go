@@ -52,7 +52,8 @@ func TestEmulatorControlFaultValidation(t *testing.T) {
 		body  string
 		field string
 	}{
-		{`{"method":"delete","action":"error"}`, "method"},
+		{`{"method":"explode","action":"error"}`, "method"},
+		{`{"method":"send","action":"error","account":"nobody@example.org"}`, "account"},
 		{`{"method":"send","action":"explode"}`, "action"},
 		{`{"method":"list","action":"duplicate"}`, "action"},
 		{`{"method":"get","action":"accept-then-error"}`, "action"},
@@ -126,7 +127,10 @@ func TestEmulatorControlFaultsStatsReset(t *testing.T) {
 	if f := srv.Faults(); len(f) != 0 {
 		t.Errorf("faults after reset: %v", f)
 	}
-	if st := srv.Stats(); st.QuotaUnits != 0 || len(st.Calls) != 0 {
+	if n := srv.Deliveries(""); n != 0 {
+		t.Errorf("deliveries after reset: %d", n)
+	}
+	if st := srv.Stats(); st.QuotaUnits != 0 || len(st.Calls) != 0 || st.Deliveries != 0 {
 		t.Errorf("stats after reset: %+v", st)
 	}
 	again := send(t, svc, rawMessage(msgID(1), "a@example.org", "x"))

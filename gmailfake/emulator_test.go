@@ -183,7 +183,9 @@ func TestEmulatorSearchIndexLag(t *testing.T) {
 }
 
 func TestEmulatorQueries(t *testing.T) {
-	srv, svc, _ := emulator(t, gmailfake.Options{})
+	// Strict queries: the parser's refusals are asserted as 400s here;
+	// TestEmulatorLenientQueries covers Gmail's silent empty answer.
+	srv, svc, _ := emulator(t, gmailfake.Options{StrictQueries: true})
 	ids := map[int]string{}
 	for i := 1; i <= 4; i++ {
 		ids[i] = send(t, svc, rawMessage(msgID(i), "a@example.org", "q")).Id
@@ -574,8 +576,12 @@ func TestEmulatorQuota(t *testing.T) {
 				want = http.StatusTooManyRequests
 			}
 			ge := apiError(t, err, want, tc.reason)
-			if ge.Header.Get("Retry-After") == "" {
-				t.Errorf("no Retry-After header")
+			if v := ge.Header.Get("Retry-After"); v != "" {
+				t.Errorf("Retry-After header %q, want none (Gmail documents none)", v)
+			}
+			// 50 units left, 100 needed, 250/60 units a second: 12 s.
+			if at := retryAfterInMessage(t, ge.Message); !at.Equal(clk.Now().Add(12 * time.Second)) {
+				t.Errorf("retry time in %q: got %v, want %v", ge.Message, at, clk.Now().Add(12*time.Second))
 			}
 			if n := srv.Count(msgID(3)); n != 0 {
 				t.Errorf("rate-limited send stored %d messages", n)

@@ -2,12 +2,13 @@ package gmailfake
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
 // FieldError is a fault definition that does not validate; Field names the
 // offending field as the control API spells it (method, action, status,
-// count, latency).
+// count, latency, account).
 type FieldError struct {
 	Field   string
 	Message string
@@ -29,9 +30,9 @@ type FaultState struct {
 // rule's id, or a *FieldError naming the offending field.
 func (s *Server) AddFault(f Fault) (string, error) {
 	switch f.Method {
-	case MethodSend, MethodList, MethodGet:
+	case MethodSend, MethodList, MethodGet, MethodTrash, MethodUntrash, MethodDelete:
 	default:
-		return "", &FieldError{"method", fmt.Sprintf("must be send, list or get, not %q", f.Method)}
+		return "", &FieldError{"method", fmt.Sprintf("must be send, list, get, trash, untrash or delete, not %q", f.Method)}
 	}
 	switch f.Action {
 	case ActionError:
@@ -67,6 +68,13 @@ func (s *Server) AddFault(f Fault) (string, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if f.Account != "" {
+		a, ok := s.byAddr[strings.ToLower(f.Account)]
+		if !ok {
+			return "", &FieldError{"account", fmt.Sprintf("%q is not an account the emulator serves", f.Account)}
+		}
+		f.Account = a.addr
+	}
 	s.faultSeq++
 	id := fmt.Sprintf("f%d", s.faultSeq)
 	s.faults = append(s.faults, &FaultState{ID: id, Fault: f, Remaining: f.Count})
@@ -99,12 +107,12 @@ type appliedFault struct {
 	latency time.Duration // from every latency rule hit, plus the action's
 }
 
-// pickFaultsLocked consumes, for one call of method, every live latency
-// rule and the first live rule of another action.
-func (s *Server) pickFaultsLocked(method string) appliedFault {
+// pickFaultsLocked consumes, for one call of method to account, every live
+// latency rule and the first live rule of another action.
+func (s *Server) pickFaultsLocked(method, account string) appliedFault {
 	var a appliedFault
 	for _, r := range s.faults {
-		if r.Fault.Method != method || r.Remaining == 0 {
+		if r.Fault.Method != method || r.Remaining == 0 || (r.Fault.Account != "" && r.Fault.Account != account) {
 			continue
 		}
 		if r.Fault.Action != ActionLatency {

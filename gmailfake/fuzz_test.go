@@ -12,10 +12,12 @@ func FuzzParseQuery(f *testing.F) {
 		"", "rfc822msgid:<a@b>", "rfc822msgid:a@b OR rfc822msgid:c@d", "{rfc822msgid:a@b rfc822msgid:<c}d@e>}",
 		"in:sent label:SENT", "(in:sent OR label:x) rfc822msgid:\"<q@r>\"", "{", "}", "(((", "OR", "a:b OR", "rfc822msgid:<",
 		"from:x", "\"", "{()}", "rfc822msgid:<a@b>>",
+		"after:1700000000", "before:2026/12/02", "after:2026/1/2 before:1800000000 rfc822msgid:a@b",
+		"{after:1 rfc822msgid:a@b} OR older:9", "after:", "before:2026/13/40", "after:99999999999999999999",
 	} {
 		f.Add(q)
 	}
-	m := &stored{Message: Message{LabelIDs: []string{"SENT"}}, msgIDKey: "a@b"}
+	m := &stored{Message: Message{LabelIDs: []string{"SENT"}, StoredAt: time.Unix(1700000000, 0)}, msgIDKey: "a@b"}
 	f.Fuzz(func(t *testing.T, q string) {
 		n, err := parseQuery(q)
 		if err != nil {
@@ -54,7 +56,7 @@ func FuzzIntake(f *testing.F) {
 		m := parseRFC822(raw)
 		m.bytes()
 		buildPayload(m)
-		res, e := s.storeMessage(raw, threadID, true)
+		res, e := s.storeMessage(s.accounts[0], raw, threadID, true)
 		if e != nil {
 			if e.code != 400 && e.code != 413 {
 				t.Fatalf("intake answered %d", e.code)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -138,3 +139,5 @@ func do(t *testing.T, method, url, body string) (int, map[string]any) {
 	}
 	return resp.StatusCode, out
 }
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -165,9 +165,10 @@ func decodeHeader(v string) string {
 }
 
 // recipients checks To, Cc and Bcc: at least one address, and every field
-// present must parse. The error is the one Gmail answers.
-func recipients(m *rfcMessage) *apiError {
-	n := 0
+// present must parse. It returns the addresses; the error is the one Gmail
+// answers.
+func recipients(m *rfcMessage) ([]string, *apiError) {
+	var addrs []string
 	for _, name := range []string{"To", "Cc", "Bcc"} {
 		for _, v := range m.all(name) {
 			if v == "" {
@@ -175,15 +176,17 @@ func recipients(m *rfcMessage) *apiError {
 			}
 			list, err := mail.ParseAddressList(v)
 			if err != nil {
-				return invalidArgument("Invalid " + name + " header")
+				return nil, invalidArgument("Invalid " + name + " header")
 			}
-			n += len(list)
+			for _, a := range list {
+				addrs = append(addrs, a.Address)
+			}
 		}
 	}
-	if n == 0 {
-		return invalidArgument("Recipient address required")
+	if len(addrs) == 0 {
+		return nil, invalidArgument("Recipient address required")
 	}
-	return nil
+	return addrs, nil
 }
 
 // messagePart is Gmail's MessagePart resource.

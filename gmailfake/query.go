@@ -3,7 +3,10 @@ package gmailfake
 import (
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // The subset of Gmail's search language the relay needs:
@@ -13,12 +16,17 @@ import (
 //	or      = primary { "OR" primary }
 //	primary = term | "{" primary { primary } "}" | "(" and ")"
 //	term    = "rfc822msgid:" value | "in:" name | "label:" name
+//	        | ("after:" | "before:") (epoch-seconds | YYYY/MM/DD)
 //
 // A brace group matches when any of its members matches (Gmail's shorthand
 // for OR). Operators are case-insensitive, OR must be upper case (as in
-// Gmail). A value may be wrapped in angle brackets or double quotes. Anything
-// else is an error: the emulator never answers an unknown query with a silent
-// empty list.
+// Gmail). A value may be wrapped in angle brackets or double quotes.
+// after:T matches internalDate >= T and before:T internalDate < T (a date
+// is midnight UTC; Gmail reads dates in the account's time zone and
+// recommends epoch seconds for exact instants), so after: and before: of
+// one instant split the mailbox in two. newer: and older: are Gmail's
+// synonyms. Anything else is a parse error, which messages.list answers,
+// like Gmail, with an empty list (400 with Options.StrictQueries).
 
 const (
 	maxQueryLen   = 8192
@@ -50,6 +58,20 @@ func (t labelTerm) match(m *stored) bool {
 		}
 	}
 	return false
+}
+
+// dateTerm matches messages dated at or after (after true) or before an
+// instant, in milliseconds since the epoch.
+type dateTerm struct {
+	after bool
+	ms    int64
+}
+
+func (t dateTerm) match(m *stored) bool {
+	if t.after {
+		return m.StoredAt.UnixMilli() >= t.ms
+	}
+	return m.StoredAt.UnixMilli() < t.ms
 }
 
 type andNode []queryNode
@@ -297,8 +319,32 @@ func parseTerm(w string) (queryNode, error) {
 			return nil, fmt.Errorf("%w: bad %s value %q", errQuery, op, val)
 		}
 		return labelTerm{label: strings.ToUpper(val)}, nil
+	case "after", "newer", "before", "older":
+		ms, err := parseDateValue(val)
+		if err != nil {
+			return nil, fmt.Errorf("%w: bad %s value %q: %v", errQuery, op, val, err)
+		}
+		after := strings.EqualFold(op, "after") || strings.EqualFold(op, "newer")
+		return dateTerm{after: after, ms: ms}, nil
 	}
 	return nil, fmt.Errorf("%w: operator %q is not supported by the emulator", errQuery, op)
+}
+
+// parseDateValue reads epoch seconds or YYYY/MM/DD (midnight UTC) and
+// returns milliseconds since the epoch.
+func parseDateValue(v string) (int64, error) {
+	if v != "" && strings.Trim(v, "0123456789") == "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n > math.MaxInt64/1000 {
+			return 0, errors.New("epoch seconds out of range")
+		}
+		return n * 1000, nil
+	}
+	t, err := time.Parse("2006/1/2", v)
+	if err != nil {
+		return 0, errors.New("want epoch seconds or YYYY/MM/DD")
+	}
+	return t.UnixMilli(), nil
 }
 
 // normalizeMsgID strips surrounding blanks and one pair of angle brackets.

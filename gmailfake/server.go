@@ -1,52 +1,60 @@
 // Package gmailfake is an emulator of the part of Gmail's REST API that
 // gmailrelay uses: users.messages.send (metadata and upload paths),
-// users.messages.list (with the rfc822msgid:, OR, {…}, in: and label: search
-// subset) and users.messages.get, at Gmail's own paths, with Gmail's JSON
-// shapes, error JSON and quota costs, so that Google's Go client
+// users.messages.list (with the rfc822msgid:, OR, {…}, in:, label:, after:
+// and before: search subset), users.messages.get, and users.messages.trash,
+// untrash and delete, at Gmail's own paths, with Gmail's JSON shapes, error
+// JSON and quota costs, so that Google's Go client
 // (google.golang.org/api/gmail/v1) talks to it unchanged.
 //
-// It also models the provider behaviours the relay must survive — search
-// index lag, Message-ID rewriting, per-user quota, injected faults and
-// duplicate storage — and exposes the provider's ground truth (the stored
-// messages) through a control API under /_emulator/ and through Go methods.
+// Its defaults are Gmail's unkind habits, each from Google's docs or a
+// public report: malformed Message-IDs are replaced, messages.list hides
+// trash and spam, a query it cannot match answers an empty list, the search
+// index may lag (with a long tail), quota answers carry the retry time only
+// in their message text, and there may be a daily sending limit. Options
+// switch each behaviour; the provider's ground truth (stored copies and
+// deliveries) is exposed through a control API under /_emulator/ and through
+// Go methods.
 //
 // It is an emulator: a green run against it is evidence about the relay's
 // logic, not a guarantee about Gmail.
 package gmailfake
 
 import (
-	"context"
-	"crypto/sha256"
-	"encoding/base64"
-	"fmt"
-	"math"
+	"errors"
+	"math/rand/v2"
 	"net/http"
-	"net/mail"
 	"strings"
 	"sync"
 	"time"
 )
 
-// Quota costs of the calls the emulator serves, in Gmail's units.
+// Quota costs of the calls the emulator serves, in Gmail's units (Google's
+// table; Options.Costs overrides them).
 const (
-	CostSend = 100
-	CostList = 5
-	CostGet  = 5
+	CostSend    = 100
+	CostList    = 5
+	CostGet     = 5
+	CostTrash   = 5
+	CostUntrash = 5
+	CostDelete  = 10
 )
 
 // DefaultQuotaPerMinute is Gmail's documented per-user budget in units per
 // minute.
 const DefaultQuotaPerMinute = 15000
 
-// DefaultAccount is the mailbox's primary address when Options.Account is
-// empty.
+// DefaultAccount is the mailbox's primary address when Options.Account and
+// Options.Accounts are empty.
 const DefaultAccount = "me@example.com"
 
-// Method names used by faults and in Stats.Calls.
+// Method names used by faults, costs and in Stats.Calls.
 const (
-	MethodSend = "send"
-	MethodList = "list"
-	MethodGet  = "get"
+	MethodSend    = "send"
+	MethodList    = "list"
+	MethodGet     = "get"
+	MethodTrash   = "trash"
+	MethodUntrash = "untrash"
+	MethodDelete  = "delete"
 )
 
 // Fault actions.
@@ -59,410 +67,414 @@ const (
 	ActionAcceptThenError = "accept-then-error"
 	// ActionLatency delays the answer by Fault.Latency.
 	ActionLatency = "latency"
-	// ActionDuplicate stores the message twice (two ids, one Message-ID) and
-	// answers the first. Send only.
+	// ActionDuplicate stores the message twice (two ids, one Message-ID,
+	// two deliveries) and answers the first. Send only.
 	ActionDuplicate = "duplicate"
 )
 
-// Options configures a Server. The zero value is a working emulator.
+// Options configures a Server. The zero value is a working emulator with
+// Gmail's unkind defaults: malformed Message-IDs rewritten, no index lag,
+// FIFO index, lenient queries, no Retry-After header, 429 quota answers,
+// no daily limit, Google's costs, one account, no authentication.
 type Options struct {
-	// IndexLag is how long after it was stored a message becomes visible to
-	// messages.list; messages.get by id works at once. Measured on Now.
+	// IndexLag is a fixed delay after which a stored message becomes
+	// visible to messages.list; messages.get by id works at once. Measured
+	// on Now. Ignored when IndexLagDistribution is set.
 	IndexLag time.Duration
-	// RewriteMessageID replaces the client's Message-ID with a Gmail-style
-	// one (<CA+…@mail.gmail.com>), as public reports say Gmail sometimes does.
+	// IndexLagDistribution, when set, draws each message's lag from a
+	// log-normal distribution (seeded).
+	IndexLagDistribution LagDistribution
+	// IndexOrder is IndexFIFO (zero) or IndexRandom; it matters only with
+	// IndexLagDistribution.
+	IndexOrder IndexOrder
+	// Rewrite says which sends get a Gmail-generated Message-ID; the zero
+	// value rewrites only malformed ids.
+	Rewrite RewritePolicy
+	// RewriteMessageID, when true, rewrites every Message-ID (RewriteAlways,
+	// whatever Rewrite says), as the first emulator did.
 	RewriteMessageID bool
+	// SentDedupe folds a send whose Message-ID equals a stored SENT
+	// message's into that message: 200 with its id and thread, no new copy,
+	// but one more delivery.
+	SentDedupe bool
+	// StrictQueries answers 400 to a q the emulator cannot parse; off
+	// (Gmail-like), such a q answers 200 with no messages.
+	StrictQueries bool
+	// RateLimitHeader adds a Retry-After header (seconds) to quota answers;
+	// off (Gmail-like), the retry time is only in the message text.
+	RateLimitHeader bool
 	// QuotaPerMinute is the per-user budget in units per minute; 0 means
 	// DefaultQuotaPerMinute.
 	QuotaPerMinute int
-	// QuotaStatus is the status of an over-quota answer: 429
+	// QuotaStatus is the status of a per-minute quota answer: 429
 	// (rateLimitExceeded) or 403 (userRateLimitExceeded); 0 means 429.
 	QuotaStatus int
+	// DailySendLimit is the number of sends per rolling 24 h per account
+	// (Workspace 2000, trial 500); 0 means no limit.
+	DailySendLimit int
+	// Costs overrides Google's quota cost per method (MethodGet: 20, …);
+	// unknown methods are ignored.
+	Costs map[string]int
 	// Latency is added to the answer of every Gmail call, in real time. It is
 	// spent after the call took effect, so a client that gives up during it
 	// sees an ambiguous send.
 	Latency time.Duration
-	// Now is the clock for index lag, quota and timestamps; nil means
-	// time.Now.
+	// Now is the clock for index lag, quota windows, the daily limit and
+	// timestamps; nil means time.Now.
 	Now func() time.Time
-	// Token, when not empty, is the bearer token every Gmail call must carry
-	// (401 authError otherwise). The control API is never authenticated.
-	Token string
-	// Account is the mailbox's primary address; "" means DefaultAccount.
-	// userId must be "me" or this address, and a From with another address
-	// is rewritten to it.
+	// Seed drives every random choice (lag draws, fractional rewriting);
+	// 0 means Now().UnixNano() (see Server.Seed).
+	Seed int64
+	// Account is the primary mailbox address; "" means Accounts[0], or
+	// DefaultAccount. userId "me" is the primary account unless a token
+	// says otherwise, and a From with another address is rewritten to the
+	// sending account.
 	Account string
+	// Accounts are further mailboxes the emulator serves; each has its own
+	// messages, quota, daily limit and index.
+	Accounts []string
+	// Token, when not empty, is a bearer token for the primary account.
+	Token string
+	// Tokens maps bearer tokens to account addresses (added to the
+	// accounts if missing). When any token is configured, every Gmail call
+	// must carry one of them (401 authError otherwise) and may only reach
+	// its own account. The control API is never authenticated.
+	Tokens map[string]string
 }
 
 // Message is one stored message: the provider's truth.
 type Message struct {
-	ID        string    // Gmail id, 16 hex digits
-	ThreadID  string    // the thread's id (the id of its first message)
-	LabelIDs  []string  // ["SENT"]
-	MessageID string    // the stored Message-ID header, with angle brackets
-	Raw       []byte    // the stored RFC 5322 message, after any rewriting
-	StoredAt  time.Time // when it was stored, by Options.Now
+	ID                string    // Gmail id, 16 hex digits
+	ThreadID          string    // the thread's id (the id of its first message)
+	LabelIDs          []string  // ["SENT"], plus INBOX and UNREAD for a self-send, TRASH once trashed
+	MessageID         string    // the stored Message-ID header, with angle brackets
+	OriginalMessageID string    // the client's Message-ID when Gmail replaced it; "" otherwise
+	Account           string    // the mailbox that holds it
+	Raw               []byte    // the stored RFC 5322 message, after any rewriting
+	StoredAt          time.Time // when it was stored (internalDate), by Options.Now
+	VisibleAt         time.Time // when messages.list starts to show it
+	Trashed           bool      // labelled TRASH
+	Deleted           bool      // deleted: gone from list and get, kept here as truth
+}
+
+// Truth is the ground truth for one Message-ID (or all messages).
+type Truth struct {
+	Count      int       // stored copies carrying the Message-ID (trashed and deleted ones included)
+	Deliveries int       // accepted sends of it: folded and rewritten ones included
+	Messages   []Message // the copies, oldest first
 }
 
 // Fault is a provider-side fault for the next Count calls of Method.
 type Fault struct {
-	Method  string        // MethodSend, MethodList or MethodGet
+	Method  string        // MethodSend, MethodList, MethodGet, MethodTrash, MethodUntrash or MethodDelete
 	Action  string        // ActionError, ActionAcceptThenError, ActionLatency or ActionDuplicate
 	Status  int           // answer status for error and accept-then-error; 0 means 500
 	Count   int           // calls it applies to; 0 means 1, -1 means until cleared
 	Latency time.Duration // delay before the answer; required for ActionLatency
+	Account string        // only calls to this account; "" means every account
 }
 
 // Stats counts what the emulator did since it started or was last reset.
 type Stats struct {
-	Calls       map[string]int // Gmail calls received, by method (send, list, get)
-	QuotaUnits  int            // units charged, for calls that were not rate limited
-	RateLimited int            // 429/403 quota answers given
+	Calls        map[string]int // Gmail calls received, by method
+	QuotaUnits   int            // units charged, for calls that were not rate limited
+	RateLimited  int            // per-minute quota answers (429/403) given
+	DailyLimited int            // sends refused by the daily sending limit
+	Deliveries   int            // accepted sends
 }
 
 // Server is the emulator. All its methods are safe for concurrent use.
 type Server struct {
-	now     func() time.Time
-	account string
-	token   string
+	now    func() time.Time
+	seed   int64
+	costs  map[string]int
+	authOn bool
 
-	mu          sync.Mutex
-	rewrite     bool
-	indexLag    time.Duration
-	quota       int
-	quotaStatus int
-	latency     time.Duration
-	msgs        []*stored // in storage order
-	byID        map[string]*stored
-	counter     uint64 // ids, history ids, generated Message-IDs; survives Reset
-	lastID      uint64
-	faults      []*FaultState
-	faultSeq    int
-	calls       map[string]int
-	units       int
-	rateLimited int
-	tokens      float64
-	refilled    time.Time
-}
-
-// stored is a Message with what search and threading need.
-type stored struct {
-	Message
-	seq       uint64
-	historyID uint64
-	msgIDKey  string   // Message-ID without angle brackets
-	subject   string   // subject without Re:/Fwd: prefixes, for threading
-	refs      []string // In-Reply-To and References ids, without angle brackets
+	mu           sync.Mutex
+	rng          *rand.Rand
+	rewrite      RewritePolicy
+	indexLag     time.Duration
+	lagDist      LagDistribution
+	order        IndexOrder
+	sentDedupe   bool
+	strict       bool
+	header       bool
+	quota        int
+	quotaStatus  int
+	dailyLimit   int
+	latency      time.Duration
+	accounts     []*account // primary first
+	byAddr       map[string]*account
+	tokens       map[string]*account
+	byID         map[string]*stored
+	counter      uint64 // ids, history ids, generated Message-IDs; survives Reset
+	lastID       uint64
+	faults       []*FaultState
+	faultSeq     int
+	unattributed counters // calls refused before an account was known
 }
 
 // New returns an emulator configured by opts.
 func New(opts Options) *Server {
 	s := &Server{
 		now:         opts.Now,
-		account:     opts.Account,
-		token:       opts.Token,
-		rewrite:     opts.RewriteMessageID,
-		indexLag:    opts.IndexLag,
+		rewrite:     opts.Rewrite,
+		indexLag:    max(opts.IndexLag, 0),
+		lagDist:     opts.IndexLagDistribution,
+		order:       opts.IndexOrder,
+		sentDedupe:  opts.SentDedupe,
+		strict:      opts.StrictQueries,
+		header:      opts.RateLimitHeader,
 		quotaStatus: opts.QuotaStatus,
+		dailyLimit:  max(opts.DailySendLimit, 0),
 		latency:     opts.Latency,
+		costs:       DefaultCosts(),
+		byAddr:      map[string]*account{},
+		tokens:      map[string]*account{},
 		byID:        map[string]*stored{},
-		calls:       map[string]int{},
 	}
 	if s.now == nil {
 		s.now = time.Now
 	}
-	if s.account == "" {
-		s.account = DefaultAccount
+	if opts.RewriteMessageID {
+		s.rewrite = RewritePolicy{Mode: RewriteAlways}
 	}
+	s.rewrite.Fraction = min(max(s.rewrite.Fraction, 0), 1)
 	if s.quotaStatus != http.StatusForbidden {
 		s.quotaStatus = http.StatusTooManyRequests
 	}
+	for k, v := range opts.Costs {
+		if _, ok := s.costs[k]; ok && v >= 0 {
+			s.costs[k] = v
+		}
+	}
+	s.seed = opts.Seed
+	if s.seed == 0 {
+		s.seed = s.now().UnixNano()
+	}
+	s.rng = newRand(s.seed)
+
+	primary := opts.Account
+	if primary == "" && len(opts.Accounts) > 0 {
+		primary = opts.Accounts[0]
+	}
+	if primary == "" {
+		primary = DefaultAccount
+	}
+	s.addAccount(primary)
+	for _, a := range opts.Accounts {
+		s.addAccount(a)
+	}
+	if opts.Token != "" {
+		s.tokens[opts.Token] = s.accounts[0]
+	}
+	for tok, addr := range opts.Tokens {
+		s.tokens[tok] = s.addAccount(addr)
+	}
+	s.authOn = len(s.tokens) > 0
 	s.setQuotaLocked(opts.QuotaPerMinute)
 	return s
 }
 
-// Account is the mailbox's primary address.
-func (s *Server) Account() string { return s.account }
-
-// Count returns how many stored messages carry messageID (with or without
-// angle brackets), whatever their visibility to search; "" counts every
-// message.
-func (s *Server) Count(messageID string) int {
-	key := normalizeMsgID(messageID)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, m := range s.msgs {
-		if messageID == "" || m.msgIDKey == key {
-			n++
-		}
-	}
-	return n
+func newRand(seed int64) *rand.Rand {
+	return rand.New(rand.NewPCG(uint64(seed), 0x9e3779b97f4a7c15))
 }
 
-// Messages returns copies of the stored messages carrying messageID (with or
-// without angle brackets), oldest first; "" returns every message.
-func (s *Server) Messages(messageID string) []Message {
-	key := normalizeMsgID(messageID)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []Message
-	for _, m := range s.msgs {
-		if messageID != "" && m.msgIDKey != key {
-			continue
-		}
-		c := m.Message
-		c.LabelIDs = append([]string(nil), m.LabelIDs...)
-		c.Raw = append([]byte(nil), m.Raw...)
-		out = append(out, c)
+// addAccount adds addr to the served accounts (once) and returns it.
+func (s *Server) addAccount(addr string) *account {
+	key := strings.ToLower(strings.TrimSpace(addr))
+	if a, ok := s.byAddr[key]; ok {
+		return a
+	}
+	a := &account{addr: strings.TrimSpace(addr)}
+	a.resetLocked()
+	s.accounts = append(s.accounts, a)
+	s.byAddr[key] = a
+	return a
+}
+
+// Account is the primary mailbox's address.
+func (s *Server) Account() string { return s.accounts[0].addr }
+
+// Accounts returns every served address, primary first.
+func (s *Server) Accounts() []string {
+	out := make([]string, len(s.accounts))
+	for i, a := range s.accounts {
+		out[i] = a.addr
 	}
 	return out
 }
 
-// SetRewriteMessageID switches Message-ID rewriting for later sends.
-func (s *Server) SetRewriteMessageID(on bool) {
+// Seed is the seed of every random choice, for reproducing a run.
+func (s *Server) Seed() int64 { return s.seed }
+
+// Count returns how many stored copies carry messageID (with or without
+// angle brackets) in any account, whatever their visibility to search and
+// whether trashed or deleted; "" counts every message.
+func (s *Server) Count(messageID string) int { return s.Lookup("", messageID).Count }
+
+// Deliveries returns how many accepted sends carried messageID in any
+// account: sends whose copy was folded by SentDedupe and sends whose id was
+// rewritten (counted under the client's original id) included; "" counts
+// every delivery. Duplicates are counted by deliveries, never by copies.
+func (s *Server) Deliveries(messageID string) int { return s.Lookup("", messageID).Deliveries }
+
+// Messages returns copies of the stored messages carrying messageID (with or
+// without angle brackets) in any account, oldest first; "" returns every
+// message.
+func (s *Server) Messages(messageID string) []Message { return s.Lookup("", messageID).Messages }
+
+// Lookup returns the ground truth for messageID ("" = every message) in
+// account ("" = every account; an address the emulator does not serve has
+// nothing).
+func (s *Server) Lookup(account, messageID string) Truth {
+	key := normalizeMsgID(messageID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.rewrite = on
+	var t Truth
+	for _, a := range s.accounts {
+		if account != "" && !strings.EqualFold(account, a.addr) {
+			continue
+		}
+		for _, m := range a.msgs {
+			if messageID != "" && m.msgIDKey != key {
+				continue
+			}
+			t.Messages = append(t.Messages, s.snapshotLocked(m))
+		}
+		for _, d := range a.deliveries {
+			if messageID == "" || d.clientKey == key || d.storedKey == key {
+				t.Deliveries++
+			}
+		}
+	}
+	t.Count = len(t.Messages)
+	return t
 }
 
-// SetIndexLag changes the search index lag; it applies to stored messages
-// too (visibility is computed at search time).
+// SetRewriteMessageID switches rewriting of every Message-ID for later
+// sends: true is RewriteAlways, false the Gmail-like RewriteMalformed.
+func (s *Server) SetRewriteMessageID(on bool) {
+	if on {
+		s.SetRewrite(RewritePolicy{Mode: RewriteAlways})
+		return
+	}
+	s.SetRewrite(RewritePolicy{})
+}
+
+// SetRewrite changes the Message-ID rewriting policy for later sends.
+func (s *Server) SetRewrite(p RewritePolicy) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p.Fraction = min(max(p.Fraction, 0), 1)
+	s.rewrite = p
+}
+
+// SetIndexLag switches to a fixed search index lag; it applies to stored
+// messages too, except those whose lag was drawn from a distribution
+// (visibility under a fixed lag is computed at search time).
 func (s *Server) SetIndexLag(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.indexLag = d
+	s.indexLag = max(d, 0)
+	s.lagDist = LagDistribution{}
+}
+
+// SetIndexLagDistribution draws the lag of later messages from d (a zero d
+// returns to the fixed lag).
+func (s *Server) SetIndexLagDistribution(d LagDistribution, order IndexOrder) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lagDist = d
+	s.order = order
 }
 
 // SetQuotaPerMinute changes the per-user budget (0 means
-// DefaultQuotaPerMinute) and refills it.
+// DefaultQuotaPerMinute) and refills every account's.
 func (s *Server) SetQuotaPerMinute(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.setQuotaLocked(n)
 }
 
-func (s *Server) setQuotaLocked(n int) {
-	if n <= 0 {
-		n = DefaultQuotaPerMinute
-	}
-	s.quota = n
-	s.tokens = float64(n)
-	s.refilled = s.now()
+// SetDailySendLimit changes the sends allowed per rolling 24 h per account
+// (0: no limit); sends already made still count.
+func (s *Server) SetDailySendLimit(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dailyLimit = max(n, 0)
 }
 
-// Stats returns a snapshot of the counters.
+// Stats returns the counters summed over every account, calls refused
+// before an account was known included.
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	calls := make(map[string]int, len(s.calls))
-	for k, v := range s.calls {
-		calls[k] = v
+	sum := s.unattributed.stats()
+	for _, a := range s.accounts {
+		sum.add(a.counters.stats())
 	}
-	return Stats{Calls: calls, QuotaUnits: s.units, RateLimited: s.rateLimited}
+	return sum
 }
 
-// Reset drops every message and fault, refills the quota and zeroes the
-// counters. Ids handed out later stay unique.
+// AccountStats returns the counters of one account (zero for an address
+// the emulator does not serve).
+func (s *Server) AccountStats(account string) Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a, ok := s.byAddr[strings.ToLower(account)]; ok {
+		return a.counters.stats()
+	}
+	return Stats{Calls: map[string]int{}}
+}
+
+// Reset drops every message, delivery and fault, refills the quota, clears
+// the daily windows, zeroes the counters and re-seeds the random choices
+// with Seed. Ids handed out later stay unique.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.msgs = nil
+	for _, a := range s.accounts {
+		a.resetLocked()
+	}
 	s.byID = map[string]*stored{}
 	s.faults = nil
-	s.calls = map[string]int{}
-	s.units = 0
-	s.rateLimited = 0
+	s.unattributed = counters{}
+	s.rng = newRand(s.seed)
 	s.setQuotaLocked(s.quota)
 }
 
-// takeQuota charges cost units if the bucket holds them. The bucket holds at
-// most one minute's budget and refills at quota/60 units per second of the
-// injected clock. When it cannot pay, it returns the seconds until it can.
-func (s *Server) takeQuotaLocked(cost int) (ok bool, retryAfter int) {
-	now := s.now()
-	rate := float64(s.quota) / 60
-	if el := now.Sub(s.refilled); el > 0 {
-		s.tokens = math.Min(float64(s.quota), s.tokens+el.Seconds()*rate)
-		s.refilled = now
-	}
-	if s.tokens >= float64(cost) {
-		s.tokens -= float64(cost)
-		return true, 0
-	}
-	wait := int(math.Ceil((float64(cost) - s.tokens) / rate))
-	return false, min(max(wait, 1), 60)
+// ErrNotFound is returned by Trash, Untrash and Delete for an id that is
+// not stored or was deleted.
+var ErrNotFound = errors.New("gmailfake: no such message")
+
+// Trash labels message id TRASH, as a user trashing it by hand (no quota,
+// no call counted). It returns ErrNotFound for an unknown or deleted id.
+func (s *Server) Trash(id string) error {
+	return s.userAction(id, func(m *stored) { setTrashLocked(m, true) })
 }
 
-// nextCounterLocked advances the counter behind ids and history ids.
-func (s *Server) nextCounterLocked() uint64 {
-	s.counter++
-	return s.counter
+// Untrash removes TRASH from message id. It returns ErrNotFound for an
+// unknown or deleted id.
+func (s *Server) Untrash(id string) error {
+	return s.userAction(id, func(m *stored) { setTrashLocked(m, false) })
 }
 
-// newIDLocked returns a Gmail-style id: 16 hex digits that grow with time,
-// as Gmail's do.
-func (s *Server) newIDLocked(now time.Time) string {
-	v := uint64(now.UnixMilli())<<20 | (s.nextCounterLocked() & 0xfffff)
-	if v <= s.lastID {
-		v = s.lastID + 1
-	}
-	s.lastID = v
-	return fmt.Sprintf("%016x", v)
+// Delete deletes message id for good: gone from list and get, kept in the
+// ground truth as Deleted. It returns ErrNotFound for an unknown or
+// already deleted id.
+func (s *Server) Delete(id string) error {
+	return s.userAction(id, func(m *stored) { m.Deleted = true })
 }
 
-// gmailMessageIDLocked is a Message-ID in the shape Gmail generates.
-func (s *Server) gmailMessageIDLocked(now time.Time) string {
-	sum := sha256.Sum256(fmt.Appendf(nil, "%d/%d/%s", s.nextCounterLocked(), now.UnixNano(), s.account))
-	return "<CA+" + base64.RawStdEncoding.EncodeToString(sum[:27]) + "@mail.gmail.com>"
-}
-
-// sendResult is what a send stored.
-type sendResult struct {
-	ID       string
-	ThreadID string
-	LabelIDs []string
-}
-
-// storeMessage applies Gmail's intake rules to raw (recipients required,
-// From rewritten to the account, Message-ID added or rewritten, Date added)
-// and stores it, twice when duplicate is set.
-func (s *Server) storeMessage(raw []byte, threadID string, duplicate bool) (sendResult, *apiError) {
-	if len(raw) > maxMessageBytes {
-		return sendResult{}, tooLarge()
-	}
-	m := parseRFC822(raw)
-	if e := recipients(m); e != nil {
-		return sendResult{}, e
-	}
+func (s *Server) userAction(id string, act func(*stored)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	changed := false
-	if from, err := mail.ParseAddress(m.get("From")); err != nil || !strings.EqualFold(from.Address, s.account) {
-		name := ""
-		if err == nil {
-			name = from.Name
-		}
-		m.set("From", (&mail.Address{Name: name, Address: s.account}).String())
-		changed = true
+	m, ok := s.byID[id]
+	if !ok || m.Deleted {
+		return ErrNotFound
 	}
-	msgID := m.get("Message-ID")
-	if s.rewrite || normalizeMsgID(msgID) == "" {
-		msgID = s.gmailMessageIDLocked(now)
-		m.set("Message-ID", msgID)
-		changed = true
-	}
-	if m.get("Date") == "" {
-		m.set("Date", now.Format(time.RFC1123Z))
-		changed = true
-	}
-	if changed {
-		raw = m.bytes()
-	}
-	st := &stored{
-		Message: Message{
-			LabelIDs:  []string{"SENT"},
-			MessageID: msgID,
-			Raw:       raw,
-			StoredAt:  now,
-		},
-		msgIDKey: normalizeMsgID(msgID),
-		subject:  threadSubject(decodeHeader(m.get("Subject"))),
-		refs:     referencedIDs(m),
-	}
-	st.ThreadID = s.threadForLocked(threadID, st)
-	res := s.addLocked(st, now)
-	if duplicate {
-		dup := *st
-		dup.LabelIDs = []string{"SENT"}
-		s.addLocked(&dup, now)
-	}
-	return res, nil
-}
-
-func (s *Server) addLocked(st *stored, now time.Time) sendResult {
-	st.ID = s.newIDLocked(now)
-	if st.ThreadID == "" {
-		st.ThreadID = st.ID
-	}
-	st.seq = s.nextCounterLocked()
-	st.historyID = st.seq
-	s.msgs = append(s.msgs, st)
-	s.byID[st.ID] = st
-	return sendResult{ID: st.ID, ThreadID: st.ThreadID, LabelIDs: append([]string(nil), st.LabelIDs...)}
-}
-
-// threadForLocked applies Gmail's threading rule for sends: the requested
-// thread is used when the message references (In-Reply-To/References) a
-// message of that thread and the subjects match; otherwise the message
-// starts a new thread ("" here).
-func (s *Server) threadForLocked(threadID string, st *stored) string {
-	if threadID == "" {
-		return ""
-	}
-	for _, m := range s.msgs {
-		if m.ThreadID != threadID || m.subject != st.subject {
-			continue
-		}
-		for _, ref := range st.refs {
-			if ref == m.msgIDKey {
-				return threadID
-			}
-		}
-	}
-	return ""
-}
-
-func referencedIDs(m *rfcMessage) []string {
-	var ids []string
-	for _, v := range append(m.all("In-Reply-To"), m.all("References")...) {
-		for _, f := range strings.Fields(strings.ReplaceAll(v, ">", "> ")) {
-			if id := normalizeMsgID(f); id != "" {
-				ids = append(ids, id)
-			}
-		}
-	}
-	return ids
-}
-
-// threadSubject strips reply and forward prefixes, as Gmail does when it
-// compares subjects for threading.
-func threadSubject(subj string) string {
-	s := strings.TrimSpace(subj)
-	for {
-		l := strings.ToLower(s)
-		cut := 0
-		for _, p := range []string{"re:", "fwd:", "fw:", "aw:", "tr:"} {
-			if strings.HasPrefix(l, p) {
-				cut = len(p)
-				break
-			}
-		}
-		if cut == 0 {
-			return strings.ToLower(s)
-		}
-		s = strings.TrimSpace(s[cut:])
-	}
-}
-
-func tooLarge() *apiError {
-	return &apiError{code: http.StatusRequestEntityTooLarge, reason: "uploadTooLarge",
-		message: "Message too large: Gmail accepts at most 35 MB", domain: "global"}
-}
-
-// sleepCtx waits d in real time, or until ctx is done; it reports whether the
-// full wait elapsed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return true
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	act(m)
+	m.historyID = s.nextCounterLocked()
+	return nil
 }

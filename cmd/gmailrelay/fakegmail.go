@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/mail"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/gmailfake"
@@ -19,54 +21,103 @@ func runFakeGmail(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := flag.NewFlagSet("gmailrelay fakegmail", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:8089", "address to listen on (port 0 picks a free port)")
-	indexLag := fs.Duration("index-lag", 0, "how long before a sent message is searchable (get by id works at once)")
-	rewrite := fs.Bool("rewrite-message-id", false, "replace the client's Message-ID with a Gmail-style one")
+	indexLag := fs.String("index-lag", "0", "how long before a sent message is searchable: 0, a duration (30s) or a distribution p50=2s,p99=2m,max=20m drawn per message (get by id works at once)")
+	indexOrder := fs.String("index-order", "fifo", "fifo: never searchable before an earlier send of the account; random: each message on its own draw")
+	rewrite := fs.String("rewrite-message-id", "malformed", "which sends get a Gmail-generated Message-ID: malformed, never, always or a fraction such as 0.05 (the bare flag means always)")
+	sentDedupe := fs.Bool("sent-dedupe", false, "fold a send whose Message-ID matches a stored SENT message into it (still a second delivery)")
+	strict := fs.Bool("strict-queries", false, "answer 400 to a q the emulator cannot parse (Gmail answers an empty list)")
+	header := fs.Bool("rate-limit-header", false, "add a Retry-After header to quota answers (Gmail documents none)")
+	rateStatus := fs.Int("rate-limit-status", http.StatusTooManyRequests, "status of per-minute quota answers: 429 (rateLimitExceeded) or 403 (userRateLimitExceeded)")
+	daily := fs.Int("daily-send-limit", 0, "sends per rolling 24 h per account (Workspace 2000, trial 500; 0: off)")
+	cost := fs.String("cost", "", "override quota costs per method, e.g. get=20,list=5")
 	quota := fs.Int("quota-per-minute", gmailfake.DefaultQuotaPerMinute, "per-user quota in Gmail units per minute")
 	latency := fs.Duration("latency", 0, "added to every Gmail call, e.g. 150ms")
-	token := fs.String("token", "", "bearer token Gmail calls must carry (empty: no auth)")
-	account := fs.String("account", gmailfake.DefaultAccount, "the mailbox's primary address (userId me, From rewriting)")
+	seed := fs.Int64("seed", 0, "seed of every random choice (0: from the clock; printed at start)")
+	var accounts, tokens listFlag
+	fs.Var(&accounts, "account", "a mailbox address the emulator serves (repeatable; the first is the primary; default "+gmailfake.DefaultAccount+")")
+	fs.Var(&tokens, "token", "TOKEN=ADDRESS: a bearer token for an account (repeatable; TOKEN alone is the primary account's; none: no auth)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: gmailrelay fakegmail [flags]")
 		fmt.Fprintln(stderr, "\nRuns the Gmail API emulator. Results against it are emulator results, not a Gmail guarantee.")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseFlags(fs, bareRewriteFlag(args)); !ok {
 		return code
 	}
 	bad := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "gmailrelay fakegmail: "+format+"\n", a...)
 		return 2
 	}
+	opts := gmailfake.Options{
+		SentDedupe:      *sentDedupe,
+		StrictQueries:   *strict,
+		RateLimitHeader: *header,
+		QuotaStatus:     *rateStatus,
+		DailySendLimit:  *daily,
+		QuotaPerMinute:  *quota,
+		Latency:         *latency,
+		Seed:            *seed,
+		Accounts:        accounts,
+	}
+	var err error
 	switch {
 	case fs.NArg() > 0:
 		return bad("unexpected argument %q", fs.Arg(0))
-	case *indexLag < 0:
-		return bad("--index-lag must not be negative, got %s", *indexLag)
 	case *latency < 0:
 		return bad("--latency must not be negative, got %s", *latency)
 	case *quota <= 0:
 		return bad("--quota-per-minute must be positive, got %d", *quota)
+	case *rateStatus != http.StatusTooManyRequests && *rateStatus != http.StatusForbidden:
+		return bad("--rate-limit-status must be 429 or 403, got %d", *rateStatus)
+	case *daily < 0:
+		return bad("--daily-send-limit must not be negative, got %d", *daily)
 	}
-	if a, err := mail.ParseAddress(*account); err != nil || a.Address != *account {
-		return bad("--account must be a bare email address, got %q", *account)
+	if opts.IndexLag, opts.IndexLagDistribution, err = gmailfake.ParseIndexLag(*indexLag); err != nil {
+		return bad("--index-lag: %v", err)
+	}
+	if opts.IndexOrder, err = gmailfake.ParseIndexOrder(*indexOrder); err != nil {
+		return bad("--index-order: %v", err)
+	}
+	if opts.Rewrite, err = gmailfake.ParseRewritePolicy(*rewrite); err != nil {
+		return bad("--rewrite-message-id: %v", err)
+	}
+	if opts.Costs, err = gmailfake.ParseCosts(*cost); err != nil {
+		return bad("--cost: %v", err)
+	}
+	if len(accounts) == 0 {
+		accounts = listFlag{gmailfake.DefaultAccount}
+		opts.Accounts = accounts
+	}
+	for _, a := range accounts {
+		if p, err := mail.ParseAddress(a); err != nil || p.Address != a {
+			return bad("--account must be a bare email address, got %q", a)
+		}
+	}
+	for _, tv := range tokens {
+		tok, address, hasAddr := strings.Cut(tv, "=")
+		switch {
+		case tok == "":
+			return bad("--token must be TOKEN=ADDRESS (or TOKEN alone), got %q", tv)
+		case !hasAddr:
+			address = accounts[0]
+		case !slices.ContainsFunc(accounts, func(a string) bool { return strings.EqualFold(a, address) }):
+			return bad("--token %s: %q is not an --account", tok, address)
+		}
+		if opts.Tokens == nil {
+			opts.Tokens = map[string]string{}
+		}
+		opts.Tokens[tok] = address
 	}
 
-	srv := gmailfake.New(gmailfake.Options{
-		IndexLag:         *indexLag,
-		RewriteMessageID: *rewrite,
-		QuotaPerMinute:   *quota,
-		Latency:          *latency,
-		Token:            *token,
-		Account:          *account,
-	})
+	srv := gmailfake.New(opts)
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		fmt.Fprintf(stderr, "gmailrelay fakegmail: listen on %s: %v\n", *addr, err)
 		return 1
 	}
 	url := "http://" + ln.Addr().String()
-	fmt.Fprintf(stdout, "Gmail emulator listening on %s (account %s)\n", url, *account)
+	fmt.Fprintf(stdout, "Gmail emulator listening on %s (accounts %s, seed %d)\n", url, strings.Join(srv.Accounts(), ", "), srv.Seed())
 	fmt.Fprintln(stdout, "This is an emulator: results against it are not a Gmail guarantee.")
 	fmt.Fprintf(stdout, "Point a Gmail client at %s/ (Go: option.WithEndpoint); control API at %s/_emulator/\n", url, url)
 
@@ -93,4 +144,40 @@ func runFakeGmail(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	<-served
 	fmt.Fprintln(stdout, "Gmail emulator stopped")
 	return 0
+}
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
+
+// bareRewriteFlag lets --rewrite-message-id stand alone, meaning always (as
+// the first emulator's boolean flag did), while --rewrite-message-id VALUE
+// and --rewrite-message-id=VALUE take a value.
+func bareRewriteFlag(args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if a != "--rewrite-message-id" && a != "-rewrite-message-id" {
+			out = append(out, a)
+			continue
+		}
+		if i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+			if _, err := gmailfake.ParseRewritePolicy(args[i+1]); err == nil {
+				out = append(out, a+"="+args[i+1])
+				i++
+				continue
+			}
+		}
+		out = append(out, a+"=always")
+	}
+	return out
 }

@@ -24,6 +24,18 @@ func TestFakeGmailBadFlags(t *testing.T) {
 		{[]string{"--quota-per-minute", "0"}, "--quota-per-minute"},
 		{[]string{"--quota-per-minute", "lots"}, "quota-per-minute"},
 		{[]string{"--account", "not an address"}, "--account"},
+		{[]string{"--index-lag", "p50=2s"}, "--index-lag"},
+		{[]string{"--index-lag", "p50=2m,p99=1s"}, "--index-lag"},
+		{[]string{"--index-order", "lifo"}, "--index-order"},
+		{[]string{"--rewrite-message-id=sometimes"}, "--rewrite-message-id"},
+		{[]string{"--rewrite-message-id=1.5"}, "--rewrite-message-id"},
+		{[]string{"--rate-limit-status", "500"}, "--rate-limit-status"},
+		{[]string{"--daily-send-limit", "-1"}, "--daily-send-limit"},
+		{[]string{"--cost", "fetch=5"}, "--cost"},
+		{[]string{"--cost", "get=-1"}, "--cost"},
+		{[]string{"--token", "=a@b.c"}, "--token"},
+		{[]string{"--account", "a@example.com", "--token", "t=b@example.com"}, "--token"},
+		{[]string{"--seed", "x"}, "seed"},
 		{[]string{"extra"}, "unexpected argument"},
 	}
 	for _, tc := range cases {
@@ -46,7 +58,8 @@ func TestFakeGmailServesUntilCancelled(t *testing.T) {
 	done := make(chan int, 1)
 	var stderr bytes.Buffer
 	go func() {
-		done <- runFakeGmail(ctx, []string{"--addr", "127.0.0.1:0", "--quota-per-minute", "600"}, outW, &stderr)
+		done <- runFakeGmail(ctx, []string{"--addr", "127.0.0.1:0", "--quota-per-minute", "600", "--seed", "42",
+			"--rewrite-message-id", "--account", "a@example.com", "--account", "b@example.com", "--index-lag", "p50=2s,p99=2m,max=20m"}, outW, &stderr)
 		outW.Close()
 	}()
 	lines := bufio.NewScanner(outR)
@@ -56,6 +69,9 @@ func TestFakeGmailServesUntilCancelled(t *testing.T) {
 	url := regexp.MustCompile(`http://127\.0\.0\.1:\d+`).FindString(lines.Text())
 	if url == "" {
 		t.Fatalf("first line %q carries no URL", lines.Text())
+	}
+	if !strings.Contains(lines.Text(), "seed 42") || !strings.Contains(lines.Text(), "a@example.com, b@example.com") {
+		t.Errorf("first line %q does not print the seed and the accounts", lines.Text())
 	}
 	if !lines.Scan() || !strings.Contains(lines.Text(), "not a Gmail guarantee") {
 		t.Errorf("second line %q does not say it is an emulator", lines.Text())
@@ -69,11 +85,27 @@ func TestFakeGmailServesUntilCancelled(t *testing.T) {
 	var stats map[string]any
 	err = json.NewDecoder(resp.Body).Decode(&stats)
 	resp.Body.Close()
-	if err != nil || stats["quotaPerMinute"] != 600.0 {
+	if err != nil || stats["quotaPerMinute"] != 600.0 || stats["seed"] != 42.0 {
 		t.Errorf("stats: got %v (%v), want quotaPerMinute 600 from the flag", stats, err)
 	}
 	cancel()
 	if code := <-done; code != 0 {
 		t.Errorf("exit code after cancel: got %d, want 0; stderr %q", code, stderr.String())
+	}
+}
+
+func TestBareRewriteFlag(t *testing.T) {
+	cases := []struct{ in, want []string }{
+		{[]string{"--rewrite-message-id"}, []string{"--rewrite-message-id=always"}},
+		{[]string{"--rewrite-message-id", "--seed", "1"}, []string{"--rewrite-message-id=always", "--seed", "1"}},
+		{[]string{"--rewrite-message-id", "never"}, []string{"--rewrite-message-id=never"}},
+		{[]string{"-rewrite-message-id", "0.05"}, []string{"-rewrite-message-id=0.05"}},
+		{[]string{"--rewrite-message-id=malformed"}, []string{"--rewrite-message-id=malformed"}},
+		{[]string{"--", "--rewrite-message-id"}, []string{"--", "--rewrite-message-id"}},
+	}
+	for _, tc := range cases {
+		if got := bareRewriteFlag(tc.in); strings.Join(got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("bareRewriteFlag(%q) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }
