@@ -90,6 +90,7 @@ type chartCache struct {
 // bar is one minute of the chart, in SVG units.
 type bar struct {
 	X, Y, W, H       int
+	EffX, EffW       int // effects: a narrower bar in front of the attempts
 	EffY, EffH       int
 	Attempts, Effect int
 	Label            string
@@ -191,7 +192,7 @@ func (c *chartCache) draw(start, end time.Time, partial bool) chart {
 		eh := v[1] * (chartHeight - 10) / scale
 		t := start.Add(time.Duration(i) * time.Minute).UTC().Format("15:04")
 		ch.Bars = append(ch.Bars, bar{X: i * barWidth, Y: chartHeight - h, W: barWidth - 2, H: h,
-			EffY: chartHeight - eh, EffH: eh, Attempts: v[0], Effect: v[1],
+			EffX: i*barWidth + 2, EffW: barWidth - 6, EffY: chartHeight - eh, EffH: eh, Attempts: v[0], Effect: v[1],
 			Label: t + ": " + strconv.Itoa(v[0]) + " attempts, " + strconv.Itoa(v[1]) + " effects"})
 	}
 	return ch

@@ -38,6 +38,7 @@ const (
 type env struct {
 	t     *testing.T
 	clock *testclock.Clock
+	emu   *gmailfake.Server
 	log   *acceptlog.Log
 	svc   *relay.Service
 	sw    *sweeper.Sweeper
@@ -51,7 +52,8 @@ type envOpts struct {
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
 	e := &env{t: t, clock: testclock.New()}
-	_, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{Now: e.clock.Now})
+	var emuURL string
+	e.emu, emuURL = gmailfake.NewTestServer(t, gmailfake.Options{Now: e.clock.Now})
 	e.log = acceptlogtest.OpenPath(t, filepath.Join(t.TempDir(), "accept.db"), acceptlog.Options{Now: e.clock.Now})
 	gm, err := relay.NewGmail(context.Background(), relay.GmailConfig{Endpoint: emuURL})
 	if err != nil {
@@ -104,9 +106,22 @@ func (e *env) send(key, channel, subject string, fault faultmodes.Mode) acceptlo
 // the mailbox and, billing being review-only, hands it to a human.
 func (e *env) reviewJob(key, subject string) string {
 	e.t.Helper()
-	j := e.send(key, "billing", subject, faultmodes.ForwardThenDropResponse)
-	if j.State != acceptlog.StateUnknown {
-		e.t.Fatalf("state after a dropped answer: got %s, want unknown", j.State)
+	return e.reviewJobVia(key, subject, nil)
+}
+
+// reviewJobVia is reviewJob with an emulator fault on the send instead of
+// the relay's dropped answer: a 500 (unknown, nothing stored: the search
+// misses) or a duplicate (sent twice: the verify pass finds two copies).
+func (e *env) reviewJobVia(key, subject string, f *gmailfake.Fault) string {
+	e.t.Helper()
+	var j acceptlog.Job
+	if f == nil {
+		j = e.send(key, "billing", subject, faultmodes.ForwardThenDropResponse)
+	} else {
+		if _, err := e.emu.AddFault(*f); err != nil {
+			e.t.Fatal(err)
+		}
+		j = e.send(key, "billing", subject, "")
 	}
 	e.clock.Advance(2 * time.Minute)
 	if _, err := e.sw.RunOnce(context.Background()); err != nil {
