@@ -13,6 +13,7 @@ package console
 
 import (
 	"bytes"
+	"context"
 	"embed"
 	"errors"
 	"html/template"
@@ -244,4 +245,16 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, s *session, sta
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
+}
+
+// Warm reads the last hour of the log into the overview chart's counts, so
+// the first overview after a start does not pay for it (about 50 ms with
+// 60 sends a minute; see docs/benchmarks.md). serve runs it in the
+// background at start; errors only mean the first overview reads instead.
+func (c *Console) Warm(ctx context.Context) {
+	st, err := c.relay.Stats(ctx)
+	if err != nil {
+		return
+	}
+	_, _ = c.chart.build(ctx, c.relay, c.relay.Now(), st.Lines)
 }

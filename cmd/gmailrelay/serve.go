@@ -307,6 +307,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	rs.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() { rs.served <- rs.http.Serve(ln) }()
 	rs.sweeper.Start(context.WithoutCancel(ctx))
+	go ui.Warm(ctx) // the console's chart reads the last hour once, off the request path
 	logger.Info().Str("url", rs.URL).Str("mode", mode).Str("data", c.Data).Int64("fault_seed", faults.Seed()).
 		Msg("gmailrelay listening")
 	if mode == "sandbox" {
