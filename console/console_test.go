@@ -388,3 +388,23 @@ func TestOverviewAndLogTail(t *testing.T) {
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+func TestMountedByAPI(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	c := e.client()
+	if p := c.get("/ui"); p.status != http.StatusMovedPermanently || p.header.Get("Location") != "/ui/" {
+		t.Errorf("GET /ui: got %d %q, want 301 to /ui/", p.status, p.header.Get("Location"))
+	}
+	p := c.get("/ui/login")
+	if p.status != http.StatusOK || !strings.Contains(p.header.Get("Content-Security-Policy"), "default-src 'none'") {
+		t.Errorf("sign-in page: %d, CSP %q", p.status, p.header.Get("Content-Security-Policy"))
+	}
+	if p := c.get("/ui/static/console.css"); p.status != http.StatusOK {
+		t.Errorf("embedded CSS: %d", p.status)
+	}
+	// The console's session is not a bearer token: the API stays closed.
+	c.mustSignIn(adminToken)
+	if p := c.get("/v1/stats"); p.status != http.StatusUnauthorized {
+		t.Errorf("GET /v1/stats with only a console session: got %d, want 401", p.status)
+	}
+}
