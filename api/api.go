@@ -56,6 +56,10 @@ type Config struct {
 	AdvanceClock func(time.Duration)
 	// Metrics serves /metrics; nil: 404.
 	Metrics *Metrics
+	// Console, when set, serves /ui and everything under /ui/ (the review
+	// console, package console) with the full path; it does its own
+	// sign-in, so the bearer-token check does not apply there.
+	Console http.Handler
 	Logger  zerolog.Logger
 }
 
@@ -103,6 +107,10 @@ func New(cfg Config) *Server {
 	r.Get("/readyz", s.readyz)
 	if cfg.Metrics != nil {
 		r.Method(http.MethodGet, "/metrics", cfg.Metrics.handler(s))
+	}
+	if cfg.Console != nil {
+		r.Handle("/ui", cfg.Console)
+		r.Handle("/ui/*", cfg.Console)
 	}
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticate(roleAPI))

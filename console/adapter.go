@@ -1,0 +1,74 @@
+package console
+
+import (
+	"context"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// FromService adapts the relay's send path to Relay. mode is "sandbox" or
+// "gmail"; quotaPerMinute is the --quota-per-minute budget (0: unknown).
+// This file is the only place that knows the relay's own signatures.
+func FromService(svc *relay.Service, mode string, quotaPerMinute int) Relay {
+	return &service{svc: svc, mode: mode, quota: quotaPerMinute}
+}
+
+type service struct {
+	svc   *relay.Service
+	mode  string
+	quota int
+}
+
+func (s *service) Now() time.Time { return s.svc.Now() }
+func (s *service) Mode() string   { return s.mode }
+
+func (s *service) Stats(ctx context.Context) (acceptlog.Stats, error) {
+	return s.svc.Log().Stats(ctx)
+}
+
+func (s *service) List(ctx context.Context, o acceptlog.ListOptions) ([]acceptlog.Job, string, error) {
+	return s.svc.Log().List(ctx, o)
+}
+
+func (s *service) Job(ctx context.Context, id string) (acceptlog.Job, []acceptlog.Line, error) {
+	j, err := s.svc.Log().Get(ctx, id)
+	if err != nil {
+		return acceptlog.Job{}, nil, err
+	}
+	lines, err := s.svc.Log().JobLines(ctx, id)
+	return j, lines, err
+}
+
+func (s *service) Raw(ctx context.Context, id string) ([]byte, error) {
+	return s.svc.Log().Raw(ctx, id)
+}
+
+func (s *service) Lines(ctx context.Context, after uint64, limit int) ([]acceptlog.Line, uint64, error) {
+	return s.svc.Log().Lines(ctx, after, limit)
+}
+
+func (s *service) Resolve(ctx context.Context, id, action, note, actor string) (acceptlog.Job, error) {
+	res, err := s.svc.Resolve(ctx, id, action, note, actor)
+	return res.Job, err
+}
+
+func (s *service) Mailboxes(ctx context.Context) ([]Mailbox, error) {
+	name := s.svc.Mailbox()
+	mb, err := s.svc.Log().Mailbox(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return []Mailbox{{Name: name, HandleChecked: mb.HandleChecked, HandleUntrusted: mb.HandleUntrusted,
+		Rewrites: mb.Rewrites, QuotaPerMinute: s.quota, QuotaSpent: s.svc.Quota().Spent()}}, nil
+}
+
+func (s *service) Channels() []string { return s.svc.Policy().Names() }
+
+func (s *service) Faults() Faults {
+	if f := s.svc.Faults(); f != nil {
+		return f
+	}
+	return nil // not a typed nil: callers compare with nil
+}
