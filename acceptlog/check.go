@@ -66,7 +66,7 @@ type keySet map[string]struct{}
 func (s keySet) add(k []byte) { s[string(k)] = struct{}{} }
 
 func check(tx *bolt.Tx, v *violations) error {
-	wantState, wantDue, wantUnknown, wantJobLines := keySet{}, keySet{}, keySet{}, keySet{}
+	wantState, wantDue, wantUnknown, wantJobLines, wantPrunable := keySet{}, keySet{}, keySet{}, keySet{}, keySet{}
 	counts := map[string]int64{}
 	// lines by job, from the lines bucket itself (not the per-job index, which
 	// is checked against it).
@@ -117,6 +117,9 @@ func check(tx *bolt.Tx, v *violations) error {
 		if ik.unknown != nil {
 			wantUnknown.add(ik.unknown)
 		}
+		if ik.prunable != nil {
+			wantPrunable.add(ik.prunable)
+		}
 		lines := byJob[id]
 		delete(byJob, id)
 		checkJob(v, &j, lines)
@@ -143,6 +146,9 @@ func check(tx *bolt.Tx, v *violations) error {
 	})
 	compareIndex(tx, v, bucketUnknown, wantUnknown, func(k []byte) string {
 		return fmt.Sprintf("job %s unknown since %s", k[min(8, len(k)):], timeIDKeyTime(k))
+	})
+	compareIndex(tx, v, bucketPrunable, wantPrunable, func(k []byte) string {
+		return fmt.Sprintf("job %s prunable since %s", k[min(8, len(k)):], timeIDKeyTime(k))
 	})
 	compareIndex(tx, v, bucketJobLines, wantJobLines, func(k []byte) string {
 		id, seq, _ := bytes.Cut(k, []byte{0})

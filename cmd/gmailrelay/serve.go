@@ -22,6 +22,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
+	"github.com/gmailrelay/gmailrelay/retention"
 	"github.com/gmailrelay/gmailrelay/sweeper"
 )
 
@@ -206,6 +207,7 @@ type relayServer struct {
 	http         *http.Server
 	stopEmulator func()
 	sweeper      *sweeper.Sweeper
+	retention    *retention.Pass
 	svc          *relay.Service
 	log          *acceptlog.Log
 	served       chan error
@@ -279,13 +281,14 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	}
 	rs.svc = svc
 	rs.sweeper = sweeper.New(sweeper.Config{Service: svc, Interval: c.SweepInterval})
+	rs.retention = retention.New(retention.Config{Log: lg, Retention: c.policy.Retention, Now: now, Logger: logger})
 	var clockAdvance func(time.Duration)
 	if c.Clock == "manual" {
 		clockAdvance = advance
 		logger.Warn().Msg("MANUAL CLOCK: time moves only through POST /admin/clock (testing mode)")
 	}
 	handler := api.New(api.Config{
-		Service: svc, Sweeper: rs.sweeper, APIToken: c.APIToken, AdminToken: c.AdminToken,
+		Service: svc, Sweeper: rs.sweeper, Retention: rs.retention, APIToken: c.APIToken, AdminToken: c.AdminToken,
 		MsgIDDomain: c.policy.MsgIDDomain, FaultHeader: c.FaultHeader, Mode: mode, Metrics: metrics, Logger: logger,
 		AdvanceClock: clockAdvance,
 		Probe: func(ctx context.Context) error {
@@ -304,6 +307,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	rs.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() { rs.served <- rs.http.Serve(ln) }()
 	rs.sweeper.Start(context.WithoutCancel(ctx))
+	rs.retention.Start(context.WithoutCancel(ctx))
 	logger.Info().Str("url", rs.URL).Str("mode", mode).Str("data", c.Data).Int64("fault_seed", faults.Seed()).
 		Msg("gmailrelay listening")
 	if mode == "sandbox" {
@@ -347,6 +351,9 @@ func (rs *relayServer) close(ctx context.Context) {
 	}
 	if rs.sweeper != nil {
 		rs.sweeper.Stop()
+	}
+	if rs.retention != nil {
+		rs.retention.Stop()
 	}
 	if rs.stopEmulator != nil {
 		rs.stopEmulator()
