@@ -29,13 +29,16 @@ var (
 	bucketBodies = []byte("bodies")
 	// mailbox name → JSON Mailbox.
 	bucketMailboxes = []byte("mailboxes")
+	// sortable time of UpdatedAt + message id → nothing; exactly the jobs the
+	// retention pass may prune (see Prunable), oldest first.
+	bucketPrunable = []byte("prunable")
 	// counter key (see counterKey*) → 8-byte big-endian two's-complement count.
 	bucketCounters = []byte("counters")
 )
 
 var allBuckets = [][]byte{
 	bucketJobs, bucketLines, bucketJobLines, bucketState, bucketDue,
-	bucketUnknown, bucketBodies, bucketMailboxes, bucketCounters,
+	bucketUnknown, bucketBodies, bucketMailboxes, bucketCounters, bucketPrunable,
 }
 
 // maxMessageIDLen bounds a Message-ID so every derived key stays far below
@@ -119,6 +122,8 @@ type indexKeys struct {
 	state   []byte
 	due     []byte // nil when NextCheckAt is zero
 	unknown []byte // nil unless State is StateUnknown
+	// prunable is nil unless the job is Prunable.
+	prunable []byte
 }
 
 func keysOf(j *Job) indexKeys {
@@ -128,6 +133,9 @@ func keysOf(j *Job) indexKeys {
 	}
 	if j.State == StateUnknown {
 		k.unknown = timeIDKey(j.AmbiguousAt, j.MessageID)
+	}
+	if j.Prunable() {
+		k.prunable = timeIDKey(j.UpdatedAt, j.MessageID)
 	}
 	return k
 }

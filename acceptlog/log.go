@@ -125,10 +125,16 @@ func Open(path string, opts Options) (*Log, error) {
 	}
 	db.MaxBatchDelay = maxBatchDelay
 	err = db.Update(func(tx *bolt.Tx) error {
+		// A file written before the prunable index existed gets it filled
+		// from its jobs (the other buckets are as old as the file).
+		backfill := tx.Bucket(bucketPrunable) == nil && tx.Bucket(bucketJobs) != nil
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
+		}
+		if backfill {
+			return backfillPrunable(tx)
 		}
 		return nil
 	})
@@ -485,10 +491,10 @@ func validateChange(id string, cur *Job, ch *Change) error {
 // putJob stores j in place of cur (nil when new), moving its index entries
 // and adding its counter deltas to counts.
 func putJob(tx *bolt.Tx, cur, j *Job, counts map[string]int64) error {
-	idx := [...]*bolt.Bucket{tx.Bucket(bucketState), tx.Bucket(bucketDue), tx.Bucket(bucketUnknown)}
+	idx := [...]*bolt.Bucket{tx.Bucket(bucketState), tx.Bucket(bucketDue), tx.Bucket(bucketUnknown), tx.Bucket(bucketPrunable)}
 	if cur != nil {
 		old := keysOf(cur)
-		for i, k := range [...][]byte{old.state, old.due, old.unknown} {
+		for i, k := range [...][]byte{old.state, old.due, old.unknown, old.prunable} {
 			if k == nil {
 				continue
 			}
@@ -503,7 +509,7 @@ func putJob(tx *bolt.Tx, cur, j *Job, counts map[string]int64) error {
 		counts[counterJobs]++
 	}
 	nk := keysOf(j)
-	for i, k := range [...][]byte{nk.state, nk.due, nk.unknown} {
+	for i, k := range [...][]byte{nk.state, nk.due, nk.unknown, nk.prunable} {
 		if k == nil {
 			continue
 		}

@@ -153,6 +153,11 @@ type Job struct {
 
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// PrunedAt is when the retention pass removed the job's raw message and
+	// detail lines (zero while it has them). A pruned job keeps this record
+	// and its effect, resolved and last state lines, so the front door still
+	// replays it and refuses a different message under its key.
+	PrunedAt time.Time `json:"pruned_at,omitzero"`
 }
 
 // Errors returned by the log.

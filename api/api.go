@@ -27,6 +27,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/relay"
+	"github.com/gmailrelay/gmailrelay/retention"
 	"github.com/gmailrelay/gmailrelay/sweeper"
 )
 
@@ -38,6 +39,9 @@ const MaxJSONBytes = 25 << 20
 type Config struct {
 	Service *relay.Service
 	Sweeper *sweeper.Sweeper // nil: /admin/sweep answers 503
+	// Retention is the retention pass; nil or disabled: nothing is pruned.
+	// POST /admin/sweep runs it after the sweep.
+	Retention *retention.Pass
 	// APIToken may send and read; AdminToken may also change faults,
 	// resolve jobs and trigger sweeps. With neither set, every request is
 	// admitted as admin (serve allows that on loopback only).
@@ -130,6 +134,7 @@ func New(cfg Config) *Server {
 		r.Delete("/admin/faults", s.clearFaults)
 		r.Delete("/admin/faults/{id}", s.deleteFault)
 		r.Post("/admin/sweep", s.sweep)
+		r.Get("/admin/backup", s.backup)
 		if cfg.AdvanceClock != nil {
 			r.Post("/admin/clock", s.advanceClock)
 		}
@@ -472,6 +477,11 @@ type Stats struct {
 	FaultsInjected   map[faultmodes.Mode]int `json:"faults_injected"`
 	QuotaUnitsSpent  int64                   `json:"quota_units_spent"`
 	Sweeper          *sweeper.Result         `json:"sweeper,omitempty"`
+	// LogBytes is the size of the acceptance log file.
+	LogBytes int64 `json:"log_bytes"`
+	// Pruned sums the retention passes since start (absent when retention
+	// is off).
+	Pruned *acceptlog.PruneResult `json:"pruned,omitempty"`
 }
 
 // CollectStats gathers /v1/stats; /metrics reads the same numbers.
@@ -496,6 +506,13 @@ func (s *Server) CollectStats(ctx context.Context) (Stats, error) {
 	if s.cfg.Sweeper != nil {
 		t := s.cfg.Sweeper.Totals()
 		out.Sweeper = &t
+	}
+	if s.cfg.Retention != nil && s.cfg.Retention.Enabled() {
+		t := s.cfg.Retention.Totals()
+		out.Pruned = &t
+	}
+	if out.LogBytes, err = s.svc.Log().Size(ctx); err != nil {
+		return Stats{}, err
 	}
 	return out, nil
 }
@@ -639,7 +656,16 @@ func (s *Server) sweep(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	out := sweepAnswer{Result: res}
+	if s.cfg.Retention != nil && s.cfg.Retention.Enabled() {
+		rr, err := s.cfg.Retention.RunOnce(r.Context())
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		out.Retention = &rr
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {

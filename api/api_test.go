@@ -31,6 +31,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
+	"github.com/gmailrelay/gmailrelay/retention"
 	"github.com/gmailrelay/gmailrelay/sweeper"
 )
 
@@ -47,6 +48,7 @@ type env struct {
 	log   *acceptlog.Log
 	svc   *relay.Service
 	sw    *sweeper.Sweeper
+	ret   *retention.Pass
 	url   string
 }
 
@@ -54,13 +56,15 @@ type envOpts struct {
 	faultHeader bool
 	quota       int
 	logs        io.Writer // nil: no logs
+	retention   time.Duration
+	emuQuota    int // the emulator's per-minute quota; 0: Gmail's default
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
 	e := &env{t: t, clock: testclock.New()}
 	var emuURL string
-	e.emu, emuURL = gmailfake.NewTestServer(t, gmailfake.Options{Now: e.clock.Now})
+	e.emu, emuURL = gmailfake.NewTestServer(t, gmailfake.Options{Now: e.clock.Now, QuotaPerMinute: o.emuQuota})
 	e.log = acceptlogtest.Open(t)
 	gm, err := relay.NewGmail(context.Background(), relay.GmailConfig{Endpoint: emuURL})
 	if err != nil {
@@ -84,7 +88,8 @@ func newEnv(t *testing.T, o envOpts) *env {
 		t.Fatal(err)
 	}
 	e.sw = sweeper.New(sweeper.Config{Service: e.svc})
-	srv := httptest.NewServer(api.New(api.Config{Service: e.svc, Sweeper: e.sw, APIToken: apiToken, AdminToken: adminToken,
+	e.ret = retention.New(retention.Config{Log: e.log, Retention: o.retention, Now: e.clock.Now})
+	srv := httptest.NewServer(api.New(api.Config{Service: e.svc, Sweeper: e.sw, Retention: e.ret, APIToken: apiToken, AdminToken: adminToken,
 		MsgIDDomain: domain, FaultHeader: o.faultHeader, Mode: "sandbox", Metrics: metrics, Logger: logger}))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL

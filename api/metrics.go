@@ -115,10 +115,12 @@ var (
 	descRewrites = prometheus.NewDesc("gmailrelay_handle_failures_total", "Sends whose Message-ID Gmail replaced.", nil, nil)
 	descFaults   = prometheus.NewDesc("gmailrelay_faults_injected_total", "Faults injected by mode.", []string{"mode"}, nil)
 	descSweeper  = prometheus.NewDesc("gmailrelay_sweeper_jobs_total", "Sweeper results by kind, since start.", []string{"result"}, nil)
+	descLogBytes = prometheus.NewDesc("gmailrelay_log_bytes", "Size of the acceptance log file.", nil, nil)
+	descPruned   = prometheus.NewDesc("gmailrelay_retention_pruned_jobs_total", "Jobs whose raw message and detail lines the retention pass removed, since start.", nil, nil)
 )
 
 func (c statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descJobs, descReview, descOldest, descQuota, descEffects, descDups, descRewrites, descFaults, descSweeper} {
+	for _, d := range []*prometheus.Desc{descJobs, descReview, descOldest, descQuota, descEffects, descDups, descRewrites, descFaults, descSweeper, descLogBytes, descPruned} {
 		ch <- d
 	}
 }
@@ -145,6 +147,10 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRewrites, prometheus.CounterValue, float64(st.HandleRewrites))
 	for _, mode := range []faultmodes.Mode{faultmodes.FailBeforeForward, faultmodes.ForwardThenDropResponse, faultmodes.CrashAfterForward} {
 		ch <- prometheus.MustNewConstMetric(descFaults, prometheus.CounterValue, float64(st.FaultsInjected[mode]), string(mode))
+	}
+	ch <- prometheus.MustNewConstMetric(descLogBytes, prometheus.GaugeValue, float64(st.LogBytes))
+	if st.Pruned != nil {
+		ch <- prometheus.MustNewConstMetric(descPruned, prometheus.CounterValue, float64(st.Pruned.Jobs))
 	}
 	if t := st.Sweeper; t != nil {
 		for name, v := range map[string]int{"checked": t.Checked, "found": t.Found, "duplicates": t.Duplicates,

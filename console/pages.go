@@ -187,7 +187,7 @@ func reviewRowOf(j acceptlog.Job, lines []acceptlog.Line, now time.Time) reviewR
 			row.Search = l
 			row.Searches++
 		case l.State == acceptlog.StateReview:
-			row.Reason, row.Note, row.since = l.Reason, l.Note, l.Time
+			row.Reason, row.Note, row.since = string(l.Reason), l.Note, l.Time
 			if l.Query != "" {
 				row.Search = l
 			}

@@ -78,6 +78,16 @@ func Parse(data []byte) (*Policy, error) {
 				return nil, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("unknown value %q; want first, always or never", s)}
 			}
 			p.VerifyHandle = Verify(s)
+		case "retention":
+			s, err := str(e.value, e.path)
+			if err != nil {
+				return nil, err
+			}
+			d, err := ParseRetention(s)
+			if err != nil {
+				return nil, &FieldError{Field: e.path, Line: e.value.Line, Message: err.Error()}
+			}
+			p.Retention = d
 		case "channels":
 			seenChannels = true
 			chans, err := channels(e.value, e.path)
@@ -279,4 +289,26 @@ func channel(ch entry) (Channel, error) {
 		return c, &FieldError{Field: ch.path + ".on_unknown", Line: line(resolve(ch.value)), Message: "required: retry or review"}
 	}
 	return c, nil
+}
+
+// ParseRetention reads a retention period: a number of days ("90d") or a Go
+// duration ("2160h"), at least MinRetention.
+func ParseRetention(s string) (time.Duration, error) {
+	var d time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok && days != "" && strings.Trim(days, "0123456789") == "" {
+		n, err := strconv.Atoi(days)
+		if err != nil || n > 100*365 {
+			return 0, fmt.Errorf("%q: too many days", s)
+		}
+		d = time.Duration(n) * 24 * time.Hour
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, fmt.Errorf("not a number of days such as 90d or a Go duration such as 2160h: %q", s)
+		}
+	}
+	if d < MinRetention {
+		return 0, fmt.Errorf("must be at least %s, got %s", MinRetention, s)
+	}
+	return d, nil
 }

@@ -87,7 +87,14 @@ type Policy struct {
 	// Channels maps each channel name to its policy; Channel.Name equals
 	// the key.
 	Channels map[string]Channel
+	// Retention is how long a terminal job keeps its raw message and detail
+	// lines (file key retention, e.g. "90d"); zero keeps them forever. A
+	// pruned job keeps its record, so its key still replays.
+	Retention time.Duration
 }
+
+// MinRetention is the shortest retention a policy may set.
+const MinRetention = time.Hour
 
 // FieldError is a problem with one field of a policy. Field is the dotted
 // path of the field in the file ("channels.billing.grace"), or empty for
@@ -187,6 +194,9 @@ func (p *Policy) Validate() error {
 	}
 	if len(p.Channels) == 0 {
 		return &FieldError{Field: "channels", Message: "at least one channel is required"}
+	}
+	if p.Retention != 0 && p.Retention < MinRetention {
+		return &FieldError{Field: "retention", Message: fmt.Sprintf("must be at least %s, got %s", MinRetention, p.Retention)}
 	}
 	for _, name := range p.Names() {
 		c := p.Channels[name]

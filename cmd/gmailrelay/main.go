@@ -29,6 +29,8 @@ func commands() []command {
 		{"auth", "obtain a Gmail refresh token through the OAuth loopback flow", runAuth},
 		{"selftest", "watch one ambiguous send reconcile (--live: against your real mailbox)", runSelftest},
 		{"check", "verify an acceptance log file's invariants offline (exit 1 naming each violation)", runCheck},
+		{"backup", "save a consistent copy of the acceptance log (from a running relay or a stopped one's file)", runBackup},
+		{"compact", "write a compacted copy of a stopped relay's log file", runCompact},
 		{"healthcheck", "ask a running relay's /healthz (for container health checks)", runHealthcheck},
 	}
 }

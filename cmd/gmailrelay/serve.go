@@ -23,6 +23,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
+	"github.com/gmailrelay/gmailrelay/retention"
 	"github.com/gmailrelay/gmailrelay/sweeper"
 )
 
@@ -207,6 +208,7 @@ type relayServer struct {
 	http         *http.Server
 	stopEmulator func()
 	sweeper      *sweeper.Sweeper
+	retention    *retention.Pass
 	svc          *relay.Service
 	log          *acceptlog.Log
 	served       chan error
@@ -280,6 +282,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	}
 	rs.svc = svc
 	rs.sweeper = sweeper.New(sweeper.Config{Service: svc, Interval: c.SweepInterval})
+	rs.retention = retention.New(retention.Config{Log: lg, Retention: c.policy.Retention, Now: now, Logger: logger})
 	var clockAdvance func(time.Duration)
 	if c.Clock == "manual" {
 		clockAdvance = advance
@@ -288,7 +291,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	ui := console.New(console.Config{Relay: console.FromService(svc, mode, c.QuotaPerMinute),
 		APIToken: c.APIToken, AdminToken: c.AdminToken, Logger: logger})
 	handler := api.New(api.Config{
-		Service: svc, Sweeper: rs.sweeper, APIToken: c.APIToken, AdminToken: c.AdminToken, Console: ui,
+		Service: svc, Sweeper: rs.sweeper, Retention: rs.retention, APIToken: c.APIToken, AdminToken: c.AdminToken, Console: ui,
 		MsgIDDomain: c.policy.MsgIDDomain, FaultHeader: c.FaultHeader, Mode: mode, Metrics: metrics, Logger: logger,
 		AdvanceClock: clockAdvance,
 		Probe: func(ctx context.Context) error {
@@ -307,6 +310,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	rs.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() { rs.served <- rs.http.Serve(ln) }()
 	rs.sweeper.Start(context.WithoutCancel(ctx))
+	rs.retention.Start(context.WithoutCancel(ctx))
 	go ui.Warm(ctx) // the console's chart reads the last hour once, off the request path
 	logger.Info().Str("url", rs.URL).Str("mode", mode).Str("data", c.Data).Int64("fault_seed", faults.Seed()).
 		Msg("gmailrelay listening")
@@ -354,6 +358,9 @@ func (rs *relayServer) close(ctx context.Context) error {
 	}
 	if rs.sweeper != nil {
 		rs.sweeper.Stop()
+	}
+	if rs.retention != nil {
+		rs.retention.Stop()
 	}
 	if rs.svc != nil {
 		rs.svc.Wait()

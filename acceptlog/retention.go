@@ -1,0 +1,311 @@
+package acceptlog
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// Prunable reports whether the retention pass may prune j: it is terminal
+// (sent, abandoned, or failed and not retryable), no check is scheduled for
+// it (a sent job waiting for its verify pass is not done) and it has not been
+// pruned yet.
+func (j *Job) Prunable() bool {
+	if !j.PrunedAt.IsZero() || !j.NextCheckAt.IsZero() {
+		return false
+	}
+	switch j.State {
+	case StateSent, StateAbandoned:
+		return true
+	case StateFailed:
+		return !j.Retryable
+	}
+	return false
+}
+
+// keptWhenPruned reports whether a pruned job keeps line ln: its effect lines
+// (what Gmail accepted), its resolved lines (what a human decided) and the
+// last line that carries a state (so the job's state stays the fold of its
+// lines). lastState is that line's Seq.
+func keptWhenPruned(ln *Line, lastState uint64) bool {
+	return ln.Kind == KindEffect || ln.Kind == KindResolved || ln.Seq == lastState
+}
+
+// PruneResult counts what one Prune removed.
+type PruneResult struct {
+	Jobs     int   `json:"jobs"`      // jobs pruned
+	Lines    int   `json:"lines"`     // detail lines removed
+	RawBytes int64 `json:"raw_bytes"` // bytes of raw messages removed
+	// More is true when Prune stopped at its limit with prunable jobs older
+	// than the cut-off still left.
+	More bool `json:"more"`
+}
+
+// Prune removes the raw message and the detail lines of at most limit
+// prunable jobs (see Job.Prunable) whose last change is before cutoff, oldest
+// first, in one transaction (fsynced before Prune returns). Each keeps its
+// record (key, Message-ID, fingerprint, state, effects, Gmail's ids, dates)
+// with PrunedAt set, and its effect, resolved and last state lines, so the
+// front door still replays it and still refuses a different message under
+// the same key, and Check still holds. limit <= 0 means 500.
+func (l *Log) Prune(ctx context.Context, cutoff time.Time, limit int) (PruneResult, error) {
+	if limit <= 0 {
+		limit = 500
+	}
+	if err := ctx.Err(); err != nil {
+		return PruneResult{}, fmt.Errorf("prune: %w", err)
+	}
+	if l.closed.Load() {
+		return PruneResult{}, fmt.Errorf("prune: %w", ErrClosed)
+	}
+	var res PruneResult
+	err := l.commit(func(tx *bolt.Tx) error {
+		res = PruneResult{}
+		var ids []string
+		c := tx.Bucket(bucketPrunable).Cursor()
+		end := sortableTime(cutoff)
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			if len(k) < 8 || sortableTimeOf(k) >= end {
+				break
+			}
+			if len(ids) == limit {
+				res.More = true
+				break
+			}
+			ids = append(ids, string(k[8:]))
+		}
+		now := l.now()
+		for _, id := range ids {
+			if err := l.pruneJob(tx, id, now, &res); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return PruneResult{}, l.wrapErr("prune", err)
+	}
+	return res, nil
+}
+
+// pruneJob prunes one job inside tx and adds what it removed to res.
+func (l *Log) pruneJob(tx *bolt.Tx, id string, now time.Time, res *PruneResult) error {
+	cur, err := getJob(tx, id)
+	if err != nil {
+		return fmt.Errorf("prune %s: %w", id, err)
+	}
+	lines, err := jobLines(tx, id)
+	if err != nil {
+		return fmt.Errorf("prune %s: %w", id, err)
+	}
+	var lastState uint64
+	for i := range lines {
+		if lines[i].State != "" {
+			lastState = lines[i].Seq
+		}
+	}
+	counts := map[string]int64{}
+	lb, jlb := tx.Bucket(bucketLines), tx.Bucket(bucketJobLines)
+	for i := range lines {
+		ln := &lines[i]
+		if keptWhenPruned(ln, lastState) {
+			continue
+		}
+		if err := lb.Delete(seqKey(ln.Seq)); err != nil {
+			return fmt.Errorf("prune %s: delete line %d: %w", id, ln.Seq, err)
+		}
+		if err := jlb.Delete(jobLineKey(id, ln.Seq)); err != nil {
+			return fmt.Errorf("prune %s: delete job line %d: %w", id, ln.Seq, err)
+		}
+		for _, k := range lineCounters(ln) {
+			counts[k]--
+		}
+		res.Lines++
+	}
+	bodies := tx.Bucket(bucketBodies)
+	if raw := bodies.Get([]byte(id)); raw != nil {
+		res.RawBytes += int64(len(raw))
+		if err := bodies.Delete([]byte(id)); err != nil {
+			return fmt.Errorf("prune %s: delete raw: %w", id, err)
+		}
+	}
+	j := cloneJob(*cur)
+	j.PrunedAt = now
+	if err := putJob(tx, cur, &j, counts); err != nil {
+		return err
+	}
+	res.Jobs++
+	return addCounts(tx.Bucket(bucketCounters), counts)
+}
+
+// sortableTimeOf is the sortable time prefix of a timeIDKey.
+func sortableTimeOf(k []byte) uint64 { return binary.BigEndian.Uint64(k[:8]) }
+
+// backfillPrunable fills the prunable index of a file written before it
+// existed.
+func backfillPrunable(tx *bolt.Tx) error {
+	idx := tx.Bucket(bucketPrunable)
+	return tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
+		var j Job
+		if err := json.Unmarshal(v, &j); err != nil {
+			return fmt.Errorf("decode job %s: %w", k, err)
+		}
+		if pk := keysOf(&j).prunable; pk != nil {
+			return idx.Put(pk, nil)
+		}
+		return nil
+	})
+}
+
+// Backup writes a consistent copy of the whole log file to w, from one read
+// transaction: writers go on while it runs, and the copy holds exactly what
+// was committed when it began. size, when not nil, is told the copy's exact
+// size before the first byte is written. It returns the bytes written. A
+// long backup holds old pages from reuse until it ends (the file may grow
+// meanwhile).
+func (l *Log) Backup(ctx context.Context, w io.Writer, size func(int64)) (int64, error) {
+	var n int64
+	err := l.view(ctx, "backup", func(tx *bolt.Tx) error {
+		if size != nil {
+			size(tx.Size())
+		}
+		var err error
+		n, err = tx.WriteTo(w)
+		return err
+	})
+	return n, err
+}
+
+// Size returns the size in bytes of the log file as the current read
+// transaction sees it.
+func (l *Log) Size(ctx context.Context) (int64, error) {
+	var n int64
+	err := l.view(ctx, "size", func(tx *bolt.Tx) error {
+		n = tx.Size()
+		return nil
+	})
+	return n, err
+}
+
+// openOffline opens the bbolt file at path read-only for a tool (backup,
+// compact); it fails after about a second when a relay holds the file.
+func openOffline(path string) (*bolt.DB, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("open log %s: %w", path, err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout, ReadOnly: true})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("open log %s: file is locked by a running gmailrelay; back it up through its GET /admin/backup (gmailrelay backup --url) instead: %w", path, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open log %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// BackupFile copies the log file at src, which no relay has open, to dst
+// (mode 0600) through a read transaction, writing dst.tmp, syncing it and
+// renaming it into place, so dst is never a partial copy. dst must not exist.
+func BackupFile(src, dst string) (int64, error) {
+	db, err := openOffline(src)
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	var n int64
+	err = WriteFileAtomic(dst, func(w io.Writer) error {
+		return db.View(func(tx *bolt.Tx) error {
+			var err error
+			n, err = tx.WriteTo(w)
+			return err
+		})
+	})
+	return n, err
+}
+
+// Compact writes a compacted copy of the log file at src, which no relay has
+// open, to dst with bbolt's own compaction: only live pages are copied, so
+// the space pruned jobs left behind is given back. dst must not exist.
+func Compact(src, dst string) (before, after int64, err error) {
+	if _, err := os.Stat(dst); err == nil {
+		return 0, 0, fmt.Errorf("compact to %s: file exists", dst)
+	}
+	sdb, err := openOffline(src)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer sdb.Close()
+	tmp := dst + ".tmp"
+	ddb, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: lockTimeout})
+	if err != nil {
+		return 0, 0, fmt.Errorf("compact to %s: %w", dst, err)
+	}
+	if err := bolt.Compact(ddb, sdb, 64<<20); err != nil {
+		_ = ddb.Close()
+		_ = os.Remove(tmp)
+		return 0, 0, fmt.Errorf("compact %s: %w", src, err)
+	}
+	if err := ddb.Close(); err != nil {
+		_ = os.Remove(tmp)
+		return 0, 0, fmt.Errorf("compact to %s: %w", dst, err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return 0, 0, fmt.Errorf("compact to %s: %w", dst, err)
+	}
+	si, err := os.Stat(src)
+	if err != nil {
+		return 0, 0, err
+	}
+	di, err := os.Stat(dst)
+	if err != nil {
+		return 0, 0, err
+	}
+	return si.Size(), di.Size(), nil
+}
+
+// WriteFileAtomic writes path through write: into path.tmp (mode 0600),
+// synced, then renamed to path and the directory synced. path must not
+// exist; on any error nothing is left at path.
+func WriteFileAtomic(path string, write func(io.Writer) error) error {
+	if _, err := os.Stat(path); err == nil {
+		return fmt.Errorf("write %s: file exists", path)
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	fail := func(err error) error {
+		_ = f.Close()
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := write(f); err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := f.Close(); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return nil
+}

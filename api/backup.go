@@ -1,0 +1,50 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gmailrelay/gmailrelay/retention"
+	"github.com/gmailrelay/gmailrelay/sweeper"
+)
+
+// sweepAnswer is the body of POST /admin/sweep: the sweep's counts, and the
+// retention pass's when retention is on.
+type sweepAnswer struct {
+	sweeper.Result
+	Retention *retention.Result `json:"retention,omitempty"`
+}
+
+// backup serves GET /admin/backup: a consistent copy of the bbolt log from
+// one read transaction, streamed while the relay goes on serving. The
+// Content-Length is the copy's exact size, so a client can tell a cut
+// stream from a whole one.
+func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
+	// The copy may take longer than the server's write timeout, which is
+	// sized for sends.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	name := "gmailrelay-" + s.svc.Now().UTC().Format("20060102T150405Z") + ".db"
+	started := false
+	n, err := s.svc.Log().Backup(r.Context(), w, func(size int64) {
+		started = true
+		h := w.Header()
+		h.Set("Content-Type", "application/octet-stream")
+		h.Set("Content-Length", strconv.FormatInt(size, 10))
+		h.Set("Content-Disposition", `attachment; filename="`+name+`"`)
+		h.Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusOK)
+	})
+	logger := zerolog.Ctx(r.Context())
+	switch {
+	case err != nil && !started:
+		writeError(w, r, err)
+	case err != nil:
+		// The status is gone; the short body tells the client.
+		logger.Error().Err(err).Int64("bytes", n).Msg("backup cut short")
+	default:
+		logger.Info().Int64("bytes", n).Msg("backup served")
+	}
+}

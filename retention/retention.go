@@ -1,0 +1,175 @@
+// Package retention is the acceptance log's retention pass: it prunes the
+// raw message and detail lines of terminal jobs older than the policy's
+// retention (acceptlog.Log.Prune) and keeps their records, so that a re-run
+// of a year-old workflow still replays instead of resending. Like the
+// sweeper it has RunOnce (for tests and POST /admin/sweep) and a background
+// loop; time comes from an injected clock.
+package retention
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+)
+
+// Defaults for Config's zero values.
+const (
+	DefaultInterval = 10 * time.Minute
+	DefaultBatch    = 500
+)
+
+// Config configures a Pass.
+type Config struct {
+	Log *acceptlog.Log
+	// Retention is how long a terminal job keeps its detail; zero disables
+	// the pass (RunOnce does nothing).
+	Retention time.Duration
+	// Now is the clock; defaults to time.Now.
+	Now func() time.Time
+	// Interval is the loop's period; defaults to DefaultInterval.
+	Interval time.Duration
+	// Batch is how many jobs one transaction prunes; defaults to
+	// DefaultBatch. A pass runs transactions until none is left.
+	Batch  int
+	Logger zerolog.Logger
+}
+
+// Result counts what a pass pruned, with the cut-off it used (zero when
+// the pass is disabled).
+type Result struct {
+	acceptlog.PruneResult
+	Cutoff time.Time `json:"cutoff,omitzero"`
+}
+
+// Pass is the retention pass. Its methods are safe for concurrent use;
+// passes never overlap.
+type Pass struct {
+	cfg Config
+
+	passMu sync.Mutex
+
+	totalsMu sync.Mutex
+	totals   acceptlog.PruneResult
+
+	lifeMu sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+	passes chan Result
+}
+
+// New returns a Pass for cfg; it does not start the loop (see Start).
+func New(cfg Config) *Pass {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = DefaultBatch
+	}
+	return &Pass{cfg: cfg, passes: make(chan Result, 16)}
+}
+
+// Enabled reports whether a retention is set.
+func (p *Pass) Enabled() bool { return p.cfg.Retention > 0 }
+
+// RunOnce prunes every prunable job whose last change is older than the
+// retention, in transactions of Batch jobs, and returns the counts. It
+// stops early, returning what it did and ctx's error, when ctx ends. An
+// error means the log could not be written; nothing half-pruned is left
+// (each transaction prunes whole jobs).
+func (p *Pass) RunOnce(ctx context.Context) (Result, error) {
+	if !p.Enabled() {
+		return Result{}, nil
+	}
+	p.passMu.Lock()
+	defer p.passMu.Unlock()
+	res := Result{Cutoff: p.cfg.Now().Add(-p.cfg.Retention)}
+	for {
+		r, err := p.cfg.Log.Prune(ctx, res.Cutoff, p.cfg.Batch)
+		res.Jobs += r.Jobs
+		res.Lines += r.Lines
+		res.RawBytes += r.RawBytes
+		if err != nil || !r.More {
+			p.add(res.PruneResult)
+			select {
+			case p.passes <- res:
+			default:
+			}
+			return res, err
+		}
+	}
+}
+
+func (p *Pass) add(r acceptlog.PruneResult) {
+	p.totalsMu.Lock()
+	defer p.totalsMu.Unlock()
+	p.totals.Jobs += r.Jobs
+	p.totals.Lines += r.Lines
+	p.totals.RawBytes += r.RawBytes
+}
+
+// Totals returns the sums of every pass since New.
+func (p *Pass) Totals() acceptlog.PruneResult {
+	p.totalsMu.Lock()
+	defer p.totalsMu.Unlock()
+	return p.totals
+}
+
+// Passes delivers the Result of every finished pass, so a caller can wait
+// for one without polling; it holds the last 16 undelivered.
+func (p *Pass) Passes() <-chan Result { return p.passes }
+
+// Start runs a pass at once and then every Interval until ctx ends or Stop
+// is called. It does nothing when the pass is disabled or already started.
+func (p *Pass) Start(ctx context.Context) {
+	p.lifeMu.Lock()
+	defer p.lifeMu.Unlock()
+	if !p.Enabled() || p.cancel != nil {
+		return
+	}
+	ctx, p.cancel = context.WithCancel(ctx)
+	p.done = make(chan struct{})
+	go p.loop(ctx, p.done)
+}
+
+// Stop ends the loop and waits for the pass in progress. It is safe to
+// call twice, and without Start.
+func (p *Pass) Stop() {
+	p.lifeMu.Lock()
+	cancel, done := p.cancel, p.done
+	p.lifeMu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+func (p *Pass) loop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		res, err := p.RunOnce(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled):
+			p.cfg.Logger.Error().Err(err).Msg("retention pass")
+		case res.Jobs > 0:
+			p.cfg.Logger.Info().Int("jobs", res.Jobs).Int("lines", res.Lines).
+				Int64("raw_bytes", res.RawBytes).Time("cutoff", res.Cutoff).Msg("retention pass pruned jobs")
+		}
+		timer.Reset(p.cfg.Interval)
+	}
+}
