@@ -525,6 +525,7 @@ func TestQuota(t *testing.T) {
 			lost := h.sendMany(tt.lost, retryChannel)
 
 			// From now on Gmail's budget is small, and so is the relay's.
+			unitsBefore := h.srv.Stats().QuotaUnits
 			h.srv.SetQuotaPerMinute(tt.emulatorQuota)
 			h.set.relayQuota = tt.relayQuota
 			h.build(tt.relayQuota)
@@ -589,6 +590,11 @@ func TestQuota(t *testing.T) {
 			st := h.srv.Stats()
 			if tt.relayQuota <= tt.emulatorQuota && st.RateLimited != 0 {
 				t.Errorf("%d rate-limit answers although the relay's budget is within Gmail's", st.RateLimited)
+			}
+			// The relay's budget spends exactly what Gmail charged: asking
+			// whether a search fits takes nothing (a peek, not a take).
+			if got, want := h.svc.Quota().Spent(), int64(st.QuotaUnits-unitsBefore); tt.relayQuota <= tt.emulatorQuota && got != want {
+				t.Errorf("the relay's quota spent %d units, Gmail charged %d for the same calls", got, want)
 			}
 			t.Logf("%d passes, %v of fake time, emulator %+v, sweeper totals %+v", pass, h.clock.Now().Sub(newClock().Now()), st, totals)
 		})
