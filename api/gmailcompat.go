@@ -42,7 +42,8 @@ var gmailReason = map[relay.Code]string{
 }
 
 // writeGmailError answers in Gmail's error JSON, so Google's client
-// returns a *googleapi.Error with Code and Errors[0].Reason.
+// returns its error type with Code and Errors[0].Reason (which package
+// gmailapi turns into a *relay.ProviderError).
 func writeGmailError(w http.ResponseWriter, r *http.Request, err error) {
 	re := asRelayError(err)
 	status := statusOf[re.Code]

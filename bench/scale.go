@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -98,7 +99,7 @@ func OpenAndRecover(ctx context.Context, path string) (Metrics, error) {
 	}
 	defer log.Close()
 	opened := time.Since(t0)
-	prov, err := relay.NewGmail(ctx, relay.GmailConfig{Endpoint: "http://127.0.0.1:9"}) // never called
+	prov, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: "http://127.0.0.1:9"}) // never called
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/api"
+	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -69,7 +70,7 @@ func SendOverhead(ctx context.Context, cfg SendConfig) (Metrics, error) {
 		return nil, err
 	}
 	defer log.Close()
-	prov, err := relay.NewGmail(ctx, relay.GmailConfig{Endpoint: emuSrv.URL})
+	prov, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: emuSrv.URL})
 	if err != nil {
 		return nil, err
 	}

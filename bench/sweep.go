@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -80,7 +81,7 @@ func Sweep(ctx context.Context, cfg SweepConfig) (Metrics, error) {
 
 	// Seed: really sent messages into the emulator (through a pooled client)
 	// and every job into the log as unknown, due now.
-	seedProv, err := relay.NewGmail(ctx, relay.GmailConfig{Endpoint: srv.URL,
+	seedProv, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: srv.URL,
 		HTTPClient: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}})
 	if err != nil {
 		return nil, err
@@ -106,7 +107,7 @@ func Sweep(ctx context.Context, cfg SweepConfig) (Metrics, error) {
 	emu.SetQuotaPerMinute(cfg.QuotaPerMinute)
 	base := emu.Stats()
 
-	prov, err := relay.NewGmail(ctx, relay.GmailConfig{Endpoint: srv.URL})
+	prov, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: srv.URL})
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/console"
+	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -145,7 +146,7 @@ func benchGet(b *testing.B, h http.Handler, ck *http.Cookie, path string) int {
 func BenchmarkPages(b *testing.B) {
 	lg, now := fillLog(b, filepath.Join(b.TempDir(), "accept.db"))
 	b.Cleanup(func() { _ = lg.Close() })
-	gm, err := relay.NewGmail(context.Background(), relay.GmailConfig{Endpoint: "http://127.0.0.1:9"}) // never called
+	gm, err := gmailapi.New(context.Background(), gmailapi.Config{Endpoint: "http://127.0.0.1:9"}) // never called
 	if err != nil {
 		b.Fatal(err)
 	}

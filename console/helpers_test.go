@@ -20,6 +20,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/console"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/policy"
@@ -55,7 +56,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	var emuURL string
 	e.emu, emuURL = gmailfake.NewTestServer(t, gmailfake.Options{Now: e.clock.Now})
 	e.log = acceptlogtest.OpenPath(t, filepath.Join(t.TempDir(), "accept.db"), acceptlog.Options{Now: e.clock.Now})
-	gm, err := relay.NewGmail(context.Background(), relay.GmailConfig{Endpoint: emuURL})
+	gm, err := gmailapi.New(context.Background(), gmailapi.Config{Endpoint: emuURL})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,5 +7,7 @@
 // Gmail's answers (Classify), the read-back of stored Message-IDs
 // (RecordHandle) and human resolutions (Resolve). State changes follow
 // acceptlog.Transitions; the sweeper closes what the send path leaves
-// unknown.
+// unknown. Gmail is reached through the Provider interface; package
+// gmailapi implements it and hands back Gmail's errors as *ProviderError,
+// so relay never depends on Google's client.
 package relay

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
 	"time"
-
-	"google.golang.org/api/googleapi"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 )
@@ -54,6 +51,7 @@ var rateReasons = map[string]bool{
 //	nil                                   → sent
 //	*NotReachedError (refused, DNS, TLS, deadline before write) → failed, retryable ("not_reached")
 //	*NotReachedError wrapping ErrTokenRefresh → failed, retryable, alarm ("token_refresh")
+//	*ProviderError (Gmail answered with an error status):
 //	429; 403 with a rate reason           → failed, retryable ("rate_limited")
 //	401; 403 otherwise                    → failed, not retryable, alarm ("auth")
 //	other 4xx (400, 404, 413, …)          → failed, not retryable ("provider_rejected")
@@ -70,19 +68,15 @@ func Classify(err error) Outcome {
 		}
 		return Outcome{Verdict: Failed, Retryable: true, Reason: acceptlog.ReasonNotReached, Err: err}
 	}
-	var g *googleapi.Error
+	var g *ProviderError
 	if errors.As(err, &g) {
-		o := Outcome{Status: g.Code, Err: err, RetryIn: retryAfter(g.Header)}
-		reason := ""
-		if len(g.Errors) > 0 {
-			reason = g.Errors[0].Reason
-		}
+		o := Outcome{Status: g.Status, Err: err, RetryIn: g.RetryAfter}
 		switch {
-		case g.Code == http.StatusTooManyRequests || (g.Code == http.StatusForbidden && rateReasons[reason]):
+		case g.Status == http.StatusTooManyRequests || (g.Status == http.StatusForbidden && rateReasons[g.Reason]):
 			o.Verdict, o.Retryable, o.Reason = Failed, true, acceptlog.ReasonRateLimited
-		case g.Code == http.StatusUnauthorized || g.Code == http.StatusForbidden:
+		case g.Status == http.StatusUnauthorized || g.Status == http.StatusForbidden:
 			o.Verdict, o.Alarm, o.Reason = Failed, true, acceptlog.ReasonAuth
-		case g.Code >= 400 && g.Code < 500:
+		case g.Status >= 400 && g.Status < 500:
 			o.Verdict, o.Reason = Failed, acceptlog.ReasonProviderRejected
 		default:
 			o.Verdict, o.Reason = Unknown, acceptlog.ReasonProvider5xx
@@ -93,23 +87,4 @@ func Classify(err error) Outcome {
 		return Outcome{Verdict: Unknown, Reason: acceptlog.ReasonTimeout, Err: err}
 	}
 	return Outcome{Verdict: Unknown, Reason: acceptlog.ReasonTransport, Err: err}
-}
-
-func retryAfter(h http.Header) time.Duration {
-	if h == nil {
-		return 0
-	}
-	v := h.Get("Retry-After")
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := time.Until(t); d > 0 {
-			return d
-		}
-	}
-	return 0
 }

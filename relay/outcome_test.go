@@ -4,19 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"testing"
 	"time"
-
-	"google.golang.org/api/googleapi"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
+// gerr is Gmail's error answer as the adapter hands it over (package
+// gmailapi's tests check the translation from Google's client errors).
 func gerr(code int, reason string) error {
-	return &googleapi.Error{Code: code, Errors: []googleapi.ErrorItem{{Reason: reason}}}
+	return &relay.ProviderError{Status: code, Reason: reason}
 }
 
 // TestClassify has one row per row of the classification table in Classify's doc.
@@ -58,7 +57,7 @@ func TestClassify(t *testing.T) {
 }
 
 func TestClassifyHonoursRetryAfter(t *testing.T) {
-	err := &googleapi.Error{Code: 429, Header: http.Header{"Retry-After": {"7"}}}
+	err := &relay.ProviderError{Status: 429, RetryAfter: 7 * time.Second}
 	if got := relay.Classify(err).RetryIn; got != 7*time.Second {
 		t.Errorf("RetryIn = %v, want 7s", got)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/policy"
@@ -53,7 +54,7 @@ func (e *env) open(endpoint string) {
 	e.t.Helper()
 	ctx := context.Background()
 	e.log = acceptlogtest.OpenPath(e.t, e.path, acceptlog.Options{Now: e.clock.Now})
-	gm, err := relay.NewGmail(ctx, relay.GmailConfig{Endpoint: endpoint})
+	gm, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: endpoint})
 	if err != nil {
 		e.t.Fatal(err)
 	}

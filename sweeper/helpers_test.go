@@ -13,6 +13,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/policy"
@@ -77,7 +78,7 @@ func newHarness(t *testing.T, set setup) *harness {
 	h := &harness{t: t, ctx: context.Background(), clock: newClock(), set: set}
 	var url string
 	h.srv, url = gmailfake.NewTestServer(t, gmailfake.Options{IndexLag: set.indexLag, Now: h.clock.Now, QuotaPerMinute: set.emulatorQuota, QuotaStatus: set.quotaStatus})
-	prov, err := relay.NewGmail(h.ctx, relay.GmailConfig{Endpoint: url})
+	prov, err := gmailapi.New(h.ctx, gmailapi.Config{Endpoint: url})
 	if err != nil {
 		t.Fatalf("gmail client: %v", err)
 	}

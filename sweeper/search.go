@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"net/http"
 	"strings"
 	"time"
-
-	"google.golang.org/api/googleapi"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -127,8 +124,7 @@ func (p *pass) find(ctx context.Context, mailbox, q string, jobs []acceptlog.Job
 	p.searchCost += relay.UnitsGet * len(unread)
 	for _, id := range unread {
 		h, err := prov.GetHeader(ctx, mailbox, id)
-		var gerr *googleapi.Error
-		if errors.As(err, &gerr) && gerr.Code == http.StatusNotFound {
+		if errors.Is(err, relay.ErrMessageNotFound) {
 			continue // deleted between list and get
 		}
 		if err != nil {

@@ -340,6 +340,27 @@ func TestBatchedSearch(t *testing.T) {
 	}
 }
 
+// A hit that is gone when its header is read (messages.get answers 404,
+// which the Gmail adapter hands over as relay.ErrMessageNotFound) is
+// skipped, not a pass error: its job is simply not found this pass.
+func TestBatchedSearchSkipsMessageGoneBeforeGet(t *testing.T) {
+	h := newHarness(t, setup{})
+	a, b := h.sendAmbiguous(retryChannel), h.sendAmbiguous(retryChannel)
+	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodGet, Action: gmailfake.ActionError, Status: 404})
+	h.clock.Advance(grace)
+	r := h.sweep()
+	wantResult(t, r, sweeper.Result{Checked: 2, Found: 1, Missed: 1})
+	sent := 0
+	for _, id := range []string{a, b} {
+		if h.job(id).State == acceptlog.StateSent {
+			sent++
+		}
+	}
+	if sent != 1 {
+		t.Errorf("sent jobs after the pass: %d, want 1 (the other's hit was skipped)", sent)
+	}
+}
+
 // Retryable failures on retry channels whose caller never came back are
 // retried by the sweeper after grace, up to max_attempts; then review.
 func TestRetryableFailure(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/google"
 
-	"github.com/gmailrelay/gmailrelay/relay"
+	"github.com/gmailrelay/gmailrelay/gmailapi"
 )
 
 // defaultTokenPath is where `auth` stores the token and where `serve`
@@ -79,7 +79,7 @@ func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // loopbackFlow runs the OAuth installed-app flow with a loopback redirect
 // on a random port, state and PKCE, and returns the token.
 func loopbackFlow(ctx context.Context, clientJSON []byte, show func(url string)) (*oauth2.Token, *oauth2.Config, error) {
-	cfg, err := google.ConfigFromJSON(clientJSON, relay.Scopes...)
+	cfg, err := google.ConfigFromJSON(clientJSON, gmailapi.Scopes...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--client-secret: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/policy"
@@ -27,7 +28,7 @@ import (
 // run it on a manual clock.
 type selftestOptions struct {
 	To          string
-	Gmail       relay.GmailConfig
+	Gmail       gmailapi.Config
 	Mailbox     string
 	MsgIDDomain string
 	Window      time.Duration // how long to wait for the message to be found
@@ -86,7 +87,7 @@ func runSelftest(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		if o.To == "" {
 			o.To = gmailfake.DefaultAccount
 		}
-		o.Gmail, o.Label, o.now = relay.GmailConfig{Endpoint: url}, "the embedded Gmail emulator (EMULATOR RESULT, not Gmail)", clock.Now
+		o.Gmail, o.Label, o.now = gmailapi.Config{Endpoint: url}, "the embedded Gmail emulator (EMULATOR RESULT, not Gmail)", clock.Now
 		o.sleep = func(_ context.Context, d time.Duration) error { clock.Advance(d); return nil }
 		o.Window, o.Poll = 10*time.Minute, 30*time.Second
 	} else {
@@ -94,7 +95,7 @@ func runSelftest(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			fmt.Fprintln(stderr, "gmailrelay selftest --live: --to <your own address> is required")
 			return 2
 		}
-		o.Gmail = relay.GmailConfig{Endpoint: *endpoint, Subject: *subject}
+		o.Gmail = gmailapi.Config{Endpoint: *endpoint, Subject: *subject}
 		o.Label = "Gmail"
 		if *endpoint != "" {
 			o.Label = "the Gmail-compatible API at " + *endpoint
@@ -160,7 +161,7 @@ func selftest(ctx context.Context, o selftestOptions, w io.Writer) (selftestRepo
 		return rep, err
 	}
 	defer lg.Close()
-	gm, err := relay.NewGmail(ctx, o.Gmail)
+	gm, err := gmailapi.New(ctx, o.Gmail)
 	if err != nil {
 		return rep, err
 	}

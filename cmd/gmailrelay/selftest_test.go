@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -19,7 +20,7 @@ func selftestAgainstEmulator(t *testing.T, rewrite bool) (selftestReport, *gmail
 	emu, url := gmailfake.NewTestServer(t, gmailfake.Options{Now: clock.Now, IndexLag: 45 * time.Second, RewriteMessageID: rewrite})
 	var out bytes.Buffer
 	rep, err := selftest(context.Background(), selftestOptions{
-		To: "me@example.com", Gmail: relay.GmailConfig{Endpoint: url}, Mailbox: "me", MsgIDDomain: "selftest.example.com",
+		To: "me@example.com", Gmail: gmailapi.Config{Endpoint: url}, Mailbox: "me", MsgIDDomain: "selftest.example.com",
 		Window: 5 * time.Minute, Poll: 20 * time.Second, Label: "the Gmail emulator (EMULATOR RESULT)",
 		now: clock.Now, sleep: func(_ context.Context, d time.Duration) error { clock.Advance(d); return nil },
 	}, &out)

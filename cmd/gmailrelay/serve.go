@@ -19,6 +19,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/console"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/policy"
@@ -231,7 +232,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		}
 		now, advance = c.clock.Now, c.clock.Advance
 	}
-	gcfg := relay.GmailConfig{Endpoint: c.GmailEndpoint}
+	gcfg := gmailapi.Config{Endpoint: c.GmailEndpoint}
 	mode := "gmail"
 	if c.sandbox() {
 		mode = "sandbox"
@@ -252,7 +253,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		}
 		gcfg.CredentialsJSON, gcfg.Subject = data, c.Subject
 	}
-	gm, err := relay.NewGmail(ctx, gcfg)
+	gm, err := gmailapi.New(ctx, gcfg)
 	if err != nil {
 		return nil, err
 	}

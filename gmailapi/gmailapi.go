@@ -1,4 +1,10 @@
-package relay
+// Package gmailapi is the Gmail adapter: it implements relay.Provider with
+// Google's client (google.golang.org/api/gmail/v1) and translates that
+// client's errors into the relay's neutral ones (*relay.ProviderError,
+// relay.ErrMessageNotFound, *relay.NotReachedError), so no package above
+// it depends on the client library. It imports relay; relay never imports
+// it.
+package gmailapi
 
 import (
 	"bytes"
@@ -9,21 +15,18 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptrace"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/google"
 	"google.golang.org/api/gmail/v1"
 	"google.golang.org/api/googleapi"
 	"google.golang.org/api/option"
-)
 
-// Gmail quota costs, in Gmail's quota units.
-const (
-	UnitsSend = 100
-	UnitsList = 5
-	UnitsGet  = 5
+	"github.com/gmailrelay/gmailrelay/relay"
 )
 
 // Scopes the relay asks for: send, and readonly for rfc822msgid: search
@@ -34,57 +37,8 @@ var Scopes = []string{gmail.GmailSendScope, gmail.GmailReadonlyScope}
 // upload path instead of the JSON raw field.
 const mediaThreshold = 4 << 20
 
-// SentMessage is Gmail's answer to a send.
-type SentMessage struct {
-	ID       string
-	ThreadID string
-	LabelIDs []string
-}
-
-// ListPage is one page of a messages.list answer.
-type ListPage struct {
-	IDs           []string
-	NextPageToken string
-	SizeEstimate  int64
-}
-
-// StoredHeader is what messages.get (format metadata) says of a message.
-type StoredHeader struct {
-	ID        string
-	MessageID string // the stored Message-ID header, normalised with <>
-	LabelIDs  []string
-}
-
-// Provider is the relay's view of Gmail. Every method takes the mailbox
-// ("me" or an address) and returns Gmail's error as it came, wrapped in a
-// *NotReachedError when the request never left this process.
-type Provider interface {
-	// Send hands a raw RFC 5322 message to users.messages.send.
-	Send(ctx context.Context, mailbox string, raw []byte, threadID string) (SentMessage, error)
-	// List runs users.messages.list with q and labelIDs; an empty result is
-	// an empty page, not an error.
-	List(ctx context.Context, mailbox, q string, labelIDs []string, pageToken string, max int64) (ListPage, error)
-	// GetHeader reads one message's Message-ID (messages.get, format
-	// metadata). A missing message is a *googleapi.Error with Code 404.
-	GetHeader(ctx context.Context, mailbox, id string) (StoredHeader, error)
-}
-
-// NotReachedError marks an error that happened before the request was
-// written to the network: Gmail cannot have acted on it.
-type NotReachedError struct{ Err error }
-
-// Error implements error.
-func (e *NotReachedError) Error() string { return "gmail not reached: " + e.Err.Error() }
-
-// Unwrap returns the network or token error.
-func (e *NotReachedError) Unwrap() error { return e.Err }
-
-// ErrTokenRefresh marks a failed OAuth token refresh: Gmail was not
-// reached, and an operator must look at the credentials.
-var ErrTokenRefresh = errors.New("token refresh failed")
-
-// GmailConfig says how to reach Gmail.
-type GmailConfig struct {
+// Config says how to reach Gmail.
+type Config struct {
 	// Endpoint is the base URL of a Gmail-compatible API ("" = Google's).
 	Endpoint string
 	// CredentialsJSON is an authorized-user JSON (with refresh token) or a
@@ -96,16 +50,18 @@ type GmailConfig struct {
 	HTTPClient *http.Client
 }
 
-// Gmail is the Provider backed by google.golang.org/api/gmail/v1.
-type Gmail struct {
+// Client is the relay.Provider backed by google.golang.org/api/gmail/v1.
+type Client struct {
 	svc *gmail.Service
-	// tokenErrors counts failed token refreshes; see TokenHealthy.
+	// tokenErr holds the last failed token refresh; see TokenError.
 	tokenErr atomic.Pointer[string]
 }
 
-// NewGmail builds the Gmail client. It never calls Gmail.
-func NewGmail(ctx context.Context, cfg GmailConfig) (*Gmail, error) {
-	g := &Gmail{}
+var _ relay.Provider = (*Client)(nil)
+
+// New builds the Gmail client. It never calls Gmail.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	g := &Client{}
 	var opts []option.ClientOption
 	if cfg.Endpoint != "" {
 		ep := cfg.Endpoint
@@ -181,7 +137,7 @@ func tokenSource(ctx context.Context, data []byte, subject string) (oauth2.Token
 // report it instead of sends failing silently.
 type watchedSource struct {
 	ts oauth2.TokenSource
-	g  *Gmail
+	g  *Client
 }
 
 func (w *watchedSource) Token() (*oauth2.Token, error) {
@@ -189,7 +145,7 @@ func (w *watchedSource) Token() (*oauth2.Token, error) {
 	if err != nil {
 		msg := err.Error()
 		w.g.tokenErr.Store(&msg)
-		return nil, &NotReachedError{Err: fmt.Errorf("%w: %w", ErrTokenRefresh, err)}
+		return nil, &relay.NotReachedError{Err: fmt.Errorf("%w: %w", relay.ErrTokenRefresh, err)}
 	}
 	w.g.tokenErr.Store(nil)
 	return t, nil
@@ -197,7 +153,7 @@ func (w *watchedSource) Token() (*oauth2.Token, error) {
 
 // TokenError returns the last token refresh failure, or "" when the last
 // refresh worked (or none was needed).
-func (g *Gmail) TokenError() string {
+func (g *Client) TokenError() string {
 	if p := g.tokenErr.Load(); p != nil {
 		return *p
 	}
@@ -205,44 +161,85 @@ func (g *Gmail) TokenError() string {
 }
 
 // traced returns a context that records whether the request was written,
-// and a func that wraps an error as *NotReachedError when it was not.
+// and a func that translates the call's error: Google's HTTP error answer
+// becomes a *relay.ProviderError, and an error before the request was
+// written a *relay.NotReachedError.
 func traced(ctx context.Context) (context.Context, func(error) error) {
 	var wrote atomic.Bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
 	})
 	return ctx, func(err error) error {
-		if err == nil || wrote.Load() {
-			return err
+		if err == nil {
+			return nil
+		}
+		var nr *relay.NotReachedError
+		if errors.As(err, &nr) {
+			return err // already marked (token refresh)
 		}
 		var gerr *googleapi.Error
-		var nr *NotReachedError
-		if errors.As(err, &gerr) || errors.As(err, &nr) {
-			return err // an HTTP answer, or already marked
+		if errors.As(err, &gerr) {
+			return providerError(err, gerr) // an HTTP answer
 		}
-		return &NotReachedError{Err: err}
+		if wrote.Load() {
+			return err // a timeout or a reset after the write
+		}
+		return &relay.NotReachedError{Err: err}
 	}
 }
 
-// Send implements Provider.
-func (g *Gmail) Send(ctx context.Context, mailbox string, raw []byte, threadID string) (SentMessage, error) {
+// providerError translates Google's error answer g (found in err) into the
+// relay's neutral type, keeping err as the cause.
+func providerError(err error, g *googleapi.Error) *relay.ProviderError {
+	p := &relay.ProviderError{Status: g.Code, Message: g.Message, RetryAfter: retryAfter(g.Header), Err: err}
+	if len(g.Errors) > 0 {
+		p.Reason = g.Errors[0].Reason
+		if p.Message == "" {
+			p.Message = g.Errors[0].Message
+		}
+	}
+	return p
+}
+
+// retryAfter reads a Retry-After header in seconds or as an HTTP date.
+func retryAfter(h http.Header) time.Duration {
+	if h == nil {
+		return 0
+	}
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := time.Until(t); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+// Send implements relay.Provider.
+func (g *Client) Send(ctx context.Context, mailbox string, raw []byte, threadID string) (relay.SentMessage, error) {
 	ctx, mark := traced(ctx)
 	msg := &gmail.Message{ThreadId: threadID}
 	call := g.svc.Users.Messages.Send(mailbox, msg)
 	if len(raw) > mediaThreshold {
-		call = call.Media(bytes.NewReader(raw), googleapi.ContentType("message/rfc822"), googleapi.ChunkSize(MaxMessageBytes+1<<20))
+		call = call.Media(bytes.NewReader(raw), googleapi.ContentType("message/rfc822"), googleapi.ChunkSize(relay.MaxMessageBytes+1<<20))
 	} else {
 		msg.Raw = base64.URLEncoding.EncodeToString(raw)
 	}
 	m, err := call.Context(ctx).Do()
 	if err != nil {
-		return SentMessage{}, mark(err)
+		return relay.SentMessage{}, mark(err)
 	}
-	return SentMessage{ID: m.Id, ThreadID: m.ThreadId, LabelIDs: m.LabelIds}, nil
+	return relay.SentMessage{ID: m.Id, ThreadID: m.ThreadId, LabelIDs: m.LabelIds}, nil
 }
 
-// List implements Provider.
-func (g *Gmail) List(ctx context.Context, mailbox, q string, labelIDs []string, pageToken string, max int64) (ListPage, error) {
+// List implements relay.Provider.
+func (g *Client) List(ctx context.Context, mailbox, q string, labelIDs []string, pageToken string, max int64) (relay.ListPage, error) {
 	ctx, mark := traced(ctx)
 	call := g.svc.Users.Messages.List(mailbox).Q(q).Context(ctx)
 	if len(labelIDs) > 0 {
@@ -256,27 +253,32 @@ func (g *Gmail) List(ctx context.Context, mailbox, q string, labelIDs []string, 
 	}
 	r, err := call.Do()
 	if err != nil {
-		return ListPage{}, mark(err)
+		return relay.ListPage{}, mark(err)
 	}
-	p := ListPage{NextPageToken: r.NextPageToken, SizeEstimate: r.ResultSizeEstimate}
+	p := relay.ListPage{NextPageToken: r.NextPageToken, SizeEstimate: r.ResultSizeEstimate}
 	for _, m := range r.Messages {
 		p.IDs = append(p.IDs, m.Id)
 	}
 	return p, nil
 }
 
-// GetHeader implements Provider.
-func (g *Gmail) GetHeader(ctx context.Context, mailbox, id string) (StoredHeader, error) {
+// GetHeader implements relay.Provider. A 404 wraps relay.ErrMessageNotFound.
+func (g *Client) GetHeader(ctx context.Context, mailbox, id string) (relay.StoredHeader, error) {
 	ctx, mark := traced(ctx)
 	m, err := g.svc.Users.Messages.Get(mailbox, id).Format("metadata").MetadataHeaders("Message-ID").Context(ctx).Do()
 	if err != nil {
-		return StoredHeader{}, mark(err)
+		err = mark(err)
+		var p *relay.ProviderError
+		if errors.As(err, &p) && p.Status == http.StatusNotFound {
+			return relay.StoredHeader{}, fmt.Errorf("%w: %w", relay.ErrMessageNotFound, err)
+		}
+		return relay.StoredHeader{}, err
 	}
-	h := StoredHeader{ID: m.Id, LabelIDs: m.LabelIds}
+	h := relay.StoredHeader{ID: m.Id, LabelIDs: m.LabelIds}
 	if m.Payload != nil {
 		for _, hd := range m.Payload.Headers {
 			if strings.EqualFold(hd.Name, "Message-ID") {
-				if id, err := NormalizeMessageID(hd.Value); err == nil {
+				if id, err := relay.NormalizeMessageID(hd.Value); err == nil {
 					h.MessageID = id
 				} else {
 					h.MessageID = hd.Value
