@@ -88,7 +88,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.sw = sweeper.New(sweeper.Config{Service: e.svc})
+	e.sw = sweeper.New(sweeper.ConfigFor(e.svc))
 	e.ret = retention.New(retention.Config{Log: e.log, Retention: o.retention, Now: e.clock.Now})
 	srv := httptest.NewServer(api.New(api.Config{Service: e.svc, Sweeper: e.sw, Retention: e.ret, APIToken: apiToken, AdminToken: adminToken,
 		MsgIDDomain: domain, FaultHeader: o.faultHeader, Mode: "sandbox", Metrics: metrics, Logger: logger}))

@@ -116,7 +116,9 @@ func Sweep(ctx context.Context, cfg SweepConfig) (Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	sw := sweeper.New(sweeper.Config{Service: svc, BatchSize: batch})
+	swcfg := sweeper.ConfigFor(svc)
+	swcfg.BatchSize = batch
+	sw := sweeper.New(swcfg)
 
 	start, realStart := clock.Now(), time.Now()
 	passes, storms, prevRL := 0, 0, base.RateLimited

@@ -69,7 +69,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.sw = sweeper.New(sweeper.Config{Service: e.svc})
+	e.sw = sweeper.New(sweeper.ConfigFor(e.svc))
 	api1, admin1 := apiToken, adminToken
 	if o.noTokens {
 		api1, admin1 = "", ""

@@ -32,7 +32,7 @@ func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hit
 				Reason: ReasonFound, Source: acceptlog.SourceSearch, GmailID: h.id, LabelIDs: labels}}
 		})
 		if written {
-			p.s.svc.Logger().Info().Str("message_id", j.MessageID).Str("gmail_id", h.id).Msg("ambiguous send found in the mailbox: sent")
+			p.s.deps.Logger.Info().Str("message_id", j.MessageID).Str("gmail_id", h.id).Msg("ambiguous send found in the mailbox: sent")
 		}
 		p.count(written, &p.res.Checked, &p.res.Found)
 		return true, err
@@ -191,7 +191,7 @@ func (p *pass) toReview(ctx context.Context, j acceptlog.Job, review acceptlog.L
 	})
 	if written {
 		p.res.Reviewed++
-		p.s.svc.Logger().Warn().Str("message_id", j.MessageID).Str("reason", string(review.Reason)).Msg("job handed to a human for review")
+		p.s.deps.Logger.Warn().Str("message_id", j.MessageID).Str("reason", string(review.Reason)).Msg("job handed to a human for review")
 	}
 	return written, err
 }

@@ -103,7 +103,9 @@ func (h *harness) build(perMinute int) {
 		h.t.Fatalf("relay.New: %v", err)
 	}
 	h.svc = svc
-	h.sw = sweeper.New(sweeper.Config{Service: svc, BatchSize: h.set.batchSize, Limit: h.set.limit, Interval: time.Hour})
+	cfg := sweeper.ConfigFor(svc)
+	cfg.BatchSize, cfg.Limit, cfg.Interval = h.set.batchSize, h.set.limit, time.Hour
+	h.sw = sweeper.New(cfg)
 }
 
 // restart closes the log, opens it again and builds a new Service (which

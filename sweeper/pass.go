@@ -156,7 +156,7 @@ func (p *pass) mailbox(ctx context.Context, name string) (acceptlog.Mailbox, err
 // policy since the job was logged is handled as review-only: a human
 // decides rather than a guess.
 func (p *pass) channel(name string) policy.Channel {
-	ch, err := p.s.svc.Policy().Channel(name)
+	ch, err := p.s.deps.Policy.Channel(name)
 	if err != nil {
 		return policy.Channel{Name: name, OnUnknown: policy.Review, Grace: policy.DefaultGrace, Checks: 1, MaxAttempts: 1}
 	}
@@ -235,13 +235,13 @@ func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.Stat
 	if p.stopped {
 		return false, nil
 	}
-	res, err := p.s.svc.Attempt(ctx, j.MessageID, []acceptlog.State{from}, reason, false)
+	res, err := p.s.deps.Attempter.Attempt(ctx, j.MessageID, []acceptlog.State{from}, reason, false)
 	var rerr *relay.Error
 	switch {
 	case errors.As(err, &rerr) && rerr.Code == relay.CodeRateLimited:
 		wait := time.Duration(max(rerr.RetryAfter, 1)) * time.Second
 		// How long until send and search both fit (takes nothing).
-		if ok, w := p.s.svc.Quota().Available(relay.UnitsSend+redo, true); !ok {
+		if ok, w := p.s.deps.Quota.Available(relay.UnitsSend+redo, true); !ok {
 			wait = max(wait, w)
 		}
 		p.stop(wait)
@@ -250,10 +250,10 @@ func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.Stat
 		return false, nil // someone else moved the job: theirs stands
 	case err != nil:
 		p.res.Errors++
-		p.s.svc.Logger().Warn().Err(err).Str("message_id", j.MessageID).Str("reason", string(reason)).Msg("sweeper attempt")
+		p.s.deps.Logger.Warn().Err(err).Str("message_id", j.MessageID).Str("reason", string(reason)).Msg("sweeper attempt")
 		return true, nil
 	}
-	p.s.svc.Logger().Info().Str("message_id", j.MessageID).Str("reason", string(reason)).Int("attempt", res.Job.Attempts).
+	p.s.deps.Logger.Info().Str("message_id", j.MessageID).Str("reason", string(reason)).Int("attempt", res.Job.Attempts).
 		Str("state", string(res.Job.State)).Msg("sweeper made a new attempt with the same Message-ID")
 	if res.Job.State == acceptlog.StateFailed && res.Job.LastReason == acceptlog.ReasonRateLimited {
 		p.rateLimited(0) // Gmail said 429 to the send: nothing more this pass

@@ -28,7 +28,7 @@ func (p *pass) search(ctx context.Context, mailbox string, jobs []acceptlog.Job)
 	}
 	if err != nil {
 		p.res.Errors++
-		p.s.svc.Logger().Warn().Err(err).Int("jobs", len(jobs)).Msg("mailbox search; the jobs are checked again shortly")
+		p.s.deps.Logger.Warn().Err(err).Int("jobs", len(jobs)).Msg("mailbox search; the jobs are checked again shortly")
 		for _, j := range jobs {
 			grace := p.channel(j.Channel).Grace
 			if _, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
@@ -75,7 +75,7 @@ func query(jobs []acceptlog.Job) string {
 // hit to a job: directly for a one-id query, by reading the hit's
 // Message-ID otherwise. It returns errStopped when the pass must stop.
 func (p *pass) find(ctx context.Context, mailbox, q string, jobs []acceptlog.Job) (map[string][]hit, error) {
-	prov := p.s.svc.Provider()
+	prov := p.s.deps.Provider
 	spent := 0
 	var ids []string
 	token := ""
@@ -145,7 +145,7 @@ func (p *pass) find(ctx context.Context, mailbox, q string, jobs []acceptlog.Job
 // this search already spent too, since the next pass starts the search
 // again.
 func (p *pass) take(units, spent int) bool {
-	quota := p.s.svc.Quota()
+	quota := p.s.deps.Quota
 	ok, wait := quota.TakeBackground(units)
 	if ok {
 		return true
@@ -179,8 +179,8 @@ func (p *pass) rateLimited(retryIn time.Duration) {
 	b := min(max(minBackoff, 2*p.s.backoff), maxBackoff)
 	p.s.backoff = b
 	d := max(b, retryIn) + rand.N(b/2+1)
-	p.s.svc.Quota().Pause(d)
-	p.s.svc.Logger().Warn().Dur("pause", d).Msg("Gmail rate limit: the sweeper backs off")
+	p.s.deps.Quota.Pause(d)
+	p.s.deps.Logger.Warn().Dur("pause", d).Msg("Gmail rate limit: the sweeper backs off")
 	p.stop(d)
 }
 

@@ -21,7 +21,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -71,10 +74,20 @@ const maxHeaders = 10000
 
 // Config wires a Sweeper. Service is required.
 type Config struct {
-	// Service is the send path: its log, provider, policy, quota and
-	// Attempt are what the sweeper works with.
-	Service *relay.Service
-	// Now is the clock; nil means Service.Now.
+	// Log is the acceptance log whose due jobs the sweeper settles.
+	Log *acceptlog.Log
+	// Provider searches the mailbox and reads stored Message-IDs.
+	Provider relay.Provider
+	// Policy gives each job's channel rules.
+	Policy *policy.Policy
+	// Quota is the Gmail budget shared with the send path.
+	Quota *relay.Quota
+	// Attempter makes the sweeper's resends and retries through the normal
+	// send path.
+	Attempter Attempter
+	// Logger receives the sweeper's decisions and errors.
+	Logger *zerolog.Logger
+	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// BatchSize is how many Message-IDs share one search query (default 20).
 	BatchSize int
@@ -82,6 +95,20 @@ type Config struct {
 	Interval time.Duration
 	// Limit is how many due jobs one pass takes (default 500).
 	Limit int
+}
+
+// Attempter is the send path as the sweeper uses it: a new attempt of a
+// job that is in one of the from states (relay.Service.Attempt).
+type Attempter interface {
+	Attempt(ctx context.Context, id string, from []acceptlog.State, reason acceptlog.Reason, foreground bool) (relay.Result, error)
+}
+
+// ConfigFor returns a Config whose dependencies are svc's (its log,
+// provider, policy, quota, logger, clock and Attempt): the wiring a relay
+// process uses.
+func ConfigFor(svc *relay.Service) Config {
+	return Config{Log: svc.Log(), Provider: svc.Provider(), Policy: svc.Policy(), Quota: svc.Quota(),
+		Attempter: svc, Logger: svc.Logger(), Now: svc.Now}
 }
 
 // Result counts what passes did. Each job a pass takes is counted in
@@ -141,7 +168,7 @@ const passesBuffer = 64
 // Sweeper is the reconciler. Its methods are safe for concurrent use;
 // passes never overlap.
 type Sweeper struct {
-	svc      *relay.Service
+	deps     Config // the dependencies New was given
 	log      *acceptlog.Log
 	now      func() time.Time
 	batch    int
@@ -170,14 +197,18 @@ type Sweeper struct {
 // New returns a Sweeper for cfg. It does not start the loop (see Start).
 func New(cfg Config) *Sweeper {
 	s := &Sweeper{
-		svc: cfg.Service, log: cfg.Service.Log(), now: cfg.Now,
+		deps: cfg, log: cfg.Log, now: cfg.Now,
 		batch: cfg.BatchSize, limit: cfg.Limit, interval: cfg.Interval,
 		passes:  make(chan Result, passesBuffer),
 		headers: map[string]string{},
 		wake:    make(chan struct{}, 1),
 	}
 	if s.now == nil {
-		s.now = cfg.Service.Now
+		s.now = time.Now
+	}
+	if s.deps.Logger == nil {
+		nop := zerolog.Nop()
+		s.deps.Logger = &nop
 	}
 	if s.batch <= 0 {
 		s.batch = DefaultBatchSize
@@ -247,7 +278,7 @@ func (s *Sweeper) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	logger := s.svc.Logger()
+	logger := s.deps.Logger
 	for {
 		select {
 		case <-ctx.Done():

@@ -174,7 +174,7 @@ func selftest(ctx context.Context, o selftestOptions, w io.Writer) (selftestRepo
 	if err != nil {
 		return rep, err
 	}
-	sw := sweeper.New(sweeper.Config{Service: svc})
+	sw := sweeper.New(sweeper.ConfigFor(svc))
 	nonce := o.now().UTC().Format("20060102T150405.000000000")
 	send := func(key, subject string, fault faultmodes.Decision) (relay.Result, error) {
 		p, err := relay.Prepare(relay.SendRequest{Key: key, To: relay.AddressList{addr.Address}, Channel: "selftest",

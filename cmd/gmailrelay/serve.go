@@ -282,7 +282,9 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		return nil, err
 	}
 	rs.svc = svc
-	rs.sweeper = sweeper.New(sweeper.Config{Service: svc, Interval: c.SweepInterval})
+	swcfg := sweeper.ConfigFor(svc)
+	swcfg.Interval = c.SweepInterval
+	rs.sweeper = sweeper.New(swcfg)
 	rs.retention = retention.New(retention.Config{Log: lg, Retention: c.policy.Retention, Now: now, Logger: logger})
 	var clockAdvance func(time.Duration)
 	if c.Clock == "manual" {
