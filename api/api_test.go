@@ -747,3 +747,58 @@ func TestEmulatorGmailPathDrop504IsGatewayTimeout(t *testing.T) {
 		t.Errorf("emulator holds %d, want 1 (Gmail got it; only the answer was dropped)", got)
 	}
 }
+
+// TestJobIDDecodedOnce: a Message-ID holding a '%' is found by its own
+// escaped URL and by nothing else, and a resolve on that URL acts on it,
+// never on the job its once-more-decoded form names.
+func TestJobIDDecodedOnce(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.addFault(map[string]any{"mode": "forward-then-drop-response", "drop": "504", "channel": "billing"})
+	const pct, plain = "<%6Aob-1@x.example>", "<job-1@x.example>"
+	for _, id := range []string{pct, plain} {
+		msg := "From: me@example.org\r\nTo: a@example.org\r\nSubject: s\r\nMessage-ID: " + id + "\r\n\r\nhi\r\n"
+		e.must("POST", "/v1/send", apiToken, map[string]any{"channel": "billing", "raw": base64.RawURLEncoding.EncodeToString([]byte(msg))})
+		if _, err := e.log.Get(context.Background(), id); err != nil {
+			t.Fatalf("send %s: %v", id, err)
+		}
+	}
+	// Both end in review: forwarded, the answer lost, the channel reviews unknowns.
+	e.clock.Advance(2 * time.Minute)
+	if r := e.must("POST", "/admin/sweep", adminToken, nil); r.status != 200 {
+		t.Fatalf("sweep: %d %s", r.status, r.raw)
+	}
+	for _, id := range []string{pct, plain} {
+		if j, _ := e.job(id); j.State != acceptlog.StateReview {
+			t.Fatalf("%s after sweep: %s, want review", id, j.State)
+		}
+	}
+	get := func(path string) string {
+		t.Helper()
+		r := e.must("GET", path, apiToken, nil)
+		if r.status != 200 {
+			return fmt.Sprintf("status %d", r.status)
+		}
+		s, _ := r.body["message_id"].(string)
+		return s
+	}
+	if got := get("/v1/jobs/" + url.PathEscape(pct)); got != pct {
+		t.Errorf("GET by the escaped %s: got %q", pct, got)
+	}
+	if got := get("/v1/jobs/" + url.PathEscape(plain)); got != plain {
+		t.Errorf("GET by the escaped %s: got %q", plain, got)
+	}
+	// The once-decoded path must not reach the plain job by a second decode.
+	if got := get("/v1/jobs/" + url.PathEscape(url.PathEscape(plain))); got == plain {
+		t.Errorf("GET by a doubly escaped %s found it", plain)
+	}
+	r := e.must("POST", "/v1/jobs/"+url.PathEscape(pct)+"/resolve", adminToken, map[string]any{"action": "mark-sent", "note": "seen"})
+	if r.status != 200 || r.body["message_id"] != pct {
+		t.Fatalf("resolve %s: %d %s", pct, r.status, r.raw)
+	}
+	if j, _ := e.job(pct); j.State != acceptlog.StateSent {
+		t.Errorf("%s after its resolve: %s, want sent", pct, j.State)
+	}
+	if j, _ := e.job(plain); j.State != acceptlog.StateReview {
+		t.Errorf("%s after the other job's resolve: %s, want review (untouched)", plain, j.State)
+	}
+}
