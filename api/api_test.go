@@ -802,3 +802,41 @@ func TestJobIDDecodedOnce(t *testing.T) {
 		t.Errorf("%s after the other job's resolve: %s, want review (untouched)", plain, j.State)
 	}
 }
+
+// TestSearchInjectionIDsRefusedAtIntake: Message-IDs holding Gmail search
+// syntax are refused with 400 naming message_id, on the raw intake and the
+// Gmail-compatible path, and nothing reaches Gmail or the log.
+func TestSearchInjectionIDsRefusedAtIntake(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	svc, err := gmail.NewService(context.Background(), option.WithEndpoint(e.url+"/"), option.WithHTTPClient(&http.Client{
+		Transport: bearer{token: apiToken}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"<p}q@attacker.example>", "<x@[}OR(in:sent)OR{in:x]>"} {
+		raw := "From: me@example.org\r\nTo: a@example.org\r\nSubject: s\r\nMessage-ID: " + id + "\r\n\r\nhi\r\n"
+		r := e.must("POST", "/v1/send", apiToken, []byte(raw))
+		ebody, _ := r.body["error"].(map[string]any)
+		if r.status != 400 || ebody["field"] != "message_id" || !strings.Contains(fmt.Sprint(ebody["message"]), "holds '") {
+			t.Errorf("rfc822 %s: %d %s, want 400 naming message_id and the character", id, r.status, r.raw)
+		}
+		r = e.must("POST", "/v1/send", apiToken, map[string]any{"raw": base64.RawURLEncoding.EncodeToString([]byte(raw))})
+		if ebody, _ := r.body["error"].(map[string]any); r.status != 400 || ebody["field"] != "message_id" {
+			t.Errorf("raw JSON %s: %d %s, want 400 naming message_id", id, r.status, r.raw)
+		}
+		_, err := svc.Users.Messages.Send("me", &gmail.Message{Raw: base64.URLEncoding.EncodeToString([]byte(raw))}).Do()
+		var gerr *googleapi.Error
+		if !errors.As(err, &gerr) || gerr.Code != 400 || !strings.Contains(gerr.Message, "Message-ID") {
+			t.Errorf("Gmail-compatible %s: %v, want googleapi 400 about the Message-ID", id, err)
+		}
+		if c, d := e.emu.Count(id), e.emu.Deliveries(id); c != 0 || d != 0 {
+			t.Errorf("%s: emulator holds %d copies, %d deliveries; want 0, 0", id, c, d)
+		}
+		if _, err := e.log.Get(context.Background(), id); !errors.Is(err, acceptlog.ErrNotFound) {
+			t.Errorf("%s: log Get = %v, want ErrNotFound", id, err)
+		}
+	}
+	if st, err := e.log.Stats(context.Background()); err != nil || st.Jobs != 0 {
+		t.Errorf("log stats %+v, %v; want no job", st, err)
+	}
+}

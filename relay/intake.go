@@ -497,7 +497,8 @@ func structuredFingerprint(v validated, channel, threadID string) string {
 // bytes, a bare CR in the header section, a repeated From/To/Cc/Bcc/
 // Reply-To/Subject/Message-ID header, malformed addresses, no recipient (To,
 // Cc or Bcc), a malformed Message-ID, a Message-ID that is not the key's
-// ("Message-ID mismatch"), and no Message-ID with no key. A key or channel
+// ("Message-ID mismatch"), and no Message-ID with no key. A Message-ID
+// that fails CheckMessageIDShape is refused with field message_id. A key or channel
 // that is not valid is an error naming that field. Over MaxMessageBytes is
 // CodeTooLarge. A bad domain is a CodeInternal error.
 func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
@@ -554,6 +555,9 @@ func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 	}
 	p := Prepared{Key: key, Channel: channel}
 	if values, ok := h["Message-Id"]; ok {
+		if err := CheckMessageIDShape(strings.TrimSpace(values[0])); err != nil {
+			return Prepared{}, err
+		}
 		id, err := NormalizeMessageID(values[0])
 		if err != nil {
 			return Prepared{}, Invalid("raw", "raw Message-ID header: %s", errMessage(err))
@@ -630,6 +634,9 @@ func ReadMessageID(raw []byte) (string, error) {
 	case 1:
 	default:
 		return "", Invalid("raw", "raw has %d Message-ID headers", len(values))
+	}
+	if err := CheckMessageIDShape(strings.TrimSpace(values[0])); err != nil {
+		return "", err
 	}
 	id, err := NormalizeMessageID(values[0])
 	if err != nil {

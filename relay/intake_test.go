@@ -214,7 +214,7 @@ func TestPrepareRaw(t *testing.T) {
 	})
 
 	t.Run("Message-ID is the key when no key is given", func(t *testing.T) {
-		p, err := relay.PrepareRaw([]byte(rawWithID("abc@client.example")), "", "", testDomain)
+		p, err := relay.PrepareRaw([]byte(rawWithID("<abc@client.example>")), "", "", testDomain)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -261,14 +261,23 @@ func TestPrepareRaw(t *testing.T) {
 		{"two Message-IDs", "Message-ID: " + testID + "\r\n" + rawWithID(testID)},
 		{"malformed To", "To: nope\r\n\r\n"},
 		{"bare CR in header", "To: a@x.com\rBcc: e@x.com\r\n\r\n"},
-		{"malformed Message-ID", "Message-ID: <a b@c>\r\nTo: a@x.com\r\n\r\n"},
-		{"empty Message-ID", "Message-ID:\r\nTo: a@x.com\r\n\r\n"},
 		{"encoded LF in display name", "To: =?utf-8?q?A=0ABcc:_e@x.com?= <a@x.com>\r\n\r\n"},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := relay.PrepareRaw([]byte(tt.raw), key, "", testDomain)
 			wantInvalid(t, err, "raw")
+		})
+	}
+	// A Message-ID of the wrong shape is named by its own field.
+	for _, tt := range []struct{ name, raw string }{
+		{"malformed Message-ID", "Message-ID: <a b@c>\r\nTo: a@x.com\r\n\r\n"},
+		{"empty Message-ID", "Message-ID:\r\nTo: a@x.com\r\n\r\n"},
+		{"Message-ID without brackets", "Message-ID: a@c.example\r\nTo: a@x.com\r\n\r\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := relay.PrepareRaw([]byte(tt.raw), "", "", testDomain)
+			wantInvalid(t, err, "message_id")
 		})
 	}
 }
@@ -326,7 +335,7 @@ func wrap(s string) string {
 func TestReadMessageID(t *testing.T) {
 	tests := []struct{ name, raw, want string }{
 		{"present", rawWithID(" <a@b.c> "), "<a@b.c>"},
-		{"without brackets, any case", "message-id: a@b.c\nTo: x@y.z\n\n", "<a@b.c>"},
+		{"any case", "message-id: <a@b.c>\nTo: x@y.z\n\n", "<a@b.c>"},
 		{"none", rawNoID, ""},
 	}
 	for _, tt := range tests {
@@ -337,11 +346,16 @@ func TestReadMessageID(t *testing.T) {
 			}
 		})
 	}
-	for _, bad := range []string{"Message-ID: <a b>\r\n\r\n", " x\r\n\r\n", "Message-ID: <c@d>\r\n" + rawWithID("<a@b>")} {
-		_, err := relay.ReadMessageID([]byte(bad))
+	for _, bad := range []struct{ raw, field string }{
+		{"Message-ID: <a b>\r\n\r\n", "message_id"},
+		{"Message-ID: a@b.c\r\n\r\n", "message_id"},
+		{" x\r\n\r\n", "raw"},
+		{"Message-ID: <c@d>\r\n" + rawWithID("<a@b>"), "raw"},
+	} {
+		_, err := relay.ReadMessageID([]byte(bad.raw))
 		var e *relay.Error
-		if !errors.As(err, &e) || e.Field != "raw" {
-			t.Errorf("ReadMessageID(%q) = %v, want an error with field raw", bad, err)
+		if !errors.As(err, &e) || e.Field != bad.field {
+			t.Errorf("ReadMessageID(%q) = %v, want an error with field %s", bad.raw, err, bad.field)
 		}
 	}
 }
