@@ -840,3 +840,40 @@ func TestSearchInjectionIDsRefusedAtIntake(t *testing.T) {
 		t.Errorf("log stats %+v, %v; want no job", st, err)
 	}
 }
+
+// TestObsoleteHeaderNamesRefused: "Name :" (RFC 5322 §4.5 obs-syntax) is
+// refused with 400 naming the header, so a second Message-ID or To
+// cannot slip past the one-of-each checks; nothing reaches Gmail.
+func TestObsoleteHeaderNamesRefused(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	svc, err := gmail.NewService(context.Background(), option.WithEndpoint(e.url+"/"), option.WithHTTPClient(&http.Client{
+		Transport: bearer{token: apiToken}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ name, id, raw, header string }{
+		{"second Message-ID", "<obs-1@x.example>", "From: me@example.org\r\nTo: a@example.org\r\nMessage-ID: <obs-1@x.example>\r\nMessage-ID : <obs-other@x.example>\r\n\r\nhi\r\n", "Message-ID"},
+		{"only Message-ID", "<obs-2@x.example>", "From: me@example.org\r\nTo: a@example.org\r\nMessage-ID : <obs-2@x.example>\r\n\r\nhi\r\n", "Message-ID"},
+		{"second To", "<obs-3@x.example>", "From: me@example.org\r\nTo: a@example.org\r\nTo\t: b@example.org\r\nMessage-ID: <obs-3@x.example>\r\n\r\nhi\r\n", "To"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := e.must("POST", "/v1/send", apiToken, []byte(tt.raw))
+			ebody, _ := r.body["error"].(map[string]any)
+			if r.status != 400 || !strings.Contains(fmt.Sprint(ebody["message"]), `"`+tt.header) {
+				t.Errorf("rfc822: %d %s, want 400 naming %s", r.status, r.raw, tt.header)
+			}
+			_, err := svc.Users.Messages.Send("me", &gmail.Message{Raw: base64.URLEncoding.EncodeToString([]byte(tt.raw))}).Do()
+			var gerr *googleapi.Error
+			if !errors.As(err, &gerr) || gerr.Code != 400 || !strings.Contains(gerr.Message, tt.header) {
+				t.Errorf("Gmail-compatible: %v, want googleapi 400 naming %s", err, tt.header)
+			}
+			if d := e.emu.Deliveries(tt.id); d != 0 {
+				t.Errorf("emulator: %d deliveries of %s, want 0", d, tt.id)
+			}
+			if _, err := e.log.Get(context.Background(), tt.id); !errors.Is(err, acceptlog.ErrNotFound) {
+				t.Errorf("log Get(%s) = %v, want ErrNotFound", tt.id, err)
+			}
+		})
+	}
+}

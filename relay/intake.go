@@ -496,7 +496,8 @@ func structuredFingerprint(v validated, channel, threadID string) string {
 // Refused with a CodeInvalid *Error, field raw: an unparseable message, NUL
 // bytes, a bare CR in the header section, a repeated From/To/Cc/Bcc/
 // Reply-To/Subject/Message-ID header, malformed addresses, no recipient (To,
-// Cc or Bcc), a malformed Message-ID, a Message-ID that is not the key's
+// Cc or Bcc), a header name with whitespace before its colon (obsolete
+// "Name :" syntax) or other bytes outside RFC 5322 ftext, a malformed Message-ID, a Message-ID that is not the key's
 // ("Message-ID mismatch"), and no Message-ID with no key. A Message-ID
 // that fails CheckMessageIDShape is refused with field message_id. A key or channel
 // that is not valid is an error naming that field. Over MaxMessageBytes is
@@ -526,6 +527,9 @@ func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 		return Prepared{}, Invalid("raw", "raw is not an RFC 5322 message: %v", err)
 	}
 	h := msg.Header
+	if err := checkHeaderNames(h); err != nil {
+		return Prepared{}, err
+	}
 	// These may appear at most once: two To headers could be read
 	// differently by the relay and by Gmail.
 	for _, name := range []string{"Message-Id", "From", "Sender", "To", "Cc", "Bcc", "Reply-To", "Subject", "Date"} {
@@ -619,6 +623,30 @@ func normalizeLineEndings(raw []byte) ([]byte, error) {
 	return out, nil
 }
 
+// checkHeaderNames refuses a header whose name is not RFC 5322 ftext,
+// above all the obsolete "Name :" (§4.5.1): it is read as a header other
+// than "Name", so a second Message-ID or To would pass the one-of-each
+// checks and reach Gmail, which may read it as the real one.
+func checkHeaderNames(h mail.Header) error {
+	names := make([]string, 0, len(h))
+	for name := range h {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		for i := 0; i < len(name); i++ {
+			c := name[i]
+			if c == ' ' || c == '\t' {
+				return Invalid("raw", "raw header %q has whitespace before its colon (obsolete RFC 5322 syntax); write %q", name, strings.TrimRight(name, " \t")+":")
+			}
+			if c < 33 || c > 126 || c == ':' {
+				return Invalid("raw", "raw header name %q holds the byte %#02x, which is not allowed in a header name", name, c)
+			}
+		}
+	}
+	return nil
+}
+
 // ReadMessageID returns the normalised Message-ID header of a raw message,
 // or "" when it has none. An unparseable message, a repeated Message-ID or
 // a malformed one is a CodeInvalid *Error with field raw.
@@ -626,6 +654,9 @@ func ReadMessageID(raw []byte) (string, error) {
 	msg, err := mail.ReadMessage(bytes.NewReader(raw))
 	if err != nil {
 		return "", Invalid("raw", "raw is not an RFC 5322 message: %v", err)
+	}
+	if err := checkHeaderNames(msg.Header); err != nil {
+		return "", err
 	}
 	values := msg.Header["Message-Id"]
 	switch len(values) {

@@ -259,6 +259,8 @@ func TestPrepareRaw(t *testing.T) {
 		{"initial continuation line", " To: a@x.com\r\n\r\n"},
 		{"two To headers", "To: a@x.com\r\nTo: b@x.com\r\n\r\n"},
 		{"two Message-IDs", "Message-ID: " + testID + "\r\n" + rawWithID(testID)},
+		{"obsolete Message-ID name", "Message-ID : " + testID + "\r\n" + rawWithID(testID)},
+		{"obsolete To name", "To : b@x.com\r\n" + rawNoID},
 		{"malformed To", "To: nope\r\n\r\n"},
 		{"bare CR in header", "To: a@x.com\rBcc: e@x.com\r\n\r\n"},
 		{"encoded LF in display name", "To: =?utf-8?q?A=0ABcc:_e@x.com?= <a@x.com>\r\n\r\n"},
