@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // MaxMessageBytes is the largest raw message the relay accepts: Gmail's
@@ -100,6 +101,9 @@ func DecodeSendRequest(data []byte) (SendRequest, error) {
 		}
 		return req, Invalid("", "request body is not valid JSON")
 	}
+	if path := duplicateKey(data); path != "" {
+		return req, Invalid(fieldName(path), "%s is given more than once", fieldName(path))
+	}
 	names := make([]string, 0, len(fields))
 	for name := range fields {
 		names = append(names, name)
@@ -107,6 +111,11 @@ func DecodeSendRequest(data []byte) (SendRequest, error) {
 	slices.Sort(names)
 	for _, name := range names {
 		raw := fields[name]
+		// encoding/json would replace invalid UTF-8 with U+FFFD silently:
+		// the message sent would not be the one the caller wrote.
+		if !utf8.Valid(raw) {
+			return SendRequest{}, Invalid(fieldName(name), "%s is not valid UTF-8", fieldName(name))
+		}
 		var err error
 		switch name {
 		case "key":
@@ -149,6 +158,56 @@ func DecodeSendRequest(data []byte) (SendRequest, error) {
 		}
 	}
 	return req, nil
+}
+
+// duplicateKey returns the dotted path ("key", "job.order_id",
+// "headers.X-A") of the first object key that appears twice in the JSON
+// document data, or "" when there is none. encoding/json keeps the last of
+// two, where another reader may keep the first. data must be valid JSON;
+// a syntax error ends the walk with "".
+func duplicateKey(data []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var walk func(prefix string) (string, bool)
+	walk = func(prefix string) (string, bool) {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for dec.More() {
+				kt, err := dec.Token()
+				k, isStr := kt.(string)
+				if err != nil || !isStr {
+					return "", false
+				}
+				path := k
+				if prefix != "" {
+					path = prefix + "." + k
+				}
+				if seen[k] {
+					return path, true
+				}
+				seen[k] = true
+				if p, stop := walk(path); stop {
+					return p, true
+				}
+			}
+			_, _ = dec.Token()
+		case json.Delim('['):
+			for dec.More() {
+				if p, stop := walk(prefix); stop {
+					return p, true
+				}
+			}
+			_, _ = dec.Token()
+		}
+		return "", false
+	}
+	p, _ := walk("")
+	return p
 }
 
 // fieldName bounds a client-chosen name before it is echoed as an error's

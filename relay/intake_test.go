@@ -58,6 +58,12 @@ func TestDecodeSendRequest(t *testing.T) {
 		{"unknown job field", `{"job":{"customer":"x"}}`, "job.customer"},
 		{"float order id", `{"job":{"order_id":1.5}}`, "job.order_id"},
 		{"job not object", `{"job":"x"}`, "job"},
+		{"invalid UTF-8 in subject", "{\"subject\":\"a\xffb\"}", "subject"},
+		{"invalid UTF-8 in a header value", "{\"headers\":{\"X-A\":\"a\xc3\"}}", "headers"},
+		{"invalid UTF-8 in a job part", "{\"job\":{\"order_id\":\"\xed\xa0\x80\"}}", "job"},
+		{"duplicate key", `{"key":"a","to":"a@x.com","key":"b"}`, "key"},
+		{"duplicate job part", `{"job":{"order_id":"1","customer_id":"c","order_id":"2"}}`, "job.order_id"},
+		{"duplicate header", `{"headers":{"X-A":"1","X-A":"2"}}`, "headers.X-A"},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
@@ -147,6 +153,14 @@ func TestPrepareRefusals(t *testing.T) {
 		{"CRLF in display name", `{"key":"k","to":"\"A\r\nBcc: e@x.com\" <a@x.com>"}`, "", "to"},
 		{"CRLF in header name", `{"key":"k","to":"a@x.com","headers":{"X-A\r\nBcc":"e@x.com"}}`, "", "headers"},
 		{"CRLF in header value", `{"key":"k","to":"a@x.com","headers":{"X-A":"1\r\nBcc: e@x.com"}}`, "", "headers.X-A"},
+		{"colon in customer_id", `{"job":{"customer_id":"a:b","event_type":"c","order_id":"d"},"to":"a@x.com"}`, "", "job.customer_id"},
+		{"colon in event_type", `{"job":{"customer_id":"a","event_type":"b:c","order_id":"d"},"to":"a@x.com"}`, "", "job.event_type"},
+		{"colon in order_id", `{"job":{"customer_id":"a","event_type":"b","order_id":"c:d"},"to":"a@x.com"}`, "", "job.order_id"},
+		{"C1 control in subject", `{"key":"k","to":"a@x.com","subject":"s\u0085Bcc: e@x.com"}`, "", "subject"},
+		{"C1 control U+009F in subject", `{"key":"k","to":"a@x.com","subject":"s\u009f"}`, "", "subject"},
+		{"U+2028 in subject", `{"key":"k","to":"a@x.com","subject":"s\u2028Bcc: e@x.com"}`, "", "subject"},
+		{"U+2029 in header value", `{"key":"k","to":"a@x.com","headers":{"X-A":"1\u2029Bcc: e@x.com"}}`, "", "headers.X-A"},
+		{"C1 control in from", `{"key":"k","to":"a@x.com","from":"F\u0080 <f@x.com>"}`, "", "from"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
