@@ -104,6 +104,7 @@ func New(cfg Config) *Server {
 			Int("size", size).Dur("took", d).Msg("request")
 	}))
 	r.Use(middleware.Recoverer)
+	r.Use(routeEscaped)
 
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -359,9 +360,29 @@ func failureError(j acceptlog.Job, d faultmodes.Decision) *relay.Error {
 	}
 }
 
+// routeEscaped makes chi route on the escaped path, so every path
+// parameter is raw and its handler decodes it exactly once. Left alone,
+// chi routes on r.URL.RawPath only when Go kept one (an escaping that
+// differs from Go's own) and on the decoded r.URL.Path otherwise: a
+// Message-ID holding "%6A" would then arrive decoded once already, and
+// a second decode would name another job.
+func routeEscaped(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rctx := chi.RouteContext(r.Context()); rctx != nil && rctx.RoutePath == "" {
+			rctx.RoutePath = r.URL.EscapedPath()
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// pathParam returns the path parameter name, decoded once (see
+// routeEscaped).
+func pathParam(r *http.Request, name string) (string, error) {
+	return url.PathUnescape(chi.URLParam(r, name))
+}
+
 func (s *Server) idParam(r *http.Request) (string, error) {
-	raw := chi.URLParam(r, "id")
-	v, err := url.PathUnescape(raw)
+	v, err := pathParam(r, "id")
 	if err != nil {
 		return "", relay.Invalid("id", "bad path escape in Message-ID")
 	}
@@ -629,7 +650,11 @@ func (s *Server) deleteFault(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	id := chi.URLParam(r, "id")
+	id, err := pathParam(r, "id")
+	if err != nil {
+		writeError(w, r, relay.Invalid("id", "bad path escape in fault rule id"))
+		return
+	}
 	if !f.Remove(id) {
 		writeError(w, r, relay.Errorf(relay.CodeNotFound, "no fault rule %q", id))
 		return

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // MaxMessageBytes is the largest raw message the relay accepts: Gmail's
@@ -100,6 +101,9 @@ func DecodeSendRequest(data []byte) (SendRequest, error) {
 		}
 		return req, Invalid("", "request body is not valid JSON")
 	}
+	if path := duplicateKey(data); path != "" {
+		return req, Invalid(fieldName(path), "%s is given more than once", fieldName(path))
+	}
 	names := make([]string, 0, len(fields))
 	for name := range fields {
 		names = append(names, name)
@@ -107,6 +111,11 @@ func DecodeSendRequest(data []byte) (SendRequest, error) {
 	slices.Sort(names)
 	for _, name := range names {
 		raw := fields[name]
+		// encoding/json would replace invalid UTF-8 with U+FFFD silently:
+		// the message sent would not be the one the caller wrote.
+		if !utf8.Valid(raw) {
+			return SendRequest{}, Invalid(fieldName(name), "%s is not valid UTF-8", fieldName(name))
+		}
 		var err error
 		switch name {
 		case "key":
@@ -149,6 +158,56 @@ func DecodeSendRequest(data []byte) (SendRequest, error) {
 		}
 	}
 	return req, nil
+}
+
+// duplicateKey returns the dotted path ("key", "job.order_id",
+// "headers.X-A") of the first object key that appears twice in the JSON
+// document data, or "" when there is none. encoding/json keeps the last of
+// two, where another reader may keep the first. data must be valid JSON;
+// a syntax error ends the walk with "".
+func duplicateKey(data []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var walk func(prefix string) (string, bool)
+	walk = func(prefix string) (string, bool) {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for dec.More() {
+				kt, err := dec.Token()
+				k, isStr := kt.(string)
+				if err != nil || !isStr {
+					return "", false
+				}
+				path := k
+				if prefix != "" {
+					path = prefix + "." + k
+				}
+				if seen[k] {
+					return path, true
+				}
+				seen[k] = true
+				if p, stop := walk(path); stop {
+					return p, true
+				}
+			}
+			_, _ = dec.Token()
+		case json.Delim('['):
+			for dec.More() {
+				if p, stop := walk(prefix); stop {
+					return p, true
+				}
+			}
+			_, _ = dec.Token()
+		}
+		return "", false
+	}
+	p, _ := walk("")
+	return p
 }
 
 // fieldName bounds a client-chosen name before it is echoed as an error's
@@ -496,8 +555,10 @@ func structuredFingerprint(v validated, channel, threadID string) string {
 // Refused with a CodeInvalid *Error, field raw: an unparseable message, NUL
 // bytes, a bare CR in the header section, a repeated From/To/Cc/Bcc/
 // Reply-To/Subject/Message-ID header, malformed addresses, no recipient (To,
-// Cc or Bcc), a malformed Message-ID, a Message-ID that is not the key's
-// ("Message-ID mismatch"), and no Message-ID with no key. A key or channel
+// Cc or Bcc), a header name with whitespace before its colon (obsolete
+// "Name :" syntax) or other bytes outside RFC 5322 ftext, a malformed Message-ID, a Message-ID that is not the key's
+// ("Message-ID mismatch"), and no Message-ID with no key. A Message-ID
+// that fails CheckMessageIDShape is refused with field message_id. A key or channel
 // that is not valid is an error naming that field. Over MaxMessageBytes is
 // CodeTooLarge. A bad domain is a CodeInternal error.
 func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
@@ -525,6 +586,9 @@ func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 		return Prepared{}, Invalid("raw", "raw is not an RFC 5322 message: %v", err)
 	}
 	h := msg.Header
+	if err := checkHeaderNames(h); err != nil {
+		return Prepared{}, err
+	}
 	// These may appear at most once: two To headers could be read
 	// differently by the relay and by Gmail.
 	for _, name := range []string{"Message-Id", "From", "Sender", "To", "Cc", "Bcc", "Reply-To", "Subject", "Date"} {
@@ -554,6 +618,9 @@ func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 	}
 	p := Prepared{Key: key, Channel: channel}
 	if values, ok := h["Message-Id"]; ok {
+		if err := CheckMessageIDShape(strings.TrimSpace(values[0])); err != nil {
+			return Prepared{}, err
+		}
 		id, err := NormalizeMessageID(values[0])
 		if err != nil {
 			return Prepared{}, Invalid("raw", "raw Message-ID header: %s", errMessage(err))
@@ -615,6 +682,30 @@ func normalizeLineEndings(raw []byte) ([]byte, error) {
 	return out, nil
 }
 
+// checkHeaderNames refuses a header whose name is not RFC 5322 ftext,
+// above all the obsolete "Name :" (§4.5.1): it is read as a header other
+// than "Name", so a second Message-ID or To would pass the one-of-each
+// checks and reach Gmail, which may read it as the real one.
+func checkHeaderNames(h mail.Header) error {
+	names := make([]string, 0, len(h))
+	for name := range h {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		for i := 0; i < len(name); i++ {
+			c := name[i]
+			if c == ' ' || c == '\t' {
+				return Invalid("raw", "raw header %q has whitespace before its colon (obsolete RFC 5322 syntax); write %q", name, strings.TrimRight(name, " \t")+":")
+			}
+			if c < 33 || c > 126 || c == ':' {
+				return Invalid("raw", "raw header name %q holds the byte %#02x, which is not allowed in a header name", name, c)
+			}
+		}
+	}
+	return nil
+}
+
 // ReadMessageID returns the normalised Message-ID header of a raw message,
 // or "" when it has none. An unparseable message, a repeated Message-ID or
 // a malformed one is a CodeInvalid *Error with field raw.
@@ -623,6 +714,9 @@ func ReadMessageID(raw []byte) (string, error) {
 	if err != nil {
 		return "", Invalid("raw", "raw is not an RFC 5322 message: %v", err)
 	}
+	if err := checkHeaderNames(msg.Header); err != nil {
+		return "", err
+	}
 	values := msg.Header["Message-Id"]
 	switch len(values) {
 	case 0:
@@ -630,6 +724,9 @@ func ReadMessageID(raw []byte) (string, error) {
 	case 1:
 	default:
 		return "", Invalid("raw", "raw has %d Message-ID headers", len(values))
+	}
+	if err := CheckMessageIDShape(strings.TrimSpace(values[0])); err != nil {
+		return "", err
 	}
 	id, err := NormalizeMessageID(values[0])
 	if err != nil {

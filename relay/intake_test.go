@@ -58,6 +58,12 @@ func TestDecodeSendRequest(t *testing.T) {
 		{"unknown job field", `{"job":{"customer":"x"}}`, "job.customer"},
 		{"float order id", `{"job":{"order_id":1.5}}`, "job.order_id"},
 		{"job not object", `{"job":"x"}`, "job"},
+		{"invalid UTF-8 in subject", "{\"subject\":\"a\xffb\"}", "subject"},
+		{"invalid UTF-8 in a header value", "{\"headers\":{\"X-A\":\"a\xc3\"}}", "headers"},
+		{"invalid UTF-8 in a job part", "{\"job\":{\"order_id\":\"\xed\xa0\x80\"}}", "job"},
+		{"duplicate key", `{"key":"a","to":"a@x.com","key":"b"}`, "key"},
+		{"duplicate job part", `{"job":{"order_id":"1","customer_id":"c","order_id":"2"}}`, "job.order_id"},
+		{"duplicate header", `{"headers":{"X-A":"1","X-A":"2"}}`, "headers.X-A"},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
@@ -147,6 +153,14 @@ func TestPrepareRefusals(t *testing.T) {
 		{"CRLF in display name", `{"key":"k","to":"\"A\r\nBcc: e@x.com\" <a@x.com>"}`, "", "to"},
 		{"CRLF in header name", `{"key":"k","to":"a@x.com","headers":{"X-A\r\nBcc":"e@x.com"}}`, "", "headers"},
 		{"CRLF in header value", `{"key":"k","to":"a@x.com","headers":{"X-A":"1\r\nBcc: e@x.com"}}`, "", "headers.X-A"},
+		{"colon in customer_id", `{"job":{"customer_id":"a:b","event_type":"c","order_id":"d"},"to":"a@x.com"}`, "", "job.customer_id"},
+		{"colon in event_type", `{"job":{"customer_id":"a","event_type":"b:c","order_id":"d"},"to":"a@x.com"}`, "", "job.event_type"},
+		{"colon in order_id", `{"job":{"customer_id":"a","event_type":"b","order_id":"c:d"},"to":"a@x.com"}`, "", "job.order_id"},
+		{"C1 control in subject", `{"key":"k","to":"a@x.com","subject":"s\u0085Bcc: e@x.com"}`, "", "subject"},
+		{"C1 control U+009F in subject", `{"key":"k","to":"a@x.com","subject":"s\u009f"}`, "", "subject"},
+		{"U+2028 in subject", `{"key":"k","to":"a@x.com","subject":"s\u2028Bcc: e@x.com"}`, "", "subject"},
+		{"U+2029 in header value", `{"key":"k","to":"a@x.com","headers":{"X-A":"1\u2029Bcc: e@x.com"}}`, "", "headers.X-A"},
+		{"C1 control in from", `{"key":"k","to":"a@x.com","from":"F\u0080 <f@x.com>"}`, "", "from"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -214,7 +228,7 @@ func TestPrepareRaw(t *testing.T) {
 	})
 
 	t.Run("Message-ID is the key when no key is given", func(t *testing.T) {
-		p, err := relay.PrepareRaw([]byte(rawWithID("abc@client.example")), "", "", testDomain)
+		p, err := relay.PrepareRaw([]byte(rawWithID("<abc@client.example>")), "", "", testDomain)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -259,16 +273,27 @@ func TestPrepareRaw(t *testing.T) {
 		{"initial continuation line", " To: a@x.com\r\n\r\n"},
 		{"two To headers", "To: a@x.com\r\nTo: b@x.com\r\n\r\n"},
 		{"two Message-IDs", "Message-ID: " + testID + "\r\n" + rawWithID(testID)},
+		{"obsolete Message-ID name", "Message-ID : " + testID + "\r\n" + rawWithID(testID)},
+		{"obsolete To name", "To : b@x.com\r\n" + rawNoID},
 		{"malformed To", "To: nope\r\n\r\n"},
 		{"bare CR in header", "To: a@x.com\rBcc: e@x.com\r\n\r\n"},
-		{"malformed Message-ID", "Message-ID: <a b@c>\r\nTo: a@x.com\r\n\r\n"},
-		{"empty Message-ID", "Message-ID:\r\nTo: a@x.com\r\n\r\n"},
 		{"encoded LF in display name", "To: =?utf-8?q?A=0ABcc:_e@x.com?= <a@x.com>\r\n\r\n"},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := relay.PrepareRaw([]byte(tt.raw), key, "", testDomain)
 			wantInvalid(t, err, "raw")
+		})
+	}
+	// A Message-ID of the wrong shape is named by its own field.
+	for _, tt := range []struct{ name, raw string }{
+		{"malformed Message-ID", "Message-ID: <a b@c>\r\nTo: a@x.com\r\n\r\n"},
+		{"empty Message-ID", "Message-ID:\r\nTo: a@x.com\r\n\r\n"},
+		{"Message-ID without brackets", "Message-ID: a@c.example\r\nTo: a@x.com\r\n\r\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := relay.PrepareRaw([]byte(tt.raw), "", "", testDomain)
+			wantInvalid(t, err, "message_id")
 		})
 	}
 }
@@ -326,7 +351,7 @@ func wrap(s string) string {
 func TestReadMessageID(t *testing.T) {
 	tests := []struct{ name, raw, want string }{
 		{"present", rawWithID(" <a@b.c> "), "<a@b.c>"},
-		{"without brackets, any case", "message-id: a@b.c\nTo: x@y.z\n\n", "<a@b.c>"},
+		{"any case", "message-id: <a@b.c>\nTo: x@y.z\n\n", "<a@b.c>"},
 		{"none", rawNoID, ""},
 	}
 	for _, tt := range tests {
@@ -337,11 +362,16 @@ func TestReadMessageID(t *testing.T) {
 			}
 		})
 	}
-	for _, bad := range []string{"Message-ID: <a b>\r\n\r\n", " x\r\n\r\n", "Message-ID: <c@d>\r\n" + rawWithID("<a@b>")} {
-		_, err := relay.ReadMessageID([]byte(bad))
+	for _, bad := range []struct{ raw, field string }{
+		{"Message-ID: <a b>\r\n\r\n", "message_id"},
+		{"Message-ID: a@b.c\r\n\r\n", "message_id"},
+		{" x\r\n\r\n", "raw"},
+		{"Message-ID: <c@d>\r\n" + rawWithID("<a@b>"), "raw"},
+	} {
+		_, err := relay.ReadMessageID([]byte(bad.raw))
 		var e *relay.Error
-		if !errors.As(err, &e) || e.Field != "raw" {
-			t.Errorf("ReadMessageID(%q) = %v, want an error with field raw", bad, err)
+		if !errors.As(err, &e) || e.Field != bad.field {
+			t.Errorf("ReadMessageID(%q) = %v, want an error with field %s", bad.raw, err, bad.field)
 		}
 	}
 }

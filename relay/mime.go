@@ -130,6 +130,11 @@ func checkHeaderText(field, s string) error {
 		if (r < 0x20 && r != '\t') || r == 0x7f {
 			return Invalid(field, "%s contains a control character", field)
 		}
+		// C1 controls (NEL among them) and the Unicode line and paragraph
+		// separators read as line breaks to some mail software.
+		if (0x80 <= r && r <= 0x9f) || r == 0x2028 || r == 0x2029 {
+			return Invalid(field, "%s contains the line-breaking or control character %U", field, r)
+		}
 	}
 	return nil
 }

@@ -27,8 +27,8 @@ func MessageID(key, domain string) string {
 
 // JobKey joins a job's source-event identity into a key,
 // "customer_id:event_type:order_id". All three parts are required; a blank
-// part is a CodeInvalid error naming its field (job.customer_id,
-// job.event_type or job.order_id). The parts are used as given (not
+// part, or one holding ':', is a CodeInvalid error naming its field
+// (job.customer_id, job.event_type or job.order_id). The parts are used as given (not
 // trimmed), so the key matches what the n8n recipe computes.
 func JobKey(customerID, eventType, orderID string) (string, error) {
 	parts := []struct{ field, value string }{
@@ -39,6 +39,10 @@ func JobKey(customerID, eventType, orderID string) (string, error) {
 	for _, p := range parts {
 		if strings.TrimSpace(p.value) == "" {
 			return "", Invalid(p.field, "%s is required", p.field)
+		}
+		// ':' joins the parts: "a:b"+"c" and "a"+"b:c" would share a key.
+		if strings.Contains(p.value, ":") {
+			return "", Invalid(p.field, "%s must not contain ':', which separates the key's parts", p.field)
 		}
 	}
 	key := customerID + ":" + eventType + ":" + orderID

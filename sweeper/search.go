@@ -21,7 +21,14 @@ type hit struct {
 // (the caller hands over at most that many), and decides each job. It
 // returns how many jobs it dealt with.
 func (p *pass) search(ctx context.Context, mailbox string, jobs []acceptlog.Job) (int, error) {
-	q := query(jobs)
+	q, searched := query(jobs)
+	if skipped := len(jobs) - len(searched); skipped > 0 {
+		p.s.svc.Logger().Warn().Int("jobs", skipped).Msg("Message-IDs not of the searchable shape left out of the mailbox search")
+	}
+	jobs = searched
+	if len(jobs) == 0 {
+		return 0, nil
+	}
 	hits, err := p.find(ctx, mailbox, q, jobs)
 	if errors.Is(err, errStopped) {
 		return 0, nil
@@ -59,16 +66,28 @@ func (p *pass) search(ctx context.Context, mailbox string, jobs []acceptlog.Job)
 }
 
 // query is the search for jobs' Message-IDs: rfc822msgid:<id> for one,
-// {rfc822msgid:<a> rfc822msgid:<b> ...} (Gmail's OR group) for several.
-func query(jobs []acceptlog.Job) string {
-	terms := make([]string, len(jobs))
-	for i, j := range jobs {
-		terms[i] = "rfc822msgid:" + strings.TrimSuffix(strings.TrimPrefix(j.MessageID, "<"), ">")
+// {rfc822msgid:<a> rfc822msgid:<b> ...} (Gmail's OR group) for several,
+// and the jobs it searches for. A job whose Message-ID fails
+// relay.CheckMessageIDShape is left out (intake refuses such ids, so only
+// an older log holds one): its id could carry Gmail search syntax and
+// widen the query to other messages. With no job left, q is "".
+func query(jobs []acceptlog.Job) (q string, searched []acceptlog.Job) {
+	terms := make([]string, 0, len(jobs))
+	searched = make([]acceptlog.Job, 0, len(jobs))
+	for _, j := range jobs {
+		if relay.CheckMessageIDShape(j.MessageID) != nil {
+			continue
+		}
+		terms = append(terms, "rfc822msgid:"+strings.TrimSuffix(strings.TrimPrefix(j.MessageID, "<"), ">"))
+		searched = append(searched, j)
 	}
-	if len(terms) == 1 {
-		return terms[0]
+	switch len(terms) {
+	case 0:
+		return "", nil
+	case 1:
+		return terms[0], searched
 	}
-	return "{" + strings.Join(terms, " ") + "}"
+	return "{" + strings.Join(terms, " ") + "}", searched
 }
 
 // find lists the SENT messages matching q (every page) and attributes each
