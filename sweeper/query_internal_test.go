@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -34,7 +35,7 @@ func TestQueryLeavesOutUnsearchableIDs(t *testing.T) {
 // those ids (decoys in the same mailbox never come back).
 func FuzzQuery(f *testing.F) {
 	_, url := gmailfake.NewTestServer(f, gmailfake.Options{StrictQueries: true})
-	gm, err := relay.NewGmail(context.Background(), relay.GmailConfig{Endpoint: url})
+	gm, err := gmailapi.New(context.Background(), gmailapi.Config{Endpoint: url})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -23,7 +23,7 @@ type hit struct {
 func (p *pass) search(ctx context.Context, mailbox string, jobs []acceptlog.Job) (int, error) {
 	q, searched := query(jobs)
 	if skipped := len(jobs) - len(searched); skipped > 0 {
-		p.s.svc.Logger().Warn().Int("jobs", skipped).Msg("Message-IDs not of the searchable shape left out of the mailbox search")
+		p.s.deps.Logger.Warn().Int("jobs", skipped).Msg("Message-IDs not of the searchable shape left out of the mailbox search")
 	}
 	jobs = searched
 	if len(jobs) == 0 {
