@@ -26,6 +26,7 @@ import (
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/retention"
 	"github.com/gmailrelay/gmailrelay/sweeper"
@@ -37,7 +38,16 @@ const MaxJSONBytes = 25 << 20
 
 // Config wires the HTTP API.
 type Config struct {
+	// Service is the send path: sends and resolves go through it.
 	Service *relay.Service
+	// The log readers, fault rules, quota, policy and clock the handlers
+	// use. Nil fields are taken from Service, so a relay process
+	// wires one Service; a test may hand in others.
+	Log     *acceptlog.Log
+	Faults  *faultmodes.Set
+	Quota   *relay.Quota
+	Policy  *policy.Policy
+	Now     func() time.Time
 	Sweeper *sweeper.Sweeper // nil: /admin/sweep answers 503
 	// Retention is the retention pass; nil or disabled: nothing is pruned.
 	// POST /admin/sweep runs it after the sweep.
@@ -67,6 +77,29 @@ type Config struct {
 	Logger  zerolog.Logger
 }
 
+// withDeps fills the dependencies c leaves nil from c.Service.
+func (c Config) withDeps() Config {
+	if c.Service == nil {
+		return c
+	}
+	if c.Log == nil {
+		c.Log = c.Service.Log()
+	}
+	if c.Faults == nil {
+		c.Faults = c.Service.Faults()
+	}
+	if c.Quota == nil {
+		c.Quota = c.Service.Quota()
+	}
+	if c.Policy == nil {
+		c.Policy = c.Service.Policy()
+	}
+	if c.Now == nil {
+		c.Now = c.Service.Now
+	}
+	return c
+}
+
 // Server is the HTTP handler.
 type Server struct {
 	cfg       Config
@@ -93,6 +126,7 @@ type roleKey struct{}
 
 // New builds the router.
 func New(cfg Config) *Server {
+	cfg = cfg.withDeps()
 	s := &Server{cfg: cfg, svc: cfg.Service}
 	s.apiHash = sha256.Sum256([]byte(cfg.APIToken))
 	s.adminHash = sha256.Sum256([]byte(cfg.AdminToken))
@@ -205,7 +239,7 @@ func (s *Server) faultOverride(r *http.Request) (faultmodes.Decision, error) {
 	if err != nil {
 		return faultmodes.Decision{}, relay.Invalid("X-Relay-Fault", "%v", err)
 	}
-	f := s.svc.Faults()
+	f := s.cfg.Faults
 	if f == nil {
 		return faultmodes.Decision{}, relay.Errorf(relay.CodeUnavailable, "fault modes are disabled on this relay")
 	}
@@ -265,7 +299,7 @@ func (s *Server) prepare(r *http.Request) (relay.Prepared, error) {
 		if req.Channel == "" {
 			req.Channel = channelOf(r)
 		}
-		return relay.Prepare(req, key, s.cfg.MsgIDDomain, s.svc.Now())
+		return relay.Prepare(req, key, s.cfg.MsgIDDomain, s.cfg.Now())
 	default:
 		return relay.Prepared{}, relay.Invalid("Content-Type", "send application/json or message/rfc822, not %q", ct)
 	}
@@ -408,7 +442,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		o.Limit = n
 	}
-	jobs, next, err := s.svc.Log().List(r.Context(), o)
+	jobs, next, err := s.cfg.Log.List(r.Context(), o)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -434,12 +468,12 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	j, err := s.svc.Log().Get(r.Context(), id)
+	j, err := s.cfg.Log.Get(r.Context(), id)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	lines, err := s.svc.Log().JobLines(r.Context(), id)
+	lines, err := s.cfg.Log.JobLines(r.Context(), id)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -467,7 +501,7 @@ func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	lines, next, err := s.svc.Log().Lines(r.Context(), after, limit)
+	lines, next, err := s.cfg.Log.Lines(r.Context(), after, limit)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -507,7 +541,7 @@ type Stats struct {
 
 // CollectStats gathers /v1/stats; /metrics reads the same numbers.
 func (s *Server) CollectStats(ctx context.Context) (Stats, error) {
-	st, err := s.svc.Log().Stats(ctx)
+	st, err := s.cfg.Log.Stats(ctx)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -515,13 +549,13 @@ func (s *Server) CollectStats(ctx context.Context) (Stats, error) {
 		DuplicatesFound: st.ByReason[acceptlog.KindReview][string(acceptlog.ReasonDuplicate)],
 		HandleRewrites:  st.ByReason[acceptlog.KindHandle][string(acceptlog.ReasonHandleRewritten)],
 		ReviewDepth:     st.ByState[acceptlog.StateReview],
-		QuotaUnitsSpent: s.svc.Quota().Spent(),
+		QuotaUnitsSpent: s.cfg.Quota.Spent(),
 		FaultsInjected:  map[faultmodes.Mode]int{},
 	}
 	if !st.OldestUnknown.IsZero() {
-		out.OldestUnknownAge = s.svc.Now().Sub(st.OldestUnknown).Seconds()
+		out.OldestUnknownAge = s.cfg.Now().Sub(st.OldestUnknown).Seconds()
 	}
-	if f := s.svc.Faults(); f != nil {
+	if f := s.cfg.Faults; f != nil {
 		out.FaultsInjected = f.Injected()
 	}
 	if s.cfg.Sweeper != nil {
@@ -532,7 +566,7 @@ func (s *Server) CollectStats(ctx context.Context) (Stats, error) {
 		t := s.cfg.Retention.Totals()
 		out.Pruned = &t
 	}
-	if out.LogBytes, err = s.svc.Log().Size(ctx); err != nil {
+	if out.LogBytes, err = s.cfg.Log.Size(ctx); err != nil {
 		return Stats{}, err
 	}
 	return out, nil
@@ -571,7 +605,7 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 		writeErrorFor(w, r, err, id, res.Job.State)
 		return
 	}
-	lines, _ := s.svc.Log().JobLines(r.Context(), id)
+	lines, _ := s.cfg.Log.JobLines(r.Context(), id)
 	writeJSON(w, http.StatusOK, jobView{Job: res.Job, URL: jobURL(id), Lines: lines})
 }
 
@@ -594,7 +628,7 @@ func decodeStrict(r *http.Request, v any) error {
 }
 
 func (s *Server) faultSet() (*faultmodes.Set, error) {
-	if f := s.svc.Faults(); f != nil {
+	if f := s.cfg.Faults; f != nil {
 		return f, nil
 	}
 	return nil, relay.Errorf(relay.CodeUnavailable, "fault modes are disabled on this relay")
@@ -630,7 +664,7 @@ func (s *Server) addFault(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if spec.Channel != "" {
-		if _, err := s.svc.Policy().Channel(spec.Channel); err != nil {
+		if _, err := s.cfg.Policy.Channel(spec.Channel); err != nil {
 			writeError(w, r, relay.Invalid("channel", "%v", err))
 			return
 		}
@@ -699,7 +733,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		body["warning"] = "SANDBOX: sends go to the embedded Gmail emulator, not to Gmail"
 	}
 	ok := true
-	if _, err := s.svc.Log().Stats(r.Context()); err != nil {
+	if _, err := s.cfg.Log.Stats(r.Context()); err != nil {
 		ok = false
 		body["log"] = err.Error()
 	} else {
@@ -764,5 +798,5 @@ func (s *Server) advanceClock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.cfg.AdvanceClock(d)
-	writeJSON(w, http.StatusOK, map[string]any{"now": s.svc.Now()})
+	writeJSON(w, http.StatusOK, map[string]any{"now": s.cfg.Now()})
 }

@@ -26,9 +26,9 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 	// The copy may take longer than the server's write timeout, which is
 	// sized for sends.
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	name := "gmailrelay-" + s.svc.Now().UTC().Format("20060102T150405Z") + ".db"
+	name := "gmailrelay-" + s.cfg.Now().UTC().Format("20060102T150405Z") + ".db"
 	started := false
-	n, err := s.svc.Log().Backup(r.Context(), w, func(size int64) {
+	n, err := s.cfg.Log.Backup(r.Context(), w, func(size int64) {
 		started = true
 		h := w.Header()
 		h.Set("Content-Type", "application/octet-stream")
