@@ -267,6 +267,9 @@ func channel(ch entry) (Channel, error) {
 			if d <= 0 {
 				return c, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("must be positive, got %s", s)}
 			}
+			if d < MinGrace {
+				return c, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("must be at least %s (Gmail's index needs time), got %s", MinGrace, s)}
+			}
 			c.Grace = d
 		case "checks", "max_attempts":
 			i, err := integer(e.value, e.path)

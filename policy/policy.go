@@ -93,6 +93,10 @@ type Policy struct {
 	Retention time.Duration
 }
 
+// MinGrace is the shortest grace a channel may set: below it a search
+// after an ambiguous send says nothing about Gmail's index.
+const MinGrace = time.Second
+
 // MinRetention is the shortest retention a policy may set.
 const MinRetention = time.Hour
 
@@ -212,6 +216,9 @@ func (p *Policy) Validate() error {
 		}
 		if c.Grace <= 0 {
 			return &FieldError{Field: path + ".grace", Message: fmt.Sprintf("must be positive, got %s", c.Grace)}
+		}
+		if c.Grace < MinGrace {
+			return &FieldError{Field: path + ".grace", Message: fmt.Sprintf("must be at least %s, got %s", MinGrace, c.Grace)}
 		}
 		if c.Checks < 1 {
 			return &FieldError{Field: path + ".checks", Message: fmt.Sprintf("must be at least 1, got %d", c.Checks)}

@@ -49,3 +49,23 @@ func TestRetention(t *testing.T) {
 		t.Errorf("Validate with retention 1m: %v, want a retention error", err)
 	}
 }
+
+func TestGraceAtLeastOneSecond(t *testing.T) {
+	for _, g := range []string{"1ns", "999ms"} {
+		_, err := policy.Parse([]byte("channels:\n  default: {on_unknown: retry, grace: " + g + "}\n"))
+		var fe *policy.FieldError
+		if !errors.As(err, &fe) || fe.Field != "channels.default.grace" || !strings.Contains(err.Error(), "at least 1s") {
+			t.Errorf("grace %s: got %v; want a channels.default.grace error saying at least 1s", g, err)
+		}
+	}
+	if _, err := policy.Parse([]byte("channels:\n  default: {on_unknown: retry, grace: 1s}\n")); err != nil {
+		t.Errorf("grace 1s: %v", err)
+	}
+	p := policy.Default()
+	c := p.Channels["default"]
+	c.Grace = time.Millisecond
+	p.Channels["default"] = c
+	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "grace") {
+		t.Errorf("Validate with grace 1ms: %v, want a grace error", err)
+	}
+}
