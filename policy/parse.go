@@ -20,7 +20,7 @@ import (
 // msgid_domain defaults to DefaultMsgIDDomain and verify_handle to "first";
 // channels is required and must not be empty; in each channel on_unknown is
 // required (no silent choice between resending and review), and grace
-// (default 3m, a Go duration string such as "90s" or "3m", > 0), checks
+// (default 3m, a Go duration string such as "90s" or "3m", at least 1s), checks
 // (default 2, >= 1) and max_attempts (default 3, >= 1) may be omitted.
 // A policy without a "default" channel is valid: every send must then name
 // its channel. Only one YAML document is allowed.

@@ -69,7 +69,7 @@ type Channel struct {
 	Name      string
 	OnUnknown OnUnknown
 	// Grace is how long the sweeper waits after an ambiguous attempt (and
-	// between checks) before searching the mailbox; > 0.
+	// between checks) before searching the mailbox; at least MinGrace (1s).
 	Grace time.Duration
 	// Checks is how many consecutive search misses the sweeper accepts
 	// before acting (resend on Retry, review on Review); >= 1.
