@@ -130,6 +130,14 @@ func (c *serveConfig) validate() error {
 	if !loopback(c.Addr) && c.APIToken == "" {
 		return fmt.Errorf("--addr %s is not a loopback address: set --api-token (and --admin-token) first", c.Addr)
 	}
+	if !loopback(c.Addr) {
+		// Beyond loopback a guessable token is an open mail gateway.
+		for _, t := range []struct{ flag, v string }{{"api-token", c.APIToken}, {"admin-token", c.AdminToken}} {
+			if t.v != "" && len(t.v) < minPublicToken {
+				return fmt.Errorf("--%s: %d characters is too short for a non-loopback --addr; use at least %d (e.g. openssl rand -hex 16)", t.flag, len(t.v), minPublicToken)
+			}
+		}
+	}
 	if c.APIToken != "" && c.APIToken == c.AdminToken {
 		return errors.New("--admin-token must differ from --api-token")
 	}
@@ -178,6 +186,10 @@ func (c *serveConfig) validate() error {
 func (c *serveConfig) sandbox() bool {
 	return c.Sandbox || (c.Credentials == "" && c.GmailEndpoint == "")
 }
+
+// minPublicToken is the shortest token accepted when the relay listens
+// beyond loopback.
+const minPublicToken = 16
 
 func loopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)

@@ -52,6 +52,8 @@ func TestServeBadConfigurationExits2(t *testing.T) {
 		{"bad policy", "on_unknown", []string{"--policy", badPolicy}},
 		{"missing policy", "no such file", []string{"--policy", filepath.Join(dir, "missing.yaml")}},
 		{"public address without token", "api-token", []string{"--addr", "0.0.0.0:8080"}},
+		{"public address with a short api token", "--api-token: 1 characters is too short", []string{"--addr", "0.0.0.0:8080", "--api-token", "x"}},
+		{"public address with a short admin token", "--admin-token: 15 characters", []string{"--addr", "0.0.0.0:8080", "--api-token", "0123456789abcdef", "--admin-token", "0123456789abcde"}},
 		{"bad log format", "log-format", []string{"--log-format", "xml"}},
 		{"bad domain", "msgid-domain", []string{"--msgid-domain", "bad domain"}},
 		{"same tokens", "differ", []string{"--api-token", "x", "--admin-token", "x"}},
