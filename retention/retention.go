@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/internal/lifecycle"
 )
 
 // Defaults for Config's zero values.
@@ -56,9 +57,7 @@ type Pass struct {
 	totalsMu sync.Mutex
 	totals   acceptlog.PruneResult
 
-	lifeMu sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	life   lifecycle.Loop
 	passes chan Result
 }
 
@@ -129,31 +128,16 @@ func (p *Pass) Passes() <-chan Result { return p.passes }
 // Start runs a pass at once and then every Interval until ctx ends or Stop
 // is called. It does nothing when the pass is disabled or already started.
 func (p *Pass) Start(ctx context.Context) {
-	p.lifeMu.Lock()
-	defer p.lifeMu.Unlock()
-	if !p.Enabled() || p.cancel != nil {
-		return
+	if p.Enabled() {
+		p.life.Start(ctx, p.loop)
 	}
-	ctx, p.cancel = context.WithCancel(ctx)
-	p.done = make(chan struct{})
-	go p.loop(ctx, p.done)
 }
 
 // Stop ends the loop and waits for the pass in progress. It is safe to
 // call twice, and without Start.
-func (p *Pass) Stop() {
-	p.lifeMu.Lock()
-	cancel, done := p.cancel, p.done
-	p.lifeMu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (p *Pass) Stop() { p.life.Stop() }
 
-func (p *Pass) loop(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (p *Pass) loop(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {

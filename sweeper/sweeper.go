@@ -24,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/internal/lifecycle"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -188,10 +189,7 @@ type Sweeper struct {
 	passes chan Result
 	wake   chan struct{}
 
-	lifeMu  sync.Mutex
-	started bool
-	cancel  context.CancelFunc
-	done    chan struct{}
+	life lifecycle.Loop
 }
 
 // New returns a Sweeper for cfg. It does not start the loop (see Start).
@@ -249,33 +247,13 @@ func (s *Sweeper) Wake() {
 // Interval, sooner after Wake or when the last pass left due jobs it could
 // handle now, later when the quota asked to wait. It stops when ctx ends or
 // Stop is called. Starting a started (or stopped) Sweeper does nothing.
-func (s *Sweeper) Start(ctx context.Context) {
-	s.lifeMu.Lock()
-	defer s.lifeMu.Unlock()
-	if s.started {
-		return
-	}
-	s.started = true
-	ctx, s.cancel = context.WithCancel(ctx)
-	s.done = make(chan struct{})
-	go s.loop(ctx, s.done)
-}
+func (s *Sweeper) Start(ctx context.Context) { s.life.Start(ctx, s.loop) }
 
 // Stop ends the loop and blocks until the pass in progress, if any, has
 // finished. It is safe to call twice, and without Start.
-func (s *Sweeper) Stop() {
-	s.lifeMu.Lock()
-	cancel, done := s.cancel, s.done
-	s.lifeMu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (s *Sweeper) Stop() { s.life.Stop() }
 
-func (s *Sweeper) loop(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (s *Sweeper) loop(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	logger := s.deps.Logger

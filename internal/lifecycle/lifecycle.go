@@ -1,0 +1,48 @@
+// Package lifecycle is the Start/Stop of a background loop, shared by the
+// sweeper and the retention pass: started once, stopped by cancelling its
+// context, Stop waiting for the loop to return.
+package lifecycle
+
+import (
+	"context"
+	"sync"
+)
+
+// Loop runs one background function. The zero value is ready to use and
+// safe for concurrent use.
+type Loop struct {
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// Start runs fn in the background with a context that ends when ctx does
+// or Stop is called. Starting a started (or stopped) Loop does nothing.
+func (l *Loop) Start(ctx context.Context, fn func(ctx context.Context)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.started {
+		return
+	}
+	l.started = true
+	ctx, l.cancel = context.WithCancel(ctx)
+	l.done = make(chan struct{})
+	go func(done chan struct{}) {
+		defer close(done)
+		fn(ctx)
+	}(l.done)
+}
+
+// Stop cancels fn's context and blocks until fn has returned. It is safe
+// to call twice, and without Start.
+func (l *Loop) Stop() {
+	l.mu.Lock()
+	cancel, done := l.cancel, l.done
+	l.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
