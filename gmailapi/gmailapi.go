@@ -9,7 +9,6 @@ package gmailapi
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,10 +32,6 @@ import (
 // (the gmail.metadata scope forbids the q parameter).
 var Scopes = []string{gmail.GmailSendScope, gmail.GmailReadonlyScope}
 
-// mediaThreshold is the size above which a message is sent through the
-// upload path instead of the JSON raw field.
-const mediaThreshold = 4 << 20
-
 // Config says how to reach Gmail.
 type Config struct {
 	// Endpoint is the base URL of a Gmail-compatible API ("" = Google's).
@@ -48,11 +43,16 @@ type Config struct {
 	Subject string
 	// HTTPClient, when set, is used as the base transport (tests).
 	HTTPClient *http.Client
+	// Now is the clock that turns Gmail's retry instants (an HTTP-date
+	// Retry-After, "Retry after <RFC 3339>" in a message) into durations;
+	// nil means time.Now.
+	Now func() time.Time
 }
 
 // Client is the relay.Provider backed by google.golang.org/api/gmail/v1.
 type Client struct {
 	svc *gmail.Service
+	now func() time.Time
 	// tokenErr holds the last failed token refresh; see TokenError.
 	tokenErr atomic.Pointer[string]
 }
@@ -61,7 +61,10 @@ var _ relay.Provider = (*Client)(nil)
 
 // New builds the Gmail client. It never calls Gmail.
 func New(ctx context.Context, cfg Config) (*Client, error) {
-	g := &Client{}
+	g := &Client{now: cfg.Now}
+	if g.now == nil {
+		g.now = time.Now
+	}
 	var opts []option.ClientOption
 	if cfg.Endpoint != "" {
 		ep := cfg.Endpoint
@@ -164,7 +167,7 @@ func (g *Client) TokenError() string {
 // and a func that translates the call's error: Google's HTTP error answer
 // becomes a *relay.ProviderError, and an error before the request was
 // written a *relay.NotReachedError.
-func traced(ctx context.Context) (context.Context, func(error) error) {
+func (g *Client) traced(ctx context.Context) (context.Context, func(error) error) {
 	var wrote atomic.Bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
@@ -179,7 +182,7 @@ func traced(ctx context.Context) (context.Context, func(error) error) {
 		}
 		var gerr *googleapi.Error
 		if errors.As(err, &gerr) {
-			return providerError(err, gerr) // an HTTP answer
+			return providerError(err, gerr, g.now()) // an HTTP answer
 		}
 		if wrote.Load() {
 			return err // a timeout or a reset after the write
@@ -189,20 +192,46 @@ func traced(ctx context.Context) (context.Context, func(error) error) {
 }
 
 // providerError translates Google's error answer g (found in err) into the
-// relay's neutral type, keeping err as the cause.
-func providerError(err error, g *googleapi.Error) *relay.ProviderError {
-	p := &relay.ProviderError{Status: g.Code, Message: g.Message, RetryAfter: retryAfter(g.Header), Err: err}
+// relay's neutral type, keeping err as the cause. now is when the answer
+// came: the retry time is the Retry-After header, else the "Retry after
+// <RFC 3339>" of Gmail's message (its quota answers carry only that), as a
+// duration from now.
+func providerError(err error, g *googleapi.Error, now time.Time) *relay.ProviderError {
+	p := &relay.ProviderError{Status: g.Code, Message: g.Message, Err: err}
 	if len(g.Errors) > 0 {
 		p.Reason = g.Errors[0].Reason
 		if p.Message == "" {
 			p.Message = g.Errors[0].Message
 		}
 	}
+	p.RetryAfter = retryAfter(g.Header, now)
+	if p.RetryAfter == 0 {
+		p.RetryAfter = retryFromText(now, g.Message, g.Errors)
+	}
 	return p
 }
 
+// retryFromText reads "Retry after <RFC 3339>" from the answer's message
+// or, failing that, from one of its errors' messages; 0 when none has a
+// retry time in the future.
+func retryFromText(now time.Time, msg string, items []googleapi.ErrorItem) time.Duration {
+	msgs := []string{msg}
+	for _, it := range items {
+		msgs = append(msgs, it.Message)
+	}
+	for _, m := range msgs {
+		if at, ok := relay.RetryAtFromMessage(m); ok {
+			if d := at.Sub(now); d > 0 {
+				return d
+			}
+			return 0
+		}
+	}
+	return 0
+}
+
 // retryAfter reads a Retry-After header in seconds or as an HTTP date.
-func retryAfter(h http.Header) time.Duration {
+func retryAfter(h http.Header, now time.Time) time.Duration {
 	if h == nil {
 		return 0
 	}
@@ -214,23 +243,25 @@ func retryAfter(h http.Header) time.Duration {
 		return time.Duration(s) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil {
-		if d := time.Until(t); d > 0 {
+		if d := t.Sub(now); d > 0 {
 			return d
 		}
 	}
 	return 0
 }
 
-// Send implements relay.Provider.
+// Send implements relay.Provider. Every message goes through Gmail's
+// upload endpoint (/upload/gmail/v1/users/{userId}/messages/send,
+// uploadType=multipart), which takes messages up to Gmail's 35 MB; the
+// JSON raw field is limited far lower. ChunkSize(0) makes the client
+// stream the message into the request body instead of copying it into a
+// chunk buffer, and keeps the upload a single multipart request (a
+// resumable upload would be several).
 func (g *Client) Send(ctx context.Context, mailbox string, raw []byte, threadID string) (relay.SentMessage, error) {
-	ctx, mark := traced(ctx)
+	ctx, mark := g.traced(ctx)
 	msg := &gmail.Message{ThreadId: threadID}
-	call := g.svc.Users.Messages.Send(mailbox, msg)
-	if len(raw) > mediaThreshold {
-		call = call.Media(bytes.NewReader(raw), googleapi.ContentType("message/rfc822"), googleapi.ChunkSize(relay.MaxMessageBytes+1<<20))
-	} else {
-		msg.Raw = base64.URLEncoding.EncodeToString(raw)
-	}
+	call := g.svc.Users.Messages.Send(mailbox, msg).
+		Media(bytes.NewReader(raw), googleapi.ContentType("message/rfc822"), googleapi.ChunkSize(0))
 	m, err := call.Context(ctx).Do()
 	if err != nil {
 		return relay.SentMessage{}, mark(err)
@@ -240,7 +271,7 @@ func (g *Client) Send(ctx context.Context, mailbox string, raw []byte, threadID 
 
 // List implements relay.Provider.
 func (g *Client) List(ctx context.Context, mailbox, q string, labelIDs []string, pageToken string, max int64) (relay.ListPage, error) {
-	ctx, mark := traced(ctx)
+	ctx, mark := g.traced(ctx)
 	call := g.svc.Users.Messages.List(mailbox).Q(q).Context(ctx)
 	if len(labelIDs) > 0 {
 		call = call.LabelIds(labelIDs...)
@@ -264,7 +295,7 @@ func (g *Client) List(ctx context.Context, mailbox, q string, labelIDs []string,
 
 // GetHeader implements relay.Provider. A 404 wraps relay.ErrMessageNotFound.
 func (g *Client) GetHeader(ctx context.Context, mailbox, id string) (relay.StoredHeader, error) {
-	ctx, mark := traced(ctx)
+	ctx, mark := g.traced(ctx)
 	m, err := g.svc.Users.Messages.Get(mailbox, id).Format("metadata").MetadataHeaders("Message-ID").Context(ctx).Do()
 	if err != nil {
 		err = mark(err)

@@ -21,6 +21,9 @@ type Quota struct {
 	spent   atomic.Int64
 	// pauseUntil is set when Gmail itself said 429: everybody waits.
 	pauseUntil time.Time
+	// backoff is the pause for Gmail's rate limits without a retry time
+	// (ratelimit.go).
+	backoff backoff
 }
 
 // NewQuota returns a budget of perMinute units per minute (burst: one
