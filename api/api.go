@@ -362,7 +362,7 @@ func (s *Server) writeSendAnswer(w http.ResponseWriter, r *http.Request, res rel
 		a.GmailID, a.ThreadID, a.LabelIDs = j.GmailID, j.ThreadID, j.LabelIDs
 		writeJSON(w, http.StatusOK, a)
 	case acceptlog.StateFailed:
-		writeErrorFor(w, r, failureError(j, res.Fault), j.MessageID, j.State)
+		writeErrorFor(w, r, failureError(j, res), j.MessageID, j.State)
 	default: // unknown, review, forwarding
 		a.URL = jobURL(j.MessageID)
 		w.Header().Set("Location", a.URL)
@@ -371,13 +371,18 @@ func (s *Server) writeSendAnswer(w http.ResponseWriter, r *http.Request, res rel
 }
 
 // failureError turns a failed job into the answer CONTRACT.md gives it.
-func failureError(j acceptlog.Job, d faultmodes.Decision) *relay.Error {
+func failureError(j acceptlog.Job, res relay.Result) *relay.Error {
+	d := res.Fault
 	switch {
 	case j.LastReason == acceptlog.ReasonFaultInjected:
 		return &relay.Error{Code: relay.CodeUnavailable, RetryAfter: 1,
 			Message: "fault fail-before-forward injected (rule " + d.RuleID + "): nothing was sent; safe to retry"}
 	case j.Retryable && j.LastReason == acceptlog.ReasonRateLimited:
-		return &relay.Error{Code: relay.CodeRateLimited, RetryAfter: 30, Message: "Gmail's rate limit: nothing was sent; retry later"}
+		retry := 30 // a replayed answer: the pause is not known here
+		if res.RetryIn > 0 {
+			retry = int((res.RetryIn + time.Second - 1) / time.Second) // the mailbox's pause
+		}
+		return &relay.Error{Code: relay.CodeRateLimited, RetryAfter: retry, Message: "Gmail's rate limit: nothing was sent; retry later"}
 	case j.LastReason == acceptlog.ReasonTokenRefresh:
 		return &relay.Error{Code: relay.CodeUnavailable, RetryAfter: 30,
 			Message: "the relay could not refresh its Gmail token: nothing was sent; an operator must fix the credentials (see /readyz)"}

@@ -179,7 +179,7 @@ func (s *Server) writeGmailAnswer(w http.ResponseWriter, r *http.Request, res re
 	case acceptlog.StateSent:
 		writeJSON(w, http.StatusOK, gmailMessage{ID: j.GmailID, ThreadID: j.ThreadID, LabelIDs: j.LabelIDs})
 	case acceptlog.StateFailed:
-		writeGmailError(w, r, failureError(j, res.Fault))
+		writeGmailError(w, r, failureError(j, res))
 	default:
 		w.Header().Set("Location", jobURL(j.MessageID))
 		writeJSON(w, http.StatusAccepted, gmailMessage{Relay: &sendAnswer{MessageID: j.MessageID, State: string(j.State),

@@ -104,6 +104,9 @@ type Result struct {
 	// Dropped: forward-then-drop-response fired; the caller must get no
 	// answer (or 504 when Fault.Drop is "504").
 	Dropped bool
+	// RetryIn, when Gmail answered this attempt with a rate limit, is how
+	// long the mailbox is paused (the caller's Retry-After).
+	RetryIn time.Duration
 }
 
 // New opens the send path and recovers from a crash: every job still in
@@ -397,6 +400,7 @@ func (s *Service) forward(ctx context.Context, job acceptlog.Job, raw []byte, d 
 	took := time.Since(start)
 	s.point(CrashAfterGmailAnswer)
 	out := Classify(err)
+	s.noteRateLimit(out)
 	if s.obs != nil {
 		s.obs.Attempted(job.Channel, out, took)
 	}
@@ -413,6 +417,7 @@ func (s *Service) forward(ctx context.Context, job acceptlog.Job, raw []byte, d 
 		return Result{Job: j, Fault: d, Dropped: true}, err
 	}
 	var j acceptlog.Job
+	var retryIn time.Duration
 	switch out.Verdict {
 	case Sent:
 		j, err = s.markSent(rec, job.MessageID, job.Attempts, sent)
@@ -422,7 +427,7 @@ func (s *Service) forward(ctx context.Context, job acceptlog.Job, raw []byte, d 
 	case Failed:
 		j, err = s.markFailed(rec, job.MessageID, job.Attempts, out)
 		if out.Reason == acceptlog.ReasonRateLimited {
-			s.quota.Pause(max(out.RetryIn, time.Second))
+			retryIn = max(s.quota.PausedFor(), time.Second)
 		}
 		if out.Alarm {
 			s.logger.Error().Str("message_id", job.MessageID).Int("status", out.Status).Str("reason", string(out.Reason)).
@@ -436,7 +441,22 @@ func (s *Service) forward(ctx context.Context, job acceptlog.Job, raw []byte, d 
 		return Result{}, err
 	}
 	s.point(CrashAfterOutcomeLogged)
-	return Result{Job: j, Fault: d}, nil
+	return Result{Job: j, Fault: d, RetryIn: retryIn}, nil
+}
+
+// noteRateLimit tells the mailbox's quota what Gmail's answer says of its
+// rate limit: a rate limit pauses sends and searches until Gmail's retry
+// time (or the next backoff step); any other answer from Gmail resets the
+// backoff. No answer at all (not reached, timeout) changes nothing.
+func (s *Service) noteRateLimit(out Outcome) {
+	switch {
+	case out.Reason == acceptlog.ReasonRateLimited:
+		d := s.quota.RateLimited(out.RetryIn)
+		s.logger.Warn().Int("status", out.Status).Dur("pause", d).Bool("gmail_retry_time", out.RetryIn > 0).
+			Msg("Gmail rate limit: the mailbox's sends and searches pause")
+	case out.Verdict == Sent || out.Status != 0:
+		s.quota.Answered()
+	}
 }
 
 // errStale says a recorded outcome no longer applies (the attempt is not
@@ -521,6 +541,7 @@ func (s *Service) verifyHandle(ctx context.Context, j acceptlog.Job) {
 	callCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	h, err := s.provider.GetHeader(callCtx, j.Mailbox, j.GmailID)
+	s.noteRateLimit(Classify(err))
 	if err != nil {
 		s.logger.Warn().Err(err).Str("message_id", j.MessageID).Msg("read the Message-ID back")
 		return

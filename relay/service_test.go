@@ -54,7 +54,7 @@ func (e *env) open(endpoint string) {
 	e.t.Helper()
 	ctx := context.Background()
 	e.log = acceptlogtest.OpenPath(e.t, e.path, acceptlog.Options{Now: e.clock.Now})
-	gm, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: endpoint})
+	gm, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: endpoint, Now: e.clock.Now})
 	if err != nil {
 		e.t.Fatal(err)
 	}
