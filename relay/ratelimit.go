@@ -35,7 +35,7 @@ func RetryAtFromMessage(msg string) (at time.Time, ok bool) {
 	if len(msg) > maxRetryText {
 		msg = msg[:maxRetryText]
 	}
-	lower := strings.ToLower(msg)
+	lower := asciiLower(msg) // same length as msg, so indexes carry over
 	for off := 0; ; {
 		i := strings.Index(lower[off:], retryAfterMarker)
 		if i < 0 {
@@ -52,6 +52,19 @@ func RetryAtFromMessage(msg string) (at time.Time, ok bool) {
 		}
 		off = start
 	}
+}
+
+// asciiLower lowers ASCII letters only and keeps every other byte, so
+// that the result has msg's length even when msg is not valid UTF-8
+// (strings.ToLower would replace such bytes by U+FFFD, 3 bytes each).
+func asciiLower(msg string) string {
+	b := []byte(msg)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 // backoff is the exponential pause for rate-limit answers without a retry
