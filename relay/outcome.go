@@ -34,7 +34,7 @@ type Outcome struct {
 	Alarm     bool             // authentication or authorisation trouble: an operator must look
 	Status    int              // Gmail's HTTP status, 0 when there was none
 	Reason    acceptlog.Reason // short machine-readable reason, written on the log line
-	RetryIn   time.Duration    // Gmail's Retry-After, when it gave one
+	RetryIn   time.Duration    // Gmail's retry time (ProviderError.RetryAfter), 0 when it gave none
 	Err       error
 }
 

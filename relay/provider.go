@@ -64,7 +64,10 @@ type ProviderError struct {
 	Reason string
 	// Message is Gmail's error message.
 	Message string
-	// RetryAfter is Gmail's Retry-After, 0 when it gave none.
+	// RetryAfter is Gmail's retry time, from when the answer came: its
+	// Retry-After header, else the "Retry after <RFC 3339>" in its message
+	// (Gmail's quota answers carry only that; see RetryAtFromMessage); 0
+	// when it gave none, or one already past.
 	RetryAfter time.Duration
 	// Err is the client's original error; its text is this error's text.
 	Err error

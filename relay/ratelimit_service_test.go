@@ -178,3 +178,55 @@ func TestEmulatorRateLimitWithoutRetryTimeBacksOff(t *testing.T) {
 		t.Errorf("after a send Gmail answered, the next pause is %v, want in [1s, 1.25s]", d)
 	}
 }
+
+// The other way round, emulator results: Gmail rate-limits the sweeper's
+// search, the retry time only in the text; until then the send path makes
+// no Gmail call either (the pause is the mailbox's, in the shared Quota).
+func TestEmulatorRateLimitedSearchPausesSends(t *testing.T) {
+	// 100 units a minute, a search costing 100 like a send: after the
+	// send, Gmail's retry time for the search is about a minute away.
+	e := newEnv(t, gmailfake.Options{QuotaPerMinute: 100, Costs: map[string]int{gmailfake.MethodList: 100}})
+	e.policy.VerifyHandle = policy.VerifyNever
+	e.policy.Channels["fast"] = policy.Channel{Name: "fast", OnUnknown: policy.Retry, Grace: time.Second, Checks: 1, MaxAttempts: 3}
+	ctx := context.Background()
+	sw := sweeper.New(sweeper.ConfigFor(e.svc))
+	pu, err := relay.Prepare(relay.SendRequest{Key: "k-unknown", Channel: "fast", To: relay.AddressList{"customer@example.org"},
+		Subject: "Dropped", Text: "x"}, "", svcDomain, e.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := e.svc.Send(ctx, pu, relay.SendOptions{Fault: faultmodes.Decision{Mode: faultmodes.ForwardThenDropResponse}}); err != nil || res.Job.State != acceptlog.StateUnknown {
+		t.Fatalf("dropped send: %s %v, want unknown", res.Job.State, err)
+	}
+	e.clock.Advance(time.Second)
+	if _, err := sw.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.emu.Stats(); st.RateLimited != 1 || st.Calls["list"] != 1 {
+		t.Fatalf("emulator: %d rate-limit answers, %d searches; want the search rate-limited once", st.RateLimited, st.Calls["list"])
+	}
+	// Gmail's retry time (the text only): the bucket refills 100 units a
+	// minute, so about 59 s from now, far past the sweeper's first 1 s
+	// backoff step.
+	if paused := e.svc.Quota().PausedFor(); paused < 55*time.Second {
+		t.Fatalf("the mailbox is paused for %v, want at least Gmail's retry time (~59s)", paused)
+	}
+	before := gmailCalls(e.emu)
+	for i := 0; e.svc.Quota().PausedFor() > 0; i++ {
+		if _, err := e.svc.Send(ctx, e.prepare(fmt.Sprintf("k-during-%d", i), "x"), relay.SendOptions{}); relay.ErrorCode(err) != relay.CodeRateLimited {
+			t.Fatalf("send %v into the search's pause: err %v, want rate_limited", time.Duration(i)*5*time.Second, err)
+		}
+		e.clock.Advance(5 * time.Second)
+	}
+	if got := gmailCalls(e.emu); got != before {
+		t.Fatalf("Gmail got %d calls during the pause (%v)", got-before, e.emu.Stats().Calls)
+	}
+	// Once the pause is over a send goes out.
+	p := e.prepare("k-after", "x")
+	if res, err := e.svc.Send(ctx, p, relay.SendOptions{}); err != nil || res.Job.State != acceptlog.StateSent {
+		t.Fatalf("after the pause: %s %v, want sent", res.Job.State, err)
+	}
+	if got := e.emu.Deliveries(p.MessageID); got != 1 {
+		t.Errorf("emulator deliveries = %d, want 1", got)
+	}
+}
