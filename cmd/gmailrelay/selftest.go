@@ -87,7 +87,7 @@ func runSelftest(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		if o.To == "" {
 			o.To = gmailfake.DefaultAccount
 		}
-		o.Gmail, o.Label, o.now = gmailapi.Config{Endpoint: url}, "the embedded Gmail emulator (EMULATOR RESULT, not Gmail)", clock.Now
+		o.Gmail, o.Label, o.now = gmailapi.Config{Endpoint: url, Now: clock.Now}, "the embedded Gmail emulator (EMULATOR RESULT, not Gmail)", clock.Now
 		o.sleep = func(_ context.Context, d time.Duration) error { clock.Advance(d); return nil }
 		o.Window, o.Poll = 10*time.Minute, 30*time.Second
 	} else {

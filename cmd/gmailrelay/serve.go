@@ -244,7 +244,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		}
 		now, advance = c.clock.Now, c.clock.Advance
 	}
-	gcfg := gmailapi.Config{Endpoint: c.GmailEndpoint}
+	gcfg := gmailapi.Config{Endpoint: c.GmailEndpoint, Now: now} // Gmail's retry instants are read on the relay's clock
 	mode := "gmail"
 	if c.sandbox() {
 		mode = "sandbox"
