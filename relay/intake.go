@@ -95,6 +95,9 @@ type SendRequest struct {
 func DecodeSendRequest(data []byte) (SendRequest, error) {
 	var req SendRequest
 	var fields map[string]json.RawMessage
+	if err := CheckJSON(data); err != nil {
+		return req, err
+	}
 	if err := json.Unmarshal(data, &fields); err != nil || fields == nil {
 		if json.Valid(data) {
 			return req, Invalid("", "request body must be a JSON object")
