@@ -592,6 +592,9 @@ func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 	if err := checkHeaderNames(h); err != nil {
 		return Prepared{}, err
 	}
+	if err := checkRawHeaderValues(h); err != nil {
+		return Prepared{}, err
+	}
 	// These may appear at most once: two To headers could be read
 	// differently by the relay and by Gmail.
 	for _, name := range []string{"Message-Id", "From", "Sender", "To", "Cc", "Bcc", "Reply-To", "Subject", "Date"} {

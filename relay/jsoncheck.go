@@ -54,6 +54,9 @@ func CheckJSON(data []byte) error {
 			if err != nil {
 				return err
 			}
+			if end > len(data) {
+				return nil // unterminated: a syntax error, left to the decoder
+			}
 			if expectKey && len(stack) > 0 && stack[len(stack)-1] != nil {
 				key := string(data[i+1 : end-1])
 				if escaped && end-i <= maxFoldedKey {
@@ -76,8 +79,8 @@ func CheckJSON(data []byte) error {
 
 // scanJSONString returns the index after the string that starts at
 // data[start] (a quote), whether it holds escapes, and an error for an
-// escaped unpaired surrogate. An unterminated string ends at len(data)
-// (the decoder reports it).
+// escaped unpaired surrogate. An unterminated string gives end
+// len(data)+1 (the decoder reports the syntax error).
 func scanJSONString(data []byte, start int) (end int, escaped bool, err error) {
 	i := start + 1
 	for i < len(data) {
@@ -113,7 +116,7 @@ func scanJSONString(data []byte, start int) (end int, escaped bool, err error) {
 			i++
 		}
 	}
-	return len(data), escaped, nil
+	return len(data) + 1, escaped, nil
 }
 
 // hex4 reads four hex digits at data[i:].
