@@ -94,7 +94,7 @@ func TestCheckJSON(t *testing.T) {
 		ok bool
 	}{
 		{`{"a":"\ud83d\ude00","b":"\u00e9\\ud800"}`, true}, // an escaped backslash, then text
-		{`{"a":"x","A":"y"}`, false},                      // the decoder folds case for struct fields
+		{`{"a":"x","A":"y"}`, false},                       // the decoder folds case for struct fields
 		{`{"a":{"b":1,"b":2}}`, false},
 		{`{"a":[{"b":1},{"b":2}]}`, true},
 		{"{\"a\":\"\xc3\"}", false},
