@@ -141,4 +141,3 @@ func hwm(t *testing.T, pid int) int64 {
 	t.Fatal("no VmHWM line")
 	return 0
 }
-
