@@ -65,21 +65,22 @@ func TestRawHeaderValuesRefuseLineBreakingCharacters(t *testing.T) {
 // so "k\ud800" and "k\udc00" (and "k\ufffd") were one key and replayed
 // each other.
 func TestLoneSurrogateEscapesAreRefused(t *testing.T) {
-	for _, body := range []string{
-		`{"key":"k\ud800","to":"a@x.com","text":"t"}`,
-		`{"key":"k\udc00","to":"a@x.com","text":"t"}`,
-		`{"key":"k","to":"a@x.com","subject":"\ud83d","text":"t"}`,
-		`{"key":"k","to":"a@x.com","subject":"x","text":"\ud83dx"}`,
-		`{"key":"k","to":"a@x.com","headers":{"X-A":"\udfff"},"text":"t"}`,
-		`{"job":{"customer_id":"c\ud800","event_type":"e","order_id":"o"},"to":"a@x.com","text":"t"}`,
-		`{"key":"k","to":["a@x.com","\ud800 <b@x.com>"],"text":"t"}`,
-		`{"key":"k","to":"a@x.com","text":"\ud800\ud800"}`,
+	for body, field := range map[string]string{
+		`{"key":"k\ud800","to":"a@x.com","text":"t"}`:                                      "key",
+		`{"key":"k\udc00","to":"a@x.com","text":"t"}`:                                      "key",
+		`{"key":"k","to":"a@x.com","subject":"\ud83d","text":"t"}`:                         "subject",
+		`{"key":"k","to":"a@x.com","subject":"x","text":"\ud83dx"}`:                        "text",
+		`{"key":"k","to":"a@x.com","headers":{"X-A":"\udfff"},"text":"t"}`:                 "headers",
+		`{"job":{"customer_id":"c\ud800","event_type":"e","order_id":"o"},"to":"a@x.com"}`: "job",
+		`{"key":"k","to":["a@x.com","\ud800 <b@x.com>"],"text":"t"}`:                       "to",
+		`{"key":"k","to":"a@x.com","text":"\ud800\ud800"}`:                                 "text",
 	} {
-		if _, err := relay.DecodeSendRequest([]byte(body)); err == nil {
+		_, err := relay.DecodeSendRequest([]byte(body))
+		if err == nil {
 			t.Errorf("%s: accepted", body)
-		} else {
-			wantInvalid(t, err, "")
+			continue
 		}
+		wantInvalid(t, err, field)
 	}
 	// A proper pair is one character and stays accepted.
 	req, err := relay.DecodeSendRequest([]byte(`{"key":"k","to":"a@x.com","subject":"\ud83d\ude00","text":"t"}`))

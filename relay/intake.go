@@ -95,9 +95,6 @@ type SendRequest struct {
 func DecodeSendRequest(data []byte) (SendRequest, error) {
 	var req SendRequest
 	var fields map[string]json.RawMessage
-	if err := CheckJSON(data); err != nil {
-		return req, err
-	}
 	if err := json.Unmarshal(data, &fields); err != nil || fields == nil {
 		if json.Valid(data) {
 			return req, Invalid("", "request body must be a JSON object")
@@ -118,6 +115,9 @@ func DecodeSendRequest(data []byte) (SendRequest, error) {
 		// the message sent would not be the one the caller wrote.
 		if !utf8.Valid(raw) {
 			return SendRequest{}, Invalid(fieldName(name), "%s is not valid UTF-8", fieldName(name))
+		}
+		if err := checkSurrogates(fieldName(name), raw); err != nil {
+			return SendRequest{}, err
 		}
 		var err error
 		switch name {

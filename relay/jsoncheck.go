@@ -139,3 +139,20 @@ func hex4(data []byte, i int) (int, bool) {
 	}
 	return n, true
 }
+
+// checkSurrogates refuses, in the JSON value raw of field, a \u escape of an
+// unpaired UTF-16 surrogate, which encoding/json would turn into U+FFFD
+// silently ("k\ud800" and "k\udc00" would be one key).
+func checkSurrogates(field string, raw []byte) error {
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '"' {
+			continue
+		}
+		end, _, err := scanJSONString(raw, i)
+		if err != nil {
+			return Invalid(field, "%s holds an unpaired UTF-16 surrogate escape", field)
+		}
+		i = end - 1
+	}
+	return nil
+}
