@@ -3,6 +3,7 @@ package api_test
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -237,10 +238,23 @@ func TestDuplicateKeysAndInvalidUTF8AreRefused(t *testing.T) {
 	if r.status != 400 {
 		t.Errorf("duplicate mode in a fault rule: %d %s", r.status, r.raw)
 	}
+	// Two whole messages under "raw" and "Raw": encoding/json folds case and
+	// keeps the last, another reader the first.
+	b64 := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 	r = e.call(call{method: "POST", path: "/gmail/v1/users/me/messages/send", token: apiToken, ct: "application/json",
-		body: `{"raw":"eA","Raw":"eQ"}`})
+		body: `{"raw":"` + b64(rawMessage("<d1@x.example>")) + `","Raw":"` + b64(rawMessage("<d2@x.example>")) + `"}`})
 	if r.status != 400 {
 		t.Errorf("duplicate raw on the Gmail path: %d %s", r.status, r.raw)
+	}
+	r = e.call(call{method: "POST", path: "/gmail/v1/users/me/messages/send", token: apiToken, ct: "application/json",
+		body: `{"raw":"` + b64(rawMessage("<d3@x.example>")) + `","threadId":"\ud800"}`})
+	if r.status != 400 {
+		t.Errorf("unpaired surrogate on the Gmail path: %d %s", r.status, r.raw)
+	}
+	for _, id := range []string{"<d1@x.example>", "<d2@x.example>", "<d3@x.example>"} {
+		if d := e.emu.Deliveries(id); d != 0 {
+			t.Errorf("%s: %d deliveries after a refused request", id, d)
+		}
 	}
 }
 
