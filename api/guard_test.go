@@ -139,6 +139,7 @@ func TestCrossSiteRequestsAreRefused(t *testing.T) {
 				{"Origin": "null"},
 				{"Origin": "http://localhost:3000", "Sec-Fetch-Site": "same-site"},
 				{"Origin": "http://" + own + ".attacker.example"},
+				{"Origin": "https://relay.example", "X-Forwarded-Host": "other.example"},
 				{"Sec-Fetch-Site": "cross-site"},
 				{"Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "navigate"},
 			} {
@@ -159,6 +160,8 @@ func TestCrossSiteRequestsAreRefused(t *testing.T) {
 			// The relay's own origin, and requests the user made themselves.
 			for _, h := range []map[string]string{
 				{"Origin": "http://" + own, "Sec-Fetch-Site": "same-origin"},
+				// Behind a TLS proxy that forwards the browser's host.
+				{"Origin": "https://relay.example", "X-Forwarded-Host": "relay.example", "Sec-Fetch-Site": "same-origin"},
 				{"Sec-Fetch-Site": "none"},
 				{},
 			} {
