@@ -5,6 +5,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -75,6 +76,12 @@ type Config struct {
 	// sign-in, so the bearer-token check does not apply there.
 	Console http.Handler
 	Logger  zerolog.Logger
+
+	// MaxInflightBytes bounds the request bodies handled at once (by their
+	// Content-Length, or their endpoint's limit when they have none); a
+	// request that does not fit is answered 503 + Retry-After before its
+	// body is read. 0: DefaultMaxInflightBytes.
+	MaxInflightBytes int64
 }
 
 // withDeps fills the dependencies c leaves nil from c.Service.
@@ -107,6 +114,7 @@ type Server struct {
 	apiHash   [32]byte
 	adminHash [32]byte
 	router    chi.Router
+	inflight  inflight // request bytes in flight (guard.go)
 
 	probeMu  sync.Mutex
 	probing  bool // a probe is running; guarded by probeMu
@@ -130,15 +138,17 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, svc: cfg.Service}
 	s.apiHash = sha256.Sum256([]byte(cfg.APIToken))
 	s.adminHash = sha256.Sum256([]byte(cfg.AdminToken))
+	s.inflight.max = cmp.Or(cfg.MaxInflightBytes, DefaultMaxInflightBytes)
 	r := chi.NewRouter()
+	r.Use(closeUnread) // guard.go, like sameOrigin and bodyGuard below
 	r.Use(hlog.NewHandler(cfg.Logger))
 	r.Use(hlog.RequestIDHandler("req_id", "X-Request-Id"))
 	r.Use(hlog.AccessHandler(func(r *http.Request, status, size int, d time.Duration) {
-		hlog.FromRequest(r).Info().Str("method", r.Method).Str("path", r.URL.Path).Int("status", status).
+		hlog.FromRequest(r).Info().Str("method", r.Method).Str("path", clipText(r.URL.Path)).Int("status", status).
 			Int("size", size).Dur("took", d).Msg("request")
 	}))
 	r.Use(middleware.Recoverer)
-	r.Use(routeEscaped)
+	r.Use(routeEscaped, s.sameOrigin)
 
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -152,7 +162,7 @@ func New(cfg Config) *Server {
 		r.Handle("/ui/*", cfg.Console)
 	}
 	r.Group(func(r chi.Router) {
-		r.Use(s.authenticate(roleAPI))
+		r.Use(s.authenticate(roleAPI), s.bodyGuard)
 		r.Post("/v1/send", s.send)
 		r.Post("/gmail/v1/users/{userId}/messages/send", s.gmailSend)
 		r.Post("/upload/gmail/v1/users/{userId}/messages/send", s.gmailUpload)
@@ -162,7 +172,7 @@ func New(cfg Config) *Server {
 		r.Get("/v1/stats", s.stats)
 	})
 	r.Group(func(r chi.Router) {
-		r.Use(s.authenticate(roleAdmin))
+		r.Use(s.authenticate(roleAdmin), s.bodyGuard)
 		r.Post("/v1/jobs/{id}/resolve", s.resolve)
 		r.Get("/admin/faults", s.listFaults)
 		r.Post("/admin/faults", s.addFault)
@@ -175,7 +185,7 @@ func New(cfg Config) *Server {
 		}
 	})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, r, relay.Errorf(relay.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
+		writeError(w, r, relay.Errorf(relay.CodeNotFound, "no such endpoint: %s %s", r.Method, clipText(r.URL.Path)))
 	})
 	s.router = r
 	return s
@@ -619,6 +629,9 @@ func decodeStrict(r *http.Request, v any) error {
 	if err != nil {
 		return err
 	}
+	if err := relay.CheckJSON(body); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -660,6 +673,10 @@ func (s *Server) addFault(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := readBody(r, 1<<20)
 	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if err := relay.CheckJSON(body); err != nil {
 		writeError(w, r, err)
 		return
 	}

@@ -59,6 +59,7 @@ type envOpts struct {
 	logs        io.Writer // nil: no logs
 	retention   time.Duration
 	emuQuota    int // the emulator's per-minute quota; 0: Gmail's default
+	configure   func(*api.Config)
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -90,8 +91,12 @@ func newEnv(t *testing.T, o envOpts) *env {
 	}
 	e.sw = sweeper.New(sweeper.ConfigFor(e.svc))
 	e.ret = retention.New(retention.Config{Log: e.log, Retention: o.retention, Now: e.clock.Now})
-	srv := httptest.NewServer(api.New(api.Config{Service: e.svc, Sweeper: e.sw, Retention: e.ret, APIToken: apiToken, AdminToken: adminToken,
-		MsgIDDomain: domain, FaultHeader: o.faultHeader, Mode: "sandbox", Metrics: metrics, Logger: logger}))
+	cfg := api.Config{Service: e.svc, Sweeper: e.sw, Retention: e.ret, APIToken: apiToken, AdminToken: adminToken,
+		MsgIDDomain: domain, FaultHeader: o.faultHeader, Mode: "sandbox", Metrics: metrics, Logger: logger}
+	if o.configure != nil {
+		o.configure(&cfg)
+	}
+	srv := httptest.NewServer(api.New(cfg))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e

@@ -23,6 +23,7 @@ var statusOf = map[relay.Code]int{
 	relay.CodeInFlight:         http.StatusConflict,
 	relay.CodeConflict:         http.StatusConflict,
 	relay.CodeTooLarge:         http.StatusRequestEntityTooLarge,
+	codeUnsupportedType:        http.StatusUnsupportedMediaType,
 	relay.CodeMismatch:         http.StatusUnprocessableEntity,
 	relay.CodeRateLimited:      http.StatusTooManyRequests,
 	relay.CodeProviderRejected: http.StatusBadGateway,

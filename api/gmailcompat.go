@@ -29,14 +29,14 @@ type gmailMessage struct {
 
 var gmailStatus = map[int]string{
 	400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
-	409: "ABORTED", 413: "INVALID_ARGUMENT", 422: "FAILED_PRECONDITION", 429: "RESOURCE_EXHAUSTED",
+	409: "ABORTED", 413: "INVALID_ARGUMENT", 415: "INVALID_ARGUMENT", 422: "FAILED_PRECONDITION", 429: "RESOURCE_EXHAUSTED",
 	500: "INTERNAL", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED",
 }
 
 var gmailReason = map[relay.Code]string{
 	relay.CodeInvalid: "invalidArgument", relay.CodeUnauthorized: "authError", relay.CodeForbidden: "forbidden",
 	relay.CodeNotFound: "notFound", relay.CodeInFlight: "conflict", relay.CodeConflict: "conflict",
-	relay.CodeTooLarge: "invalidArgument", relay.CodeMismatch: "failedPrecondition",
+	relay.CodeTooLarge: "invalidArgument", codeUnsupportedType: "badContent", relay.CodeMismatch: "failedPrecondition",
 	relay.CodeRateLimited: "rateLimitExceeded", relay.CodeProviderRejected: "backendError",
 	relay.CodeUnavailable: "backendError", relay.CodeFaultDropped: "backendError", relay.CodeInternal: "backendError",
 }
@@ -75,6 +75,10 @@ func itoa(n int) string {
 func (s *Server) gmailSend(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(r, MaxJSONBytes)
 	if err != nil {
+		writeGmailError(w, r, err)
+		return
+	}
+	if err := relay.CheckJSON(body); err != nil {
 		writeGmailError(w, r, err)
 		return
 	}
@@ -141,6 +145,9 @@ func readMultipartRelated(r *http.Request) (gmailMessage, []byte, error) {
 		return meta, nil, relay.Invalid("body", "read metadata part: %v", err)
 	}
 	if len(bytes.TrimSpace(mb)) > 0 {
+		if err := relay.CheckJSON(mb); err != nil {
+			return meta, nil, err
+		}
 		if err := json.Unmarshal(mb, &meta); err != nil {
 			return meta, nil, relay.Invalid("body", "metadata part is not JSON: %v", err)
 		}

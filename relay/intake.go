@@ -116,6 +116,9 @@ func DecodeSendRequest(data []byte) (SendRequest, error) {
 		if !utf8.Valid(raw) {
 			return SendRequest{}, Invalid(fieldName(name), "%s is not valid UTF-8", fieldName(name))
 		}
+		if err := checkSurrogates(fieldName(name), raw); err != nil {
+			return SendRequest{}, err
+		}
 		var err error
 		switch name {
 		case "key":
@@ -587,6 +590,9 @@ func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 	}
 	h := msg.Header
 	if err := checkHeaderNames(h); err != nil {
+		return Prepared{}, err
+	}
+	if err := checkRawHeaderValues(h); err != nil {
 		return Prepared{}, err
 	}
 	// These may appear at most once: two To headers could be read

@@ -42,6 +42,7 @@ type serveConfig struct {
 	AdminToken       string
 	Sandbox          bool
 	AllowCrashFaults bool
+	MaxInflightBytes int64
 	FaultHeader      bool
 	FaultSeed        int64
 	LogLevel         string
@@ -82,6 +83,7 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "json", "json or console")
 	fs.IntVar(&c.QuotaPerMinute, "quota-per-minute", 6000, "the relay's Gmail quota budget per mailbox, in Gmail units per minute")
+	fs.Int64Var(&c.MaxInflightBytes, "max-inflight-bytes", api.DefaultMaxInflightBytes, "request body bytes handled at once; a request that does not fit is answered 503 + Retry-After")
 	fs.DurationVar(&c.SweepInterval, "sweep-interval", 5*time.Second, "how often the sweeper looks for due jobs")
 	fs.DurationVar(&c.SendTimeout, "send-timeout", 60*time.Second, "deadline of each Gmail call")
 	fs.StringVar(&c.Clock, "clock", "real", "real, or manual (for tests: time moves only through POST /admin/clock)")
@@ -140,6 +142,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.APIToken != "" && c.APIToken == c.AdminToken {
 		return errors.New("--admin-token must differ from --api-token")
+	}
+	if err := validateInflight(c.MaxInflightBytes); err != nil { // httpserver.go
+		return err
 	}
 	if c.Data == "" {
 		return errors.New("--data: a file path is required")
@@ -308,7 +313,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	handler := api.New(api.Config{
 		Service: svc, Sweeper: rs.sweeper, Retention: rs.retention, APIToken: c.APIToken, AdminToken: c.AdminToken, Console: ui,
 		MsgIDDomain: c.policy.MsgIDDomain, FaultHeader: c.FaultHeader, Mode: mode, Metrics: metrics, Logger: logger,
-		AdvanceClock: clockAdvance,
+		AdvanceClock: clockAdvance, MaxInflightBytes: c.MaxInflightBytes,
 		Probe: func(ctx context.Context) error {
 			if t := gm.TokenError(); t != "" {
 				return errors.New("token refresh failing: " + t)
@@ -322,7 +327,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		return nil, fmt.Errorf("listen on %s: %w", c.Addr, err)
 	}
 	rs.URL = "http://" + ln.Addr().String()
-	rs.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	rs.http = newHTTPServer(handler, serverTimeouts(c.SendTimeout))
 	go func() { rs.served <- rs.http.Serve(ln) }()
 	rs.sweeper.Start(context.WithoutCancel(ctx))
 	rs.retention.Start(context.WithoutCancel(ctx))
