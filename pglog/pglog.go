@@ -286,10 +286,10 @@ func lockMailbox(ctx context.Context, tx pgx.Tx, name string) (acceptlog.Mailbox
 
 // columns are a job's indexed columns and its JSON.
 type columns struct {
-	state                     string
-	channel                   []byte
+	state                        string
+	channel                      []byte
 	nextCheck, unknown, prunable *int64
-	data                      []byte
+	data                         []byte
 }
 
 func columnsOf(j *acceptlog.Job) (columns, error) {
