@@ -16,7 +16,7 @@ import (
 
 // Config wires a Service. Log, Provider and Policy are required.
 type Config struct {
-	Log      *acceptlog.Log
+	Log      acceptlog.Store
 	Provider Provider
 	Policy   *policy.Policy
 	// Faults holds the runtime fault rules; nil means none.
@@ -65,7 +65,7 @@ type Observer interface {
 // Service is the send path: admission through the acceptance log, the Gmail
 // call, the recording of its outcome, and human resolutions.
 type Service struct {
-	log      *acceptlog.Log
+	log      acceptlog.Store
 	provider Provider
 	policy   *policy.Policy
 	faults   *faultmodes.Set
@@ -163,7 +163,7 @@ func (s *Service) recover(ctx context.Context) (int, error) {
 }
 
 // Log returns the acceptance log.
-func (s *Service) Log() *acceptlog.Log { return s.log }
+func (s *Service) Log() acceptlog.Store { return s.log }
 
 // Provider returns the Gmail provider.
 func (s *Service) Provider() Provider { return s.provider }

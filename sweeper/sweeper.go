@@ -76,7 +76,7 @@ const maxHeaders = 10000
 // Config wires a Sweeper. Service is required.
 type Config struct {
 	// Log is the acceptance log whose due jobs the sweeper settles.
-	Log *acceptlog.Log
+	Log acceptlog.Store
 	// Provider searches the mailbox and reads stored Message-IDs.
 	Provider relay.Provider
 	// Policy gives each job's channel rules.
@@ -170,7 +170,7 @@ const passesBuffer = 64
 // passes never overlap.
 type Sweeper struct {
 	deps     Config // the dependencies New was given
-	log      *acceptlog.Log
+	log      acceptlog.Store
 	now      func() time.Time
 	batch    int
 	limit    int

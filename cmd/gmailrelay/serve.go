@@ -223,7 +223,7 @@ type relayServer struct {
 	sweeper      *sweeper.Sweeper
 	retention    *retention.Pass
 	svc          *relay.Service
-	log          *acceptlog.Log
+	log          acceptlog.Store
 	served       chan error
 }
 
