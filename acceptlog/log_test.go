@@ -49,25 +49,6 @@ func create(t *testing.T, l *acceptlog.Log, id, channel string, s acceptlog.Stat
 	return j
 }
 
-// transition moves a job to s with a state line, letting edit change the job.
-func transition(t *testing.T, l *acceptlog.Log, id string, s acceptlog.State, edit func(*acceptlog.Job)) acceptlog.Job {
-	t.Helper()
-	j, _, err := l.Mutate(context.Background(), id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		if cur == nil {
-			return acceptlog.Change{}, acceptlog.ErrNotFound
-		}
-		cur.State = s
-		if edit != nil {
-			edit(cur)
-		}
-		return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{{Kind: acceptlog.KindState, State: s, Reason: "test"}}}, nil
-	})
-	if err != nil {
-		t.Fatalf("transition %s to %s: %v", id, s, err)
-	}
-	return j
-}
-
 func ids(jobs []acceptlog.Job) []string {
 	out := []string{}
 	for _, j := range jobs {
