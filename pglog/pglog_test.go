@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
@@ -78,4 +79,20 @@ func TestConformancePostgres(t *testing.T) {
 			return open(t, url, schema, now), func() acceptlog.Store { return open(t, url, schema, now) }
 		},
 	})
+}
+
+// poolOf opens a pool on schema, closed at the end of the test.
+func poolOf(t testing.TB, url, schema string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
