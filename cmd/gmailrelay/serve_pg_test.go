@@ -75,7 +75,8 @@ func TestServeThreeReplicasOnePostgresOneDelivery(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range relays {
 		wg.Go(func() {
-			c, err := parseServeFlags([]string{"--addr", "127.0.0.1:0", "--database", dbURL, "--gmail-endpoint", emuURL}, env(nil), io.Discard)
+			c, err := parseServeFlags([]string{"--addr", "127.0.0.1:0", "--database", dbURL, "--gmail-endpoint", emuURL,
+				"--api-token", "api-token-0123456789", "--admin-token", "admin-token-0123456789"}, env(nil), io.Discard)
 			if err != nil {
 				t.Error(err)
 				return
@@ -110,7 +111,10 @@ func TestServeThreeReplicasOnePostgresOneDelivery(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			resp, err := http.Post(relays[i%3].URL+"/v1/send", "application/json", strings.NewReader(body))
+			req, _ := http.NewRequest(http.MethodPost, relays[i%3].URL+"/v1/send", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer api-token-0123456789")
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Error(err)
 				return
@@ -164,6 +168,18 @@ func TestServeThreeReplicasOnePostgresOneDelivery(t *testing.T) {
 	}
 	if err := lg.Check(context.Background()); err != nil {
 		t.Error(err)
+	}
+	// Backups of a PostgreSQL log are pg_dump's: a clear 501, not a 500.
+	req, _ := http.NewRequest(http.MethodGet, relays[1].URL+"/admin/backup", nil)
+	req.Header.Set("Authorization", "Bearer admin-token-0123456789")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotImplemented || !strings.Contains(string(b), "pg_dump") {
+		t.Errorf("GET /admin/backup on PostgreSQL: %d %s; want 501 naming pg_dump", resp.StatusCode, b)
 	}
 }
 
