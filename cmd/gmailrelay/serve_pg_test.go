@@ -169,6 +169,11 @@ func TestServeThreeReplicasOnePostgresOneDelivery(t *testing.T) {
 	if err := lg.Check(context.Background()); err != nil {
 		t.Error(err)
 	}
+	// The checker reads the log from the database, with the replicas up.
+	var out, errb strings.Builder
+	if code := runCheck(context.Background(), []string{"--database", dbURL}, &out, &errb); code != 0 || !strings.Contains(out.String(), "ok: 1 jobs") {
+		t.Errorf("check --database: exit %d, %q %q", code, out.String(), errb.String())
+	}
 	// Backups of a PostgreSQL log are pg_dump's: a clear 501, not a 500.
 	req, _ := http.NewRequest(http.MethodGet, relays[1].URL+"/admin/backup", nil)
 	req.Header.Set("Authorization", "Bearer admin-token-0123456789")
