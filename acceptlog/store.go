@@ -60,3 +60,17 @@ type Store interface {
 var ErrUnsupported = errors.New("acceptlog: not supported by this backend")
 
 var _ Store = (*Log)(nil)
+
+// Shared is implemented by a Store several relay processes may use at once
+// (PostgreSQL). On such a log an attempt in flight may be another live
+// replica's: it is only taken over (turned unknown) once its lease has run
+// out, never merely because this process (re)started.
+type Shared interface {
+	Shared() bool
+}
+
+// IsShared reports whether s is a log several processes may share.
+func IsShared(s Store) bool {
+	sh, ok := s.(Shared)
+	return ok && sh.Shared()
+}

@@ -93,6 +93,10 @@ func (l *Log) Close() error {
 	return nil
 }
 
+// Shared reports true: several relays may use the log at once (see
+// acceptlog.Shared).
+func (l *Log) Shared() bool { return true }
+
 // Commits returns how many transactions Mutate has committed since Open.
 func (l *Log) Commits() uint64 { return l.commits.Load() }
 
