@@ -199,3 +199,10 @@ func TestServeBadDatabaseURLExits2(t *testing.T) {
 		}
 	}
 }
+
+func TestServeDatabaseEnvTwin(t *testing.T) {
+	c, err := parseServeFlags(nil, env(map[string]string{"GMAILRELAY_DATABASE": "postgres://u:p@db:5432/relay"}), io.Discard)
+	if err != nil || c.Database != "postgres://u:p@db:5432/relay" {
+		t.Errorf("GMAILRELAY_DATABASE: %q, %v", c.Database, err)
+	}
+}
