@@ -329,91 +329,61 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return Job{}, nil, nil, err
 	}
-	var arg *Job
-	if cur != nil {
-		c := cloneJob(*cur)
-		arg = &c
-	}
-	ch, err := fn(arg)
+	p, err := Prepare(id, cur, l.now, fn)
 	if err != nil {
 		return Job{}, nil, err, nil
 	}
-	if err := validateChange(id, cur, &ch); err != nil {
-		return Job{}, nil, fmt.Errorf("mutate %s: %w: %w", id, ErrInvalidChange, err), nil
-	}
 
 	counts := map[string]int64{}
-	var result Job
-	switch {
-	case ch.Job != nil:
-		result = cloneJob(*ch.Job)
-		if err := putJob(tx, cur, &result, counts); err != nil {
+	if p.Job != nil {
+		if err := putJob(tx, cur, p.Job, counts); err != nil {
 			return Job{}, nil, nil, err
 		}
-	case cur != nil:
-		result = *cur
 	}
-
-	var written []Line
-	if len(ch.Lines) > 0 {
-		written = make([]Line, len(ch.Lines))
-		lb, jlb := tx.Bucket(bucketLines), tx.Bucket(bucketJobLines)
-		for i, ln := range ch.Lines {
-			seq, err := lb.NextSequence()
-			if err != nil {
-				return Job{}, nil, nil, fmt.Errorf("next line seq: %w", err)
-			}
-			ln.Seq = seq
-			if ln.Time.IsZero() {
-				ln.Time = l.now()
-			}
-			if ln.MessageID == "" {
-				ln.MessageID = id
-			}
-			v, err := json.Marshal(&ln)
-			if err != nil {
-				return Job{}, nil, nil, fmt.Errorf("encode line: %w", err)
-			}
-			if err := lb.Put(seqKey(seq), v); err != nil {
-				return Job{}, nil, nil, fmt.Errorf("put line %d: %w", seq, err)
-			}
-			if err := jlb.Put(jobLineKey(id, seq), nil); err != nil {
-				return Job{}, nil, nil, fmt.Errorf("put job line %d: %w", seq, err)
-			}
-			for _, k := range lineCounters(&ln) {
-				counts[k]++
-			}
-			written[i] = ln
+	lb, jlb := tx.Bucket(bucketLines), tx.Bucket(bucketJobLines)
+	for i := range p.Lines {
+		ln := &p.Lines[i]
+		seq, err := lb.NextSequence()
+		if err != nil {
+			return Job{}, nil, nil, fmt.Errorf("next line seq: %w", err)
+		}
+		ln.Seq = seq
+		v, err := json.Marshal(ln)
+		if err != nil {
+			return Job{}, nil, nil, fmt.Errorf("encode line: %w", err)
+		}
+		if err := lb.Put(seqKey(seq), v); err != nil {
+			return Job{}, nil, nil, fmt.Errorf("put line %d: %w", seq, err)
+		}
+		if err := jlb.Put(jobLineKey(id, seq), nil); err != nil {
+			return Job{}, nil, nil, fmt.Errorf("put job line %d: %w", seq, err)
+		}
+		for _, k := range lineCounters(ln) {
+			counts[k]++
 		}
 	}
-
-	if ch.Raw != nil {
-		if err := tx.Bucket(bucketBodies).Put([]byte(id), ch.Raw); err != nil {
+	if p.Raw != nil {
+		if err := tx.Bucket(bucketBodies).Put([]byte(id), p.Raw); err != nil {
 			return Job{}, nil, nil, fmt.Errorf("put raw: %w", err)
 		}
 	}
-	if ch.EditMailbox != nil {
-		mb, err := getMailbox(tx, result.Mailbox)
-		if err != nil {
-			return Job{}, nil, nil, err
-		}
-		ch.EditMailbox(&mb)
-		mb.Name = result.Mailbox
-		ch.Mailbox = &mb
+	mb, err := p.MailboxRecord(func(name string) (Mailbox, error) { return getMailbox(tx, name) })
+	if err != nil {
+		return Job{}, nil, nil, err
 	}
-	if ch.Mailbox != nil {
-		v, err := json.Marshal(ch.Mailbox)
+	if mb != nil {
+		v, err := json.Marshal(mb)
 		if err != nil {
 			return Job{}, nil, nil, fmt.Errorf("encode mailbox: %w", err)
 		}
-		if err := tx.Bucket(bucketMailboxes).Put([]byte(ch.Mailbox.Name), v); err != nil {
-			return Job{}, nil, nil, fmt.Errorf("put mailbox %s: %w", ch.Mailbox.Name, err)
+		if err := tx.Bucket(bucketMailboxes).Put([]byte(mb.Name), v); err != nil {
+			return Job{}, nil, nil, fmt.Errorf("put mailbox %s: %w", mb.Name, err)
 		}
 	}
 	if err := addCounts(tx.Bucket(bucketCounters), counts); err != nil {
 		return Job{}, nil, nil, err
 	}
-	return result, written, nil, nil
+	return p.Result, p.Lines, nil, nil
 }
 
 // validateChange checks ch against the log's invariants before anything is

@@ -22,6 +22,7 @@ const (
 	ReasonTransport             Reason = "transport"               // the connection broke after the request left
 	ReasonFaultInjectedDrop     Reason = "fault_injected_drop"     // forward-then-drop-response or crash-after-forward
 	ReasonRecoveredAfterRestart Reason = "recovered_after_restart" // a restart found the attempt in flight
+	ReasonLeaseExpired          Reason = "lease_expired"           // a shared log's attempt outlived its lease (its replica died)
 )
 
 // Reasons of received lines of attempts the caller did not make.

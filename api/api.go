@@ -44,7 +44,7 @@ type Config struct {
 	// The log readers, fault rules, quota, policy and clock the handlers
 	// use. Nil fields are taken from Service, so a relay process
 	// wires one Service; a test may hand in others.
-	Log     *acceptlog.Log
+	Log     acceptlog.Store
 	Faults  *faultmodes.Set
 	Quota   *relay.Quota
 	Policy  *policy.Policy

@@ -1,12 +1,14 @@
 package api
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/retention"
 	"github.com/gmailrelay/gmailrelay/sweeper"
 )
@@ -39,6 +41,9 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 	})
 	logger := zerolog.Ctx(r.Context())
 	switch {
+	case errors.Is(err, acceptlog.ErrUnsupported) && !started:
+		// The log is in PostgreSQL: its backups are pg_dump's.
+		writeJSON(w, http.StatusNotImplemented, errorBody{Error: errorDetail{Code: "unsupported", Message: err.Error()}})
 	case err != nil && !started:
 		writeError(w, r, err)
 	case err != nil:

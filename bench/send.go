@@ -43,6 +43,9 @@ type SendConfig struct {
 	Sends int
 	// Dir holds the relay's acceptance log.
 	Dir string
+	// Log, when set, is the acceptance log to use instead of a bbolt file
+	// in Dir (the caller closes it).
+	Log acceptlog.Store
 }
 
 // SendOverhead sends cfg.Sends messages with Google's Go client straight to
@@ -65,11 +68,15 @@ func SendOverhead(ctx context.Context, cfg SendConfig) (Metrics, error) {
 	emuSrv := httptest.NewServer(emu.Handler())
 	defer emuSrv.Close()
 
-	log, err := acceptlog.Open(filepath.Join(cfg.Dir, "accept.db"), acceptlog.Options{})
-	if err != nil {
-		return nil, err
+	log := cfg.Log
+	if log == nil {
+		bl, err := acceptlog.Open(filepath.Join(cfg.Dir, "accept.db"), acceptlog.Options{})
+		if err != nil {
+			return nil, err
+		}
+		defer bl.Close()
+		log = bl
 	}
-	defer log.Close()
 	prov, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: emuSrv.URL})
 	if err != nil {
 		return nil, err

@@ -220,7 +220,7 @@ func unknownJob(id string, raw []byte, now time.Time, grace time.Duration) func(
 // jobs were really sent: right is sent, one effect, one message. The others
 // were not: right is sent after exactly one resend (one message, two
 // attempts), or still unknown with a check scheduled and no message.
-func judge(ctx context.Context, log *acceptlog.Log, emu *gmailfake.Server, ids []string) (resolved, pending, wrong int, err error) {
+func judge(ctx context.Context, log acceptlog.Store, emu *gmailfake.Server, ids []string) (resolved, pending, wrong int, err error) {
 	counts := map[string]int{}
 	for _, m := range emu.Messages("") {
 		counts[m.MessageID]++

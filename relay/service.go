@@ -16,7 +16,7 @@ import (
 
 // Config wires a Service. Log, Provider and Policy are required.
 type Config struct {
-	Log      *acceptlog.Log
+	Log      acceptlog.Store
 	Provider Provider
 	Policy   *policy.Policy
 	// Faults holds the runtime fault rules; nil means none.
@@ -65,7 +65,7 @@ type Observer interface {
 // Service is the send path: admission through the acceptance log, the Gmail
 // call, the recording of its outcome, and human resolutions.
 type Service struct {
-	log      *acceptlog.Log
+	log      acceptlog.Store
 	provider Provider
 	policy   *policy.Policy
 	faults   *faultmodes.Set
@@ -136,6 +136,18 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if s.timeout <= 0 {
 		s.timeout = 60 * time.Second
 	}
+	if acceptlog.IsShared(s.log) {
+		// Other replicas' attempts in flight are theirs until their lease
+		// runs out; the sweeper takes over expired ones (RecoverExpired).
+		n, err := s.RecoverExpired(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("recover: %w", err)
+		}
+		if n > 0 {
+			s.logger.Warn().Int("jobs", n).Msg("jobs left in forwarding past their lease: now unknown, the sweeper will resolve them")
+		}
+		return s, nil
+	}
 	n, err := s.recover(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("recover: %w", err)
@@ -165,8 +177,42 @@ func (s *Service) recover(ctx context.Context) (int, error) {
 	}
 }
 
+// Lease is how long an attempt in flight belongs to the process that
+// started it: twice the Gmail call's deadline, so an owner that is alive has
+// recorded its outcome long before.
+func (s *Service) Lease() time.Duration { return 2 * s.timeout }
+
+// RecoverExpired turns unknown (reason lease_expired) every forwarding job
+// whose attempt started (UpdatedAt) more than Lease ago: its owner, this
+// process or another replica on a shared log, died before recording the
+// outcome. The sweeper calls it on every pass on a shared log. An owner
+// that records late still moves the job on (unknown → sent is allowed).
+func (s *Service) RecoverExpired(ctx context.Context) (int, error) {
+	jobs, err := s.log.ByState(ctx, acceptlog.StateForwarding, 0)
+	if err != nil {
+		return 0, err
+	}
+	cutoff := s.now().Add(-s.Lease())
+	n := 0
+	for _, j := range jobs {
+		if !j.UpdatedAt.Before(cutoff) {
+			continue
+		}
+		_, err := s.markUnknown(ctx, j.MessageID, j.Attempts, Outcome{Verdict: Unknown, Reason: acceptlog.ReasonLeaseExpired}, "")
+		switch {
+		case errors.Is(err, errStale):
+			// Its owner recorded it meanwhile.
+		case err != nil:
+			return n, err
+		default:
+			n++
+		}
+	}
+	return n, nil
+}
+
 // Log returns the acceptance log.
-func (s *Service) Log() *acceptlog.Log { return s.log }
+func (s *Service) Log() acceptlog.Store { return s.log }
 
 // Provider returns the Gmail provider.
 func (s *Service) Provider() Provider { return s.provider }

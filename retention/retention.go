@@ -26,7 +26,7 @@ const (
 
 // Config configures a Pass.
 type Config struct {
-	Log *acceptlog.Log
+	Log acceptlog.Store
 	// Retention is how long a terminal job keeps its detail; zero disables
 	// the pass (RunOnce does nothing).
 	Retention time.Duration

@@ -47,6 +47,11 @@ const (
 )
 
 func (p *pass) run(ctx context.Context) error {
+	if p.s.deps.Expire != nil {
+		if _, err := p.s.deps.Expire(ctx); err != nil {
+			return fmt.Errorf("expire leases: %w", err)
+		}
+	}
 	jobs, err := p.s.log.Due(ctx, p.now, p.s.limit)
 	if err != nil {
 		return fmt.Errorf("read due jobs: %w", err)

@@ -76,7 +76,7 @@ const maxHeaders = 10000
 // Config wires a Sweeper. Service is required.
 type Config struct {
 	// Log is the acceptance log whose due jobs the sweeper settles.
-	Log *acceptlog.Log
+	Log acceptlog.Store
 	// Provider searches the mailbox and reads stored Message-IDs.
 	Provider relay.Provider
 	// Policy gives each job's channel rules.
@@ -96,6 +96,10 @@ type Config struct {
 	Interval time.Duration
 	// Limit is how many due jobs one pass takes (default 500).
 	Limit int
+	// Expire, when set, runs first in every pass: it turns unknown the
+	// attempts whose lease ran out (relay.Service.RecoverExpired; set by
+	// ConfigFor on a log several replicas share).
+	Expire func(ctx context.Context) (int, error)
 }
 
 // Attempter is the send path as the sweeper uses it: a new attempt of a
@@ -108,8 +112,12 @@ type Attempter interface {
 // provider, policy, quota, logger, clock and Attempt): the wiring a relay
 // process uses.
 func ConfigFor(svc *relay.Service) Config {
-	return Config{Log: svc.Log(), Provider: svc.Provider(), Policy: svc.Policy(), Quota: svc.Quota(),
+	c := Config{Log: svc.Log(), Provider: svc.Provider(), Policy: svc.Policy(), Quota: svc.Quota(),
 		Attempter: svc, Logger: svc.Logger(), Now: svc.Now}
+	if acceptlog.IsShared(c.Log) {
+		c.Expire = svc.RecoverExpired
+	}
+	return c
 }
 
 // Result counts what passes did. Each job a pass takes is counted in
@@ -170,7 +178,7 @@ const passesBuffer = 64
 // passes never overlap.
 type Sweeper struct {
 	deps     Config // the dependencies New was given
-	log      *acceptlog.Log
+	log      acceptlog.Store
 	now      func() time.Time
 	batch    int
 	limit    int

@@ -8,30 +8,44 @@ import (
 	"os"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/pglog"
 )
 
-// runCheck verifies an acceptance log file offline (acceptlog.Log.Check):
+// runCheck verifies an acceptance log offline (acceptlog.Store.Check), a
+// bbolt file (--data) or a PostgreSQL log (--database, read by any replica):
 // exit 0 and a one-line summary when every invariant holds, 1 naming each
 // violation, 2 for bad flags or a file that cannot be opened.
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	data := fs.String("data", "", "the acceptance log file to check (required; the relay must not be running on it)")
+	data := fs.String("data", "", "the acceptance log file to check (the relay must not be running on it)")
+	database := fs.String("database", "", "or: the postgres://… URL of a log in PostgreSQL (relays may go on running)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if *data == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "gmailrelay check: usage: gmailrelay check --data FILE")
+	if (*data == "") == (*database == "") || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "gmailrelay check: usage: gmailrelay check --data FILE | --database postgres://…")
 		return 2
 	}
-	if _, err := os.Stat(*data); err != nil {
-		fmt.Fprintf(stderr, "gmailrelay check: %v\n", err)
-		return 2
-	}
-	l, err := acceptlog.Open(*data, acceptlog.Options{})
-	if err != nil {
-		fmt.Fprintf(stderr, "gmailrelay check: %v\n", err)
-		return 2
+	var l acceptlog.Store
+	if *database != "" {
+		pl, err := pglog.Open(ctx, *database, pglog.Options{})
+		if err != nil {
+			fmt.Fprintf(stderr, "gmailrelay check: %v\n", err)
+			return 2
+		}
+		l, *data = pl, "database"
+	} else {
+		if _, err := os.Stat(*data); err != nil {
+			fmt.Fprintf(stderr, "gmailrelay check: %v\n", err)
+			return 2
+		}
+		bl, err := acceptlog.Open(*data, acceptlog.Options{})
+		if err != nil {
+			fmt.Fprintf(stderr, "gmailrelay check: %v\n", err)
+			return 2
+		}
+		l = bl
 	}
 	defer func() { _ = l.Close() }()
 	if err := l.Check(ctx); err != nil {

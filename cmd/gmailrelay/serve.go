@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"syscall"
@@ -22,6 +23,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/pglog"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/retention"
@@ -32,6 +34,7 @@ import (
 type serveConfig struct {
 	Addr             string
 	Data             string
+	Database         string
 	GmailEndpoint    string
 	Credentials      string
 	Subject          string
@@ -68,6 +71,7 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "listen address")
 	fs.StringVar(&c.Data, "data", "gmailrelay.db", "acceptance log file (bbolt)")
+	fs.StringVar(&c.Database, "database", "", "postgres://… URL: keep the acceptance log in PostgreSQL (shared by several relays) instead of --data")
 	fs.StringVar(&c.GmailEndpoint, "gmail-endpoint", "", "base URL of a Gmail-compatible API (default: Google's)")
 	fs.StringVar(&c.Credentials, "credentials", "", "Google credentials JSON (authorized user or service account)")
 	fs.StringVar(&c.Subject, "subject", "", "user a service account acts for (domain-wide delegation)")
@@ -146,8 +150,14 @@ func (c *serveConfig) validate() error {
 	if err := validateInflight(c.MaxInflightBytes); err != nil { // httpserver.go
 		return err
 	}
-	if c.Data == "" {
+	if c.Data == "" && c.Database == "" {
 		return errors.New("--data: a file path is required")
+	}
+	if c.Database != "" {
+		u, err := url.Parse(c.Database)
+		if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Host == "" {
+			return errors.New("--database: want a postgres://user:password@host:port/dbname URL")
+		}
 	}
 	if c.QuotaPerMinute < 1 {
 		return errors.New("--quota-per-minute must be at least 1")
@@ -228,7 +238,7 @@ type relayServer struct {
 	sweeper      *sweeper.Sweeper
 	retention    *retention.Pass
 	svc          *relay.Service
-	log          *acceptlog.Log
+	log          acceptlog.Store
 	served       chan error
 }
 
@@ -277,9 +287,9 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	if c.crashPoint == nil {
 		c.crashPoint = crashPoint(c.AllowCrashFaults, os.Getenv("GMAILRELAY_CRASH_AT"), logger)
 	}
-	lg, err := acceptlog.Open(c.Data, acceptlog.Options{Now: now})
+	lg, where, err := openLog(ctx, c, now)
 	if err != nil {
-		return nil, fmt.Errorf("open acceptance log %s: %w", c.Data, err)
+		return nil, err
 	}
 	rs.log = lg
 	faults := faultmodes.New(faultmodes.Options{Seed: c.FaultSeed, AllowCrash: c.AllowCrashFaults, Now: now})
@@ -332,7 +342,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	rs.sweeper.Start(context.WithoutCancel(ctx))
 	rs.retention.Start(context.WithoutCancel(ctx))
 	go ui.Warm(ctx) // the console's chart reads the last hour once, off the request path
-	logger.Info().Str("url", rs.URL).Str("mode", mode).Str("data", c.Data).Int64("fault_seed", faults.Seed()).
+	logger.Info().Str("url", rs.URL).Str("mode", mode).Str("data", where).Int64("fault_seed", faults.Seed()).
 		Msg("gmailrelay listening")
 	if mode == "sandbox" {
 		logger.Warn().Str("emulator", rs.EmulatorURL).
@@ -433,4 +443,25 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	logger.Info().Msg("gmailrelay stopped")
 	return code
+}
+
+// openLog opens the acceptance log: in PostgreSQL with --database (its
+// migrations applied first, safe when several replicas start at once),
+// otherwise the bbolt file --data. where names it for the logs, without a
+// password.
+func openLog(ctx context.Context, c serveConfig, now func() time.Time) (lg acceptlog.Store, where string, err error) {
+	if c.Database != "" {
+		u, _ := url.Parse(c.Database)
+		where = u.Redacted()
+		lg, err = pglog.Open(ctx, c.Database, pglog.Options{Now: now})
+		if err != nil {
+			return nil, "", fmt.Errorf("open acceptance log in %s: %w", where, err)
+		}
+		return lg, where, nil
+	}
+	lg, err = acceptlog.Open(c.Data, acceptlog.Options{Now: now})
+	if err != nil {
+		return nil, "", fmt.Errorf("open acceptance log %s: %w", c.Data, err)
+	}
+	return lg, c.Data, nil
 }

@@ -1,0 +1,23 @@
+package acceptlog_test
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
+	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
+)
+
+// The log's contract, on the bbolt file.
+func TestConformanceBbolt(t *testing.T) {
+	logtest.Run(t, logtest.Backend{
+		GroupCommit: true,
+		Open: func(t *testing.T, now func() time.Time) (acceptlog.Store, func() acceptlog.Store) {
+			path := filepath.Join(t.TempDir(), "accept.db")
+			opts := acceptlog.Options{Now: now}
+			return acceptlogtest.OpenPath(t, path, opts), func() acceptlog.Store { return acceptlogtest.OpenPath(t, path, opts) }
+		},
+	})
+}

@@ -1,0 +1,472 @@
+package logtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+)
+
+func create(t *testing.T, l acceptlog.Store, id, channel string, s acceptlog.State) acceptlog.Job {
+	t.Helper()
+	j, _, err := l.Mutate(context.Background(), id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		if cur != nil {
+			return acceptlog.Change{}, fmt.Errorf("job %s exists", id)
+		}
+		return acceptlog.Change{
+			Job:   &acceptlog.Job{MessageID: id, Channel: channel, State: s, CreatedAt: t0},
+			Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, State: s, Channel: channel}},
+		}, nil
+	})
+	if err != nil {
+		t.Fatalf("create %s: %v", id, err)
+	}
+	return j
+}
+
+func transition(t *testing.T, l acceptlog.Store, id string, s acceptlog.State, edit func(*acceptlog.Job)) acceptlog.Job {
+	t.Helper()
+	j, _, err := l.Mutate(context.Background(), id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		if cur == nil {
+			return acceptlog.Change{}, acceptlog.ErrNotFound
+		}
+		cur.State = s
+		if edit != nil {
+			edit(cur)
+		}
+		return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{{Kind: acceptlog.KindState, State: s, Reason: "test"}}}, nil
+	})
+	if err != nil {
+		t.Fatalf("transition %s to %s: %v", id, s, err)
+	}
+	return j
+}
+
+func ids(jobs []acceptlog.Job) []string {
+	out := []string{}
+	for _, j := range jobs {
+		out = append(out, j.MessageID)
+	}
+	return out
+}
+
+func testMutateCreateUpdateAndLineOrder(t *testing.T, be Backend) {
+	ctx := context.Background()
+	l := be.open(t)
+	const a, b = "<a@x>", "<b@x>"
+	later := t0.Add(time.Minute)
+
+	job, lines, err := l.Mutate(ctx, a, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		if cur != nil {
+			t.Errorf("cur = %+v, want nil for a new job", cur)
+		}
+		return acceptlog.Change{
+			Job: &acceptlog.Job{MessageID: a, Channel: "default", State: acceptlog.StateForwarding, Attempts: 1},
+			Lines: []acceptlog.Line{
+				{Kind: acceptlog.KindReceived, Seq: 99},
+				{Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding, Time: later},
+			},
+		}, nil
+	})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if got, want := job.State, acceptlog.StateForwarding; got != want {
+		t.Errorf("created state = %q, want %q", got, want)
+	}
+	want := []acceptlog.Line{
+		{Seq: 1, Time: t0, MessageID: a, Kind: acceptlog.KindReceived},
+		{Seq: 2, Time: later, MessageID: a, Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding},
+	}
+	if !reflect.DeepEqual(lines, want) {
+		t.Errorf("written lines = %+v, want %+v", lines, want)
+	}
+
+	create(t, l, b, "billing", acceptlog.StateFailed) // seq 3
+
+	job, lines, err = l.Mutate(ctx, a, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		if cur == nil || cur.State != acceptlog.StateForwarding {
+			return acceptlog.Change{}, fmt.Errorf("cur = %+v, want the forwarding job", cur)
+		}
+		cur.State = acceptlog.StateSent
+		cur.GmailID = "g1"
+		cur.Effects++
+		return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{
+			{Kind: acceptlog.KindEffect, Attempt: 1, Source: acceptlog.SourceResponse, GmailID: "g1", State: acceptlog.StateSent},
+		}}, nil
+	})
+	if err != nil {
+		t.Fatalf("update: %v", err)
+	}
+	if got, want := job.GmailID, "g1"; got != want {
+		t.Errorf("updated gmail id = %q, want %q", got, want)
+	}
+	if got, want := lines[0].Seq, uint64(4); got != want {
+		t.Errorf("effect seq = %d, want %d", got, want)
+	}
+
+	stored, err := l.Get(ctx, a)
+	if err != nil {
+		t.Fatalf("get: %v", err)
+	}
+	if !reflect.DeepEqual(stored, job) {
+		t.Errorf("Get = %+v, want what Mutate returned %+v", stored, job)
+	}
+	jl, err := l.JobLines(ctx, a)
+	if err != nil {
+		t.Fatalf("job lines: %v", err)
+	}
+	var seqs []uint64
+	for _, ln := range jl {
+		seqs = append(seqs, ln.Seq)
+	}
+	if got, want := seqs, []uint64{1, 2, 4}; !reflect.DeepEqual(got, want) {
+		t.Errorf("job lines seqs = %v, want %v", got, want)
+	}
+	all, next, err := l.Lines(ctx, 0, 0)
+	if err != nil {
+		t.Fatalf("lines: %v", err)
+	}
+	var owners []string
+	for _, ln := range all {
+		owners = append(owners, ln.MessageID)
+	}
+	if got, want := owners, []string{a, a, b, a}; !reflect.DeepEqual(got, want) || next != 0 {
+		t.Errorf("global lines = %v next %d, want %v next 0", got, next, want)
+	}
+
+	// A nil Change.Job leaves the job and may still append stateless lines.
+	job, lines, err = l.Mutate(ctx, a, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		return acceptlog.Change{Lines: []acceptlog.Line{{Kind: acceptlog.KindSearch, Hits: 1, SentHits: 1}}}, nil
+	})
+	if err != nil {
+		t.Fatalf("append search line: %v", err)
+	}
+	if job.State != acceptlog.StateSent || len(lines) != 1 || lines[0].Seq != 5 {
+		t.Errorf("nil-job change returned %+v, %+v; want the sent job and line 5", job, lines)
+	}
+	// A no-op on a missing job returns the zero Job and no error.
+	job, lines, err = l.Mutate(ctx, "<none@x>", func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		return acceptlog.Change{}, nil
+	})
+	if err != nil || !reflect.DeepEqual(job, acceptlog.Job{}) || lines != nil {
+		t.Errorf("no-op on missing job = %+v, %v, %v; want zero job, no lines, nil", job, lines, err)
+	}
+}
+
+func testMutateCallbackErrorWritesNothing(t *testing.T, be Backend) {
+	ctx := context.Background()
+	l := be.open(t)
+	create(t, l, "<a@x>", "default", acceptlog.StateFailed)
+	before, err := l.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errBusy := errors.New("busy")
+	for _, id := range []string{"<a@x>", "<new@x>"} {
+		_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+			// Build a full change and still refuse: none of it may land.
+			return acceptlog.Change{
+				Job:     &acceptlog.Job{MessageID: id, State: acceptlog.StateSent},
+				Lines:   []acceptlog.Line{{Kind: acceptlog.KindEffect, State: acceptlog.StateSent}},
+				Raw:     []byte("x"),
+				Mailbox: &acceptlog.Mailbox{Name: "m", Rewrites: 1},
+			}, errBusy
+		})
+		if got, want := err, errBusy; got != want {
+			t.Errorf("Mutate(%s) error = %v, want the callback's error unchanged", id, got)
+		}
+	}
+	after, err := l.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(after, before) {
+		t.Errorf("stats changed by refused mutates: %+v -> %+v", before, after)
+	}
+	if _, err := l.Get(ctx, "<new@x>"); !errors.Is(err, acceptlog.ErrNotFound) {
+		t.Errorf("Get(new) error = %v, want ErrNotFound", err)
+	}
+	if j, _ := l.Get(ctx, "<a@x>"); j.State != acceptlog.StateFailed {
+		t.Errorf("existing job state = %q, want it unchanged (failed)", j.State)
+	}
+	if _, err := l.Raw(ctx, "<a@x>"); !errors.Is(err, acceptlog.ErrNotFound) {
+		t.Errorf("Raw error = %v, want ErrNotFound", err)
+	}
+	if mb, _ := l.Mailbox(ctx, "m"); mb.Rewrites != 0 {
+		t.Errorf("mailbox = %+v, want it unwritten", mb)
+	}
+}
+
+func testMutateRejectsInvalidChanges(t *testing.T, be Backend) {
+	const id = "<a@x>"
+	job := func(s acceptlog.State, attempts int) *acceptlog.Job {
+		return &acceptlog.Job{MessageID: id, State: s, Attempts: attempts}
+	}
+	line := func(k acceptlog.Kind, s acceptlog.State, attempt int) acceptlog.Line {
+		return acceptlog.Line{Kind: k, State: s, Attempt: attempt}
+	}
+	tests := []struct {
+		name   string
+		id     string
+		exists bool // the job exists (failed, 1 attempt) before the change
+		change acceptlog.Change
+	}{
+		{"last line state differs from job", id, true, acceptlog.Change{Job: job(acceptlog.StateSent, 1),
+			Lines: []acceptlog.Line{line(acceptlog.KindEffect, acceptlog.StateSent, 1), line(acceptlog.KindState, acceptlog.StateUnknown, 1)}}},
+		{"state change without a line", id, true, acceptlog.Change{Job: job(acceptlog.StateSent, 1)}},
+		{"new job without a state line", id, false, acceptlog.Change{Job: job(acceptlog.StateForwarding, 0),
+			Lines: []acceptlog.Line{line(acceptlog.KindReceived, "", 0)}}},
+		{"state line without job", id, true, acceptlog.Change{Lines: []acceptlog.Line{line(acceptlog.KindState, acceptlog.StateFailed, 0)}}},
+		{"lines for a missing job", id, false, acceptlog.Change{Lines: []acceptlog.Line{line(acceptlog.KindSearch, "", 0)}}},
+		{"raw for a missing job", id, false, acceptlog.Change{Raw: []byte("x")}},
+		{"job for another id", id, true, acceptlog.Change{Job: &acceptlog.Job{MessageID: "<b@x>", State: acceptlog.StateFailed, Attempts: 1}}},
+		{"invalid job state", id, false, acceptlog.Change{Job: job("bogus", 0),
+			Lines: []acceptlog.Line{line(acceptlog.KindReceived, "bogus", 0)}}},
+		{"unknown line kind", id, true, acceptlog.Change{Lines: []acceptlog.Line{line("gossip", "", 0)}}},
+		{"line for another id", id, true, acceptlog.Change{Lines: []acceptlog.Line{{Kind: acceptlog.KindSearch, MessageID: "<b@x>"}}}},
+		{"line attempt beyond job attempts", id, true, acceptlog.Change{Lines: []acceptlog.Line{line(acceptlog.KindSearch, "", 2)}}},
+		{"attempts decrease", id, true, acceptlog.Change{Job: job(acceptlog.StateFailed, 0)}},
+		{"mailbox without name", id, true, acceptlog.Change{Mailbox: &acceptlog.Mailbox{}}},
+		{"empty message id", "", false, acceptlog.Change{}},
+		{"NUL in message id", "<a\x00@x>", false, acceptlog.Change{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			l := be.open(t)
+			if tc.exists {
+				transition(t, l, create(t, l, id, "default", acceptlog.StateForwarding).MessageID, acceptlog.StateFailed,
+					func(j *acceptlog.Job) { j.Attempts = 1 })
+			}
+			before, err := l.Stats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _, err = l.Mutate(ctx, tc.id, func(*acceptlog.Job) (acceptlog.Change, error) { return tc.change, nil })
+			if !errors.Is(err, acceptlog.ErrInvalidChange) {
+				t.Fatalf("Mutate error = %v, want ErrInvalidChange", err)
+			}
+			after, err := l.Stats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(after, before) {
+				t.Errorf("rejected change wrote something: stats %+v -> %+v", before, after)
+			}
+		})
+	}
+}
+
+func testMutateConcurrentSameIDSerialises(t *testing.T, be Backend) {
+	ctx := context.Background()
+	l := be.open(t)
+	const id, n = "<a@x>", 50
+	create(t, l, id, "default", acceptlog.StateForwarding)
+	commitsBefore := l.Commits()
+
+	start := make(chan struct{})
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			<-start
+			_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+				cur.Attempts++
+				return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{{
+					Kind: acceptlog.KindForwarding, Attempt: cur.Attempts, State: acceptlog.StateForwarding,
+				}}}, nil
+			})
+			errs <- err
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent Mutate: %v", err)
+		}
+	}
+	j, err := l.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := j.Attempts, n; got != want {
+		t.Errorf("attempts after %d concurrent increments = %d, want %d", n, got, want)
+	}
+	lines, err := l.JobLines(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ln := range lines[1:] {
+		if got, want := ln.Attempt, i+1; got != want {
+			t.Errorf("line %d attempt = %d, want %d (lines in commit order)", ln.Seq, got, want)
+		}
+	}
+	if got := l.Commits() - commitsBefore; be.GroupCommit && got >= n {
+		t.Errorf("%d concurrent Mutates took %d commits, want fewer (group commit)", n, got)
+	}
+}
+
+func testMutateConcurrentDifferentIDsAllLand(t *testing.T, be Backend) {
+	ctx := context.Background()
+	l := be.open(t)
+	const n = 50
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			id := fmt.Sprintf("<%02d@x>", i)
+			_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+				return acceptlog.Change{
+					Job:   &acceptlog.Job{MessageID: id, Channel: "default", State: acceptlog.StateForwarding},
+					Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, State: acceptlog.StateForwarding}},
+				}, nil
+			})
+			if err != nil {
+				t.Errorf("Mutate %s: %v", id, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	jobs, err := l.ByState(ctx, acceptlog.StateForwarding, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(jobs), n; got != want {
+		t.Errorf("forwarding jobs = %d, want %d", got, want)
+	}
+	st, err := l.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := st.Lines, uint64(n); got != want {
+		t.Errorf("lines = %d, want %d", got, want)
+	}
+	if got := l.Commits(); be.GroupCommit && got >= n {
+		t.Errorf("%d concurrent Mutates took %d commits, want fewer (group commit)", n, got)
+	}
+}
+
+func testReopenKeepsEverything(t *testing.T, be Backend) {
+	ctx := context.Background()
+	l, reopen := be.openReopen(t)
+	create(t, l, "<a@x>", "default", acceptlog.StateForwarding)
+	transition(t, l, "<a@x>", acceptlog.StateUnknown, func(j *acceptlog.Job) {
+		j.NextCheckAt = t0.Add(3 * time.Minute)
+		j.AmbiguousAt = t0
+	})
+	create(t, l, "<b@x>", "billing", acceptlog.StateSent)
+	_, _, err := l.Mutate(ctx, "<b@x>", func(*acceptlog.Job) (acceptlog.Change, error) {
+		return acceptlog.Change{Raw: []byte("Message-ID: <b@x>\r\n\r\nhi"), Mailbox: &acceptlog.Mailbox{Name: "me@x", HandleChecked: true}}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	type snapshot struct {
+		Jobs    []acceptlog.Job
+		Lines   []acceptlog.Line
+		Raw     []byte
+		Mailbox acceptlog.Mailbox
+		Stats   acceptlog.Stats
+		Due     []acceptlog.Job
+	}
+	snap := func(l acceptlog.Store) snapshot {
+		t.Helper()
+		var s snapshot
+		var err error
+		if s.Jobs, _, err = l.List(ctx, acceptlog.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if s.Lines, _, err = l.Lines(ctx, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		if s.Raw, err = l.Raw(ctx, "<b@x>"); err != nil {
+			t.Fatal(err)
+		}
+		if s.Mailbox, err = l.Mailbox(ctx, "me@x"); err != nil {
+			t.Fatal(err)
+		}
+		if s.Stats, err = l.Stats(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if s.Due, err = l.Due(ctx, t0.Add(time.Hour), 0); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	before := snap(l)
+	if err := l.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Errorf("second close = %v, want nil", err)
+	}
+	if _, err := l.Get(ctx, "<a@x>"); !errors.Is(err, acceptlog.ErrClosed) {
+		t.Errorf("Get after Close error = %v, want ErrClosed", err)
+	}
+	if _, _, err := l.Mutate(ctx, "<a@x>", func(*acceptlog.Job) (acceptlog.Change, error) { return acceptlog.Change{}, nil }); !errors.Is(err, acceptlog.ErrClosed) {
+		t.Errorf("Mutate after Close error = %v, want ErrClosed", err)
+	}
+
+	l2 := reopen()
+	if got := snap(l2); !reflect.DeepEqual(got, before) {
+		t.Errorf("after reopen:\n got %+v\nwant %+v", got, before)
+	}
+	_, lines, err := l2.Mutate(ctx, "<a@x>", func(*acceptlog.Job) (acceptlog.Change, error) {
+		return acceptlog.Change{Lines: []acceptlog.Line{{Kind: acceptlog.KindSearch}}}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := lines[0].Seq, uint64(len(before.Lines)+1); got != want {
+		t.Errorf("first seq after reopen = %d, want %d (sequence survives)", got, want)
+	}
+}
+
+func testMutateRefusesEveryTransitionOutsideTheTable(t *testing.T, be Backend) {
+	ctx := context.Background()
+	l := be.open(t)
+	n := 0
+	for _, from := range acceptlog.States {
+		for _, to := range acceptlog.States {
+			n++
+			id := fmt.Sprintf("<t%d@x>", n)
+			seed := acceptlog.Job{MessageID: id, State: from, Attempts: 1, CreatedAt: time.Unix(1, 0)}
+			if _, _, err := l.Mutate(ctx, id, func(*acceptlog.Job) (acceptlog.Change, error) {
+				j := seed
+				return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{{Kind: acceptlog.KindState, State: from}}}, nil
+			}); err != nil {
+				t.Fatalf("seed %s: %v", from, err)
+			}
+			_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+				j := *cur
+				line := acceptlog.Move(&j, to, acceptlog.Line{Kind: acceptlog.KindState})
+				return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{line}}, nil
+			})
+			if acceptlog.Allowed(from, to) {
+				if err != nil {
+					t.Errorf("%s → %s (in the table): %v", from, to, err)
+				}
+				continue
+			}
+			if !errors.Is(err, acceptlog.ErrInvalidChange) || !strings.Contains(err.Error(), string(from)+" → "+string(to)) {
+				t.Errorf("%s → %s (not in the table): err = %v, want an invalid change naming both states", from, to, err)
+			}
+			got, gerr := l.Get(ctx, id)
+			if gerr != nil || got.State != from {
+				t.Errorf("%s → %s refused, but the job is %s (%v)", from, to, got.State, gerr)
+			}
+		}
+	}
+}

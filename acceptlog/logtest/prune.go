@@ -1,0 +1,166 @@
+package logtest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+)
+
+func sentJob(t *testing.T, l acceptlog.Store, id string, at time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		j := acceptlog.Job{MessageID: id, Key: "key-" + id, Channel: "default", Mailbox: "default",
+			Fingerprint: "fp-" + id, State: acceptlog.StateForwarding, Attempts: 1, CreatedAt: at, UpdatedAt: at}
+		return acceptlog.Change{Job: &j, Raw: []byte("Message-ID: " + id + "\r\n\r\nbody"), Lines: []acceptlog.Line{
+			{Kind: acceptlog.KindReceived, Attempt: 1, Channel: "default", Time: at},
+			{Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding, Time: at},
+		}}, nil
+	})
+	if err != nil {
+		t.Fatalf("forward %s: %v", id, err)
+	}
+	_, _, err = l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		cur.State, cur.Effects, cur.GmailID, cur.ThreadID, cur.UpdatedAt = acceptlog.StateSent, 1, "g-"+id, "t-"+id, at
+		return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{
+			{Kind: acceptlog.KindEffect, Attempt: 1, State: acceptlog.StateSent, Source: acceptlog.SourceResponse, GmailID: "g-" + id, Time: at},
+		}}, nil
+	})
+	if err != nil {
+		t.Fatalf("sent %s: %v", id, err)
+	}
+}
+
+func testPruneKeepsTheRecordAndDropsDetail(t *testing.T, be Backend) {
+	ctx := context.Background()
+	l := be.open(t)
+	old, fresh := "<old@x.example>", "<fresh@x.example>"
+	sentJob(t, l, old, t0.Add(-48*time.Hour))
+	sentJob(t, l, fresh, t0)
+	// Still unknown: never pruned, however old.
+	_, _, err := l.Mutate(ctx, "<unknown@x.example>", func(*acceptlog.Job) (acceptlog.Change, error) {
+		at := t0.Add(-72 * time.Hour)
+		j := acceptlog.Job{MessageID: "<unknown@x.example>", Channel: "default", State: acceptlog.StateUnknown,
+			Attempts: 1, CreatedAt: at, UpdatedAt: at, AmbiguousAt: at}
+		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{{Kind: acceptlog.KindAmbiguous, Attempt: 1, State: acceptlog.StateUnknown}}}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := l.Stats(ctx)
+
+	res, err := l.Prune(ctx, t0.Add(-24*time.Hour), 0)
+	if err != nil {
+		t.Fatalf("Prune: %v", err)
+	}
+	if res.Jobs != 1 || res.Lines != 2 || res.RawBytes == 0 || res.More {
+		t.Fatalf("Prune = %+v, want 1 job, 2 lines, some raw bytes, no more", res)
+	}
+	j, err := l.Get(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.PrunedAt.IsZero() || j.State != acceptlog.StateSent || j.Key != "key-"+old || j.Fingerprint != "fp-"+old ||
+		j.GmailID != "g-"+old || j.Effects != 1 {
+		t.Fatalf("pruned job record = %+v, want sent with key, fingerprint, gmail id and effects kept", j)
+	}
+	lines, _ := l.JobLines(ctx, old)
+	if len(lines) != 1 || lines[0].Kind != acceptlog.KindEffect {
+		t.Fatalf("pruned job lines = %+v, want only its effect line", lines)
+	}
+	if _, err := l.Raw(ctx, old); !errors.Is(err, acceptlog.ErrNotFound) {
+		t.Fatalf("Raw of pruned job: err %v, want ErrNotFound", err)
+	}
+	if lines, _ := l.JobLines(ctx, fresh); len(lines) != 3 {
+		t.Fatalf("fresh job has %d lines, want 3 (not pruned)", len(lines))
+	}
+	after, _ := l.Stats(ctx)
+	if after.Lines != before.Lines-2 || after.ByKind[acceptlog.KindEffect] != before.ByKind[acceptlog.KindEffect] {
+		t.Fatalf("stats lines %d → %d, effects %d → %d; want 2 fewer lines, same effects",
+			before.Lines, after.Lines, before.ByKind[acceptlog.KindEffect], after.ByKind[acceptlog.KindEffect])
+	}
+	// A second pass finds nothing left to do.
+	if res, err := l.Prune(ctx, t0.Add(time.Hour*24*365), 0); err != nil || res.Jobs != 1 {
+		t.Fatalf("second Prune (now including the fresh job) = %+v, %v; want only the fresh job", res, err)
+	}
+	if res, _ := l.Prune(ctx, t0.Add(time.Hour*24*365), 0); res.Jobs != 0 {
+		t.Fatalf("third Prune = %+v, want nothing", res)
+	}
+	if err := l.Check(ctx); err != nil {
+		t.Fatalf("Check after pruning: %v", err)
+	}
+}
+
+func testPruneLimitAndOrder(t *testing.T, be Backend) {
+	ctx := context.Background()
+	l := be.open(t)
+	for i, id := range []string{"<c@x.example>", "<a@x.example>", "<b@x.example>"} {
+		sentJob(t, l, id, t0.Add(time.Duration(-10+i)*time.Hour))
+	}
+	res, err := l.Prune(ctx, t0, 2)
+	if err != nil || res.Jobs != 2 || !res.More {
+		t.Fatalf("Prune limit 2 = %+v, %v; want 2 jobs and more", res, err)
+	}
+	// Oldest first: c and a, not b.
+	if j, _ := l.Get(ctx, "<b@x.example>"); !j.PrunedAt.IsZero() {
+		t.Fatalf("the newest job was pruned before an older one")
+	}
+	if j, _ := l.Get(ctx, "<c@x.example>"); j.PrunedAt.IsZero() {
+		t.Fatalf("the oldest job was not pruned")
+	}
+}
+
+func testPrunableStates(t *testing.T, be Backend) {
+	for _, tc := range []struct {
+		j    acceptlog.Job
+		want bool
+	}{
+		{acceptlog.Job{State: acceptlog.StateSent}, true},
+		{acceptlog.Job{State: acceptlog.StateSent, NextCheckAt: t0}, false}, // verify pass pending
+		{acceptlog.Job{State: acceptlog.StateAbandoned}, true},
+		{acceptlog.Job{State: acceptlog.StateFailed}, true},
+		{acceptlog.Job{State: acceptlog.StateFailed, Retryable: true}, false},
+		{acceptlog.Job{State: acceptlog.StateUnknown}, false},
+		{acceptlog.Job{State: acceptlog.StateReview}, false},
+		{acceptlog.Job{State: acceptlog.StateForwarding}, false},
+		{acceptlog.Job{State: acceptlog.StateSent, PrunedAt: t0}, false},
+	} {
+		if got := tc.j.Prunable(); got != tc.want {
+			t.Errorf("Prunable(%s, retryable %v, next check %v, pruned %v) = %v, want %v",
+				tc.j.State, tc.j.Retryable, !tc.j.NextCheckAt.IsZero(), !tc.j.PrunedAt.IsZero(), got, tc.want)
+		}
+	}
+}
+
+func testCheckAcceptsPrunedJobsWithGaps(t *testing.T, be Backend) {
+	ctx := context.Background()
+	l := be.open(t)
+	id := "<dup@x.example>"
+	at := t0.Add(-48 * time.Hour)
+	sentJob(t, l, id, at)
+	for _, step := range []struct {
+		state acceptlog.State
+		kind  acceptlog.Kind
+	}{{acceptlog.StateReview, acceptlog.KindReview}, {acceptlog.StateAbandoned, acceptlog.KindResolved}} {
+		_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+			cur.State, cur.UpdatedAt = step.state, at
+			return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{{Kind: step.kind, Attempt: 1, State: step.state, Actor: "test"}}}, nil
+		})
+		if err != nil {
+			t.Fatalf("move to %s: %v", step.state, err)
+		}
+	}
+	if res, err := l.Prune(ctx, t0, 0); err != nil || res.Jobs != 1 {
+		t.Fatalf("Prune = %+v, %v", res, err)
+	}
+	lines, _ := l.JobLines(ctx, id)
+	if len(lines) != 2 || lines[0].State != acceptlog.StateSent || lines[1].State != acceptlog.StateAbandoned {
+		t.Fatalf("kept lines %+v; want the effect (sent) and the resolved (abandoned) line", lines)
+	}
+	if err := l.Check(ctx); err != nil {
+		t.Fatalf("Check of a pruned job: %v", err)
+	}
+}

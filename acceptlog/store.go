@@ -1,0 +1,76 @@
+package acceptlog
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// Store is the acceptance log as its users see it, whatever keeps it: the
+// bbolt file (*Log, the default) or a PostgreSQL database (package pglog).
+// Every implementation passes the conformance suite in acceptlog/logtest;
+// the domain rules of a change (validation, the table of transitions, the
+// stamping of lines) are Prepare's, shared by all of them.
+type Store interface {
+	// Mutate reads the job messageID, calls fn with a copy of it (nil when
+	// there is none) and writes the Change fn returns, in one transaction
+	// with the job locked against every other writer (see Log.Mutate).
+	Mutate(ctx context.Context, messageID string, fn func(cur *Job) (Change, error)) (Job, []Line, error)
+	// Get returns the job messageID, or an error wrapping ErrNotFound.
+	Get(ctx context.Context, messageID string) (Job, error)
+	// JobLines returns the job's lines oldest first (ErrNotFound wrapped
+	// when there is no such job).
+	JobLines(ctx context.Context, messageID string) ([]Line, error)
+	// Raw returns the message stored for the job (ErrNotFound wrapped when
+	// none is).
+	Raw(ctx context.Context, messageID string) ([]byte, error)
+	// List pages through the jobs by Message-ID (see Log.List).
+	List(ctx context.Context, o ListOptions) (jobs []Job, next string, err error)
+	// Lines pages through all lines by Seq (see Log.Lines).
+	Lines(ctx context.Context, after uint64, limit int) (lines []Line, next uint64, err error)
+	// Due returns the jobs whose NextCheckAt is set and not after now,
+	// earliest first (see Log.Due).
+	Due(ctx context.Context, now time.Time, limit int) ([]Job, error)
+	// ByState returns the jobs in state s by Message-ID (see Log.ByState).
+	ByState(ctx context.Context, s State, limit int) ([]Job, error)
+	// Mailbox returns the record of a mailbox (the zero record named name
+	// when there is none).
+	Mailbox(ctx context.Context, name string) (Mailbox, error)
+	// Stats returns the log's counters.
+	Stats(ctx context.Context) (Stats, error)
+	// Prune applies the retention rule to at most limit jobs (see
+	// Log.Prune).
+	Prune(ctx context.Context, cutoff time.Time, limit int) (PruneResult, error)
+	// Backup streams a consistent copy of the log; a backend that has its
+	// own tools for that (PostgreSQL: pg_dump) returns ErrUnsupported.
+	Backup(ctx context.Context, w io.Writer, size func(int64)) (int64, error)
+	// Size is the log's size in bytes (ErrUnsupported where unknown).
+	Size(ctx context.Context) (int64, error)
+	// Check verifies the log's invariants and names each violation.
+	Check(ctx context.Context) error
+	// Commits counts the write transactions Mutate committed.
+	Commits() uint64
+	// Close releases the log; calling it again returns nil.
+	Close() error
+}
+
+// ErrUnsupported is wrapped by what a backend answers for an operation it
+// leaves to other tools (a backup of the PostgreSQL log is pg_dump's).
+var ErrUnsupported = errors.New("acceptlog: not supported by this backend")
+
+var _ Store = (*Log)(nil)
+
+// Shared is implemented by a Store several relay processes may use at once
+// (PostgreSQL). On such a log an attempt in flight may be another live
+// replica's: it is only taken over (turned unknown) once its lease has run
+// out, never merely because this process (re)started.
+type Shared interface {
+	Shared() bool
+}
+
+// IsShared reports whether s is a log several processes may share.
+func IsShared(s Store) bool {
+	sh, ok := s.(Shared)
+	return ok && sh.Shared()
+}

@@ -1,0 +1,115 @@
+package pglog_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/api"
+	"github.com/gmailrelay/gmailrelay/gmailapi"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/relay"
+	"github.com/gmailrelay/gmailrelay/sweeper"
+)
+
+// stuckProvider forwards sends to Gmail and then never answers: the
+// replica "dies" right after its message reached Gmail.
+type stuckProvider struct {
+	relay.Provider
+	forwarded chan struct{}
+	release   chan struct{}
+}
+
+func (p *stuckProvider) Send(ctx context.Context, mailbox string, raw []byte, threadID string) (relay.SentMessage, error) {
+	m, err := p.Provider.Send(ctx, mailbox, raw, threadID)
+	close(p.forwarded)
+	<-p.release
+	return m, err
+}
+
+// Replica A dies mid-attempt (its message reached Gmail, the outcome is
+// never recorded). Replica B starting on the same log leaves A's attempt
+// alone while its lease runs; once it has run out, B's sweeper turns the
+// job unknown (lease_expired) and reconciles it by search: sent, one
+// delivery at the emulator (emulator results).
+func TestReplicaKilledMidAttemptIsTakenOverAfterItsLease(t *testing.T) {
+	url := databaseURL(t)
+	schema := freshSchema(t, url)
+	ctx := context.Background()
+	clock := testclock.New()
+	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{})
+	gm, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: emuURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := policy.Default()
+	pol.MsgIDDomain = "lease.example"
+	pol.VerifyHandle = policy.VerifyNever
+	newService := func(p relay.Provider) *relay.Service {
+		t.Helper()
+		svc, err := relay.New(ctx, relay.Config{Log: open(t, url, schema, clock.Now), Provider: p, Policy: pol,
+			Now: clock.Now, SendTimeout: 10 * time.Second, Logger: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return svc
+	}
+
+	stuck := &stuckProvider{Provider: gm, forwarded: make(chan struct{}), release: make(chan struct{})}
+	a := newService(stuck)
+	srvA := httptest.NewServer(api.New(api.Config{Service: a, MsgIDDomain: pol.MsgIDDomain, Logger: zerolog.Nop()}))
+	defer srvA.Close()
+	answered := make(chan struct{})
+	go func() {
+		defer close(answered)
+		resp, err := http.Post(srvA.URL+"/v1/send", "application/json",
+			strings.NewReader(`{"key":"cus_1:order.paid:ord_1","to":"a@example.org","subject":"s","body":"b"}`))
+		if err == nil {
+			resp.Body.Close()
+		}
+	}()
+	defer func() { close(stuck.release); <-answered }()
+	<-stuck.forwarded
+
+	b := newService(gm)
+	jobs, err := b.Log().ByState(ctx, acceptlog.StateForwarding, 0)
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("forwarding jobs after replica B started: %d (%v), want A's one, untouched", len(jobs), err)
+	}
+	id := jobs[0].MessageID
+	sw := sweeper.New(sweeper.ConfigFor(b))
+	if _, err := sw.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if j, _ := b.Log().Get(ctx, id); j.State != acceptlog.StateForwarding {
+		t.Fatalf("within the lease the job is %s, want still forwarding (A's)", j.State)
+	}
+
+	clock.Advance(b.Lease() + time.Second)
+	if _, err := sw.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	j, err := b.Log().Get(ctx, id)
+	if err != nil || j.State != acceptlog.StateUnknown || j.LastReason != acceptlog.ReasonLeaseExpired {
+		t.Fatalf("after the lease: %s %s (%v), want unknown lease_expired", j.State, j.LastReason, err)
+	}
+
+	clock.Advance(pol.Channels[policy.DefaultChannel].Grace + time.Second)
+	if _, err := sw.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if j, _ := b.Log().Get(ctx, id); j.State != acceptlog.StateSent {
+		t.Errorf("after B's search the job is %s, want sent", j.State)
+	}
+	if got := emu.Deliveries(id); got != 1 {
+		t.Errorf("emulator results: %d deliveries of %s, want 1", got, id)
+	}
+}

@@ -1,0 +1,368 @@
+// Package pglog keeps the acceptance log in PostgreSQL, so several relays
+// can share it: one row per job (the Message-ID unique), every change and
+// its lines in one transaction with the job's row locked, lines under one
+// global sequence. It implements acceptlog.Store; the domain rules of a
+// change are acceptlog.Prepare's, not copied here.
+package pglog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+)
+
+// Options configure Open.
+type Options struct {
+	// Now stamps lines whose Time is zero. Defaults to time.Now.
+	Now func() time.Time
+	// Schema, when set, is the PostgreSQL schema the log lives in (created
+	// when missing); the default is the connection's search_path.
+	Schema string
+	// MaxConns bounds the pool (default: pgxpool's, at least 4).
+	MaxConns int32
+}
+
+// Log is the acceptance log in a PostgreSQL database. It is safe for
+// concurrent use, by several processes too. Every method but Close and
+// Commits returns acceptlog.ErrClosed (wrapped) after Close.
+type Log struct {
+	pool    *pgxpool.Pool
+	now     func() time.Time
+	commits atomic.Uint64
+	closed  atomic.Bool
+}
+
+var _ acceptlog.Store = (*Log)(nil)
+
+// Open connects to the database at url (postgres://…), applies the
+// migrations it has not had yet (safe when several relays start at once)
+// and returns the log.
+func Open(ctx context.Context, url string, opts Options) (*Log, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("open log: database url: %w", err)
+	}
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = opts.MaxConns
+	}
+	if opts.Schema != "" {
+		cfg.ConnConfig.RuntimeParams["search_path"] = opts.Schema
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open log: %w", err)
+	}
+	if opts.Schema != "" {
+		if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{opts.Schema}.Sanitize()); err != nil {
+			var pe *pgconn.PgError
+			// Two replicas creating it at once: one wins, the other sees
+			// a unique violation, and the schema is there.
+			if !errors.As(err, &pe) || pe.Code != "23505" {
+				pool.Close()
+				return nil, fmt.Errorf("open log: create schema: %w", err)
+			}
+		}
+	}
+	if _, err := Migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open log: %w", err)
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Log{pool: pool, now: now}, nil
+}
+
+// Close closes the pool, waiting for connections in use. Calling it again
+// does nothing and returns nil.
+func (l *Log) Close() error {
+	if l.closed.CompareAndSwap(false, true) {
+		l.pool.Close()
+	}
+	return nil
+}
+
+// Shared reports true: several relays may use the log at once (see
+// acceptlog.Shared).
+func (l *Log) Shared() bool { return true }
+
+// Commits returns how many transactions Mutate has committed since Open.
+func (l *Log) Commits() uint64 { return l.commits.Load() }
+
+func (l *Log) ready(ctx context.Context, what string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if l.closed.Load() {
+		return fmt.Errorf("%s: %w", what, acceptlog.ErrClosed)
+	}
+	return nil
+}
+
+// errRetry: the transaction lost a race it can win by running again (a new
+// job inserted meanwhile by another writer, a deadlock, a serialization
+// failure).
+var errRetry = errors.New("pglog: retry")
+
+const maxRetries = 8
+
+// Mutate implements acceptlog.Store: it locks the job's row (SELECT … FOR
+// UPDATE), calls fn through acceptlog.Prepare and writes the plan in the
+// same transaction. A new job is inserted with ON CONFLICT DO NOTHING: when
+// another writer (another replica) created it first, the transaction is run
+// again and fn sees that job, so two writers of one key end in one job. fn
+// may so be called more than once and must depend only on its argument. ctx
+// is only checked before the first transaction: a commit is never abandoned
+// half-way.
+func (l *Log) Mutate(ctx context.Context, messageID string, fn func(cur *acceptlog.Job) (acceptlog.Change, error)) (acceptlog.Job, []acceptlog.Line, error) {
+	if err := ctx.Err(); err != nil {
+		return acceptlog.Job{}, nil, fmt.Errorf("mutate %s: %w", messageID, err)
+	}
+	if err := acceptlog.CheckMessageID(messageID); err != nil {
+		return acceptlog.Job{}, nil, fmt.Errorf("mutate: %w: %w", acceptlog.ErrInvalidChange, err)
+	}
+	if l.closed.Load() {
+		return acceptlog.Job{}, nil, fmt.Errorf("mutate %s: %w", messageID, acceptlog.ErrClosed)
+	}
+	ctx = context.WithoutCancel(ctx)
+	for try := 0; ; try++ {
+		var (
+			p     acceptlog.Plan
+			fnErr error
+		)
+		err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+			var err error
+			p, fnErr, err = l.mutateTx(ctx, tx, messageID, fn)
+			if err == nil && fnErr != nil {
+				return errRollback
+			}
+			return err
+		})
+		if errors.Is(err, errRollback) {
+			return acceptlog.Job{}, nil, fnErr
+		}
+		if err != nil && retryable(err) && try < maxRetries {
+			continue
+		}
+		if err != nil {
+			return acceptlog.Job{}, nil, l.wrapErr("mutate "+messageID, err)
+		}
+		l.commits.Add(1)
+		return p.Result, p.Lines, nil
+	}
+}
+
+var errRollback = errors.New("pglog: rollback")
+
+func retryable(err error) bool {
+	if errors.Is(err, errRetry) {
+		return true
+	}
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+}
+
+func (l *Log) wrapErr(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if l.closed.Load() {
+		err = fmt.Errorf("%w: %w", acceptlog.ErrClosed, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// mutateTx is one run of a Mutate in tx: fnErr is fn's or a validation
+// error (the transaction is rolled back, nothing written), err a storage
+// error or errRetry.
+func (l *Log) mutateTx(ctx context.Context, tx pgx.Tx, id string, fn func(*acceptlog.Job) (acceptlog.Change, error)) (p acceptlog.Plan, fnErr, err error) {
+	cur, err := getJob(ctx, tx, id, true)
+	if err != nil && !errors.Is(err, acceptlog.ErrNotFound) {
+		return p, nil, err
+	}
+	p, fnErr = acceptlog.Prepare(id, cur, l.now, fn)
+	if fnErr != nil {
+		return p, fnErr, nil
+	}
+	if p.Job != nil {
+		c, err := columnsOf(p.Job)
+		if err != nil {
+			return p, nil, err
+		}
+		if cur == nil {
+			tag, err := tx.Exec(ctx, `INSERT INTO jobs (message_id, state, channel, next_check_ns, unknown_ns, prunable_ns, data)
+				VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (message_id) DO NOTHING`,
+				id, c.state, c.channel, c.nextCheck, c.unknown, c.prunable, c.data)
+			if err != nil {
+				return p, nil, fmt.Errorf("insert job: %w", err)
+			}
+			if tag.RowsAffected() == 0 {
+				return p, nil, errRetry // another writer created it first
+			}
+		} else if err := updateJob(ctx, tx, id, c); err != nil {
+			return p, nil, err
+		}
+	}
+	if p.Raw != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO bodies (message_id, raw) VALUES ($1, $2)
+			ON CONFLICT (message_id) DO UPDATE SET raw = EXCLUDED.raw`, id, p.Raw); err != nil {
+			return p, nil, fmt.Errorf("put raw: %w", err)
+		}
+	}
+	if len(p.Lines) > 0 {
+		if err := insertLines(ctx, tx, p.Lines); err != nil {
+			return p, nil, err
+		}
+	}
+	mb, err := p.MailboxRecord(func(name string) (acceptlog.Mailbox, error) { return lockMailbox(ctx, tx, name) })
+	if err != nil {
+		return p, nil, err
+	}
+	if mb != nil {
+		v, err := json.Marshal(mb)
+		if err != nil {
+			return p, nil, fmt.Errorf("encode mailbox: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO mailboxes (name, data) VALUES ($1, $2)
+			ON CONFLICT (name) DO UPDATE SET data = EXCLUDED.data`, mb.Name, v); err != nil {
+			return p, nil, fmt.Errorf("put mailbox %s: %w", mb.Name, err)
+		}
+	}
+	return p, nil, nil
+}
+
+// insertLines gives lines the next Seqs (taking line_seq's row lock, held
+// to commit) and inserts them.
+func insertLines(ctx context.Context, tx pgx.Tx, lines []acceptlog.Line) error {
+	var last int64
+	if err := tx.QueryRow(ctx, "UPDATE line_seq SET last = last + $1 RETURNING last", len(lines)).Scan(&last); err != nil {
+		return fmt.Errorf("next line seq: %w", err)
+	}
+	n := len(lines)
+	seqs, ids, kinds := make([]int64, n), make([]string, n), make([]string, n)
+	reasons, data := make([][]byte, n), make([][]byte, n)
+	for i := range lines {
+		lines[i].Seq = uint64(last - int64(n) + int64(i) + 1)
+		v, err := json.Marshal(&lines[i])
+		if err != nil {
+			return fmt.Errorf("encode line: %w", err)
+		}
+		seqs[i], ids[i], kinds[i] = int64(lines[i].Seq), lines[i].MessageID, string(lines[i].Kind)
+		reasons[i], data[i] = []byte(lines[i].Reason), v
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO lines (seq, message_id, kind, reason, data)
+		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bytea[], $5::bytea[])`,
+		seqs, ids, kinds, reasons, data)
+	if err != nil {
+		return fmt.Errorf("insert lines: %w", err)
+	}
+	return nil
+}
+
+// lockMailbox reads a mailbox's record with its row locked (creating an
+// empty one first, so two writers of a new mailbox queue on one row).
+func lockMailbox(ctx context.Context, tx pgx.Tx, name string) (acceptlog.Mailbox, error) {
+	empty, _ := json.Marshal(acceptlog.Mailbox{Name: name})
+	if _, err := tx.Exec(ctx, "INSERT INTO mailboxes (name, data) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING", name, empty); err != nil {
+		return acceptlog.Mailbox{}, fmt.Errorf("mailbox %s: %w", name, err)
+	}
+	var v []byte
+	if err := tx.QueryRow(ctx, "SELECT data FROM mailboxes WHERE name = $1 FOR UPDATE", name).Scan(&v); err != nil {
+		return acceptlog.Mailbox{}, fmt.Errorf("mailbox %s: %w", name, err)
+	}
+	mb := acceptlog.Mailbox{Name: name}
+	if err := json.Unmarshal(v, &mb); err != nil {
+		return acceptlog.Mailbox{}, fmt.Errorf("decode mailbox %s: %w", name, err)
+	}
+	return mb, nil
+}
+
+// columns are a job's indexed columns and its JSON.
+type columns struct {
+	state                        string
+	channel                      []byte
+	nextCheck, unknown, prunable *int64
+	data                         []byte
+}
+
+func columnsOf(j *acceptlog.Job) (columns, error) {
+	c := columns{state: string(j.State), channel: []byte(j.Channel)}
+	if !j.NextCheckAt.IsZero() {
+		c.nextCheck = nanos(j.NextCheckAt)
+	}
+	if j.State == acceptlog.StateUnknown && !j.AmbiguousAt.IsZero() {
+		c.unknown = nanos(j.AmbiguousAt)
+	}
+	if j.Prunable() {
+		c.prunable = nanos(j.UpdatedAt)
+	}
+	v, err := json.Marshal(j)
+	if err != nil {
+		return c, fmt.Errorf("encode job %s: %w", j.MessageID, err)
+	}
+	c.data = v
+	return c, nil
+}
+
+func updateJob(ctx context.Context, tx pgx.Tx, id string, c columns) error {
+	_, err := tx.Exec(ctx, `UPDATE jobs SET state = $2, channel = $3, next_check_ns = $4, unknown_ns = $5, prunable_ns = $6, data = $7
+		WHERE message_id = $1`, id, c.state, c.channel, c.nextCheck, c.unknown, c.prunable, c.data)
+	if err != nil {
+		return fmt.Errorf("update job %s: %w", id, err)
+	}
+	return nil
+}
+
+// nanos is t as UnixNano, clamped to the range where that is defined so the
+// order stays the time order.
+func nanos(t time.Time) *int64 {
+	var n int64
+	switch {
+	case t.Before(time.Unix(0, math.MinInt64)):
+		n = math.MinInt64
+	case t.After(time.Unix(0, math.MaxInt64)):
+		n = math.MaxInt64
+	default:
+		n = t.UnixNano()
+	}
+	return &n
+}
+
+// querier is what reads need of a pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// getJob reads a job (locking its row when forUpdate); ErrNotFound and a nil
+// job when absent.
+func getJob(ctx context.Context, q querier, id string, forUpdate bool) (*acceptlog.Job, error) {
+	sql := "SELECT data FROM jobs WHERE message_id = $1"
+	if forUpdate {
+		sql += " FOR UPDATE"
+	}
+	var v []byte
+	err := q.QueryRow(ctx, sql, id).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, acceptlog.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read job %s: %w", id, err)
+	}
+	var j acceptlog.Job
+	if err := json.Unmarshal(v, &j); err != nil {
+		return nil, fmt.Errorf("decode job %s: %w", id, err)
+	}
+	return &j, nil
+}

@@ -1,0 +1,98 @@
+package pglog_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
+	"github.com/gmailrelay/gmailrelay/pglog"
+)
+
+// databaseURL is the server the tests use: GMAILRELAY_TEST_DATABASE. Unset,
+// the tests skip, except under CI=true, where they fail: CI never skips
+// PostgreSQL silently.
+func databaseURL(t testing.TB) string {
+	t.Helper()
+	url := os.Getenv("GMAILRELAY_TEST_DATABASE")
+	if url == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("GMAILRELAY_TEST_DATABASE is not set: with CI=true the PostgreSQL tests must run (.ci/run starts a server)")
+		}
+		t.Skip("GMAILRELAY_TEST_DATABASE is not set (postgres://…); skipping the PostgreSQL tests")
+	}
+	return url
+}
+
+// freshSchema returns a new schema's name, dropped when the test ends, so
+// tests can run in parallel on one database.
+func freshSchema(t testing.TB, url string) string {
+	t.Helper()
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	schema := "gmailrelay_test_" + hex.EncodeToString(b)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	return schema
+}
+
+// open opens a log in schema and registers its Check and Close.
+func open(t testing.TB, url, schema string, now func() time.Time) *pglog.Log {
+	t.Helper()
+	l, err := pglog.Open(context.Background(), url, pglog.Options{Now: now, Schema: schema, MaxConns: 8})
+	if err != nil {
+		t.Fatalf("open PostgreSQL log: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := l.Check(context.Background()); err != nil && !errors.Is(err, acceptlog.ErrClosed) {
+			t.Errorf("acceptance log invariants: %v", err)
+		}
+		_ = l.Close()
+	})
+	return l
+}
+
+// The log's contract, on PostgreSQL.
+func TestConformancePostgres(t *testing.T) {
+	url := databaseURL(t)
+	logtest.Run(t, logtest.Backend{
+		Open: func(t *testing.T, now func() time.Time) (acceptlog.Store, func() acceptlog.Store) {
+			schema := freshSchema(t, url)
+			return open(t, url, schema, now), func() acceptlog.Store { return open(t, url, schema, now) }
+		},
+	})
+}
+
+// poolOf opens a pool on schema, closed at the end of the test.
+func poolOf(t testing.TB, url, schema string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}

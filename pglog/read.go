@@ -1,0 +1,338 @@
+package pglog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+)
+
+// Page sizes of List and Lines, as in acceptlog.
+const (
+	defaultLimit = 100
+	maxLimit     = 1000
+)
+
+func pageLimit(n int) int {
+	switch {
+	case n <= 0:
+		return defaultLimit
+	case n > maxLimit:
+		return maxLimit
+	}
+	return n
+}
+
+// Get implements acceptlog.Store.
+func (l *Log) Get(ctx context.Context, messageID string) (acceptlog.Job, error) {
+	what := "get " + messageID
+	if err := l.ready(ctx, what); err != nil {
+		return acceptlog.Job{}, err
+	}
+	j, err := getJob(ctx, l.pool, messageID, false)
+	if err != nil {
+		return acceptlog.Job{}, l.wrapErr(what, err)
+	}
+	return *j, nil
+}
+
+// JobLines implements acceptlog.Store, from one snapshot.
+func (l *Log) JobLines(ctx context.Context, messageID string) ([]acceptlog.Line, error) {
+	what := "job lines " + messageID
+	if err := l.ready(ctx, what); err != nil {
+		return nil, err
+	}
+	var lines []acceptlog.Line
+	err := l.snapshot(ctx, func(tx pgx.Tx) error {
+		if _, err := getJob(ctx, tx, messageID, false); err != nil {
+			return err
+		}
+		var err error
+		lines, err = jobLines(ctx, tx, messageID)
+		return err
+	})
+	if err != nil {
+		return nil, l.wrapErr(what, err)
+	}
+	return lines, nil
+}
+
+// snapshot runs fn in a read-only repeatable-read transaction: every query
+// of fn sees the same committed state.
+func (l *Log) snapshot(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginTxFunc(ctx, l.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
+}
+
+func jobLines(ctx context.Context, q querier, id string) ([]acceptlog.Line, error) {
+	rows, err := q.Query(ctx, "SELECT data FROM lines WHERE message_id = $1 ORDER BY seq", id)
+	if err != nil {
+		return nil, err
+	}
+	return collectLines(rows)
+}
+
+func collectLines(rows pgx.Rows) ([]acceptlog.Line, error) {
+	var lines []acceptlog.Line
+	var v []byte
+	_, err := pgx.ForEachRow(rows, []any{&v}, func() error {
+		var ln acceptlog.Line
+		if err := json.Unmarshal(v, &ln); err != nil {
+			return fmt.Errorf("decode line: %w", err)
+		}
+		lines = append(lines, ln)
+		return nil
+	})
+	return lines, err
+}
+
+// Raw implements acceptlog.Store.
+func (l *Log) Raw(ctx context.Context, messageID string) ([]byte, error) {
+	what := "raw " + messageID
+	if err := l.ready(ctx, what); err != nil {
+		return nil, err
+	}
+	var raw []byte
+	err := l.pool.QueryRow(ctx, "SELECT raw FROM bodies WHERE message_id = $1", messageID).Scan(&raw)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = acceptlog.ErrNotFound
+	}
+	if err != nil {
+		return nil, l.wrapErr(what, err)
+	}
+	return raw, nil
+}
+
+// List implements acceptlog.Store: jobs by Message-ID (byte order) after
+// o.After, filtered by state and channel in the query.
+func (l *Log) List(ctx context.Context, o acceptlog.ListOptions) ([]acceptlog.Job, string, error) {
+	if o.State != "" && !o.State.Valid() {
+		return nil, "", fmt.Errorf("list: unknown state %q", o.State)
+	}
+	if err := l.ready(ctx, "list"); err != nil {
+		return nil, "", err
+	}
+	limit := pageLimit(o.Limit)
+	rows, err := l.pool.Query(ctx, `SELECT data FROM jobs
+		WHERE message_id > $1 AND ($2 = '' OR state = $2) AND ($3::bytea IS NULL OR channel = $3)
+		ORDER BY message_id LIMIT $4`, o.After, string(o.State), channelArg(o.Channel), limit+1)
+	if err != nil {
+		return nil, "", l.wrapErr("list", err)
+	}
+	jobs, err := collectJobs(rows)
+	if err != nil {
+		return nil, "", l.wrapErr("list", err)
+	}
+	next := ""
+	if len(jobs) > limit {
+		jobs = jobs[:limit]
+		next = jobs[limit-1].MessageID
+	}
+	return jobs, next, nil
+}
+
+func channelArg(ch string) []byte {
+	if ch == "" {
+		return nil
+	}
+	return []byte(ch)
+}
+
+func collectJobs(rows pgx.Rows) ([]acceptlog.Job, error) {
+	var jobs []acceptlog.Job
+	var v []byte
+	_, err := pgx.ForEachRow(rows, []any{&v}, func() error {
+		var j acceptlog.Job
+		if err := json.Unmarshal(v, &j); err != nil {
+			return fmt.Errorf("decode job: %w", err)
+		}
+		jobs = append(jobs, j)
+		return nil
+	})
+	return jobs, err
+}
+
+// Lines implements acceptlog.Store. Lines commit in Seq order (see
+// insertLines), so paging by the last Seq seen never skips one.
+func (l *Log) Lines(ctx context.Context, after uint64, limit int) ([]acceptlog.Line, uint64, error) {
+	limit = pageLimit(limit)
+	if after >= math.MaxInt64 {
+		return nil, 0, nil
+	}
+	if err := l.ready(ctx, "lines"); err != nil {
+		return nil, 0, err
+	}
+	rows, err := l.pool.Query(ctx, "SELECT data FROM lines WHERE seq > $1 ORDER BY seq LIMIT $2", int64(after), limit+1)
+	if err != nil {
+		return nil, 0, l.wrapErr("lines", err)
+	}
+	lines, err := collectLines(rows)
+	if err != nil {
+		return nil, 0, l.wrapErr("lines", err)
+	}
+	var next uint64
+	if len(lines) > limit {
+		lines = lines[:limit]
+		next = lines[limit-1].Seq
+	}
+	return lines, next, nil
+}
+
+// Due implements acceptlog.Store.
+func (l *Log) Due(ctx context.Context, now time.Time, limit int) ([]acceptlog.Job, error) {
+	if err := l.ready(ctx, "due"); err != nil {
+		return nil, err
+	}
+	rows, err := l.pool.Query(ctx, `SELECT data FROM jobs WHERE next_check_ns IS NOT NULL AND next_check_ns <= $1
+		ORDER BY next_check_ns, message_id LIMIT $2`, *nanos(now), sqlLimit(limit))
+	if err != nil {
+		return nil, l.wrapErr("due", err)
+	}
+	jobs, err := collectJobs(rows)
+	return jobs, l.wrapErr("due", err)
+}
+
+// sqlLimit turns "limit <= 0 means all" into a LIMIT argument (NULL: none).
+func sqlLimit(limit int) *int {
+	if limit <= 0 {
+		return nil
+	}
+	return &limit
+}
+
+// ByState implements acceptlog.Store.
+func (l *Log) ByState(ctx context.Context, s acceptlog.State, limit int) ([]acceptlog.Job, error) {
+	if !s.Valid() {
+		return nil, fmt.Errorf("by state: unknown state %q", s)
+	}
+	what := "by state " + string(s)
+	if err := l.ready(ctx, what); err != nil {
+		return nil, err
+	}
+	rows, err := l.pool.Query(ctx, "SELECT data FROM jobs WHERE state = $1 ORDER BY message_id LIMIT $2", string(s), sqlLimit(limit))
+	if err != nil {
+		return nil, l.wrapErr(what, err)
+	}
+	jobs, err := collectJobs(rows)
+	return jobs, l.wrapErr(what, err)
+}
+
+// Mailbox implements acceptlog.Store.
+func (l *Log) Mailbox(ctx context.Context, name string) (acceptlog.Mailbox, error) {
+	what := "mailbox " + name
+	if err := l.ready(ctx, what); err != nil {
+		return acceptlog.Mailbox{}, err
+	}
+	mb := acceptlog.Mailbox{Name: name}
+	var v []byte
+	err := l.pool.QueryRow(ctx, "SELECT data FROM mailboxes WHERE name = $1", name).Scan(&v)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return mb, nil
+	case err != nil:
+		return acceptlog.Mailbox{}, l.wrapErr(what, err)
+	}
+	if err := json.Unmarshal(v, &mb); err != nil {
+		return acceptlog.Mailbox{}, fmt.Errorf("%s: decode: %w", what, err)
+	}
+	return mb, nil
+}
+
+// Stats implements acceptlog.Store, from one snapshot. Unlike the bbolt
+// log it keeps no counters: it counts with GROUP BY over the jobs and the
+// lines (indexed columns only).
+func (l *Log) Stats(ctx context.Context) (acceptlog.Stats, error) {
+	if err := l.ready(ctx, "stats"); err != nil {
+		return acceptlog.Stats{}, err
+	}
+	st := acceptlog.Stats{
+		ByState:   map[acceptlog.State]int{},
+		ByChannel: map[string]map[acceptlog.State]int{},
+		ByKind:    map[acceptlog.Kind]int{},
+		ByReason:  map[acceptlog.Kind]map[string]int{},
+	}
+	err := l.snapshot(ctx, func(tx pgx.Tx) error {
+		var (
+			state, kind     string
+			channel, reason []byte
+			n               int
+		)
+		rows, err := tx.Query(ctx, "SELECT state, channel, count(*) FROM jobs GROUP BY state, channel")
+		if err != nil {
+			return err
+		}
+		_, err = pgx.ForEachRow(rows, []any{&state, &channel, &n}, func() error {
+			s := acceptlog.State(state)
+			st.Jobs += n
+			st.ByState[s] += n
+			if st.ByChannel[string(channel)] == nil {
+				st.ByChannel[string(channel)] = map[acceptlog.State]int{}
+			}
+			st.ByChannel[string(channel)][s] = n
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, "SELECT kind, reason, count(*) FROM lines GROUP BY kind, reason")
+		if err != nil {
+			return err
+		}
+		_, err = pgx.ForEachRow(rows, []any{&kind, &reason, &n}, func() error {
+			k := acceptlog.Kind(kind)
+			st.Lines += uint64(n)
+			st.ByKind[k] += n
+			if len(reason) > 0 {
+				if st.ByReason[k] == nil {
+					st.ByReason[k] = map[string]int{}
+				}
+				st.ByReason[k][string(reason)] = n
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		var v []byte
+		err = tx.QueryRow(ctx, "SELECT data FROM jobs WHERE unknown_ns IS NOT NULL ORDER BY unknown_ns, message_id LIMIT 1").Scan(&v)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var j acceptlog.Job
+		if err := json.Unmarshal(v, &j); err != nil {
+			return fmt.Errorf("decode job: %w", err)
+		}
+		st.OldestUnknown = j.AmbiguousAt
+		return nil
+	})
+	if err != nil {
+		return acceptlog.Stats{}, l.wrapErr("stats", err)
+	}
+	return st, nil
+}
+
+// Backup is not done by the relay on PostgreSQL: use pg_dump (or the
+// server's own backups and replication). It returns acceptlog.ErrUnsupported.
+func (l *Log) Backup(context.Context, io.Writer, func(int64)) (int64, error) {
+	return 0, fmt.Errorf("backup: %w: the log is in PostgreSQL, back it up with pg_dump", acceptlog.ErrUnsupported)
+}
+
+// Size returns the bytes the log's tables take (with their indexes).
+func (l *Log) Size(ctx context.Context) (int64, error) {
+	if err := l.ready(ctx, "size"); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := l.pool.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
+		WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace`).Scan(&n)
+	return n, l.wrapErr("size", err)
+}
