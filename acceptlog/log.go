@@ -385,6 +385,9 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 			}
 			written[i] = ln
 		}
+		if err := indexSends(tx, result.Mailbox, written); err != nil {
+			return Job{}, nil, nil, fmt.Errorf("index sends: %w", err)
+		}
 	}
 
 	if ch.Raw != nil {
