@@ -71,4 +71,3 @@ func TestEmulatorDailyLimit50The51stIsNotAttempted(t *testing.T) {
 		t.Errorf("a day after the first send: budget left %d, want 1", left)
 	}
 }
-
