@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/outbox"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/retention"
@@ -221,6 +223,7 @@ type relayServer struct {
 	http         *http.Server
 	stopEmulator func()
 	sweeper      *sweeper.Sweeper
+	outbox       *outbox.Outbox
 	retention    *retention.Pass
 	svc          *relay.Service
 	log          *acceptlog.Log
@@ -283,7 +286,13 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	if c.Subject != "" && mailbox == "me" {
 		mailbox = c.Subject
 	}
+	var box atomic.Pointer[outbox.Outbox] // set below; OnQueued wakes it
 	svc, err := relay.New(ctx, relay.Config{
+		OnQueued: func() {
+			if b := box.Load(); b != nil {
+				b.Wake()
+			}
+		},
 		Log: lg, Provider: metrics.Provider(gm), Policy: c.policy, Faults: faults,
 		Quota: relay.NewQuota(c.QuotaPerMinute, now), Mailbox: mailbox, Logger: logger, Now: now,
 		SendTimeout: c.SendTimeout, Observer: metrics,
@@ -297,6 +306,10 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	swcfg := sweeper.ConfigFor(svc)
 	swcfg.Interval = c.SweepInterval
 	rs.sweeper = sweeper.New(swcfg)
+	if rs.outbox, err = outbox.New(outbox.Config{Service: svc, Logger: logger}); err != nil {
+		return nil, err
+	}
+	box.Store(rs.outbox)
 	rs.retention = retention.New(retention.Config{Log: lg, Retention: c.policy.Retention, Now: now, Logger: logger})
 	var clockAdvance func(time.Duration)
 	if c.Clock == "manual" {
@@ -325,6 +338,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	rs.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() { rs.served <- rs.http.Serve(ln) }()
 	rs.sweeper.Start(context.WithoutCancel(ctx))
+	rs.outbox.Start(context.WithoutCancel(ctx))
 	rs.retention.Start(context.WithoutCancel(ctx))
 	go ui.Warm(ctx) // the console's chart reads the last hour once, off the request path
 	logger.Info().Str("url", rs.URL).Str("mode", mode).Str("data", c.Data).Int64("fault_seed", faults.Seed()).
@@ -373,6 +387,9 @@ func (rs *relayServer) close(ctx context.Context) error {
 	}
 	if rs.sweeper != nil {
 		rs.sweeper.Stop()
+	}
+	if rs.outbox != nil {
+		rs.outbox.Stop()
 	}
 	if rs.retention != nil {
 		rs.retention.Stop()
