@@ -4,13 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/policy"
 )
 
 // initOutbox sets up the daily budget when the Config gave none.
+// It also charges the quota with the sends the log shows in the last
+// minute: a restart does not find a full bucket Gmail has already spent.
 func (s *Service) initOutbox(ctx context.Context) error {
+	recent, err := s.log.SendTimes(ctx, s.mailbox, s.now().Add(-time.Minute))
+	if err != nil {
+		return fmt.Errorf("count the last minute's sends from the log: %w", err)
+	}
+	s.quota.Charge(len(recent) * UnitsSend)
 	if s.budget != nil {
 		return nil
 	}

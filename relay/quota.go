@@ -210,3 +210,17 @@ func (q *Quota) TakeDelivery(units int) (bool, time.Duration) {
 
 // PerMinute returns the budget in units per minute.
 func (q *Quota) PerMinute() int { return q.lim.Burst() }
+
+// Charge takes units whatever the bucket holds (it may go into debt):
+// a restarted relay charges the sends the log shows in the last minute,
+// so it does not spend Gmail's budget twice.
+func (q *Quota) Charge(units int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.now()
+	for units > 0 {
+		n := min(units, q.lim.Burst())
+		q.lim.ReserveN(now, n)
+		units -= n
+	}
+}
