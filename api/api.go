@@ -50,6 +50,7 @@ type Config struct {
 	Policy  *policy.Policy
 	Now     func() time.Time
 	Sweeper *sweeper.Sweeper // nil: /admin/sweep answers 503
+	Outbox  *outbox.Outbox   // nil: /admin/outbox answers 503
 	// Retention is the retention pass; nil or disabled: nothing is pruned.
 	// POST /admin/sweep runs it after the sweep.
 	Retention *retention.Pass
@@ -171,6 +172,7 @@ func New(cfg Config) *Server {
 		r.Delete("/admin/faults", s.clearFaults)
 		r.Delete("/admin/faults/{id}", s.deleteFault)
 		r.Post("/admin/sweep", s.sweep)
+		r.Post("/admin/outbox", s.outboxPass)
 		r.Get("/admin/backup", s.backup)
 		if cfg.AdvanceClock != nil {
 			r.Post("/admin/clock", s.advanceClock)

@@ -94,3 +94,18 @@ func (s *Server) actor(r *http.Request) string {
 	}
 	return "api"
 }
+
+// outboxPass is POST /admin/outbox: one delivery pass now, its counts in
+// the answer (tests and operators; the loop runs on its own).
+func (s *Server) outboxPass(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Outbox == nil {
+		writeError(w, r, relay.Errorf(relay.CodeUnavailable, "the outbox is not running"))
+		return
+	}
+	res, err := s.cfg.Outbox.RunOnce(r.Context())
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}

@@ -94,6 +94,7 @@ type relayOptions struct {
 	indexLag time.Duration // the emulator's search index lag
 	seed     int64         // --fault-seed (0: 1)
 	timeout  time.Duration // --send-timeout (0: 5s)
+	quota    int           // --quota-per-minute (0: 10,000,000)
 }
 
 // relayProc is a gmailrelay serve subprocess against an in-process Gmail
@@ -142,13 +143,17 @@ func startRelay(t testing.TB, o relayOptions) *relayProc {
 	if timeout == 0 {
 		timeout = 5 * time.Second
 	}
+	quota := "10000000"
+	if o.quota > 0 {
+		quota = fmt.Sprint(o.quota)
+	}
 	r := &relayProc{
 		t: t, bin: bin, Emu: emu, clock: clock, out: &lockedBuffer{},
 		client: &http.Client{Timeout: timeout + 10*time.Second},
 		args: []string{"serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "relay.db"),
 			"--gmail-endpoint", emuURL, "--policy", pol, "--api-token", apiToken, "--admin-token", adminToken,
 			"--allow-crash-faults", "--fault-seed", fmt.Sprint(seed), "--sweep-interval", "1h",
-			"--clock", "manual", "--send-timeout", timeout.String(), "--quota-per-minute", "10000000"},
+			"--clock", "manual", "--send-timeout", timeout.String(), "--quota-per-minute", quota},
 	}
 	t.Cleanup(func() {
 		r.Kill()

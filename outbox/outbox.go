@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -44,17 +45,21 @@ type Outbox struct {
 	interval time.Duration
 	wake     chan struct{}
 	life     lifecycle.Loop
+	passMu   sync.Mutex // one pass at a time (the loop's and RunOnce callers')
 }
 
 // Result counts what one pass did.
 type Result struct {
 	// Delivered attempts, by the outcome the send path recorded.
-	Delivered, Sent, Failed, Unknown int
+	Delivered int `json:"delivered"`
+	Sent      int `json:"sent"`
+	Failed    int `json:"failed"`
+	Unknown   int `json:"unknown"`
 	// Left is the number of jobs still queued after the pass.
-	Left int
+	Left int `json:"left"`
 	// Next is how long until the first queued job could go (quota, daily
 	// budget or send_at); zero when none is left.
-	Next time.Duration
+	Next time.Duration `json:"next_ns"`
 }
 
 // New returns an Outbox for the Service.
@@ -107,6 +112,8 @@ func readyAt(j acceptlog.Job) time.Time {
 // at the first that must wait (its send_at, the quota or the daily
 // budget): nothing overtakes it.
 func (o *Outbox) RunOnce(ctx context.Context) (Result, error) {
+	o.passMu.Lock()
+	defer o.passMu.Unlock()
 	var res Result
 	jobs, err := Queued(ctx, o.log)
 	if err != nil {

@@ -313,13 +313,16 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	rs.retention = retention.New(retention.Config{Log: lg, Retention: c.policy.Retention, Now: now, Logger: logger})
 	var clockAdvance func(time.Duration)
 	if c.Clock == "manual" {
-		clockAdvance = advance
+		clockAdvance = func(d time.Duration) {
+			advance(d)
+			rs.outbox.Wake() // its timer runs on real time
+		}
 		logger.Warn().Msg("MANUAL CLOCK: time moves only through POST /admin/clock (testing mode)")
 	}
 	ui := console.New(console.Config{Relay: console.FromService(svc, mode, c.QuotaPerMinute),
 		APIToken: c.APIToken, AdminToken: c.AdminToken, Logger: logger})
 	handler := api.New(api.Config{
-		Service: svc, Sweeper: rs.sweeper, Retention: rs.retention, APIToken: c.APIToken, AdminToken: c.AdminToken, Console: ui,
+		Service: svc, Sweeper: rs.sweeper, Outbox: rs.outbox, Retention: rs.retention, APIToken: c.APIToken, AdminToken: c.AdminToken, Console: ui,
 		MsgIDDomain: c.policy.MsgIDDomain, FaultHeader: c.FaultHeader, Mode: mode, Metrics: metrics, Logger: logger,
 		AdvanceClock: clockAdvance,
 		Probe: func(ctx context.Context) error {
