@@ -97,7 +97,8 @@ func (b *Budget) Refund() {
 	}
 }
 
-// Left returns how many attempts fit in the window now.
+// Left returns how many attempts fit in the window now (-1 without a
+// limit).
 func (b *Budget) Left() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
