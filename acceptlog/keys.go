@@ -39,6 +39,7 @@ var (
 var allBuckets = [][]byte{
 	bucketJobs, bucketLines, bucketJobLines, bucketState, bucketDue,
 	bucketUnknown, bucketBodies, bucketMailboxes, bucketCounters, bucketPrunable,
+	bucketSends,
 }
 
 // maxMessageIDLen bounds a Message-ID so every derived key stays far below

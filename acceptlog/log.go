@@ -362,6 +362,9 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 			counts[k]++
 		}
 	}
+	if err := indexSends(tx, p.Result.Mailbox, p.Lines); err != nil {
+		return Job{}, nil, nil, fmt.Errorf("index sends: %w", err)
+	}
 	if p.Raw != nil {
 		if err := tx.Bucket(bucketBodies).Put([]byte(id), p.Raw); err != nil {
 			return Job{}, nil, nil, fmt.Errorf("put raw: %w", err)

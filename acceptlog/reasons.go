@@ -30,6 +30,14 @@ const (
 	ReasonSweeperResend Reason = "sweeper_resend" // a resend after the last search miss
 	ReasonSweeperRetry  Reason = "sweeper_retry"  // a retry of a retryable failure
 	ReasonResolvedRetry Reason = "resolved_retry" // a human's resolve retry
+	ReasonOutbox        Reason = "outbox"         // the delivery loop's attempt of a queued job
+)
+
+// Reasons of the outbox's state lines and of a cancel's resolved line.
+const (
+	ReasonBudgetSpent Reason = "budget_spent" // queued: the quota, the daily limit or a Gmail pause holds it
+	ReasonSendAt      Reason = "send_at"      // queued: the caller asked for later
+	ReasonCancelled   Reason = "cancelled"    // resolved: a queued job cancelled (DELETE /v1/jobs/{id})
 )
 
 // Reasons of the sweeper's effect, review and search lines.

@@ -42,6 +42,13 @@ type Store interface {
 	// Prune applies the retention rule to at most limit jobs (see
 	// Log.Prune).
 	Prune(ctx context.Context, cutoff time.Time, limit int) (PruneResult, error)
+	// SendTimes returns, oldest first, the times of the attempts handed to
+	// Gmail for mailbox at or after since (every forwarding line, resends
+	// included): the daily sending budget is counted from it.
+	SendTimes(ctx context.Context, mailbox string, since time.Time) ([]time.Time, error)
+	// PruneSends drops the SendTimes entries older than before (of every
+	// mailbox) and returns how many it dropped.
+	PruneSends(ctx context.Context, before time.Time) (int, error)
 	// Backup streams a consistent copy of the log; a backend that has its
 	// own tools for that (PostgreSQL: pg_dump) returns ErrUnsupported.
 	Backup(ctx context.Context, w io.Writer, size func(int64)) (int64, error)

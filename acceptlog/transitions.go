@@ -4,7 +4,7 @@ import "fmt"
 
 // StateQueued: accepted and durable, waiting for budget or for send_at.
 // The delivery loop moves it to forwarding, a human or the caller to
-// abandoned. Declared for the outbox; no code path writes it yet.
+// abandoned. The front door writes it when a send must wait.
 const StateQueued State = "queued"
 
 // Transitions is the one table of allowed state changes (DESIGN.md,

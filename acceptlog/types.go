@@ -151,6 +151,11 @@ type Job struct {
 	Verified    bool      `json:"verified,omitempty"`
 	AmbiguousAt time.Time `json:"ambiguous_at,omitzero"`
 
+	// SendAt is the caller's "not before" (send_at); zero means at once.
+	// The outbox delivers queued jobs per mailbox by SendAt (or CreatedAt
+	// when zero), then by acceptance.
+	SendAt time.Time `json:"send_at,omitzero"`
+
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 	// PrunedAt is when the retention pass removed the job's raw message and

@@ -27,6 +27,7 @@ import (
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/outbox"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/retention"
@@ -50,6 +51,7 @@ type Config struct {
 	Policy  *policy.Policy
 	Now     func() time.Time
 	Sweeper *sweeper.Sweeper // nil: /admin/sweep answers 503
+	Outbox  *outbox.Outbox   // nil: /admin/outbox answers 503
 	// Retention is the retention pass; nil or disabled: nothing is pruned.
 	// POST /admin/sweep runs it after the sweep.
 	Retention *retention.Pass
@@ -168,6 +170,7 @@ func New(cfg Config) *Server {
 		r.Post("/upload/gmail/v1/users/{userId}/messages/send", s.gmailUpload)
 		r.Get("/v1/jobs", s.listJobs)
 		r.Get("/v1/jobs/{id}", s.getJob)
+		r.Delete("/v1/jobs/{id}", s.cancelJob)
 		r.Get("/v1/log", s.readLog)
 		r.Get("/v1/stats", s.stats)
 	})
@@ -179,6 +182,7 @@ func New(cfg Config) *Server {
 		r.Delete("/admin/faults", s.clearFaults)
 		r.Delete("/admin/faults/{id}", s.deleteFault)
 		r.Post("/admin/sweep", s.sweep)
+		r.Post("/admin/outbox", s.outboxPass)
 		r.Get("/admin/backup", s.backup)
 		if cfg.AdvanceClock != nil {
 			r.Post("/admin/clock", s.advanceClock)
@@ -271,47 +275,62 @@ type sendAnswer struct {
 	Channel   string   `json:"channel"`
 	URL       string   `json:"url,omitempty"`
 	Replayed  bool     `json:"replayed,omitempty"`
+	// ETA is a queued job's estimated delivery time.
+	ETA *time.Time `json:"eta,omitempty"`
 }
 
 func jobURL(id string) string { return "/v1/jobs/" + url.PathEscape(id) }
 
 func (s *Server) send(w http.ResponseWriter, r *http.Request) {
-	p, err := s.prepare(r)
+	p, queue, err := s.prepare(r)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	s.run(w, r, p, func(w http.ResponseWriter, r *http.Request, err error) {
+	s.run(w, r, p, queue, func(w http.ResponseWriter, r *http.Request, err error) {
 		writeErrorFor(w, r, err, p.MessageID, "")
 	}, s.writeSendAnswer)
 }
 
 // prepare reads and validates a /v1/send request of either content type.
-func (s *Server) prepare(r *http.Request) (relay.Prepared, error) {
+// queue is false only when the caller asked to be refused when busy
+// (when_busy "reject", or the X-Relay-When-Busy header).
+func (s *Server) prepare(r *http.Request) (_ relay.Prepared, queue bool, _ error) {
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	key := r.Header.Get("Idempotency-Key")
 	switch ct {
 	case "message/rfc822":
 		body, err := readBody(r, relay.MaxMessageBytes)
 		if err != nil {
-			return relay.Prepared{}, err
+			return relay.Prepared{}, false, err
 		}
-		return relay.PrepareRaw(body, key, channelOf(r), s.cfg.MsgIDDomain)
+		queue, err := whenBusyHeader(r, true)
+		if err != nil {
+			return relay.Prepared{}, false, err
+		}
+		p, err := relay.PrepareRaw(body, key, channelOf(r), s.cfg.MsgIDDomain)
+		return p, queue, err
 	case "application/json", "":
 		body, err := readBody(r, MaxJSONBytes)
 		if err != nil {
-			return relay.Prepared{}, err
+			return relay.Prepared{}, false, err
 		}
 		req, err := relay.DecodeSendRequest(body)
 		if err != nil {
-			return relay.Prepared{}, err
+			return relay.Prepared{}, false, err
 		}
 		if req.Channel == "" {
 			req.Channel = channelOf(r)
 		}
-		return relay.Prepare(req, key, s.cfg.MsgIDDomain, s.cfg.Now())
+		sendAt, queue, err := req.Schedule()
+		if err != nil {
+			return relay.Prepared{}, false, err
+		}
+		p, err := relay.Prepare(req, key, s.cfg.MsgIDDomain, s.cfg.Now())
+		p.SendAt = sendAt
+		return p, queue, err
 	default:
-		return relay.Prepared{}, relay.Invalid("Content-Type", "send application/json or message/rfc822, not %q", ct)
+		return relay.Prepared{}, false, relay.Invalid("Content-Type", "send application/json or message/rfc822, not %q", ct)
 	}
 }
 
@@ -336,14 +355,14 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 
 // run sends p and answers through write, which sees every outcome that is
 // not a refusal (answered by fail) or a dropped response.
-func (s *Server) run(w http.ResponseWriter, r *http.Request, p relay.Prepared,
+func (s *Server) run(w http.ResponseWriter, r *http.Request, p relay.Prepared, queue bool,
 	fail func(http.ResponseWriter, *http.Request, error), write func(http.ResponseWriter, *http.Request, relay.Result)) {
 	fault, err := s.faultOverride(r)
 	if err != nil {
 		fail(w, r, err)
 		return
 	}
-	res, err := s.svc.Send(r.Context(), p, relay.SendOptions{Fault: fault})
+	res, err := s.svc.Send(r.Context(), p, relay.SendOptions{Fault: fault, Queue: queue})
 	if err != nil {
 		fail(w, r, err)
 		return
@@ -373,8 +392,11 @@ func (s *Server) writeSendAnswer(w http.ResponseWriter, r *http.Request, res rel
 		writeJSON(w, http.StatusOK, a)
 	case acceptlog.StateFailed:
 		writeErrorFor(w, r, failureError(j, res), j.MessageID, j.State)
-	default: // unknown, review, forwarding
+	default: // queued, unknown, review, forwarding
 		a.URL = jobURL(j.MessageID)
+		if j.State == acceptlog.StateQueued {
+			a.ETA = s.eta(r.Context(), j.MessageID)
+		}
 		w.Header().Set("Location", a.URL)
 		writeJSON(w, http.StatusAccepted, a)
 	}
@@ -465,7 +487,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	if jobs == nil {
 		jobs = []acceptlog.Job{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs, "next": next})
+	writeJSON(w, http.StatusOK, map[string]any{"jobs": s.withETAs(r.Context(), jobs), "next": next})
 }
 
 var statesForMetrics = acceptlog.States
@@ -552,6 +574,8 @@ type Stats struct {
 	// Pruned sums the retention passes since start (absent when retention
 	// is off).
 	Pruned *acceptlog.PruneResult `json:"pruned,omitempty"`
+	// Outbox is the queue and the daily budget of the mailbox.
+	Outbox outbox.Snapshot `json:"outbox"`
 }
 
 // CollectStats gathers /v1/stats; /metrics reads the same numbers.
@@ -582,6 +606,9 @@ func (s *Server) CollectStats(ctx context.Context) (Stats, error) {
 		out.Pruned = &t
 	}
 	if out.LogBytes, err = s.cfg.Log.Size(ctx); err != nil {
+		return Stats{}, err
+	}
+	if out.Outbox, _, err = outbox.Estimate(ctx, s.svc); err != nil {
 		return Stats{}, err
 	}
 	return out, nil

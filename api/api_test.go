@@ -472,7 +472,9 @@ func TestEmulatorQuotaSpentIs429AndSendsNothing(t *testing.T) {
 	if r := e.must("POST", "/v1/send", apiToken, sendBody("q1")); r.status != 200 {
 		t.Fatalf("first: %d %s", r.status, r.raw)
 	}
-	r := e.must("POST", "/v1/send", apiToken, sendBody("q2"))
+	b := sendBody("q2")
+	b["when_busy"] = "reject" // the outbox's default would queue it
+	r := e.must("POST", "/v1/send", apiToken, b)
 	if r.status != 429 || r.header.Get("Retry-After") == "" {
 		t.Fatalf("second: %d %v, want 429 with Retry-After", r.status, r.header)
 	}

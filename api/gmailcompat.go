@@ -172,7 +172,12 @@ func (s *Server) gmailSendRaw(w http.ResponseWriter, r *http.Request, raw []byte
 	if threadID != "" {
 		p.ThreadID = threadID
 	}
-	s.run(w, r, p, writeGmailError, s.writeGmailAnswer)
+	queue, err := whenBusyHeader(r, false)
+	if err != nil {
+		writeGmailError(w, r, err)
+		return
+	}
+	s.run(w, r, p, queue, writeGmailError, s.writeGmailAnswer)
 }
 
 // writeGmailAnswer answers like Gmail: its Message JSON on 200, its error

@@ -117,10 +117,14 @@ var (
 	descSweeper  = prometheus.NewDesc("gmailrelay_sweeper_jobs_total", "Sweeper results by kind, since start.", []string{"result"}, nil)
 	descLogBytes = prometheus.NewDesc("gmailrelay_log_bytes", "Size of the acceptance log file.", nil, nil)
 	descPruned   = prometheus.NewDesc("gmailrelay_retention_pruned_jobs_total", "Jobs whose raw message and detail lines the retention pass removed, since start.", nil, nil)
+
+	descQueueDepth  = prometheus.NewDesc("gmailrelay_outbox_queue_depth", "Queued jobs waiting for the mailbox's budget or their send_at.", []string{"mailbox"}, nil)
+	descQueueOldest = prometheus.NewDesc("gmailrelay_outbox_oldest_queued_age_seconds", "Age of the oldest queued job (0 when none).", []string{"mailbox"}, nil)
+	descBudgetLeft  = prometheus.NewDesc("gmailrelay_daily_send_budget_left", "Sends the mailbox's daily budget still allows over the rolling 24 h.", []string{"mailbox"}, nil)
 )
 
 func (c statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descJobs, descReview, descOldest, descQuota, descEffects, descDups, descRewrites, descFaults, descSweeper, descLogBytes, descPruned} {
+	for _, d := range []*prometheus.Desc{descJobs, descReview, descOldest, descQuota, descEffects, descDups, descRewrites, descFaults, descSweeper, descLogBytes, descPruned, descQueueDepth, descQueueOldest, descBudgetLeft} {
 		ch <- d
 	}
 }
@@ -141,6 +145,9 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descReview, prometheus.GaugeValue, float64(st.ReviewDepth))
 	ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, st.OldestUnknownAge)
+	ch <- prometheus.MustNewConstMetric(descQueueDepth, prometheus.GaugeValue, float64(st.Outbox.Depth), "default")
+	ch <- prometheus.MustNewConstMetric(descQueueOldest, prometheus.GaugeValue, st.Outbox.OldestAge, "default")
+	ch <- prometheus.MustNewConstMetric(descBudgetLeft, prometheus.GaugeValue, float64(st.Outbox.BudgetLeft), "default")
 	ch <- prometheus.MustNewConstMetric(descQuota, prometheus.CounterValue, float64(st.QuotaUnitsSpent))
 	ch <- prometheus.MustNewConstMetric(descEffects, prometheus.CounterValue, float64(st.EffectLines))
 	ch <- prometheus.MustNewConstMetric(descDups, prometheus.CounterValue, float64(st.DuplicatesFound))

@@ -221,6 +221,9 @@ func (l *Log) mutateTx(ctx context.Context, tx pgx.Tx, id string, fn func(*accep
 		}
 	}
 	if len(p.Lines) > 0 {
+		if err := insertSends(ctx, tx, p.Result.Mailbox, p.Lines); err != nil {
+			return p, nil, err
+		}
 		if err := insertLines(ctx, tx, p.Lines); err != nil {
 			return p, nil, err
 		}
@@ -240,6 +243,21 @@ func (l *Log) mutateTx(ctx context.Context, tx pgx.Tx, id string, fn func(*accep
 		}
 	}
 	return p, nil, nil
+}
+
+// insertSends indexes the forwarding lines among lines for the daily
+// sending budget (acceptlog.Store.SendTimes).
+func insertSends(ctx context.Context, tx pgx.Tx, mailbox string, lines []acceptlog.Line) error {
+	for _, ln := range lines {
+		if ln.Kind != acceptlog.KindForwarding {
+			continue
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO sends (mailbox, at_ns, message_id, attempt) VALUES ($1, $2, $3, $4)
+			ON CONFLICT DO NOTHING`, mailbox, ln.Time.UnixNano(), ln.MessageID, ln.Attempt); err != nil {
+			return fmt.Errorf("index send: %w", err)
+		}
+	}
+	return nil
 }
 
 // insertLines gives lines the next Seqs (taking line_seq's row lock, held

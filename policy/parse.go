@@ -88,6 +88,12 @@ func Parse(data []byte) (*Policy, error) {
 				return nil, &FieldError{Field: e.path, Line: e.value.Line, Message: err.Error()}
 			}
 			p.Retention = d
+		case "mailboxes":
+			mbs, err := mailboxes(e.value, e.path)
+			if err != nil {
+				return nil, err
+			}
+			p.Mailboxes = mbs
 		case "channels":
 			seenChannels = true
 			chans, err := channels(e.value, e.path)

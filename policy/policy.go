@@ -91,6 +91,9 @@ type Policy struct {
 	// lines (file key retention, e.g. "90d"); zero keeps them forever. A
 	// pruned job keeps its record, so its key still replays.
 	Retention time.Duration
+	// Mailboxes holds the mailboxes' policies (file key mailboxes); only
+	// "default" so far. See DailySendLimit.
+	Mailboxes map[string]Mailbox
 }
 
 // MinGrace is the shortest grace a channel may set: below it a search

@@ -85,6 +85,12 @@ type SendRequest struct {
 	// Raw is a base64url RFC 5322 message, padded or not; standard base64
 	// is accepted too, and whitespace is ignored.
 	Raw string `json:"raw"`
+	// SendAt (RFC 3339) asks for delivery not before then: the job is
+	// queued until it is due. Not part of the fingerprint.
+	SendAt string `json:"send_at"`
+	// WhenBusy is what a send does when the mailbox's budget is spent:
+	// "queue" (the default: 202 queued) or "reject" (429 + Retry-After).
+	WhenBusy string `json:"when_busy"`
 }
 
 // DecodeSendRequest decodes a send request strictly: the body must be one
@@ -139,6 +145,10 @@ func DecodeSendRequest(data []byte) (SendRequest, error) {
 			err = decodeString(name, raw, &req.ThreadID)
 		case "raw":
 			err = decodeString(name, raw, &req.Raw)
+		case "send_at":
+			err = decodeString(name, raw, &req.SendAt)
+		case "when_busy":
+			err = decodeString(name, raw, &req.WhenBusy)
 		case "to":
 			err = decodeAddressList(name, raw, &req.To)
 		case "cc":
@@ -293,6 +303,9 @@ type Prepared struct {
 	// (key, job or Idempotency-Key), the address formatting or the JSON
 	// field order. A different fingerprint under the same key is a 422.
 	Fingerprint string
+	// SendAt is the caller's "not before" (zero: at once); set by the
+	// caller of Prepare from SendRequest.Schedule.
+	SendAt time.Time
 }
 
 // Prepare validates a send request and builds the message it asks for.

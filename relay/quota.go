@@ -137,3 +137,93 @@ func (q *Quota) Refund(units int) {
 	}
 	q.spent.Add(-int64(units))
 }
+
+// takeMode is who takes units: a caller's send, the sweeper, or the
+// outbox's delivery loop.
+type takeMode int
+
+const (
+	takeBackground takeMode = iota // the sweeper: leaves the send reserve
+	takeForeground                 // a caller's send: may empty the bucket
+	takeDelivery                   // the outbox: leaves the reconciliation share
+)
+
+// reconcileShare is the part of the per-minute budget delivery leaves for
+// reconciliation, above the send reserve the sweeper itself leaves: a
+// full queue never starves the sweeper (CONTRACT: at least 10 %).
+func (q *Quota) reconcileShare() float64 { return q.reserve + float64(q.lim.Burst())/10 }
+
+// availableFor is Available for a take mode.
+func (q *Quota) availableFor(units int, mode takeMode) (bool, time.Duration) {
+	switch mode {
+	case takeForeground:
+		return q.Available(units, false)
+	case takeDelivery:
+		return q.AvailableDelivery(units)
+	}
+	return q.Available(units, true)
+}
+
+// takeFor takes units for a take mode.
+func (q *Quota) takeFor(units int, mode takeMode) (bool, time.Duration) {
+	switch mode {
+	case takeForeground:
+		return q.TakeForeground(units)
+	case takeDelivery:
+		return q.TakeDelivery(units)
+	}
+	return q.TakeBackground(units)
+}
+
+// AvailableDelivery reports, without taking anything, whether the outbox
+// could take units now (leaving the reconciliation share), and if not how
+// long until it could.
+func (q *Quota) AvailableDelivery(units int) (bool, time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.deliveryAt(q.now(), units)
+}
+
+func (q *Quota) deliveryAt(now time.Time, units int) (bool, time.Duration) {
+	if now.Before(q.pauseUntil) {
+		return false, q.pauseUntil.Sub(now)
+	}
+	need := float64(units) + q.reconcileShare()
+	have := q.lim.TokensAt(now)
+	if have >= need {
+		return true, 0
+	}
+	return false, time.Duration((need - have) / float64(q.lim.Limit()) * float64(time.Second))
+}
+
+// TakeDelivery takes units for the outbox only if the reconciliation
+// share (the sweeper's reserve plus a tenth of the per-minute budget)
+// remains afterwards.
+func (q *Quota) TakeDelivery(units int) (bool, time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.now()
+	if ok, wait := q.deliveryAt(now, units); !ok {
+		return false, wait
+	}
+	q.lim.AllowN(now, units)
+	q.spent.Add(int64(units))
+	return true, 0
+}
+
+// PerMinute returns the budget in units per minute.
+func (q *Quota) PerMinute() int { return q.lim.Burst() }
+
+// Charge takes units whatever the bucket holds (it may go into debt):
+// a restarted relay charges the sends the log shows in the last minute,
+// so it does not spend Gmail's budget twice.
+func (q *Quota) Charge(units int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.now()
+	for units > 0 {
+		n := min(units, q.lim.Burst())
+		q.lim.ReserveN(now, n)
+		units -= n
+	}
+}

@@ -23,6 +23,12 @@ type Config struct {
 	Faults *faultmodes.Set
 	// Quota is the shared Gmail budget; nil means NewQuota(6000, Now).
 	Quota *Quota
+	// Budget is the mailbox's daily sending budget; nil means one counted
+	// from the log with the policy's daily_send_limit.
+	Budget *Budget
+	// OnQueued, when set, is called after a job was queued (the outbox's
+	// wake-up). It must not block.
+	OnQueued func()
 	// Mailbox is the Gmail userId every call uses ("me" by default).
 	Mailbox string
 	// Now is the clock; nil means time.Now.
@@ -70,6 +76,8 @@ type Service struct {
 	policy   *policy.Policy
 	faults   *faultmodes.Set
 	quota    *Quota
+	budget   *Budget
+	onQueued func()
 	mailbox  string
 	now      func() time.Time
 	logger   zerolog.Logger
@@ -91,6 +99,10 @@ type SendOptions struct {
 	// Fault, when non-zero, replaces the rule-based decision (the
 	// X-Relay-Fault header, already authorised by the caller).
 	Fault faultmodes.Decision
+	// Queue: when the budget is spent (or other jobs wait in the outbox),
+	// log the job queued instead of refusing it with CodeRateLimited.
+	// A job with a future Prepared.SendAt is queued whatever Queue says.
+	Queue bool
 }
 
 // Result is what a Send or an attempt did.
@@ -118,7 +130,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		log: cfg.Log, provider: cfg.Provider, policy: cfg.Policy, faults: cfg.Faults,
-		quota: cfg.Quota, mailbox: cfg.Mailbox, now: cfg.Now, logger: cfg.Logger,
+		quota: cfg.Quota, budget: cfg.Budget, onQueued: cfg.OnQueued, mailbox: cfg.Mailbox, now: cfg.Now, logger: cfg.Logger,
 		timeout: cfg.SendTimeout, crash: cfg.Crash, obs: cfg.Observer, point: cfg.CrashPoint,
 	}
 	if s.point == nil {
@@ -135,6 +147,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	if s.timeout <= 0 {
 		s.timeout = 60 * time.Second
+	}
+	if err := s.initOutbox(ctx); err != nil {
+		return nil, err
 	}
 	if acceptlog.IsShared(s.log) {
 		// Other replicas' attempts in flight are theirs until their lease
@@ -277,8 +292,14 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 			return res, err
 		}
 	}
-	d, err := s.admitAttempt(o.Fault, p.Channel, p.Key, p.MessageID, true)
+	if s.mustQueue(p, o) {
+		return s.enqueue(ctx, p, o)
+	}
+	d, err := s.admitAttempt(o.Fault, p.Channel, p.Key, p.MessageID, takeForeground)
 	if err != nil {
+		if o.Queue && IsRateLimited(err) {
+			return s.enqueue(ctx, p, o)
+		}
 		return Result{}, err
 	}
 	var adm admission
@@ -329,12 +350,16 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 // quota is checked before a fault rule is consumed, so an attempt refused
 // for quota never uses up a counted rule; fail-before-forward spends no
 // quota. forced, when set, replaces the rule-based decision.
-func (s *Service) admitAttempt(forced faultmodes.Decision, channel, key, id string, foreground bool) (faultmodes.Decision, error) {
+func (s *Service) admitAttempt(forced faultmodes.Decision, channel, key, id string, mode takeMode) (faultmodes.Decision, error) {
 	refused := func(in time.Duration) error {
 		return &Error{Code: CodeRateLimited, RetryAfter: seconds(in),
 			Message: "the relay's Gmail quota budget is spent for now; nothing was sent"}
 	}
-	if ok, in := s.quota.Available(UnitsSend, !foreground); !ok {
+	if ok, in := s.budget.Available(); !ok {
+		return faultmodes.Decision{}, &Error{Code: CodeRateLimited, RetryAfter: seconds(in),
+			Message: "the mailbox's daily sending budget is spent; nothing was sent"}
+	}
+	if ok, in := s.quota.availableFor(UnitsSend, mode); !ok {
 		return faultmodes.Decision{}, refused(in)
 	}
 	d := forced
@@ -344,11 +369,12 @@ func (s *Service) admitAttempt(forced faultmodes.Decision, channel, key, id stri
 	if d.Mode == faultmodes.FailBeforeForward {
 		return d, nil
 	}
-	take := s.quota.TakeBackground
-	if foreground {
-		take = s.quota.TakeForeground
+	if ok, in := s.budget.Take(); !ok {
+		return faultmodes.Decision{}, &Error{Code: CodeRateLimited, RetryAfter: seconds(in),
+			Message: "the mailbox's daily sending budget is spent; nothing was sent"}
 	}
-	if ok, in := take(UnitsSend); !ok {
+	if ok, in := s.quota.takeFor(UnitsSend, mode); !ok {
+		s.budget.Refund()
 		return faultmodes.Decision{}, refused(in)
 	}
 	return d, nil
@@ -360,6 +386,7 @@ func (s *Service) admitAttempt(forced faultmodes.Decision, channel, key, id stri
 func (s *Service) giveBack(forced, d faultmodes.Decision, tookQuota bool) {
 	if d.Mode != faultmodes.FailBeforeForward && tookQuota {
 		s.quota.Refund(UnitsSend)
+		s.budget.Refund()
 	}
 	if forced.Mode == "" && s.faults != nil {
 		s.faults.Refund(d)
@@ -650,18 +677,22 @@ func (s *Service) RecordHandle(ctx context.Context, id, stored string) error {
 // transaction then refuses (the job moved on: CodeConflict) gives back the
 // units and the fault rule's count it took.
 func (s *Service) Attempt(ctx context.Context, id string, from []acceptlog.State, reason acceptlog.Reason, foreground bool) (Result, error) {
-	return s.attempt(ctx, id, from, reason, foreground, nil)
+	mode := takeBackground
+	if foreground {
+		mode = takeForeground
+	}
+	return s.attempt(ctx, id, from, reason, mode, nil)
 }
 
 // attempt is Attempt; before, when set, makes the lines to write first in
 // the same transaction (a resolve retry's resolved line), so that they are
 // written exactly when the attempt starts.
-func (s *Service) attempt(ctx context.Context, id string, from []acceptlog.State, reason acceptlog.Reason, foreground bool, before func(j *acceptlog.Job) []acceptlog.Line) (Result, error) {
+func (s *Service) attempt(ctx context.Context, id string, from []acceptlog.State, reason acceptlog.Reason, mode takeMode, before func(j *acceptlog.Job) []acceptlog.Line) (Result, error) {
 	cur, err := s.log.Get(ctx, id)
 	if err != nil {
 		return Result{}, err
 	}
-	d, err := s.admitAttempt(faultmodes.Decision{}, cur.Channel, cur.Key, cur.MessageID, foreground)
+	d, err := s.admitAttempt(faultmodes.Decision{}, cur.Channel, cur.Key, cur.MessageID, mode)
 	if err != nil {
 		return Result{}, err
 	}
@@ -730,7 +761,7 @@ func (s *Service) Resolve(ctx context.Context, id, action, note, actor string) (
 		// The resolved line is written with the attempt, in one
 		// transaction: an attempt refused (quota) leaves no trace of a
 		// retry that did not happen.
-		res, err := s.attempt(ctx, id, resolvable, acceptlog.ReasonResolvedRetry, true, func(j *acceptlog.Job) []acceptlog.Line {
+		res, err := s.attempt(ctx, id, resolvable, acceptlog.ReasonResolvedRetry, takeForeground, func(j *acceptlog.Job) []acceptlog.Line {
 			return []acceptlog.Line{{Kind: acceptlog.KindResolved, Attempt: j.Attempts, Reason: acceptlog.ReasonRetry, Actor: actor, Note: note}}
 		})
 		if errors.Is(err, acceptlog.ErrNotFound) {

@@ -63,6 +63,7 @@ func Run(t *testing.T, b Backend) {
 		{"PrunableStates", testPrunableStates},
 		{"CheckAcceptsPrunedJobsWithGaps", testCheckAcceptsPrunedJobsWithGaps},
 		{"MutateRefusesEveryTransitionOutsideTheTable", testMutateRefusesEveryTransitionOutsideTheTable},
+		{"SendTimesCountsEveryAttemptPerMailbox", testSendTimesCountsEveryAttemptPerMailbox},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, b) })
 	}

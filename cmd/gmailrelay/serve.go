@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/outbox"
 	"github.com/gmailrelay/gmailrelay/pglog"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -236,6 +238,7 @@ type relayServer struct {
 	http         *http.Server
 	stopEmulator func()
 	sweeper      *sweeper.Sweeper
+	outbox       *outbox.Outbox
 	retention    *retention.Pass
 	svc          *relay.Service
 	log          acceptlog.Store
@@ -298,7 +301,13 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	if c.Subject != "" && mailbox == "me" {
 		mailbox = c.Subject
 	}
+	var box atomic.Pointer[outbox.Outbox] // set below; OnQueued wakes it
 	svc, err := relay.New(ctx, relay.Config{
+		OnQueued: func() {
+			if b := box.Load(); b != nil {
+				b.Wake()
+			}
+		},
 		Log: lg, Provider: metrics.Provider(gm), Policy: c.policy, Faults: faults,
 		Quota: relay.NewQuota(c.QuotaPerMinute, now), Mailbox: mailbox, Logger: logger, Now: now,
 		SendTimeout: c.SendTimeout, Observer: metrics,
@@ -312,16 +321,23 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	swcfg := sweeper.ConfigFor(svc)
 	swcfg.Interval = c.SweepInterval
 	rs.sweeper = sweeper.New(swcfg)
+	if rs.outbox, err = outbox.New(outbox.Config{Service: svc, Logger: logger}); err != nil {
+		return nil, err
+	}
+	box.Store(rs.outbox)
 	rs.retention = retention.New(retention.Config{Log: lg, Retention: c.policy.Retention, Now: now, Logger: logger})
 	var clockAdvance func(time.Duration)
 	if c.Clock == "manual" {
-		clockAdvance = advance
+		clockAdvance = func(d time.Duration) {
+			advance(d)
+			rs.outbox.Wake() // its timer runs on real time
+		}
 		logger.Warn().Msg("MANUAL CLOCK: time moves only through POST /admin/clock (testing mode)")
 	}
 	ui := console.New(console.Config{Relay: console.FromService(svc, mode, c.QuotaPerMinute),
 		APIToken: c.APIToken, AdminToken: c.AdminToken, Logger: logger})
 	handler := api.New(api.Config{
-		Service: svc, Sweeper: rs.sweeper, Retention: rs.retention, APIToken: c.APIToken, AdminToken: c.AdminToken, Console: ui,
+		Service: svc, Sweeper: rs.sweeper, Outbox: rs.outbox, Retention: rs.retention, APIToken: c.APIToken, AdminToken: c.AdminToken, Console: ui,
 		MsgIDDomain: c.policy.MsgIDDomain, FaultHeader: c.FaultHeader, Mode: mode, Metrics: metrics, Logger: logger,
 		AdvanceClock: clockAdvance, MaxInflightBytes: c.MaxInflightBytes,
 		Probe: func(ctx context.Context) error {
@@ -340,6 +356,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	rs.http = newHTTPServer(handler, serverTimeouts(c.SendTimeout))
 	go func() { rs.served <- rs.http.Serve(ln) }()
 	rs.sweeper.Start(context.WithoutCancel(ctx))
+	rs.outbox.Start(context.WithoutCancel(ctx))
 	rs.retention.Start(context.WithoutCancel(ctx))
 	go ui.Warm(ctx) // the console's chart reads the last hour once, off the request path
 	logger.Info().Str("url", rs.URL).Str("mode", mode).Str("data", where).Int64("fault_seed", faults.Seed()).
@@ -388,6 +405,9 @@ func (rs *relayServer) close(ctx context.Context) error {
 	}
 	if rs.sweeper != nil {
 		rs.sweeper.Stop()
+	}
+	if rs.outbox != nil {
+		rs.outbox.Stop()
 	}
 	if rs.retention != nil {
 		rs.retention.Stop()

@@ -1,0 +1,94 @@
+package acceptlog
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"strconv"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// bucketSends indexes every attempt handed to Gmail (every forwarding
+// line) by mailbox and time, for the daily sending budget: key mailbox,
+// 0x00, sortable time (8 bytes), Message-ID, 0x00, attempt; no value.
+// Entries are never removed with the job's lines, so a resend counts even
+// after retention; PruneSends drops the ones older than a cut-off.
+var bucketSends = []byte("sends")
+
+func sendKey(mailbox string, t time.Time, id string, attempt int) []byte {
+	k := make([]byte, 0, len(mailbox)+10+len(id)+4)
+	k = append(k, mailbox...)
+	k = append(k, 0)
+	k = binary.BigEndian.AppendUint64(k, sortableTime(t))
+	k = append(k, id...)
+	k = append(k, 0)
+	return strconv.AppendInt(k, int64(attempt), 10)
+}
+
+// indexSends adds an entry for each forwarding line of lines (written for
+// a job of mailbox).
+func indexSends(tx *bolt.Tx, mailbox string, lines []Line) error {
+	b := tx.Bucket(bucketSends)
+	for _, ln := range lines {
+		if ln.Kind != KindForwarding {
+			continue
+		}
+		if err := b.Put(sendKey(mailbox, ln.Time, ln.MessageID, ln.Attempt), nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SendTimes returns, oldest first, the times of the attempts handed to
+// Gmail for mailbox at or after since (every forwarding line, resends
+// included). The daily sending budget is counted from it.
+func (l *Log) SendTimes(ctx context.Context, mailbox string, since time.Time) ([]time.Time, error) {
+	var out []time.Time
+	prefix := append([]byte(mailbox), 0)
+	err := l.view(ctx, "send times", func(tx *bolt.Tx) error {
+		out = nil
+		c := tx.Bucket(bucketSends).Cursor()
+		start := binary.BigEndian.AppendUint64(bytes.Clone(prefix), sortableTime(since))
+		for k, _ := c.Seek(start); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			out = append(out, timeIDKeyTime(k[len(prefix):]))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// PruneSends removes the send-index entries older than before (of every
+// mailbox) and returns how many it removed.
+func (l *Log) PruneSends(ctx context.Context, before time.Time) (int, error) {
+	n := 0
+	err := l.commit(func(tx *bolt.Tx) error {
+		n = 0
+		b := tx.Bucket(bucketSends)
+		var dead [][]byte
+		err := b.ForEach(func(k, _ []byte) error {
+			i := bytes.IndexByte(k, 0)
+			if i < 0 || len(k) < i+9 {
+				dead = append(dead, bytes.Clone(k))
+				return nil
+			}
+			if timeIDKeyTime(k[i+1:]).Before(before) {
+				dead = append(dead, bytes.Clone(k))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range dead {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		n = len(dead)
+		return nil
+	})
+	return n, err
+}

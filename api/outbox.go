@@ -1,0 +1,111 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/outbox"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// HeaderWhenBusy chooses, on either send path, what a send does when the
+// budget is spent: "queue" (202 queued) or "reject" (429). /v1/send queues
+// by default (its body's when_busy wins); the Gmail-compatible path
+// rejects unless the header says queue.
+const HeaderWhenBusy = "X-Relay-When-Busy"
+
+func whenBusyHeader(r *http.Request, def bool) (bool, error) {
+	switch v := r.Header.Get(HeaderWhenBusy); v {
+	case "":
+		return def, nil
+	case relay.WhenBusyQueue:
+		return true, nil
+	case relay.WhenBusyReject:
+		return false, nil
+	default:
+		return false, relay.Invalid(HeaderWhenBusy, "%s must be queue or reject, not %q", HeaderWhenBusy, v)
+	}
+}
+
+// eta is a queued job's estimated delivery time (nil when unknown).
+func (s *Server) eta(ctx context.Context, id string) *time.Time {
+	_, etas, err := outbox.Estimate(ctx, s.svc)
+	if err != nil {
+		return nil
+	}
+	if t, ok := etas[id]; ok {
+		return &t
+	}
+	return nil
+}
+
+// queuedJob is a job of GET /v1/jobs with its eta when queued.
+type queuedJob struct {
+	acceptlog.Job
+	ETA *time.Time `json:"eta,omitempty"`
+}
+
+// withETAs adds the eta of every queued job of a listing.
+func (s *Server) withETAs(ctx context.Context, jobs []acceptlog.Job) []queuedJob {
+	out := make([]queuedJob, len(jobs))
+	var etas map[string]time.Time
+	for i, j := range jobs {
+		out[i].Job = j
+		if j.State != acceptlog.StateQueued {
+			continue
+		}
+		if etas == nil {
+			if _, e, err := outbox.Estimate(ctx, s.svc); err == nil {
+				etas = e
+			}
+		}
+		if t, ok := etas[j.MessageID]; ok {
+			out[i].ETA = &t
+		}
+	}
+	return out
+}
+
+// cancelJob is DELETE /v1/jobs/{id}: a queued job becomes abandoned with
+// a resolved line (actor, reason cancelled); any other state is 409.
+func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
+	id, err := s.idParam(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	res, err := s.svc.Cancel(r.Context(), id, s.actor(r))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	j := res.Job
+	writeJSON(w, http.StatusOK, sendAnswer{MessageID: j.MessageID, State: string(j.State), Attempts: j.Attempts,
+		Channel: j.Channel, URL: jobURL(j.MessageID)})
+}
+
+// actor names who cancelled: the actor query parameter (at most 200
+// bytes), else "api".
+func (s *Server) actor(r *http.Request) string {
+	if a := r.URL.Query().Get("actor"); a != "" && len(a) <= 200 {
+		return a
+	}
+	return "api"
+}
+
+// outboxPass is POST /admin/outbox: one delivery pass now, its counts in
+// the answer (tests and operators; the loop runs on its own).
+func (s *Server) outboxPass(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Outbox == nil {
+		writeError(w, r, relay.Errorf(relay.CodeUnavailable, "the outbox is not running"))
+		return
+	}
+	res, err := s.cfg.Outbox.RunOnce(r.Context())
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}

@@ -1,0 +1,217 @@
+// Package outbox is the delivery loop of queued jobs (CONTRACT, "Outbox:
+// accept now, deliver when Gmail allows"). A job is queued by the send
+// path when the mailbox's budget is spent or its send_at is ahead; the
+// loop hands each one, per mailbox in order of send_at then acceptance,
+// to relay.Service.Deliver — the same send path as a caller's send — as
+// soon as the quota (leaving reconciliation its share) and the daily
+// budget allow. Like the sweeper it is a service: RunOnce returns counts,
+// Start/Stop run it in the background, the clock is injected, Wake makes
+// it look at once.
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/internal/lifecycle"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// Config wires an Outbox. Service is required.
+type Config struct {
+	Service *relay.Service
+	// Now is the clock; nil means the Service's.
+	Now func() time.Time
+	// Logger receives one line per pass that delivered something (counts
+	// only: never recipients or bodies).
+	Logger zerolog.Logger
+	// Interval is the longest the loop sleeps without a wake-up (default 30s).
+	Interval time.Duration
+}
+
+// Outbox is the delivery loop.
+type Outbox struct {
+	svc      *relay.Service
+	log      acceptlog.Store
+	now      func() time.Time
+	logger   zerolog.Logger
+	interval time.Duration
+	wake     chan struct{}
+	life     lifecycle.Loop
+	passMu   sync.Mutex // one pass at a time (the loop's and RunOnce callers')
+}
+
+// Result counts what one pass did.
+type Result struct {
+	// Delivered attempts, by the outcome the send path recorded.
+	Delivered int `json:"delivered"`
+	Sent      int `json:"sent"`
+	Failed    int `json:"failed"`
+	Unknown   int `json:"unknown"`
+	// Left is the number of jobs still queued after the pass.
+	Left int `json:"left"`
+	// Next is how long until the first queued job could go (quota, daily
+	// budget or send_at); zero when none is left.
+	Next time.Duration `json:"next_ns"`
+}
+
+// New returns an Outbox for the Service.
+func New(cfg Config) (*Outbox, error) {
+	if cfg.Service == nil {
+		return nil, fmt.Errorf("outbox: Service is required")
+	}
+	o := &Outbox{svc: cfg.Service, log: cfg.Service.Log(), now: cfg.Now, logger: cfg.Logger,
+		interval: cfg.Interval, wake: make(chan struct{}, 1)}
+	if o.now == nil {
+		o.now = cfg.Service.Now
+	}
+	if o.interval <= 0 {
+		o.interval = 30 * time.Second
+	}
+	return o, nil
+}
+
+// Queued returns the queued jobs in delivery order: per mailbox, by
+// send_at (acceptance time when none), then acceptance, then Message-ID.
+func Queued(ctx context.Context, log acceptlog.Store) ([]acceptlog.Job, error) {
+	jobs, err := log.ByState(ctx, acceptlog.StateQueued, 0)
+	if err != nil {
+		return nil, err
+	}
+	sort.SliceStable(jobs, func(i, k int) bool {
+		a, b := jobs[i], jobs[k]
+		if a.Mailbox != b.Mailbox {
+			return a.Mailbox < b.Mailbox
+		}
+		if ra, rb := readyAt(a), readyAt(b); !ra.Equal(rb) {
+			return ra.Before(rb)
+		}
+		if !a.CreatedAt.Equal(b.CreatedAt) {
+			return a.CreatedAt.Before(b.CreatedAt)
+		}
+		return a.MessageID < b.MessageID
+	})
+	return jobs, nil
+}
+
+func readyAt(j acceptlog.Job) time.Time {
+	if !j.SendAt.IsZero() {
+		return j.SendAt
+	}
+	return j.CreatedAt
+}
+
+// RunOnce delivers every queued job that may go now, in order, and stops
+// at the first that must wait (its send_at, the quota or the daily
+// budget): nothing overtakes it.
+func (o *Outbox) RunOnce(ctx context.Context) (Result, error) {
+	o.passMu.Lock()
+	defer o.passMu.Unlock()
+	var res Result
+	jobs, err := Queued(ctx, o.log)
+	if err != nil {
+		return res, err
+	}
+	for i, j := range jobs {
+		now := o.now()
+		wait := time.Duration(0)
+		if !j.SendAt.IsZero() && j.SendAt.After(now) {
+			wait = j.SendAt.Sub(now)
+		}
+		if ok, in := o.svc.Budget().Available(); !ok {
+			wait = max(wait, in)
+		}
+		if ok, in := o.svc.Quota().AvailableDelivery(relay.UnitsSend); !ok {
+			wait = max(wait, in)
+		}
+		if wait > 0 {
+			res.Left, res.Next = len(jobs)-i, wait
+			break
+		}
+		r, err := o.svc.Deliver(ctx, j.MessageID)
+		switch {
+		case relay.IsRateLimited(err):
+			var re *relay.Error
+			wait := time.Second
+			if errors.As(err, &re) && re.RetryAfter > 0 {
+				wait = time.Duration(re.RetryAfter) * time.Second
+			}
+			res.Left, res.Next = len(jobs)-i, wait
+			o.logPass(res)
+			return res, nil
+		case relay.ErrorCode(err) == relay.CodeConflict:
+			continue // cancelled meanwhile
+		case err != nil:
+			res.Left = len(jobs) - i
+			return res, fmt.Errorf("deliver %s: %w", j.MessageID, err)
+		}
+		res.Delivered++
+		switch r.Job.State {
+		case acceptlog.StateSent:
+			res.Sent++
+		case acceptlog.StateFailed:
+			res.Failed++
+		default:
+			res.Unknown++
+		}
+	}
+	o.logPass(res)
+	return res, nil
+}
+
+func (o *Outbox) logPass(res Result) {
+	if res.Delivered > 0 {
+		o.logger.Info().Int("delivered", res.Delivered).Int("sent", res.Sent).Int("failed", res.Failed).
+			Int("unknown", res.Unknown).Int("left", res.Left).Msg("outbox pass")
+	}
+}
+
+// Wake makes the loop run a pass now (a job was queued). It never blocks.
+func (o *Outbox) Wake() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Start runs the loop in the background: a pass at once, then one when
+// woken, when the first queued job may go, or every Interval. Starting a
+// started (or stopped) Outbox does nothing.
+func (o *Outbox) Start(ctx context.Context) { o.life.Start(ctx, o.loop) }
+
+// Stop ends the loop and waits for the pass in progress.
+func (o *Outbox) Stop() { o.life.Stop() }
+
+func (o *Outbox) loop(ctx context.Context) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-o.wake:
+		}
+		res, err := o.RunOnce(ctx)
+		next := o.interval
+		if err != nil {
+			o.logger.Error().Err(err).Msg("outbox pass")
+		} else if res.Left > 0 && res.Next > 0 {
+			next = min(res.Next, o.interval)
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(next)
+	}
+}
