@@ -59,7 +59,7 @@ func (p *pass) run(ctx context.Context) error {
 	flush := func(mailbox string) error {
 		b := batches[mailbox]
 		batches[mailbox] = nil
-		n, err := p.search(ctx, mailbox, b)
+		n, err := p.searchBatch(ctx, mailbox, b)
 		handled += n
 		return err
 	}
