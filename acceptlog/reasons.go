@@ -58,4 +58,5 @@ const (
 const (
 	ReasonHandleKept      Reason = "kept"      // Gmail stored our Message-ID
 	ReasonHandleRewritten Reason = "rewritten" // Gmail replaced it
+	ReasonHandleDeleted   Reason = "deleted"   // the message is gone (404): unverifiable, not a rewrite
 )
