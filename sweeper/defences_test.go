@@ -2,6 +2,7 @@ package sweeper_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
@@ -162,5 +163,53 @@ func TestRewriteFractionNeverResends(t *testing.T) {
 	}
 	if lost != 0 {
 		t.Errorf("emulator result: %d jobs never delivered", lost)
+	}
+}
+
+// (f) Gmail folds a resend with the same Message-ID into the stored copy
+// (--sent-dedupe) and answers 200 with that copy's id: the mailbox shows
+// one copy, the recipients got two. The job's two own effect lines send it
+// to review with reason duplicate_delivery, once.
+func TestSentDedupeForcedResendIsDuplicateDelivery(t *testing.T) {
+	h := newHarness(t, setup{sentDedupe: true})
+	id, res := h.send(retryChannel)
+	h.wantState(id, res.Job, acceptlog.StateSent)
+	// A forced resend: the job is handed to a human, who asks for a retry.
+	if _, _, err := h.log.Mutate(h.ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		n := *cur
+		n.State, n.NextCheckAt = acceptlog.StateReview, time.Time{}
+		return acceptlog.Change{Job: &n, Lines: []acceptlog.Line{{Kind: acceptlog.KindReview, Attempt: n.Attempts,
+			State: acceptlog.StateReview, Reason: acceptlog.ReasonDuplicate, Note: "test: forced"}}}, nil
+	}); err != nil {
+		t.Fatalf("to review: %v", err)
+	}
+	res2, err := h.svc.Attempt(h.ctx, id, []acceptlog.State{acceptlog.StateReview}, acceptlog.ReasonResolvedRetry, true)
+	if err != nil {
+		t.Fatalf("forced resend: %v", err)
+	}
+	h.wantState(id, res2.Job, acceptlog.StateSent)
+	if c, d := h.srv.Count(id), h.srv.Deliveries(id); c != 1 || d != 2 {
+		t.Fatalf("emulator result: %d copies, %d deliveries; want 1 copy (folded), 2 deliveries", c, d)
+	}
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Reviewed: 1})
+	h.wantJob(id, acceptlog.StateReview, 2, 2, 1)
+	if got := reviewReason(h, id); got != sweeper.ReasonDuplicateDelivery {
+		t.Fatalf("review reason %q, want %q", got, sweeper.ReasonDuplicateDelivery)
+	}
+	// The human marks it sent: no second review for the same duplicate.
+	if _, _, err := h.log.Mutate(h.ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		n := *cur
+		n.State, n.Effects, n.NextCheckAt = acceptlog.StateSent, n.Effects+1, h.clock.Now().Add(grace)
+		return acceptlog.Change{Job: &n, Lines: []acceptlog.Line{
+			{Kind: acceptlog.KindResolved, Attempt: n.Attempts, Reason: acceptlog.ReasonMarkSent, Actor: "test"},
+			{Kind: acceptlog.KindEffect, Attempt: n.Attempts, State: acceptlog.StateSent, Reason: acceptlog.ReasonMarkSent, Source: acceptlog.SourceHuman}}}, nil
+	}); err != nil {
+		t.Fatalf("mark sent: %v", err)
+	}
+	h.clock.Advance(grace)
+	h.sweep()
+	if j := h.job(id); j.State != acceptlog.StateSent {
+		t.Fatalf("after the human's mark-sent: state %s, want sent", j.State)
 	}
 }

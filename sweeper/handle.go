@@ -3,6 +3,8 @@ package sweeper
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
@@ -89,4 +91,55 @@ func (p *pass) checkHandle(ctx context.Context, j acceptlog.Job, search acceptlo
 			Msg("a sent message is gone from the mailbox (404): its send cannot be verified")
 	}
 	return true, true, nil
+}
+
+// ReasonDuplicateDelivery is the review reason for a job with two own
+// effect lines.
+const ReasonDuplicateDelivery = acceptlog.ReasonDuplicateDelivery
+
+// deliveredTwice reports whether a job whose Effects counter says it took
+// effect twice was delivered twice by the relay (CONTRACT, "Own effects
+// count"): two of its effect lines are the relay's own (Gmail's responses,
+// or a response and a search hit; a human's mark-sent does not count), and
+// it was not already reviewed for it (then the human decided).
+func (p *pass) deliveredTwice(ctx context.Context, j acceptlog.Job) (bool, error) {
+	own, err := p.ownEffects(ctx, j)
+	return len(own) >= 2, err
+}
+
+// ownEffects describes the job's own effect lines since its last
+// duplicate_delivery review.
+func (p *pass) ownEffects(ctx context.Context, j acceptlog.Job) ([]string, error) {
+	lines, err := p.s.log.JobLines(ctx, j.MessageID)
+	if err != nil {
+		return nil, fmt.Errorf("read lines of %s: %w", j.MessageID, err)
+	}
+	var own []string
+	for _, l := range lines {
+		switch {
+		case l.Kind == acceptlog.KindReview && l.Reason == ReasonDuplicateDelivery:
+			own = nil
+		case l.Kind == acceptlog.KindEffect && l.Source != acceptlog.SourceHuman:
+			own = append(own, fmt.Sprintf("attempt %d (%s, gmail id %s)", l.Attempt, l.Source, l.GmailID))
+		}
+	}
+	return own, nil
+}
+
+// duplicateDelivery hands a job the relay delivered twice to a human with
+// reason duplicate_delivery, even when the mailbox shows one copy (Gmail
+// folds a resend with the same Message-ID into the stored one).
+func (p *pass) duplicateDelivery(ctx context.Context, j acceptlog.Job) (bool, error) {
+	own, err := p.ownEffects(ctx, j)
+	if err != nil {
+		return false, err
+	}
+	line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, State: acceptlog.StateReview, Reason: ReasonDuplicateDelivery,
+		GmailID: j.GmailID, Note: fmt.Sprintf("delivered %d times by the relay's own attempts: %s", len(own), strings.Join(own, "; "))}
+	if _, err := p.toReview(ctx, j, line); err != nil {
+		return true, err
+	}
+	p.s.deps.Logger.Error().Str("message_id", j.MessageID).Int("deliveries", len(own)).
+		Msg("ALARM: the relay delivered a message twice (two own effects); handed to a human")
+	return true, nil
 }

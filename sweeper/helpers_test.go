@@ -52,6 +52,8 @@ type setup struct {
 	quotaStatus   int // the emulator's over-quota answer: 429 (0) or 403
 	batchSize     int
 	limit         int // due jobs per pass; 0 = the sweeper's default
+	sentDedupe    bool
+	strictQueries bool
 }
 
 // harness is a relay and a sweeper over a real acceptance log and the Gmail
@@ -77,7 +79,8 @@ func newHarness(t *testing.T, set setup) *harness {
 	t.Helper()
 	h := &harness{t: t, ctx: context.Background(), clock: newClock(), set: set}
 	var url string
-	h.srv, url = gmailfake.NewTestServer(t, gmailfake.Options{IndexLag: set.indexLag, Now: h.clock.Now, QuotaPerMinute: set.emulatorQuota, QuotaStatus: set.quotaStatus})
+	h.srv, url = gmailfake.NewTestServer(t, gmailfake.Options{IndexLag: set.indexLag, Now: h.clock.Now, QuotaPerMinute: set.emulatorQuota, QuotaStatus: set.quotaStatus,
+		SentDedupe: set.sentDedupe, StrictQueries: set.strictQueries})
 	prov, err := gmailapi.New(h.ctx, gmailapi.Config{Endpoint: url})
 	if err != nil {
 		t.Fatalf("gmail client: %v", err)
