@@ -136,6 +136,8 @@ func TestParseErrors(t *testing.T) {
 		{"grace negative", "channels:\n  default: {on_unknown: retry, grace: -1m}\n", "channels.default.grace", 2, "positive"},
 		{"grace without unit", "channels:\n  default: {on_unknown: retry, grace: 180}\n", "channels.default.grace", 2, "duration"},
 		{"grace unparseable", "channels:\n  default: {on_unknown: retry, grace: three minutes}\n", "channels.default.grace", 2, "duration"},
+		{"max_unwitnessed zero", "channels:\n  default: {on_unknown: retry, max_unwitnessed: 0s}\n", "channels.default.max_unwitnessed", 2, "positive"},
+		{"max_unwitnessed unparseable", "channels:\n  default: {on_unknown: retry, max_unwitnessed: 1 hour}\n", "channels.default.max_unwitnessed", 2, "duration"},
 		{"checks zero", "channels:\n  default: {on_unknown: retry, checks: 0}\n", "channels.default.checks", 2, "at least 1"},
 		{"checks negative", "channels:\n  default: {on_unknown: review, checks: -2}\n", "channels.default.checks", 2, "at least 1"},
 		{"checks quoted", "channels:\n  default: {on_unknown: retry, checks: \"2\"}\n", "channels.default.checks", 2, "whole number"},
@@ -349,4 +351,17 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestMaxUnwitnessed(t *testing.T) {
+	p, err := Parse([]byte("channels:\n  a: {on_unknown: retry, max_unwitnessed: 20m}\n  b: {on_unknown: review}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Channels["a"].Unwitnessed(); got != 20*time.Minute {
+		t.Errorf("a: max_unwitnessed %s, want 20m", got)
+	}
+	if got := p.Channels["b"].Unwitnessed(); got != DefaultMaxUnwitnessed || got != time.Hour {
+		t.Errorf("b: max_unwitnessed %s, want the default 1h", got)
+	}
 }
