@@ -354,14 +354,14 @@ func FuzzParse(f *testing.F) {
 }
 
 func TestMaxUnwitnessed(t *testing.T) {
-	p, err := Parse([]byte("channels:\n  a: {on_unknown: retry, max_unwitnessed: 20m}\n  b: {on_unknown: review}\n"))
+	p, err := policy.Parse([]byte("channels:\n  a: {on_unknown: retry, max_unwitnessed: 20m}\n  b: {on_unknown: review}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := p.Channels["a"].Unwitnessed(); got != 20*time.Minute {
 		t.Errorf("a: max_unwitnessed %s, want 20m", got)
 	}
-	if got := p.Channels["b"].Unwitnessed(); got != DefaultMaxUnwitnessed || got != time.Hour {
+	if got := p.Channels["b"].Unwitnessed(); got != policy.DefaultMaxUnwitnessed || got != time.Hour {
 		t.Errorf("b: max_unwitnessed %s, want the default 1h", got)
 	}
 }
