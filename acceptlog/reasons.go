@@ -45,6 +45,7 @@ const (
 	ReasonUnsearchable       Reason = "unsearchable_message_id" // review: the Message-ID could change the query; never searched
 	ReasonQueryRefused       Reason = "query_refused"           // review: Gmail refused (400) the search for this Message-ID alone
 	ReasonDuplicateDelivery  Reason = "duplicate_delivery"      // review: two own effect lines for one Message-ID
+	ReasonIndexUnverifiable  Reason = "index_unverifiable"      // review: no witness for max_unwitnessed (alarm)
 )
 
 // Reasons of resolved lines: the human's action.

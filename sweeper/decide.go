@@ -15,10 +15,13 @@ import (
 // decideUnknown records the search of an unknown job and acts on it. It
 // returns false when the job is left for a later pass (its resend waits for
 // quota).
-func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hits []hit) (bool, error) {
+func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hits []hit, witness string) (bool, error) {
 	ch := p.channel(j.Channel)
 	check := j.Checks + 1
 	search := searchLine(j, q, hits, check)
+	if len(hits) == 0 {
+		search.Witness = witness
+	}
 	switch {
 	case len(hits) == 0 && p.mailboxes[j.Mailbox].HandleUntrusted:
 		// This pass found Gmail rewriting ids in the mailbox: the miss
@@ -26,6 +29,25 @@ func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hit
 		written, err := p.toReview(ctx, j, evidence(search, ReasonHandleUntrusted, nil,
 			"not found, but Gmail replaces Message-IDs in this mailbox, so a miss proves nothing"), search)
 		p.count(written, &p.res.Checked)
+		return true, err
+	case len(hits) == 0 && witness == WitnessMissing && p.now.Sub(attemptEnd(j)) >= ch.Unwitnessed():
+		written, err := p.toReview(ctx, j, evidence(search, ReasonIndexUnverifiable, nil,
+			fmt.Sprintf("no witness that the mailbox's index caught up for %s after the attempt (max_unwitnessed %s): a miss proves nothing",
+				p.now.Sub(attemptEnd(j)).Round(time.Second), ch.Unwitnessed())), search)
+		if written {
+			p.s.deps.Logger.Error().Str("message_id", j.MessageID).Str("mailbox", j.Mailbox).
+				Msg("ALARM: the mailbox's search shows no witness for max_unwitnessed; the ambiguous job is handed to a human")
+		}
+		p.count(written, &p.res.Checked, &p.res.Unwitnessed)
+		return true, err
+	case len(hits) == 0 && witness == WitnessMissing:
+		// No witness: the index is behind, or Gmail could not match the
+		// query. The miss does not count; look again after grace.
+		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+			n.NextCheckAt = p.now.Add(ch.Grace)
+			return []acceptlog.Line{search}
+		})
+		p.count(written, &p.res.Checked, &p.res.Unwitnessed)
 		return true, err
 	case len(hits) == 1 && ch.OnUnknown == policy.Retry:
 		h := hits[0]

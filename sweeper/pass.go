@@ -53,6 +53,7 @@ func (p *pass) run(ctx context.Context) error {
 		return fmt.Errorf("read due jobs: %w", err)
 	}
 	p.res.Due = len(jobs)
+	p.noteSends(jobs)
 	handled := 0
 	// Search batches, per mailbox, in due order.
 	batches := map[string][]acceptlog.Job{}

@@ -49,6 +49,13 @@ func (p *pass) search(ctx context.Context, mailbox string, jobs []acceptlog.Job)
 		}
 		return len(jobs), nil
 	}
+	witness, err := p.witnesses(ctx, mailbox, jobs, hits)
+	if errors.Is(err, errStopped) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
 	// Sent jobs first: their handle checks may find that Gmail rewrites
 	// ids in this mailbox, and then a miss of an unknown job of the same
 	// batch proves nothing.
@@ -62,7 +69,7 @@ func (p *pass) search(ctx context.Context, mailbox string, jobs []acceptlog.Job)
 			if sent {
 				ok, err = p.decideVerify(ctx, j, q, hits[j.MessageID])
 			} else {
-				ok, err = p.decideUnknown(ctx, j, q, hits[j.MessageID])
+				ok, err = p.decideUnknown(ctx, j, q, hits[j.MessageID], witness[j.MessageID])
 			}
 			if err != nil {
 				return done, err

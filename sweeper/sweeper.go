@@ -96,6 +96,10 @@ type Config struct {
 	Interval time.Duration
 	// Limit is how many due jobs one pass takes (default 500).
 	Limit int
+	// DisableWitness turns the witness rule off: every search miss counts,
+	// as before issue 13. Only for tests and benchmarks that compare the
+	// two rules; a relay never sets it.
+	DisableWitness bool
 }
 
 // Attempter is the send path as the sweeper uses it: a new attempt of a
@@ -139,6 +143,9 @@ type Result struct {
 	Deferred int `json:"deferred"`
 	// Verified: sent jobs whose single SENT hit the verify pass confirmed.
 	Verified int `json:"verified"`
+	// Unwitnessed: search misses of unknown jobs that did not count, for
+	// want of a witness (the job is checked again after grace).
+	Unwitnessed int `json:"unwitnessed"`
 	// Errors: Gmail calls or log writes that failed (5xx, transport); the
 	// jobs concerned stay due and are looked at again a little later.
 	Errors int `json:"errors"`
@@ -159,6 +166,7 @@ func (r *Result) add(o Result) {
 	r.Reviewed += o.Reviewed
 	r.Deferred += o.Deferred
 	r.Verified += o.Verified
+	r.Unwitnessed += o.Unwitnessed
 	r.Errors += o.Errors
 	r.Wait = o.Wait
 }
@@ -182,6 +190,9 @@ type Sweeper struct {
 	// Gmail), so that a pass cut short by quota does not read the same
 	// messages again. Guarded by passMu; bounded by maxHeaders.
 	headers map[string]string
+	// lastSend maps a mailbox to the latest creation time of a job Gmail
+	// confirmed sent that a pass has seen (see noteSends). Guarded by passMu.
+	lastSend map[string]time.Time
 
 	totalsMu sync.Mutex
 	totals   Result
@@ -197,9 +208,10 @@ func New(cfg Config) *Sweeper {
 	s := &Sweeper{
 		deps: cfg, log: cfg.Log, now: cfg.Now,
 		batch: cfg.BatchSize, limit: cfg.Limit, interval: cfg.Interval,
-		passes:  make(chan Result, passesBuffer),
-		headers: map[string]string{},
-		wake:    make(chan struct{}, 1),
+		passes:   make(chan Result, passesBuffer),
+		headers:  map[string]string{},
+		lastSend: map[string]time.Time{},
+		wake:     make(chan struct{}, 1),
 	}
 	if s.now == nil {
 		s.now = time.Now
