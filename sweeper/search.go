@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
@@ -23,12 +24,20 @@ func (p *pass) search(ctx context.Context, mailbox string, jobs []acceptlog.Job)
 	if len(jobs) == 0 {
 		return 0, nil
 	}
-	q, err := jobsQuery(jobs)
-	if err != nil {
+	if _, err := jobsQuery(jobs); err != nil {
 		// Only searchBatch's callers pass unchecked jobs; be safe anyway.
 		return p.searchBatch(ctx, mailbox, jobs)
 	}
-	hits, err := p.find(ctx, mailbox, q, jobs)
+	// The witness rides in the same OR query.
+	searched := jobs
+	if w, ok := p.witnessFor(mailbox, jobs); ok {
+		searched = append(slices.Clip(jobs), w)
+	}
+	q, err := jobsQuery(searched)
+	if err != nil {
+		return 0, err
+	}
+	hits, err := p.find(ctx, mailbox, q, searched)
 	if errors.Is(err, errStopped) {
 		return 0, nil
 	}
@@ -49,13 +58,7 @@ func (p *pass) search(ctx context.Context, mailbox string, jobs []acceptlog.Job)
 		}
 		return len(jobs), nil
 	}
-	witness, err := p.witnesses(ctx, mailbox, jobs, hits)
-	if errors.Is(err, errStopped) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
+	witness := p.witnesses(searched, hits)
 	// Sent jobs first: their handle checks may find that Gmail rewrites
 	// ids in this mailbox, and then a miss of an unknown job of the same
 	// batch proves nothing.

@@ -190,9 +190,10 @@ type Sweeper struct {
 	// Gmail), so that a pass cut short by quota does not read the same
 	// messages again. Guarded by passMu; bounded by maxHeaders.
 	headers map[string]string
-	// lastSend maps a mailbox to the latest creation time of a job Gmail
-	// confirmed sent that a pass has seen (see noteSends). Guarded by passMu.
-	lastSend map[string]time.Time
+	// sends holds, per mailbox, the confirmed sends passes have seen, by
+	// creation time (see noteSends): the witnesses of later searches.
+	// Guarded by passMu; bounded by maxSendRefs per mailbox.
+	sends map[string][]sendRef
 
 	totalsMu sync.Mutex
 	totals   Result
@@ -208,10 +209,10 @@ func New(cfg Config) *Sweeper {
 	s := &Sweeper{
 		deps: cfg, log: cfg.Log, now: cfg.Now,
 		batch: cfg.BatchSize, limit: cfg.Limit, interval: cfg.Interval,
-		passes:   make(chan Result, passesBuffer),
-		headers:  map[string]string{},
-		lastSend: map[string]time.Time{},
-		wake:     make(chan struct{}, 1),
+		passes:  make(chan Result, passesBuffer),
+		headers: map[string]string{},
+		sends:   map[string][]sendRef{},
+		wake:    make(chan struct{}, 1),
 	}
 	if s.now == nil {
 		s.now = time.Now

@@ -1,9 +1,7 @@
 package sweeper
 
 import (
-	"context"
-	"errors"
-	"strconv"
+	"slices"
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
@@ -38,42 +36,93 @@ func attemptEnd(j acceptlog.Job) time.Time {
 	return j.UpdatedAt
 }
 
-// noteSends remembers, per mailbox, the latest creation time of a job Gmail
-// confirmed as sent that the sweeper has seen (a lower bound of when that
-// send was stored): the proof that a message dated after an older
-// ambiguous attempt exists.
+// maxSendRefs bounds the confirmed sends remembered per mailbox.
+const maxSendRefs = 1024
+
+// sendRef is a send Gmail confirmed: its job's Message-ID and creation
+// time (a lower bound of when Gmail stored it).
+type sendRef struct {
+	at time.Time
+	id string
+}
+
+// noteSends remembers, per mailbox, the jobs Gmail confirmed as sent that
+// the pass sees (every sent job passes through the verify pass): the
+// witnesses later searches carry.
 func (p *pass) noteSends(jobs []acceptlog.Job) {
 	for _, j := range jobs {
-		if j.State == acceptlog.StateSent && j.GmailID != "" && j.CreatedAt.After(p.s.lastSend[j.Mailbox]) {
-			p.s.lastSend[j.Mailbox] = j.CreatedAt
+		if j.State != acceptlog.StateSent || j.GmailID == "" || relay.CheckMessageIDShape(j.MessageID) != nil {
+			continue
 		}
+		refs := p.s.sends[j.Mailbox]
+		if slices.ContainsFunc(refs, func(r sendRef) bool { return r.id == j.MessageID }) {
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(refs, j.CreatedAt, func(r sendRef, t time.Time) int { return r.at.Compare(t) })
+		refs = slices.Insert(refs, i, sendRef{at: j.CreatedAt, id: j.MessageID})
+		if len(refs) > maxSendRefs {
+			refs = refs[len(refs)-maxSendRefs:]
+		}
+		p.s.sends[j.Mailbox] = refs
 	}
 }
 
+// witnessFor picks the witness a search of jobs carries: when the batch
+// holds unknown jobs and no sent job created after all their attempts
+// ended, the earliest confirmed send of the mailbox created after them
+// (earliest, so that it had the most time to be indexed). It returns a
+// pseudo-job for it (sent, so never decided) or false when none is known
+// or none is needed.
+func (p *pass) witnessFor(mailbox string, jobs []acceptlog.Job) (acceptlog.Job, bool) {
+	if p.s.deps.DisableWitness {
+		return acceptlog.Job{}, false
+	}
+	var latest time.Time
+	any := false
+	for _, j := range jobs {
+		if j.State == acceptlog.StateUnknown {
+			any = true
+			if e := attemptEnd(j); e.After(latest) {
+				latest = e
+			}
+		}
+	}
+	if !any {
+		return acceptlog.Job{}, false
+	}
+	for _, k := range jobs {
+		if k.State == acceptlog.StateSent && k.GmailID != "" && k.CreatedAt.After(latest) {
+			return acceptlog.Job{}, false
+		}
+	}
+	for _, r := range p.s.sends[mailbox] {
+		if r.at.After(latest) && !slices.ContainsFunc(jobs, func(j acceptlog.Job) bool { return j.MessageID == r.id }) {
+			return acceptlog.Job{MessageID: r.id, Mailbox: mailbox, State: acceptlog.StateSent, GmailID: "witness", CreatedAt: r.at}, true
+		}
+	}
+	return acceptlog.Job{}, false
+}
+
 // witnesses decides the witness of every unknown job of the batch whose
-// search found nothing. A sent job of the same query created after the
-// attempt ended is the witness when it was found, and proves the search
-// blind (missing) when it was not. Otherwise, when the sweeper knows of no
-// send Gmail confirmed after the attempt, the witness is none (the time
-// rule; a companion query could not change the decision, so none is
-// made). When it knows of one, one companion query after:<epoch seconds>
-// (maxResults 1, 5 units) at the latest attempt end of those jobs looks
-// for any later message: found, or missing when the index does not show
-// it (or no budget was left for the question). It returns errStopped when
-// Gmail rate-limited the pass.
-func (p *pass) witnesses(ctx context.Context, mailbox string, jobs []acceptlog.Job, hits map[string][]hit) (map[string]string, error) {
+// search found nothing: a sent job of the same query (one of the batch, or
+// the witness witnessFor added) created after the attempt ended is the
+// witness when the search found it (found), and proves the search blind
+// when it did not (missing: the index is behind, or Gmail silently could
+// not match the query). With no such send known the witness is none and
+// the time rule decides. (CONTRACT also names a companion after: query;
+// it is not made: with no later send known, its answer — found or none —
+// could not change the decision.)
+func (p *pass) witnesses(jobs []acceptlog.Job, hits map[string][]hit) map[string]string {
 	out := map[string]string{}
 	if p.s.deps.DisableWitness {
-		return out, nil
+		return out
 	}
-	var undecided []acceptlog.Job
-	var latest time.Time
 	for _, j := range jobs {
 		if j.State != acceptlog.StateUnknown || len(hits[j.MessageID]) > 0 {
 			continue
 		}
 		end := attemptEnd(j)
-		w := ""
+		w := WitnessNone
 		for _, k := range jobs {
 			if k.State != acceptlog.StateSent || k.GmailID == "" || !k.CreatedAt.After(end) {
 				continue
@@ -84,59 +133,7 @@ func (p *pass) witnesses(ctx context.Context, mailbox string, jobs []acceptlog.J
 			}
 			w = WitnessMissing
 		}
-		if w != "" {
-			out[j.MessageID] = w
-			continue
-		}
-		if !p.s.lastSend[mailbox].After(end) {
-			// No later send known: whatever the companion query said, the
-			// time rule would decide, so it is not asked.
-			out[j.MessageID] = WitnessNone
-			continue
-		}
-		undecided = append(undecided, j)
-		if end.After(latest) {
-			latest = end
-		}
+		out[j.MessageID] = w
 	}
-	if len(undecided) == 0 {
-		return out, nil
-	}
-	found, err := p.companion(ctx, mailbox, latest)
-	if err != nil {
-		return nil, err
-	}
-	for _, j := range undecided {
-		if found {
-			out[j.MessageID] = WitnessFound
-		} else {
-			out[j.MessageID] = WitnessMissing
-		}
-	}
-	return out, nil
-}
-
-// companion runs the companion query: is any message (sent or received,
-// trashed included) of the mailbox dated after t? A Gmail error other than
-// a rate limit answers false (the caller then relies on what the log
-// knows).
-func (p *pass) companion(ctx context.Context, mailbox string, t time.Time) (bool, error) {
-	if ok, _ := p.s.deps.Quota.TakeBackground(relay.UnitsList); !ok {
-		// No budget for it now: the search's answers are still recorded,
-		// and without a witness the misses wait for the next check.
-		return false, nil
-	}
-	p.searchCost += relay.UnitsList
-	q := "after:" + strconv.FormatInt(t.Unix()+1, 10)
-	page, err := p.s.deps.Provider.List(ctx, mailbox, q, nil, "", 1)
-	if err != nil {
-		if err := p.gmailErr(err); errors.Is(err, errStopped) {
-			return false, err
-		}
-		p.res.Errors++
-		p.s.deps.Logger.Warn().Err(err).Msg("companion after: query for a witness")
-		return false, nil
-	}
-	p.answered = true
-	return len(page.IDs) > 0, nil
+	return out
 }
