@@ -40,6 +40,16 @@ func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hit
 		}
 		p.count(written, &p.res.Checked, &p.res.Unwitnessed)
 		return true, err
+	case len(hits) == 0 && p.beforeLagP99(j):
+		// Younger than the mailbox's observed p99 lag: the miss does not
+		// count yet; look again when it is that old.
+		p99, _ := p.s.lags.quantile(j.Mailbox, 0.99)
+		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+			n.NextCheckAt = attemptEnd(j).Add(p99)
+			return []acceptlog.Line{search}
+		})
+		p.count(written, &p.res.Checked, &p.res.Unwitnessed)
+		return true, err
 	case len(hits) == 0 && witness == WitnessMissing:
 		// No witness: the index is behind, or Gmail could not match the
 		// query. The miss does not count; look again after grace.
@@ -141,6 +151,9 @@ func (p *pass) decideVerify(ctx context.Context, j acceptlog.Job, q string, hits
 	switch {
 	case len(hits) == 1:
 		search.Reason = ReasonVerified
+		if j.Attempts == 1 {
+			p.s.lags.add(j.Mailbox, p.now.Sub(j.CreatedAt))
+		}
 		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
 			n.Verified, n.Checks, n.NextCheckAt = true, 0, time.Time{}
 			return []acceptlog.Line{search}
@@ -257,4 +270,14 @@ func (p *pass) mutate(ctx context.Context, read acceptlog.Job, edit func(n *acce
 		return false, fmt.Errorf("record sweep of %s: %w", read.MessageID, err)
 	}
 	return true, nil
+}
+
+// beforeLagP99 reports whether the job's attempt ended less than the
+// mailbox's observed p99 index lag ago: no miss counts before that.
+func (p *pass) beforeLagP99(j acceptlog.Job) bool {
+	if p.s.deps.DisableWitness {
+		return false
+	}
+	p99, n := p.s.lags.quantile(j.Mailbox, 0.99)
+	return n > 0 && p.now.Sub(attemptEnd(j)) < p99
 }

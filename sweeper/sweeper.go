@@ -194,6 +194,11 @@ type Sweeper struct {
 	// creation time (see noteSends): the witnesses of later searches.
 	// Guarded by passMu; bounded by maxSendRefs per mailbox.
 	sends map[string][]sendRef
+	// activity maps a mailbox to the latest creation time of any job a
+	// pass has seen. Guarded by passMu.
+	activity map[string]time.Time
+	// lags is the measured index lag per mailbox.
+	lags lagBook
 
 	totalsMu sync.Mutex
 	totals   Result
@@ -209,10 +214,11 @@ func New(cfg Config) *Sweeper {
 	s := &Sweeper{
 		deps: cfg, log: cfg.Log, now: cfg.Now,
 		batch: cfg.BatchSize, limit: cfg.Limit, interval: cfg.Interval,
-		passes:  make(chan Result, passesBuffer),
-		headers: map[string]string{},
-		sends:   map[string][]sendRef{},
-		wake:    make(chan struct{}, 1),
+		passes:   make(chan Result, passesBuffer),
+		headers:  map[string]string{},
+		sends:    map[string][]sendRef{},
+		activity: map[string]time.Time{},
+		wake:     make(chan struct{}, 1),
 	}
 	if s.now == nil {
 		s.now = time.Now

@@ -51,6 +51,9 @@ type sendRef struct {
 // witnesses later searches carry.
 func (p *pass) noteSends(jobs []acceptlog.Job) {
 	for _, j := range jobs {
+		if j.CreatedAt.After(p.s.activity[j.Mailbox]) {
+			p.s.activity[j.Mailbox] = j.CreatedAt
+		}
 		if j.State != acceptlog.StateSent || j.GmailID == "" || relay.CheckMessageIDShape(j.MessageID) != nil {
 			continue
 		}
@@ -109,7 +112,9 @@ func (p *pass) witnessFor(mailbox string, jobs []acceptlog.Job) (acceptlog.Job, 
 // witness when the search found it (found), and proves the search blind
 // when it did not (missing: the index is behind, or Gmail silently could
 // not match the query). With no such send known the witness is none and
-// the time rule decides. (CONTRACT also names a companion after: query;
+// the time rule decides — unless a later job of the mailbox is known (any
+// state): then a confirmed send after the attempt is coming, and the
+// witness is missing until it is seen. (CONTRACT also names a companion after: query;
 // it is not made: with no later send known, its answer — found or none —
 // could not change the decision.)
 func (p *pass) witnesses(jobs []acceptlog.Job, hits map[string][]hit) map[string]string {
@@ -131,6 +136,12 @@ func (p *pass) witnesses(jobs []acceptlog.Job, hits map[string][]hit) map[string
 				w = WitnessFound
 				break
 			}
+			w = WitnessMissing
+		}
+		if w == WitnessNone && p.s.activity[j.Mailbox].After(end) {
+			// A later job exists whose send Gmail has not confirmed yet
+			// (or not to a verify pass yet): wait for it rather than fall
+			// back to the time rule.
 			w = WitnessMissing
 		}
 		out[j.MessageID] = w
