@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,6 +81,8 @@ func (p *pass) checkHandle(ctx context.Context, j acceptlog.Job, search acceptlo
 		return true, true, err
 	}
 	p.res.Checked++
+	// Its Message-ID will never be found again: it can witness nothing.
+	p.s.sends[j.Mailbox] = slices.DeleteFunc(p.s.sends[j.Mailbox], func(r sendRef) bool { return r.id == j.MessageID })
 	if rewritten {
 		mb := p.mailboxes[j.Mailbox]
 		mb.Name, mb.HandleChecked, mb.HandleUntrusted = j.Mailbox, true, true
