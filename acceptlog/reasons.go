@@ -42,15 +42,19 @@ const (
 
 // Reasons of the sweeper's effect, review and search lines.
 const (
-	ReasonFound              Reason = "found_in_mailbox"     // effect line: exactly one SENT hit
-	ReasonReviewChannel      Reason = "review_channel"       // found once, but the channel never auto-resolves
-	ReasonDuplicate          Reason = "duplicate"            // two or more SENT hits
-	ReasonMissingAfterChecks Reason = "missing_after_checks" // review channel: every check missed
-	ReasonMaxAttempts        Reason = "max_attempts"         // no attempt left for a resend or retry
-	ReasonHandleUntrusted    Reason = "handle_untrusted"     // Gmail rewrote Message-IDs in this mailbox
-	ReasonVerified           Reason = "verified"             // verify pass: exactly one SENT hit
-	ReasonVerifyMiss         Reason = "verify_miss"          // verify pass: no hit yet, checked again after grace
-	ReasonVerifyGaveUp       Reason = "verify_gave_up"       // verify pass: still no hit; Gmail's answer stands
+	ReasonFound              Reason = "found_in_mailbox"        // effect line: exactly one SENT hit
+	ReasonReviewChannel      Reason = "review_channel"          // found once, but the channel never auto-resolves
+	ReasonDuplicate          Reason = "duplicate"               // two or more SENT hits
+	ReasonMissingAfterChecks Reason = "missing_after_checks"    // review channel: every check missed
+	ReasonMaxAttempts        Reason = "max_attempts"            // no attempt left for a resend or retry
+	ReasonHandleUntrusted    Reason = "handle_untrusted"        // Gmail rewrote Message-IDs in this mailbox
+	ReasonVerified           Reason = "verified"                // verify pass: exactly one SENT hit
+	ReasonVerifyMiss         Reason = "verify_miss"             // verify pass: no hit yet, checked again after grace
+	ReasonVerifyGaveUp       Reason = "verify_gave_up"          // verify pass: still no hit; Gmail's answer stands
+	ReasonUnsearchable       Reason = "unsearchable_message_id" // review: the Message-ID could change the query; never searched
+	ReasonQueryRefused       Reason = "query_refused"           // review: Gmail refused (400) the search for this Message-ID alone
+	ReasonDuplicateDelivery  Reason = "duplicate_delivery"      // review: two own effect lines for one Message-ID
+	ReasonIndexUnverifiable  Reason = "index_unverifiable"      // review: no witness for max_unwitnessed (alarm)
 )
 
 // Reasons of resolved lines: the human's action.
@@ -64,4 +68,5 @@ const (
 const (
 	ReasonHandleKept      Reason = "kept"      // Gmail stored our Message-ID
 	ReasonHandleRewritten Reason = "rewritten" // Gmail replaced it
+	ReasonHandleDeleted   Reason = "deleted"   // the message is gone (404): unverifiable, not a rewrite
 )

@@ -106,6 +106,11 @@ type Line struct {
 	Hits     int    `json:"hits,omitempty"`
 	SentHits int    `json:"sent_hits,omitempty"`
 	Check    int    `json:"check,omitempty"`
+	// Witness, on a search line of a miss: "found" (the index had caught
+	// up past the attempt), "missing" (a later message exists but none was
+	// found: no miss counted) or "none" (no message dated after the
+	// attempt: the time rule applies).
+	Witness string `json:"witness,omitempty"`
 
 	// fault lines.
 	RuleID string `json:"rule_id,omitempty"`

@@ -269,10 +269,12 @@ func (g *Client) Send(ctx context.Context, mailbox string, raw []byte, threadID 
 	return relay.SentMessage{ID: m.Id, ThreadID: m.ThreadId, LabelIDs: m.LabelIds}, nil
 }
 
-// List implements relay.Provider.
+// List implements relay.Provider. Every call sends includeSpamTrash=true:
+// a Sent copy a user trashed still proves the send (CONTRACT, "Trash
+// counts").
 func (g *Client) List(ctx context.Context, mailbox, q string, labelIDs []string, pageToken string, max int64) (relay.ListPage, error) {
 	ctx, mark := g.traced(ctx)
-	call := g.svc.Users.Messages.List(mailbox).Q(q).Context(ctx)
+	call := g.svc.Users.Messages.List(mailbox).Q(q).IncludeSpamTrash(true).Context(ctx)
 	if len(labelIDs) > 0 {
 		call = call.LabelIds(labelIDs...)
 	}

@@ -277,6 +277,19 @@ func channel(ch entry) (Channel, error) {
 				return c, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("must be at least %s (Gmail's index needs time), got %s", MinGrace, s)}
 			}
 			c.Grace = d
+		case "max_unwitnessed":
+			s, err := str(e.value, e.path)
+			if err != nil {
+				return c, err
+			}
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				return c, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("not a Go duration such as 30m or 1h: %q", s)}
+			}
+			if d <= 0 {
+				return c, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("must be positive, got %s", s)}
+			}
+			c.MaxUnwitnessed = d
 		case "checks", "max_attempts":
 			i, err := integer(e.value, e.path)
 			if err != nil {

@@ -57,6 +57,9 @@ const (
 	DefaultGrace       = 3 * time.Minute
 	DefaultChecks      = 2
 	DefaultMaxAttempts = 3
+	// DefaultMaxUnwitnessed is how long the sweeper keeps looking for a
+	// witness before an ambiguous job goes to review (index_unverifiable).
+	DefaultMaxUnwitnessed = time.Hour
 	// DefaultChannel is the channel a send without one uses.
 	DefaultChannel = "default"
 	// DefaultMsgIDDomain is the Message-ID domain when neither the file nor
@@ -77,6 +80,21 @@ type Channel struct {
 	// MaxAttempts caps the attempts of one job (caller retries and sweeper
 	// resends together); >= 1. Irrelevant, but allowed, on Review channels.
 	MaxAttempts int
+	// MaxUnwitnessed (file key max_unwitnessed) is how long after an
+	// ambiguous attempt the sweeper keeps finding no witness (the index
+	// behind, or a query Gmail silently cannot match) before the job goes
+	// to review as index_unverifiable, with an alarm. Zero means
+	// DefaultMaxUnwitnessed; see Unwitnessed.
+	MaxUnwitnessed time.Duration
+}
+
+// Unwitnessed is the channel's MaxUnwitnessed, DefaultMaxUnwitnessed when
+// unset.
+func (c Channel) Unwitnessed() time.Duration {
+	if c.MaxUnwitnessed <= 0 {
+		return DefaultMaxUnwitnessed
+	}
+	return c.MaxUnwitnessed
 }
 
 // Policy is the whole policy file.
@@ -225,6 +243,9 @@ func (p *Policy) Validate() error {
 		}
 		if c.Checks < 1 {
 			return &FieldError{Field: path + ".checks", Message: fmt.Sprintf("must be at least 1, got %d", c.Checks)}
+		}
+		if c.MaxUnwitnessed < 0 {
+			return &FieldError{Field: path + ".max_unwitnessed", Message: fmt.Sprintf("must be positive, got %s", c.MaxUnwitnessed)}
 		}
 		if c.MaxAttempts < 1 {
 			return &FieldError{Field: path + ".max_attempts", Message: fmt.Sprintf("must be at least 1, got %d", c.MaxAttempts)}

@@ -136,6 +136,8 @@ func TestParseErrors(t *testing.T) {
 		{"grace negative", "channels:\n  default: {on_unknown: retry, grace: -1m}\n", "channels.default.grace", 2, "positive"},
 		{"grace without unit", "channels:\n  default: {on_unknown: retry, grace: 180}\n", "channels.default.grace", 2, "duration"},
 		{"grace unparseable", "channels:\n  default: {on_unknown: retry, grace: three minutes}\n", "channels.default.grace", 2, "duration"},
+		{"max_unwitnessed zero", "channels:\n  default: {on_unknown: retry, max_unwitnessed: 0s}\n", "channels.default.max_unwitnessed", 2, "positive"},
+		{"max_unwitnessed unparseable", "channels:\n  default: {on_unknown: retry, max_unwitnessed: 1 hour}\n", "channels.default.max_unwitnessed", 2, "duration"},
 		{"checks zero", "channels:\n  default: {on_unknown: retry, checks: 0}\n", "channels.default.checks", 2, "at least 1"},
 		{"checks negative", "channels:\n  default: {on_unknown: review, checks: -2}\n", "channels.default.checks", 2, "at least 1"},
 		{"checks quoted", "channels:\n  default: {on_unknown: retry, checks: \"2\"}\n", "channels.default.checks", 2, "whole number"},
@@ -370,5 +372,18 @@ func TestParseMailboxesDailySendLimit(t *testing.T) {
 		if _, err := policy.Parse([]byte(bad)); err == nil || !strings.Contains(err.Error(), "mailboxes.") {
 			t.Errorf("policy.Parse(%q) = %v, want an error naming the mailboxes field", bad, err)
 		}
+	}
+}
+
+func TestMaxUnwitnessed(t *testing.T) {
+	p, err := policy.Parse([]byte("channels:\n  a: {on_unknown: retry, max_unwitnessed: 20m}\n  b: {on_unknown: review}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Channels["a"].Unwitnessed(); got != 20*time.Minute {
+		t.Errorf("a: max_unwitnessed %s, want 20m", got)
+	}
+	if got := p.Channels["b"].Unwitnessed(); got != time.Hour {
+		t.Errorf("b: max_unwitnessed %s, want the default 1h", got)
 	}
 }

@@ -44,8 +44,11 @@ type StoredHeader struct {
 type Provider interface {
 	// Send hands a raw RFC 5322 message to users.messages.send.
 	Send(ctx context.Context, mailbox string, raw []byte, threadID string) (SentMessage, error)
-	// List runs users.messages.list with q and labelIDs; an empty result is
-	// an empty page, not an error.
+	// List runs users.messages.list with q and labelIDs, and with
+	// includeSpamTrash=true: every list is a reconciliation search, and a
+	// copy labelled SENT proves the send whether or not a user trashed it
+	// (or Gmail filed it as spam). An empty result is an empty page, not an
+	// error.
 	List(ctx context.Context, mailbox, q string, labelIDs []string, pageToken string, max int64) (ListPage, error)
 	// GetHeader reads one message's Message-ID (messages.get, format
 	// metadata). A missing message is an error wrapping ErrMessageNotFound

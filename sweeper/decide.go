@@ -15,11 +15,50 @@ import (
 // decideUnknown records the search of an unknown job and acts on it. It
 // returns false when the job is left for a later pass (its resend waits for
 // quota).
-func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hits []hit) (bool, error) {
+func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hits []hit, witness string) (bool, error) {
 	ch := p.channel(j.Channel)
 	check := j.Checks + 1
 	search := searchLine(j, q, hits, check)
+	if len(hits) == 0 {
+		search.Witness = witness
+	}
 	switch {
+	case len(hits) == 0 && p.mailboxes[j.Mailbox].HandleUntrusted:
+		// This pass found Gmail rewriting ids in the mailbox: the miss
+		// proves nothing.
+		written, err := p.toReview(ctx, j, evidence(search, ReasonHandleUntrusted, nil,
+			"not found, but Gmail replaces Message-IDs in this mailbox, so a miss proves nothing"), search)
+		p.count(written, &p.res.Checked)
+		return true, err
+	case len(hits) == 0 && witness == WitnessMissing && p.now.Sub(attemptEnd(j)) >= ch.Unwitnessed():
+		written, err := p.toReview(ctx, j, evidence(search, ReasonIndexUnverifiable, nil,
+			fmt.Sprintf("no witness that the mailbox's index caught up for %s after the attempt (max_unwitnessed %s): a miss proves nothing",
+				p.now.Sub(attemptEnd(j)).Round(time.Second), ch.Unwitnessed())), search)
+		if written {
+			p.s.deps.Logger.Error().Str("message_id", j.MessageID).Str("mailbox", j.Mailbox).
+				Msg("ALARM: the mailbox's search shows no witness for max_unwitnessed; the ambiguous job is handed to a human")
+		}
+		p.count(written, &p.res.Checked, &p.res.Unwitnessed)
+		return true, err
+	case len(hits) == 0 && p.beforeLagP99(j):
+		// Younger than the mailbox's observed p99 lag: the miss does not
+		// count yet; look again when it is that old.
+		p99, _ := p.s.lags.quantile(j.Mailbox, 0.99)
+		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+			n.NextCheckAt = attemptEnd(j).Add(p99)
+			return []acceptlog.Line{search}
+		})
+		p.count(written, &p.res.Checked, &p.res.Unwitnessed)
+		return true, err
+	case len(hits) == 0 && witness == WitnessMissing:
+		// No witness: the index is behind, or Gmail could not match the
+		// query. The miss does not count; look again after grace.
+		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+			n.NextCheckAt = p.now.Add(ch.Grace)
+			return []acceptlog.Line{search}
+		})
+		p.count(written, &p.res.Checked, &p.res.Unwitnessed)
+		return true, err
 	case len(hits) == 1 && ch.OnUnknown == policy.Retry:
 		h := hits[0]
 		labels := append([]string(nil), h.labels...)
@@ -112,6 +151,9 @@ func (p *pass) decideVerify(ctx context.Context, j acceptlog.Job, q string, hits
 	switch {
 	case len(hits) == 1:
 		search.Reason = ReasonVerified
+		if j.Attempts == 1 {
+			p.s.lags.add(j.Mailbox, p.now.Sub(j.CreatedAt))
+		}
 		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
 			n.Verified, n.Checks, n.NextCheckAt = true, 0, time.Time{}
 			return []acceptlog.Line{search}
@@ -123,8 +165,17 @@ func (p *pass) decideVerify(ctx context.Context, j acceptlog.Job, q string, hits
 			"sent, but the mailbox holds this message more than once"), search)
 		p.count(written, &p.res.Checked, &p.res.Duplicates)
 		return true, err
+	case j.GmailID != "":
+		// A suspect handle: one messages.get decides rewritten, deleted or
+		// index behind.
+		done, settled, err := p.checkHandle(ctx, j, search)
+		if err != nil || settled || !done {
+			return done, err
+		}
+	}
+	switch {
 	case check < 2:
-		// Index lag, or Gmail rewrote the id: look once more.
+		// The index is behind: look once more.
 		search.Reason = ReasonVerifyMiss
 		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
 			n.Checks, n.NextCheckAt = check, p.now.Add(ch.Grace)
@@ -219,4 +270,14 @@ func (p *pass) mutate(ctx context.Context, read acceptlog.Job, edit func(n *acce
 		return false, fmt.Errorf("record sweep of %s: %w", read.MessageID, err)
 	}
 	return true, nil
+}
+
+// beforeLagP99 reports whether the job's attempt ended less than the
+// mailbox's observed p99 index lag ago: no miss counts before that.
+func (p *pass) beforeLagP99(j acceptlog.Job) bool {
+	if p.s.deps.DisableWitness {
+		return false
+	}
+	p99, n := p.s.lags.quantile(j.Mailbox, 0.99)
+	return n > 0 && p.now.Sub(attemptEnd(j)) < p99
 }

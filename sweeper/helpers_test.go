@@ -1,6 +1,7 @@
 package sweeper_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -52,6 +53,9 @@ type setup struct {
 	quotaStatus   int // the emulator's over-quota answer: 429 (0) or 403
 	batchSize     int
 	limit         int // due jobs per pass; 0 = the sweeper's default
+	sentDedupe    bool
+	strictQueries bool
+	seed          int64 // the emulator's; 0 = 7 (not 1: the relay's fault set draws from seed 1, and equal draws would couple the two)
 }
 
 // harness is a relay and a sweeper over a real acceptance log and the Gmail
@@ -77,7 +81,8 @@ func newHarness(t *testing.T, set setup) *harness {
 	t.Helper()
 	h := &harness{t: t, ctx: context.Background(), clock: newClock(), set: set}
 	var url string
-	h.srv, url = gmailfake.NewTestServer(t, gmailfake.Options{IndexLag: set.indexLag, Now: h.clock.Now, QuotaPerMinute: set.emulatorQuota, QuotaStatus: set.quotaStatus})
+	h.srv, url = gmailfake.NewTestServer(t, gmailfake.Options{IndexLag: set.indexLag, Now: h.clock.Now, QuotaPerMinute: set.emulatorQuota, QuotaStatus: set.quotaStatus,
+		SentDedupe: set.sentDedupe, StrictQueries: set.strictQueries, Seed: cmp.Or(set.seed, 7)})
 	prov, err := gmailapi.New(h.ctx, gmailapi.Config{Endpoint: url})
 	if err != nil {
 		t.Fatalf("gmail client: %v", err)

@@ -38,12 +38,13 @@ var (
 type action int
 
 const (
-	actClear   action = iota // nothing to do: clear NextCheckAt
-	actSearch                // unknown: search and decide
-	actVerify                // sent, not verified: search once
-	actRetry                 // retryable failure on a retry channel
-	actUntrust               // unknown in a mailbox whose handle is untrusted: review
-	actResend                // unknown with every check done, resend not made yet
+	actClear             action = iota // nothing to do: clear NextCheckAt
+	actSearch                          // unknown: search and decide
+	actVerify                          // sent, not verified: search once
+	actRetry                           // retryable failure on a retry channel
+	actUntrust                         // unknown in a mailbox whose handle is untrusted: review
+	actResend                          // unknown with every check done, resend not made yet
+	actDuplicateDelivery               // two own effect lines: delivered twice
 )
 
 func (p *pass) run(ctx context.Context) error {
@@ -57,6 +58,7 @@ func (p *pass) run(ctx context.Context) error {
 		return fmt.Errorf("read due jobs: %w", err)
 	}
 	p.res.Due = len(jobs)
+	p.noteSends(jobs)
 	handled := 0
 	// Search batches, per mailbox, in due order.
 	batches := map[string][]acceptlog.Job{}
@@ -64,7 +66,7 @@ func (p *pass) run(ctx context.Context) error {
 	flush := func(mailbox string) error {
 		b := batches[mailbox]
 		batches[mailbox] = nil
-		n, err := p.search(ctx, mailbox, b)
+		n, err := p.searchBatch(ctx, mailbox, b)
 		handled += n
 		return err
 	}
@@ -116,6 +118,12 @@ func (p *pass) run(ctx context.Context) error {
 func (p *pass) classify(ctx context.Context, j acceptlog.Job) (action, error) {
 	switch j.State {
 	case acceptlog.StateUnknown, acceptlog.StateSent:
+		if j.Effects >= 2 {
+			dup, err := p.deliveredTwice(ctx, j)
+			if err != nil || dup {
+				return actDuplicateDelivery, err
+			}
+		}
 		if j.State == acceptlog.StateSent && j.Verified {
 			return actClear, nil
 		}
@@ -181,6 +189,8 @@ func (p *pass) handle(ctx context.Context, j acceptlog.Job, act action) (done bo
 		return p.retry(ctx, j)
 	case actResend:
 		return p.resend(ctx, j, 0)
+	case actDuplicateDelivery:
+		return p.duplicateDelivery(ctx, j)
 	}
 	_, err = p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
 		n.NextCheckAt = time.Time{}

@@ -3,6 +3,7 @@ package sweeper
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
@@ -11,30 +12,92 @@ import (
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
-func TestQueryLeavesOutUnsearchableIDs(t *testing.T) {
-	jobs := []acceptlog.Job{
-		{MessageID: "<a@x.example>"},
-		{MessageID: "<p}q@attacker.example>"},
-		{MessageID: "<x@[}OR(in:sent)OR{in:x]>"},
-		{MessageID: "<b@x.example>"},
+func TestSearchQueryQuotesEveryValue(t *testing.T) {
+	cases := []struct {
+		ids  []string
+		want string
+	}{
+		{[]string{"<a@b>"}, `rfc822msgid:"a@b"`},
+		{[]string{"<a@b>", "<c.d@e>"}, `{rfc822msgid:"a@b" rfc822msgid:"c.d@e"}`},
+		{[]string{"<!#$%&'*+-/=?^_`~@x>"}, "rfc822msgid:\"!#$%&'*+-/=?^_`~@x\""},
 	}
-	q, searched := query(jobs)
-	if want := "{rfc822msgid:a@x.example rfc822msgid:b@x.example}"; q != want {
-		t.Errorf("query = %q, want %q", q, want)
-	}
-	if len(searched) != 2 || searched[0].MessageID != "<a@x.example>" || searched[1].MessageID != "<b@x.example>" {
-		t.Errorf("searched = %v, want the two valid jobs", searched)
-	}
-	if q, searched := query(jobs[1:3]); q != "" || len(searched) != 0 {
-		t.Errorf("query of only bad ids = %q, %v; want nothing", q, searched)
+	for _, c := range cases {
+		got, err := searchQuery(c.ids)
+		if err != nil || got != c.want {
+			t.Errorf("searchQuery(%q) = %q, %v; want %q", c.ids, got, err, c.want)
+		}
 	}
 }
 
-// FuzzQuery: for ids that pass relay.CheckMessageIDShape, the emulator's
-// messages.list with query's q returns exactly the messages carrying
-// those ids (decoys in the same mailbox never come back).
-func FuzzQuery(f *testing.F) {
-	_, url := gmailfake.NewTestServer(f, gmailfake.Options{StrictQueries: true})
+// The ids of issue 20: put into the query as they came, they broke every
+// batch holding them or turned the search into one matching all sent mail.
+func TestSearchQueryRefusesWhatItCannotQuote(t *testing.T) {
+	for _, id := range []string{
+		"<p}q@attacker.example>", "<x@[}OR(in:sent)OR{in:x]>", `<a"b@c>`, "<a b@c>", "<a|b@c>",
+		"<a:b@c>", "<a(b)@c>", "<a@b>c>", "a@b", "<>", "<é@x>",
+	} {
+		if q, err := searchQuery([]string{"<ok@x>", id}); err == nil {
+			t.Errorf("searchQuery(%q) = %q, want an error", id, q)
+		}
+	}
+	if _, err := searchQuery(nil); err == nil {
+		t.Errorf("searchQuery(nil) built a query")
+	}
+}
+
+// splitIDs turns fuzz input into up to six distinct bracketed ids.
+func splitIDs(in string) []string {
+	var ids []string
+	for _, s := range strings.SplitN(in, "\n", 6) {
+		if !strings.HasPrefix(s, "<") {
+			s = "<" + s + ">"
+		}
+		if !slices.Contains(ids, s) {
+			ids = append(ids, s)
+		}
+	}
+	return ids
+}
+
+var querySeeds = []string{
+	"a@b", "a@b\nc.d@e.f", "p}q@attacker.example", "x@[}OR(in:sent)OR{in:x]", `a"b@c`, "a b@c",
+	"job-1ca74402c25f227b40cf235d910d7664@inbound.yourdomain.com", "-a@b\nOR@b", "in:sent@x", "*@*",
+	"a@b\na@b", "'@'\n`@~", "a%20b@c", "<a@b>", "a@b>\n<c@d", "OR@OR\nin:x@y",
+}
+
+// FuzzSearchQuery: a query searchQuery builds, parsed by the emulator's
+// own parser (gmailfake.QueryMessageIDs), means exactly "these ids,
+// OR-ed": the same ids, in order, and nothing else (no label, date or AND
+// term, no id split or merged).
+func FuzzSearchQuery(f *testing.F) {
+	for _, s := range querySeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		ids := splitIDs(in)
+		q, err := searchQuery(ids)
+		if err != nil {
+			return
+		}
+		got, err := gmailfake.QueryMessageIDs(q)
+		if err != nil {
+			t.Fatalf("ids %q: query %q does not parse as an OR of ids: %v", ids, q, err)
+		}
+		want := make([]string, len(ids))
+		for i, id := range ids {
+			want[i] = id[1 : len(id)-1]
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("ids %q: query %q parses as %q", ids, q, got)
+		}
+	})
+}
+
+// FuzzSearchQueryAtTheEmulator: for ids searchQuery accepts, the emulator's
+// messages.list with its q returns exactly the messages carrying those ids
+// (a decoy and near misses in the same mailbox never come back).
+func FuzzSearchQueryAtTheEmulator(f *testing.F) {
+	_, url := gmailfake.NewTestServer(f, gmailfake.Options{StrictQueries: true, QuotaPerMinute: 1 << 30})
 	gm, err := gmailapi.New(context.Background(), gmailapi.Config{Endpoint: url})
 	if err != nil {
 		f.Fatal(err)
@@ -52,28 +115,23 @@ func FuzzQuery(f *testing.F) {
 		}
 		sent[id] = m.ID
 	}
-	f.Add("<a@x.example>", "<b.c@y.example>", "<%6Aob@z>")
-	f.Add("<!#$%&'*+-/=?^_`~@x>", "<a@x.example>", "<a@x.example>")
-	f.Add("<p}q@attacker.example>", "<x@[}OR(in:sent)OR{in:x]>", "<ok@x>")
-	f.Add("<a-b@c-d>", "<OR@x>", "<in:sent@x>")
-	f.Fuzz(func(t *testing.T, a, b, c string) {
+	for _, s := range querySeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
 		send(t, "<decoy-1@decoy.example>")
-		var jobs []acceptlog.Job
-		var want []string
-		for _, id := range []string{a, b, c} {
-			if relay.CheckMessageIDShape(id) != nil || slices.ContainsFunc(jobs, func(j acceptlog.Job) bool { return j.MessageID == id }) {
-				continue
-			}
-			send(t, id)
-			jobs = append(jobs, acceptlog.Job{MessageID: id})
-			want = append(want, sent[id])
-		}
-		q, searched := query(jobs)
-		if len(searched) != len(jobs) {
-			t.Fatalf("query(%v) searched %d of %d valid ids", jobs, len(searched), len(jobs))
-		}
-		if len(jobs) == 0 {
+		ids := splitIDs(in)
+		q, err := searchQuery(ids)
+		if err != nil {
 			return
+		}
+		var want []string
+		for _, id := range ids {
+			send(t, id)
+			want = append(want, sent[id])
+			if near := "<x" + id[1:]; relay.CheckMessageIDShape(near) == nil {
+				send(t, near)
+			}
 		}
 		var got []string
 		token := ""
@@ -93,4 +151,12 @@ func FuzzQuery(f *testing.F) {
 			t.Fatalf("q %q: got %v, want %v", q, got, want)
 		}
 	})
+}
+
+// jobsQuery is searchQuery over jobs' Message-IDs.
+func TestJobsQuery(t *testing.T) {
+	q, err := jobsQuery([]acceptlog.Job{{MessageID: "<a@x>"}, {MessageID: "<b@y>"}})
+	if err != nil || q != `{rfc822msgid:"a@x" rfc822msgid:"b@y"}` {
+		t.Fatalf("jobsQuery = %q, %v", q, err)
+	}
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
@@ -21,17 +21,28 @@ type hit struct {
 // (the caller hands over at most that many), and decides each job. It
 // returns how many jobs it dealt with.
 func (p *pass) search(ctx context.Context, mailbox string, jobs []acceptlog.Job) (int, error) {
-	q, searched := query(jobs)
-	if skipped := len(jobs) - len(searched); skipped > 0 {
-		p.s.deps.Logger.Warn().Int("jobs", skipped).Msg("Message-IDs not of the searchable shape left out of the mailbox search")
-	}
-	jobs = searched
 	if len(jobs) == 0 {
 		return 0, nil
 	}
-	hits, err := p.find(ctx, mailbox, q, jobs)
+	if _, err := jobsQuery(jobs); err != nil {
+		// Only searchBatch's callers pass unchecked jobs; be safe anyway.
+		return p.searchBatch(ctx, mailbox, jobs)
+	}
+	// The witness rides in the same OR query.
+	searched := jobs
+	if w, ok := p.witnessFor(mailbox, jobs); ok {
+		searched = append(slices.Clip(jobs), w)
+	}
+	q, err := jobsQuery(searched)
+	if err != nil {
+		return 0, err
+	}
+	hits, err := p.find(ctx, mailbox, q, searched)
 	if errors.Is(err, errStopped) {
 		return 0, nil
+	}
+	if err != nil && queryRefused(err) {
+		return p.refused(ctx, mailbox, jobs, q, err)
 	}
 	if err != nil {
 		p.res.Errors++
@@ -47,47 +58,31 @@ func (p *pass) search(ctx context.Context, mailbox string, jobs []acceptlog.Job)
 		}
 		return len(jobs), nil
 	}
+	witness := p.witnesses(searched, hits)
+	// Sent jobs first: their handle checks may find that Gmail rewrites
+	// ids in this mailbox, and then a miss of an unknown job of the same
+	// batch proves nothing.
 	done := 0
-	for _, j := range jobs {
-		var ok bool
-		if j.State == acceptlog.StateSent {
-			ok, err = p.decideVerify(ctx, j, q, hits[j.MessageID])
-		} else {
-			ok, err = p.decideUnknown(ctx, j, q, hits[j.MessageID])
-		}
-		if err != nil {
-			return done, err
-		}
-		if ok {
-			done++
+	for _, sent := range []bool{true, false} {
+		for _, j := range jobs {
+			if (j.State == acceptlog.StateSent) != sent {
+				continue
+			}
+			var ok bool
+			if sent {
+				ok, err = p.decideVerify(ctx, j, q, hits[j.MessageID])
+			} else {
+				ok, err = p.decideUnknown(ctx, j, q, hits[j.MessageID], witness[j.MessageID])
+			}
+			if err != nil {
+				return done, err
+			}
+			if ok {
+				done++
+			}
 		}
 	}
 	return done, nil
-}
-
-// query is the search for jobs' Message-IDs: rfc822msgid:<id> for one,
-// {rfc822msgid:<a> rfc822msgid:<b> ...} (Gmail's OR group) for several,
-// and the jobs it searches for. A job whose Message-ID fails
-// relay.CheckMessageIDShape is left out (intake refuses such ids, so only
-// an older log holds one): its id could carry Gmail search syntax and
-// widen the query to other messages. With no job left, q is "".
-func query(jobs []acceptlog.Job) (q string, searched []acceptlog.Job) {
-	terms := make([]string, 0, len(jobs))
-	searched = make([]acceptlog.Job, 0, len(jobs))
-	for _, j := range jobs {
-		if relay.CheckMessageIDShape(j.MessageID) != nil {
-			continue
-		}
-		terms = append(terms, "rfc822msgid:"+strings.TrimSuffix(strings.TrimPrefix(j.MessageID, "<"), ">"))
-		searched = append(searched, j)
-	}
-	switch len(terms) {
-	case 0:
-		return "", nil
-	case 1:
-		return terms[0], searched
-	}
-	return "{" + strings.Join(terms, " ") + "}", searched
 }
 
 // find lists the SENT messages matching q (every page) and attributes each

@@ -100,6 +100,10 @@ type Config struct {
 	// attempts whose lease ran out (relay.Service.RecoverExpired; set by
 	// ConfigFor on a log several replicas share).
 	Expire func(ctx context.Context) (int, error)
+	// DisableWitness turns the witness rule off: every search miss counts,
+	// as before issue 13. Only for tests and benchmarks that compare the
+	// two rules; a relay never sets it.
+	DisableWitness bool
 }
 
 // Attempter is the send path as the sweeper uses it: a new attempt of a
@@ -147,6 +151,9 @@ type Result struct {
 	Deferred int `json:"deferred"`
 	// Verified: sent jobs whose single SENT hit the verify pass confirmed.
 	Verified int `json:"verified"`
+	// Unwitnessed: search misses of unknown jobs that did not count, for
+	// want of a witness (the job is checked again after grace).
+	Unwitnessed int `json:"unwitnessed"`
 	// Errors: Gmail calls or log writes that failed (5xx, transport); the
 	// jobs concerned stay due and are looked at again a little later.
 	Errors int `json:"errors"`
@@ -167,6 +174,7 @@ func (r *Result) add(o Result) {
 	r.Reviewed += o.Reviewed
 	r.Deferred += o.Deferred
 	r.Verified += o.Verified
+	r.Unwitnessed += o.Unwitnessed
 	r.Errors += o.Errors
 	r.Wait = o.Wait
 }
@@ -190,6 +198,15 @@ type Sweeper struct {
 	// Gmail), so that a pass cut short by quota does not read the same
 	// messages again. Guarded by passMu; bounded by maxHeaders.
 	headers map[string]string
+	// sends holds, per mailbox, the confirmed sends passes have seen, by
+	// creation time (see noteSends): the witnesses of later searches.
+	// Guarded by passMu; bounded by maxSendRefs per mailbox.
+	sends map[string][]sendRef
+	// activity maps a mailbox to the latest creation time of any job a
+	// pass has seen. Guarded by passMu.
+	activity map[string]time.Time
+	// lags is the measured index lag per mailbox.
+	lags lagBook
 
 	totalsMu sync.Mutex
 	totals   Result
@@ -205,9 +222,11 @@ func New(cfg Config) *Sweeper {
 	s := &Sweeper{
 		deps: cfg, log: cfg.Log, now: cfg.Now,
 		batch: cfg.BatchSize, limit: cfg.Limit, interval: cfg.Interval,
-		passes:  make(chan Result, passesBuffer),
-		headers: map[string]string{},
-		wake:    make(chan struct{}, 1),
+		passes:   make(chan Result, passesBuffer),
+		headers:  map[string]string{},
+		sends:    map[string][]sendRef{},
+		activity: map[string]time.Time{},
+		wake:     make(chan struct{}, 1),
 	}
 	if s.now == nil {
 		s.now = time.Now

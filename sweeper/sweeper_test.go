@@ -58,7 +58,7 @@ func TestAmbiguousSendIsFoundNotResent(t *testing.T) {
 			}
 			searches := h.lines(id, acceptlog.KindSearch)
 			if len(searches) != 1 || searches[0].Hits != 0 || searches[0].Check != 1 ||
-				!strings.Contains(searches[0].Query, "rfc822msgid:"+strings.Trim(id, "<>")) {
+				!strings.Contains(searches[0].Query, `rfc822msgid:"`+strings.Trim(id, "<>")+`"`) {
 				t.Fatalf("search lines after the first miss: %+v", searches)
 			}
 

@@ -28,7 +28,7 @@ type demoRow struct {
 	Mode     string
 	Caller   string // what the caller saw
 	Log      string // what the acceptance log says
-	Emulator int    // messages the emulator holds for the job
+	Emulator int    // deliveries of the job at the emulator (ground truth, not copies)
 	Effects  int    // effect lines in the log
 	OK       bool
 	Why      string
@@ -86,9 +86,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		d.faultRow("forward-and-respond", "forward-and-respond", "demo:forward-and-respond", "", false, acceptlog.StateSent, 1),
 		d.faultRow("drop-response, review channel", "forward-then-drop-response", "demo:billing-drop", "billing", true, acceptlog.StateReview, 0),
 		d.rowCrashAndRecover(),
+		d.rowTrashedCopy(),
+		d.rowLagTail(),
+		d.rowRewrittenID(), // last: it leaves the mailbox untrusted
 	}
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MODE\tCALLER SAW\tLOG SAYS\tEMULATOR HOLDS\tEFFECT LINES\tVERDICT")
+	fmt.Fprintln(tw, "MODE\tCALLER SAW\tLOG SAYS\tDELIVERIES\tEFFECT LINES\tVERDICT")
 	failed := 0
 	for _, r := range rows {
 		verdict := "PASS"
@@ -186,12 +189,13 @@ func (d *demo) settle() {
 	}
 }
 
-// outcome reads the job from the log and the emulator's count.
+// outcome reads the job from the log and the emulator's deliveries (what
+// the recipients received: folded and rewritten sends included).
 func (d *demo) outcome(key string) (acceptlog.Job, []acceptlog.Line, int) {
 	id := relay.MessageID(key, d.cfg.policy.MsgIDDomain)
 	j, _ := d.rs.log.Get(d.ctx, id)
 	lines, _ := d.rs.log.JobLines(d.ctx, id)
-	return j, lines, d.emu.Count(id)
+	return j, lines, d.emu.Deliveries(id)
 }
 
 func countKind(lines []acceptlog.Line, k acceptlog.Kind) int {
@@ -221,7 +225,7 @@ func (d *demo) row(mode, caller, key string, want acceptlog.State, wantEffects i
 	case j.State != want:
 		r.Why = fmt.Sprintf("state %s, want %s", j.State, want)
 	case n != 1:
-		r.Why = fmt.Sprintf("emulator holds %d, want exactly 1", n)
+		r.Why = fmt.Sprintf("%d deliveries at the emulator, want exactly 1", n)
 	case r.Effects != wantEffects:
 		r.Why = fmt.Sprintf("%d effect lines, want %d", r.Effects, wantEffects)
 	default:
@@ -267,4 +271,77 @@ func (d *demo) rowCrashAndRecover() demoRow {
 	}
 	d.settle()
 	return d.row(mode, first.String(), key, acceptlog.StateSent, 1)
+}
+
+// rowTrashedCopy: Gmail accepted, the response was dropped, and a user
+// trashed the Sent copy before the sweep; the search (includeSpamTrash)
+// still finds it: sent, not resent.
+func (d *demo) rowTrashedCopy() demoRow {
+	const key = "demo:trashed-sent-copy"
+	mode := "drop-response, user trashes the Sent copy"
+	if err := d.admin("POST", "/admin/faults", map[string]any{"mode": "forward-then-drop-response", "key": key, "count": 1}); err != nil {
+		return demoRow{Mode: mode, Why: err.Error()}
+	}
+	caller := d.send(key, "").String()
+	for _, m := range d.emu.Messages(relay.MessageID(key, d.cfg.policy.MsgIDDomain)) {
+		if err := d.emu.Trash(m.ID); err != nil {
+			return demoRow{Mode: mode, Why: err.Error()}
+		}
+	}
+	d.settle()
+	return d.row(mode, caller, key, acceptlog.StateSent, 1)
+}
+
+// rowLagTail: the response is dropped and Gmail takes 10 minutes to index
+// the message, far past checks × grace (2m); a later send of the mailbox
+// is the witness the miss needs, and it is not searchable before the
+// first one either (an index in order), so no miss counts and nothing is
+// resent until the message shows.
+func (d *demo) rowLagTail() demoRow {
+	const key = "demo:lag-tail"
+	mode := "drop-response, 10m index lag"
+	d.emu.SetIndexLag(10 * time.Minute)
+	defer d.emu.SetIndexLag(30 * time.Second)
+	if err := d.admin("POST", "/admin/faults", map[string]any{"mode": "forward-then-drop-response", "key": key, "count": 1}); err != nil {
+		return demoRow{Mode: mode, Why: err.Error()}
+	}
+	caller := d.send(key, "").String()
+	d.clock.Advance(time.Second)
+	d.send("demo:lag-tail-witness", "")
+	for range 4 {
+		d.settle()
+	}
+	return d.row(mode, caller, key, acceptlog.StateSent, 1)
+}
+
+// rowRewrittenID: Gmail replaces the Message-ID of a send after the
+// one-time read-back; the verify pass finds no hit, reads the message
+// back (one messages.get), writes a handle line "rewritten" and marks the
+// mailbox untrusted. The job stays sent, delivered once.
+func (d *demo) rowRewrittenID() demoRow {
+	const key = "demo:rewritten-id"
+	mode := "Gmail rewrites the Message-ID"
+	d.emu.SetRewrite(gmailfake.RewritePolicy{Mode: gmailfake.RewriteAlways})
+	caller := d.send(key, "").String()
+	d.emu.SetRewrite(gmailfake.RewritePolicy{})
+	d.settle()
+	r := d.row(mode, caller, key, acceptlog.StateSent, 1)
+	_, lines, _ := d.outcome(key)
+	rewritten := false
+	for _, l := range lines {
+		if l.Kind == acceptlog.KindHandle && l.Reason == acceptlog.ReasonHandleRewritten {
+			rewritten = true
+		}
+	}
+	mb, err := d.rs.log.Mailbox(d.ctx, "me")
+	switch {
+	case !rewritten:
+		r.OK, r.Why = false, "no handle line \"rewritten\""
+	case err != nil || !mb.HandleUntrusted:
+		r.OK, r.Why = false, "the mailbox is still trusted"
+	}
+	if r.OK {
+		r.Log += ", handle rewritten, mailbox untrusted"
+	}
+	return r
 }

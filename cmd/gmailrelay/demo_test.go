@@ -17,7 +17,7 @@ func TestDemoAllRowsPassAgainstEmulator(t *testing.T) {
 	if !strings.Contains(s, "EMULATOR RESULTS") {
 		t.Errorf("demo output does not say these are emulator results:\n%s", s)
 	}
-	for _, mode := range []string{"fail-before-forward", "forward-then-drop-response", "forward-and-respond", "review channel", "crash"} {
+	for _, mode := range []string{"fail-before-forward", "forward-then-drop-response", "forward-and-respond", "review channel", "crash", "trashes", "index lag", "rewrites"} {
 		line := ""
 		for _, l := range strings.Split(s, "\n") {
 			if strings.HasPrefix(l, mode) || strings.Contains(l, mode) {

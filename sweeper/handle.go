@@ -1,0 +1,148 @@
+package sweeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// ReasonHandleRewritten and ReasonHandleDeleted are the reasons of the
+// handle lines the verify pass writes (see checkHandle).
+const (
+	ReasonHandleRewritten = acceptlog.ReasonHandleRewritten
+	ReasonHandleDeleted   = acceptlog.ReasonHandleDeleted
+)
+
+// checkHandle is the verify pass's handle check (CONTRACT, "Every send's
+// handle is checked, for free"): a sent job whose search found nothing but
+// whose gmail_id Gmail gave is read back with one messages.get. The stored
+// Message-ID differs → a handle line "rewritten", the mailbox is untrusted
+// and an ALARM is logged; 404 → a handle line "deleted" (unverifiable, not
+// a rewrite); equal → the index is behind, and the caller checks again.
+//
+// done is false when the pass had to stop first (quota, rate limit);
+// settled is true when the job's verification ended here (rewritten or
+// deleted), with the search line and the handle line written together.
+func (p *pass) checkHandle(ctx context.Context, j acceptlog.Job, search acceptlog.Line) (done, settled bool, err error) {
+	if !p.take(relay.UnitsGet, 0) {
+		return false, false, nil
+	}
+	h, gerr := p.s.deps.Provider.GetHeader(ctx, j.Mailbox, j.GmailID)
+	var handle acceptlog.Line
+	switch {
+	case errors.Is(gerr, relay.ErrMessageNotFound):
+		p.answered = true
+		handle = acceptlog.Line{Kind: acceptlog.KindHandle, Attempt: j.Attempts, Reason: ReasonHandleDeleted, GmailID: j.GmailID,
+			Note: "the message Gmail answered with is gone (404): the send cannot be verified; this is not a rewrite"}
+	case gerr != nil:
+		if errors.Is(p.gmailErr(gerr), errStopped) {
+			return false, false, nil
+		}
+		p.res.Errors++
+		p.s.deps.Logger.Warn().Err(gerr).Msg("read a sent message's Message-ID back; checked again on the next verify")
+		return true, false, nil
+	case h.MessageID == j.MessageID:
+		p.answered = true
+		return true, false, nil // the index is behind
+	default:
+		p.answered = true
+		kept := false
+		handle = acceptlog.Line{Kind: acceptlog.KindHandle, Attempt: j.Attempts, Reason: ReasonHandleRewritten, GmailID: j.GmailID,
+			StoredMessageID: h.MessageID, HandleKept: &kept}
+	}
+	search.Reason = ReasonVerifyGaveUp
+	search.Note = "not found by Message-ID; the message Gmail answered with was read back (see the handle line)"
+	rewritten := handle.Reason == ReasonHandleRewritten
+	_, _, err = p.s.log.Mutate(ctx, j.MessageID, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		if cur == nil || cur.State != j.State || cur.Attempts != j.Attempts || cur.Checks != j.Checks || cur.Verified != j.Verified {
+			return acceptlog.Change{}, errChanged
+		}
+		n := *cur
+		n.Checks, n.NextCheckAt, n.UpdatedAt = j.Checks+1, time.Time{}, p.now
+		c := acceptlog.Change{Job: &n, Lines: []acceptlog.Line{search, handle}}
+		if rewritten {
+			c.EditMailbox = func(mb *acceptlog.Mailbox) {
+				mb.HandleChecked, mb.HandleUntrusted = true, true
+				mb.Rewrites++
+			}
+		}
+		return c, nil
+	})
+	if errors.Is(err, errChanged) {
+		return true, true, nil
+	}
+	if err != nil {
+		return true, true, err
+	}
+	p.res.Checked++
+	// Its Message-ID will never be found again: it can witness nothing.
+	p.s.sends[j.Mailbox] = slices.DeleteFunc(p.s.sends[j.Mailbox], func(r sendRef) bool { return r.id == j.MessageID })
+	if rewritten {
+		mb := p.mailboxes[j.Mailbox]
+		mb.Name, mb.HandleChecked, mb.HandleUntrusted = j.Mailbox, true, true
+		p.mailboxes[j.Mailbox] = mb
+		p.s.deps.Logger.Error().Str("message_id", j.MessageID).Str("stored_message_id", h.MessageID).Str("mailbox", j.Mailbox).
+			Msg("ALARM: Gmail replaced our Message-ID (found by the verify pass); ambiguous jobs of this mailbox now go to review (a search miss proves nothing)")
+	} else {
+		p.s.deps.Logger.Warn().Str("message_id", j.MessageID).Str("gmail_id", j.GmailID).
+			Msg("a sent message is gone from the mailbox (404): its send cannot be verified")
+	}
+	return true, true, nil
+}
+
+// ReasonDuplicateDelivery is the review reason for a job with two own
+// effect lines.
+const ReasonDuplicateDelivery = acceptlog.ReasonDuplicateDelivery
+
+// deliveredTwice reports whether a job whose Effects counter says it took
+// effect twice was delivered twice by the relay (CONTRACT, "Own effects
+// count"): two of its effect lines are the relay's own (Gmail's responses,
+// or a response and a search hit; a human's mark-sent does not count), and
+// it was not already reviewed for it (then the human decided).
+func (p *pass) deliveredTwice(ctx context.Context, j acceptlog.Job) (bool, error) {
+	own, err := p.ownEffects(ctx, j)
+	return len(own) >= 2, err
+}
+
+// ownEffects describes the job's own effect lines since its last
+// duplicate_delivery review.
+func (p *pass) ownEffects(ctx context.Context, j acceptlog.Job) ([]string, error) {
+	lines, err := p.s.log.JobLines(ctx, j.MessageID)
+	if err != nil {
+		return nil, fmt.Errorf("read lines of %s: %w", j.MessageID, err)
+	}
+	var own []string
+	for _, l := range lines {
+		switch {
+		case l.Kind == acceptlog.KindReview && l.Reason == ReasonDuplicateDelivery:
+			own = nil
+		case l.Kind == acceptlog.KindEffect && l.Source != acceptlog.SourceHuman:
+			own = append(own, fmt.Sprintf("attempt %d (%s, gmail id %s)", l.Attempt, l.Source, l.GmailID))
+		}
+	}
+	return own, nil
+}
+
+// duplicateDelivery hands a job the relay delivered twice to a human with
+// reason duplicate_delivery, even when the mailbox shows one copy (Gmail
+// folds a resend with the same Message-ID into the stored one).
+func (p *pass) duplicateDelivery(ctx context.Context, j acceptlog.Job) (bool, error) {
+	own, err := p.ownEffects(ctx, j)
+	if err != nil {
+		return false, err
+	}
+	line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, State: acceptlog.StateReview, Reason: ReasonDuplicateDelivery,
+		GmailID: j.GmailID, Note: fmt.Sprintf("delivered %d times by the relay's own attempts: %s", len(own), strings.Join(own, "; "))}
+	if _, err := p.toReview(ctx, j, line); err != nil {
+		return true, err
+	}
+	p.s.deps.Logger.Error().Str("message_id", j.MessageID).Int("deliveries", len(own)).
+		Msg("ALARM: the relay delivered a message twice (two own effects); handed to a human")
+	return true, nil
+}

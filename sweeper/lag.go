@@ -1,0 +1,100 @@
+package sweeper
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// maxLagSamples bounds the lag samples kept per mailbox (the newest win).
+const maxLagSamples = 1024
+
+// lagBook is the measured index lag of each mailbox: send → first hit of
+// the verify pass, for first attempts. A sample is an upper bound (the
+// verify pass looks after grace, then once more); it is what the relay has
+// seen, not what Gmail promises. Safe for concurrent use (metrics read it
+// while passes write).
+type lagBook struct {
+	mu      sync.Mutex
+	samples map[string][]time.Duration
+}
+
+func (b *lagBook) add(mailbox string, d time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.samples == nil {
+		b.samples = map[string][]time.Duration{}
+	}
+	s := append(b.samples[mailbox], d)
+	if len(s) > maxLagSamples {
+		s = s[len(s)-maxLagSamples:]
+	}
+	b.samples[mailbox] = s
+}
+
+// quantile is the nearest-rank q-quantile of mailbox's samples, and how
+// many there are (0: no sample, zero lag).
+func (b *lagBook) quantile(mailbox string, q float64) (time.Duration, int) {
+	b.mu.Lock()
+	s := slices.Clone(b.samples[mailbox])
+	b.mu.Unlock()
+	if len(s) == 0 {
+		return 0, 0
+	}
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.999999) - 1
+	return s[min(max(i, 0), len(s)-1)], len(s)
+}
+
+// IndexLag returns the mailbox's observed index lag at quantile q (0.5,
+// 0.99, 1 for the maximum) and the number of samples it is drawn from.
+func (s *Sweeper) IndexLag(mailbox string, q float64) (time.Duration, int) {
+	return s.lags.quantile(mailbox, q)
+}
+
+// LagCollector is a Prometheus collector of the measured index lag:
+// gmailrelay_index_lag_seconds{mailbox, quantile="0.5"|"0.99"|"1"} and
+// gmailrelay_index_lag_samples{mailbox}. Register it on the relay's
+// registry.
+func (s *Sweeper) LagCollector() prometheus.Collector { return lagCollector{s} }
+
+var (
+	lagDesc = prometheus.NewDesc("gmailrelay_index_lag_seconds",
+		"Measured Gmail index lag per mailbox (send to first hit of the verify pass, an upper bound), by quantile.",
+		[]string{"mailbox", "quantile"}, nil)
+	lagSamplesDesc = prometheus.NewDesc("gmailrelay_index_lag_samples",
+		"Samples behind gmailrelay_index_lag_seconds, per mailbox.", []string{"mailbox"}, nil)
+)
+
+type lagCollector struct{ s *Sweeper }
+
+func (c lagCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- lagDesc
+	ch <- lagSamplesDesc
+}
+
+func (c lagCollector) Collect(ch chan<- prometheus.Metric) {
+	c.s.lags.mu.Lock()
+	mailboxes := make([]string, 0, len(c.s.lags.samples))
+	for mb := range c.s.lags.samples {
+		mailboxes = append(mailboxes, mb)
+	}
+	c.s.lags.mu.Unlock()
+	slices.Sort(mailboxes)
+	for _, mb := range mailboxes {
+		for _, q := range []struct {
+			v     float64
+			label string
+		}{{0.5, "0.5"}, {0.99, "0.99"}, {1, "1"}} {
+			d, n := c.s.lags.quantile(mb, q.v)
+			if n == 0 {
+				continue
+			}
+			ch <- prometheus.MustNewConstMetric(lagDesc, prometheus.GaugeValue, d.Seconds(), mb, q.label)
+		}
+		_, n := c.s.lags.quantile(mb, 1)
+		ch <- prometheus.MustNewConstMetric(lagSamplesDesc, prometheus.GaugeValue, float64(n), mb)
+	}
+}
