@@ -168,6 +168,10 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// Register adds c to the relay's registry (the sweeper's measured index
+// lag, for one), so /metrics serves it too.
+func (m *Metrics) Register(c prometheus.Collector) error { return m.reg.Register(c) }
+
 // handler serves the registry, with the stats collector reading s. The
 // collector is registered on the first call only: a second server built on
 // the same Metrics takes it over instead of panicking on a duplicate

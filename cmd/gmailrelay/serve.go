@@ -325,6 +325,9 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		return nil, err
 	}
 	box.Store(rs.outbox)
+	if err := metrics.Register(rs.sweeper.LagCollector()); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
 	rs.retention = retention.New(retention.Config{Log: lg, Retention: c.policy.Retention, Now: now, Logger: logger})
 	var clockAdvance func(time.Duration)
 	if c.Clock == "manual" {
