@@ -11,6 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
 )
 
 // effect appends an effect line moving the job to sent.
@@ -58,7 +59,7 @@ func TestCheckEffectRule(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer l.Close()
-			create(t, l, "<a@x>", "default", acceptlog.StateUnknown)
+			logtest.Create(t, l, "<a@x>", "default", acceptlog.StateUnknown)
 			effect(t, l, "<a@x>")
 			effect(t, l, "<a@x>")
 			for _, ln := range tc.after {
@@ -156,7 +157,7 @@ func TestCheckDetectsCorruption(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			create(t, l, "<a@x>", "default", acceptlog.StateForwarding)
+			logtest.Create(t, l, "<a@x>", "default", acceptlog.StateForwarding)
 			_, _, err = l.Mutate(ctx, "<a@x>", func(cur *acceptlog.Job) (acceptlog.Change, error) {
 				cur.State, cur.Attempts, cur.NextCheckAt, cur.AmbiguousAt = acceptlog.StateUnknown, 1, t0, t0
 				return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{{Kind: acceptlog.KindAmbiguous, Attempt: 1, State: acceptlog.StateUnknown}}}, nil

@@ -31,24 +31,6 @@ func mustOpenPath(t *testing.T, path string) *acceptlog.Log {
 	return acceptlogtest.OpenPath(t, path, acceptlog.Options{Now: func() time.Time { return t0 }})
 }
 
-// create writes a new job in state s with a received line carrying s.
-func create(t *testing.T, l *acceptlog.Log, id, channel string, s acceptlog.State) acceptlog.Job {
-	t.Helper()
-	j, _, err := l.Mutate(context.Background(), id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		if cur != nil {
-			return acceptlog.Change{}, fmt.Errorf("job %s exists", id)
-		}
-		return acceptlog.Change{
-			Job:   &acceptlog.Job{MessageID: id, Channel: channel, State: s, CreatedAt: t0},
-			Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, State: s, Channel: channel}},
-		}, nil
-	})
-	if err != nil {
-		t.Fatalf("create %s: %v", id, err)
-	}
-	return j
-}
-
 func ids(jobs []acceptlog.Job) []string {
 	out := []string{}
 	for _, j := range jobs {

@@ -10,41 +10,15 @@ import (
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
 	bolt "go.etcd.io/bbolt"
 )
-
-// sentJob writes a job the way the send path does — received + forwarding,
-// then effect + sent — with its raw message, last changed at at.
-func sentJob(t *testing.T, l *acceptlog.Log, id string, at time.Time) {
-	t.Helper()
-	ctx := context.Background()
-	_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		j := acceptlog.Job{MessageID: id, Key: "key-" + id, Channel: "default", Mailbox: "default",
-			Fingerprint: "fp-" + id, State: acceptlog.StateForwarding, Attempts: 1, CreatedAt: at, UpdatedAt: at}
-		return acceptlog.Change{Job: &j, Raw: []byte("Message-ID: " + id + "\r\n\r\nbody"), Lines: []acceptlog.Line{
-			{Kind: acceptlog.KindReceived, Attempt: 1, Channel: "default", Time: at},
-			{Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding, Time: at},
-		}}, nil
-	})
-	if err != nil {
-		t.Fatalf("forward %s: %v", id, err)
-	}
-	_, _, err = l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		cur.State, cur.Effects, cur.GmailID, cur.ThreadID, cur.UpdatedAt = acceptlog.StateSent, 1, "g-"+id, "t-"+id, at
-		return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{
-			{Kind: acceptlog.KindEffect, Attempt: 1, State: acceptlog.StateSent, Source: acceptlog.SourceResponse, GmailID: "g-" + id, Time: at},
-		}}, nil
-	})
-	if err != nil {
-		t.Fatalf("sent %s: %v", id, err)
-	}
-}
 
 func TestBackupWhileOpenAndOfflineCopies(t *testing.T) {
 	ctx := context.Background()
 	l, path := mustOpen(t)
 	for _, id := range []string{"<1@x.example>", "<2@x.example>"} {
-		sentJob(t, l, id, t0)
+		logtest.SentJob(t, l, id, t0)
 	}
 	var buf bytes.Buffer
 	n, err := l.Backup(ctx, &buf, nil)
@@ -107,7 +81,7 @@ func openCheck(t *testing.T, path string, jobs int) {
 func TestOpenBackfillsThePrunableIndex(t *testing.T) {
 	ctx := context.Background()
 	l, path := mustOpen(t)
-	sentJob(t, l, "<old@x.example>", t0.Add(-48*time.Hour))
+	logtest.SentJob(t, l, "<old@x.example>", t0.Add(-48*time.Hour))
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}

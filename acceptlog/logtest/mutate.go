@@ -13,7 +13,8 @@ import (
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 )
 
-func create(t *testing.T, l acceptlog.Store, id, channel string, s acceptlog.State) acceptlog.Job {
+// Create writes a new job in state s with a received line carrying s.
+func Create(t *testing.T, l acceptlog.Store, id, channel string, s acceptlog.State) acceptlog.Job {
 	t.Helper()
 	j, _, err := l.Mutate(context.Background(), id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
 		if cur != nil {
@@ -88,7 +89,7 @@ func testMutateCreateUpdateAndLineOrder(t *testing.T, be Backend) {
 		t.Errorf("written lines = %+v, want %+v", lines, want)
 	}
 
-	create(t, l, b, "billing", acceptlog.StateFailed) // seq 3
+	Create(t, l, b, "billing", acceptlog.StateFailed) // seq 3
 
 	job, lines, err = l.Mutate(ctx, a, func(cur *acceptlog.Job) (acceptlog.Change, error) {
 		if cur == nil || cur.State != acceptlog.StateForwarding {
@@ -163,7 +164,7 @@ func testMutateCreateUpdateAndLineOrder(t *testing.T, be Backend) {
 func testMutateCallbackErrorWritesNothing(t *testing.T, be Backend) {
 	ctx := context.Background()
 	l := be.open(t)
-	create(t, l, "<a@x>", "default", acceptlog.StateFailed)
+	Create(t, l, "<a@x>", "default", acceptlog.StateFailed)
 	before, err := l.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -242,7 +243,7 @@ func testMutateRejectsInvalidChanges(t *testing.T, be Backend) {
 			ctx := context.Background()
 			l := be.open(t)
 			if tc.exists {
-				transition(t, l, create(t, l, id, "default", acceptlog.StateForwarding).MessageID, acceptlog.StateFailed,
+				transition(t, l, Create(t, l, id, "default", acceptlog.StateForwarding).MessageID, acceptlog.StateFailed,
 					func(j *acceptlog.Job) { j.Attempts = 1 })
 			}
 			before, err := l.Stats(ctx)
@@ -268,7 +269,7 @@ func testMutateConcurrentSameIDSerialises(t *testing.T, be Backend) {
 	ctx := context.Background()
 	l := be.open(t)
 	const id, n = "<a@x>", 50
-	create(t, l, id, "default", acceptlog.StateForwarding)
+	Create(t, l, id, "default", acceptlog.StateForwarding)
 	commitsBefore := l.Commits()
 
 	start := make(chan struct{})
@@ -360,12 +361,12 @@ func testMutateConcurrentDifferentIDsAllLand(t *testing.T, be Backend) {
 func testReopenKeepsEverything(t *testing.T, be Backend) {
 	ctx := context.Background()
 	l, reopen := be.openReopen(t)
-	create(t, l, "<a@x>", "default", acceptlog.StateForwarding)
+	Create(t, l, "<a@x>", "default", acceptlog.StateForwarding)
 	transition(t, l, "<a@x>", acceptlog.StateUnknown, func(j *acceptlog.Job) {
 		j.NextCheckAt = t0.Add(3 * time.Minute)
 		j.AmbiguousAt = t0
 	})
-	create(t, l, "<b@x>", "billing", acceptlog.StateSent)
+	Create(t, l, "<b@x>", "billing", acceptlog.StateSent)
 	_, _, err := l.Mutate(ctx, "<b@x>", func(*acceptlog.Job) (acceptlog.Change, error) {
 		return acceptlog.Change{Raw: []byte("Message-ID: <b@x>\r\n\r\nhi"), Mailbox: &acceptlog.Mailbox{Name: "me@x", HandleChecked: true}}, nil
 	})

@@ -9,7 +9,9 @@ import (
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 )
 
-func sentJob(t *testing.T, l acceptlog.Store, id string, at time.Time) {
+// SentJob writes a job the way the send path does (received + forwarding,
+// then effect + sent) with its raw message, last changed at at.
+func SentJob(t *testing.T, l acceptlog.Store, id string, at time.Time) {
 	t.Helper()
 	ctx := context.Background()
 	_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
@@ -38,8 +40,8 @@ func testPruneKeepsTheRecordAndDropsDetail(t *testing.T, be Backend) {
 	ctx := context.Background()
 	l := be.open(t)
 	old, fresh := "<old@x.example>", "<fresh@x.example>"
-	sentJob(t, l, old, t0.Add(-48*time.Hour))
-	sentJob(t, l, fresh, t0)
+	SentJob(t, l, old, t0.Add(-48*time.Hour))
+	SentJob(t, l, fresh, t0)
 	// Still unknown: never pruned, however old.
 	_, _, err := l.Mutate(ctx, "<unknown@x.example>", func(*acceptlog.Job) (acceptlog.Change, error) {
 		at := t0.Add(-72 * time.Hour)
@@ -98,7 +100,7 @@ func testPruneLimitAndOrder(t *testing.T, be Backend) {
 	ctx := context.Background()
 	l := be.open(t)
 	for i, id := range []string{"<c@x.example>", "<a@x.example>", "<b@x.example>"} {
-		sentJob(t, l, id, t0.Add(time.Duration(-10+i)*time.Hour))
+		SentJob(t, l, id, t0.Add(time.Duration(-10+i)*time.Hour))
 	}
 	res, err := l.Prune(ctx, t0, 2)
 	if err != nil || res.Jobs != 2 || !res.More {
@@ -140,7 +142,7 @@ func testCheckAcceptsPrunedJobsWithGaps(t *testing.T, be Backend) {
 	l := be.open(t)
 	id := "<dup@x.example>"
 	at := t0.Add(-48 * time.Hour)
-	sentJob(t, l, id, at)
+	SentJob(t, l, id, at)
 	for _, step := range []struct {
 		state acceptlog.State
 		kind  acceptlog.Kind

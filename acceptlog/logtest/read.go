@@ -17,10 +17,10 @@ func testDue(t *testing.T, be Backend) {
 	l := be.open(t)
 	at := map[string]time.Duration{"<a@x>": 3 * time.Minute, "<b@x>": time.Minute, "<c@x>": 2 * time.Minute, "<d@x>": time.Hour}
 	for id, d := range at {
-		create(t, l, id, "default", acceptlog.StateForwarding)
+		Create(t, l, id, "default", acceptlog.StateForwarding)
 		transition(t, l, id, acceptlog.StateUnknown, func(j *acceptlog.Job) { j.NextCheckAt = t0.Add(d); j.AmbiguousAt = t0 })
 	}
-	create(t, l, "<e@x>", "default", acceptlog.StateUnknown) // nothing scheduled
+	Create(t, l, "<e@x>", "default", acceptlog.StateUnknown) // nothing scheduled
 
 	due := func(now time.Time, limit int) []string {
 		t.Helper()
@@ -68,7 +68,7 @@ func testByStateAndListPaging(t *testing.T, be Backend) {
 		if i%2 == 1 {
 			ch = "billing"
 		}
-		create(t, l, fmt.Sprintf("<%d@x>", i), ch, s)
+		Create(t, l, fmt.Sprintf("<%d@x>", i), ch, s)
 	}
 
 	byState, err := l.ByState(ctx, acceptlog.StateUnknown, 0)
@@ -183,7 +183,7 @@ func testListLimitDefaultAndMax(t *testing.T, be Backend) {
 func testLinesPaging(t *testing.T, be Backend) {
 	ctx := context.Background()
 	l := be.open(t)
-	create(t, l, "<a@x>", "default", acceptlog.StateForwarding)
+	Create(t, l, "<a@x>", "default", acceptlog.StateForwarding)
 	for range 4 {
 		_, _, err := l.Mutate(ctx, "<a@x>", func(*acceptlog.Job) (acceptlog.Change, error) {
 			return acceptlog.Change{Lines: []acceptlog.Line{{Kind: acceptlog.KindSearch}}}, nil
@@ -229,9 +229,9 @@ func testStats(t *testing.T, be Backend) {
 		t.Errorf("empty stats = %+v, want zeros and non-nil maps", empty)
 	}
 
-	create(t, l, "<a@x>", "default", acceptlog.StateForwarding)
-	create(t, l, "<b@x>", "billing", acceptlog.StateForwarding)
-	create(t, l, "<c@x>", "billing", acceptlog.StateForwarding)
+	Create(t, l, "<a@x>", "default", acceptlog.StateForwarding)
+	Create(t, l, "<b@x>", "billing", acceptlog.StateForwarding)
+	Create(t, l, "<c@x>", "billing", acceptlog.StateForwarding)
 	transition(t, l, "<a@x>", acceptlog.StateUnknown, func(j *acceptlog.Job) { j.AmbiguousAt = t0.Add(2 * time.Minute) })
 	transition(t, l, "<b@x>", acceptlog.StateUnknown, func(j *acceptlog.Job) { j.AmbiguousAt = t0.Add(time.Minute) })
 	transition(t, l, "<c@x>", acceptlog.StateSent, nil)
@@ -270,7 +270,7 @@ func testStats(t *testing.T, be Backend) {
 func testRaw(t *testing.T, be Backend) {
 	ctx := context.Background()
 	l := be.open(t)
-	create(t, l, "<a@x>", "default", acceptlog.StateForwarding)
+	Create(t, l, "<a@x>", "default", acceptlog.StateForwarding)
 	if _, err := l.Raw(ctx, "<a@x>"); !errors.Is(err, acceptlog.ErrNotFound) {
 		t.Errorf("Raw before any store error = %v, want ErrNotFound", err)
 	}
