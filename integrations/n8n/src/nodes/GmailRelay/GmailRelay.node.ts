@@ -1,12 +1,13 @@
-import {
-	NodeOperationError,
-	type IDataObject,
-	type IExecuteFunctions,
-	type IHttpRequestOptions,
-	type INodeExecutionData,
-	type INodeType,
-	type INodeTypeDescription,
-	type NodeConnectionType,
+// Types only: the built node has no runtime dependency on n8n-workflow, so
+// it loads from N8N_CUSTOM_EXTENSIONS or ~/.n8n/nodes alike.
+import type {
+	IDataObject,
+	IExecuteFunctions,
+	IHttpRequestOptions,
+	INodeExecutionData,
+	INodeType,
+	INodeTypeDescription,
+	NodeConnectionType,
 } from 'n8n-workflow';
 
 import { OUTPUTS, buildBody, keyWarnings, send, trimBase, type FullResponse, type KeySpec, type RequestOptions } from './logic';
@@ -155,7 +156,7 @@ export class GmailRelay implements INodeType {
 					...(extra as Record<string, string>),
 				});
 			} catch (err) {
-				throw new NodeOperationError(this.getNode(), (err as Error).message, { itemIndex: i });
+				throw new Error(`item ${i}: ${(err as Error).message}`);
 			}
 			const r = await send(req, sleep, base, body, {
 				maxWaits: Number(opts.maxWaits ?? 5),
