@@ -18,7 +18,7 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  rm -rf "$work"
+  [ -n "${E2E_KEEP:-}" ] && echo "kept $work" || rm -rf "$work"
 }
 trap cleanup EXIT
 start=$(date +%s)
@@ -75,22 +75,21 @@ state() { curl -fs "${A[@]}" "$relay/v1/jobs/$(python3 -c 'import sys,urllib.par
 export N8N_USER_FOLDER="$work/n8n-home" N8N_ENCRYPTION_KEY=e2e-not-a-secret-key N8N_CUSTOM_EXTENSIONS="$work/ext"
 export N8N_DIAGNOSTICS_ENABLED=false N8N_VERSION_NOTIFICATIONS_ENABLED=false N8N_BLOCK_ENV_ACCESS_IN_NODE=false
 export NODE_FUNCTION_ALLOW_BUILTIN=crypto GMAILRELAY_URL="$relay" DB_SQLITE_POOL_SIZE=0
-export N8N_LOG_LEVEL=warn N8N_RUNNERS_ENABLED=false
+export N8N_LOG_LEVEL=warn N8N_RUNNERS_ENABLED=false N8N_ENFORCE_SETTINGS_FILE_PERMISSIONS=false
 sed -e "s/REPLACE_WITH_API_TOKEN/$api/" -e "s#http://127.0.0.1:8080#$relay#" \
   "$repo/examples/n8n/credentials/gmailrelay.credentials.json" >"$work/credentials.json"
 step "n8n import:credentials (the shipped template)"
 "$n8n" import:credentials --input="$work/credentials.json" 2>&1 | grep -v '^$' | tail -2
-for wf in "$here"/e2e/*.json "$repo"/examples/n8n/manual/*.json; do
-  [ -e "$wf" ] || continue
-  step "n8n import:workflow $(basename "$wf")"
-  "$n8n" import:workflow --input="$wf" 2>&1 | grep -v '^$' | tail -1
-done
+mkdir -p "$work/workflows"
+cp "$here"/e2e/*.json "$repo"/examples/n8n/manual/*.json "$work/workflows/"
+step "n8n import:workflow --separate: $(cd "$work/workflows" && echo *.json)"
+"$n8n" import:workflow --separate --input="$work/workflows" 2>&1 | grep -i -e 'imported' -e 'error:' | grep -v -e 'Could not find workflow' | tail -3 || true
 
 # run ID: n8n execute --id ID --rawOutput; prints which nodes ran.
 run() {
   local out="$work/run-$1-$RANDOM.json"
-  "$n8n" execute --id="$1" --rawOutput >"$out" 2>"$out.err" || { cat "$out" "$out.err"; fail "n8n execute --id=$1"; }
-  python3 - "$out" <<'PY'
+  "$n8n" execute --id="$1" --rawOutput >"$out" 2>"$out.err" </dev/null || { cat "$out" "$out.err"; fail "n8n execute --id=$1"; }
+  python3 - "$out" <<'PY' || { { echo "--- n8n execute output:"; head -c 3000 "$out"; head -c 3000 "$out.err"; } >&2; fail "could not read the execution of $1"; }
 import json, sys
 text = open(sys.argv[1]).read()
 data = json.loads(text[text.index('{'):])

@@ -49,9 +49,17 @@ def sample_after(w, trigger, name, data, uid, pos):
     w["connections"][trigger] = {"main": [[{"node": name, "type": "main", "index": 0}]]}
 
 
+VERSION_IDS = {
+    "gmrExManualSend1": "0e8a6b2d-3c4f-4a1b-9d7e-5f6a7b8c9d01",
+    "gmrExManualRaw01": "0e8a6b2d-3c4f-4a1b-9d7e-5f6a7b8c9d02",
+    "gmrExManualAlrt1": "0e8a6b2d-3c4f-4a1b-9d7e-5f6a7b8c9d03",
+}
+
+
 def write(w, wid, name, fname):
     w = copy.deepcopy(w)
-    w["id"], w["name"], w["active"] = wid, name, False
+    # n8n import:workflow needs an id (for `n8n execute --id`) and a versionId.
+    w["id"], w["name"], w["active"], w["versionId"] = wid, name, False, VERSION_IDS[wid]
     w.pop("meta", None)
     creds(w)
     with open(fname, "w") as f:
