@@ -173,6 +173,7 @@ func New(cfg Config) *Server {
 		r.Delete("/v1/jobs/{id}", s.cancelJob)
 		r.Get("/v1/log", s.readLog)
 		r.Get("/v1/stats", s.stats)
+		r.Get("/v1/msgid", s.msgid)
 	})
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticate(roleAdmin), s.bodyGuard)

@@ -284,6 +284,7 @@ var relayPaths = map[string]string{
 	"/v1/send":                         "POST",
 	"/gmail/v1/users/me/messages/send": "POST",
 	"/v1/jobs":                         "GET",
+	"/v1/msgid":                        "GET",
 }
 
 func TestHTTPRequestNodesCallTheRelay(t *testing.T) {
@@ -488,10 +489,34 @@ func TestRawRecipeMatchesTheRelay(t *testing.T) {
 			code, _ = n.Parameters["jsCode"].(string)
 		}
 	}
+	// The Message-ID comes from the relay (GET /v1/msgid), never from a
+	// domain written into the Code node (issue 21: a hard-coded
+	// inbound.example.com disagreed with a plain serve's domain).
+	for _, bad := range []string{"DOMAIN", "inbound.example.com", "createHash"} {
+		if strings.Contains(code, bad) {
+			t.Errorf("Code node still derives the Message-ID itself (%q)", bad)
+		}
+	}
+	var ask *node
+	for i, n := range wf.Nodes {
+		if n.Type == httpRequest && strings.HasSuffix(fmt.Sprint(n.Parameters["url"]), "/v1/msgid") {
+			ask = &wf.Nodes[i]
+		}
+	}
+	if ask == nil {
+		t.Fatal("no HTTP Request node asks GET /v1/msgid")
+	}
+	q, _ := ask.Parameters["queryParameters"].(map[string]any)
+	var names []string
+	for _, p := range q["parameters"].([]any) {
+		names = append(names, fmt.Sprint(p.(map[string]any)["name"]))
+	}
+	if got := strings.Join(names, ","); got != "customer_id,event_type,order_id" {
+		t.Errorf("GET /v1/msgid query = %s, want the job's three parts", got)
+	}
 	for _, want := range []string{
-		"require('crypto')",
-		"`${o.customer_id}:${o.event_type}:${o.order_id}`",
-		"'<job-' + crypto.createHash('sha256').update(key).digest('hex').slice(0, 32) + '@' + DOMAIN + '>'",
+		"const messageId = item.json.message_id;",
+		"const o = orders[i].json;",
 		"'Message-ID: ' + messageId",
 		"raw: b64url(raw)",
 	} {

@@ -1,0 +1,175 @@
+// Types only: the built node has no runtime dependency on n8n-workflow, so
+// it loads from N8N_CUSTOM_EXTENSIONS or ~/.n8n/nodes alike.
+import type {
+	IDataObject,
+	IExecuteFunctions,
+	IHttpRequestOptions,
+	INodeExecutionData,
+	INodeType,
+	INodeTypeDescription,
+	NodeConnectionType,
+} from 'n8n-workflow';
+
+import { OUTPUTS, buildBody, keyWarnings, send, trimBase, type FullResponse, type KeySpec, type RequestOptions } from './logic';
+
+const main = 'main' as NodeConnectionType;
+
+/**
+ * Send Email (safe retry): posts to gmailrelay's /v1/send with an
+ * idempotency key and routes the relay's answer to an output instead of
+ * failing, so Retry On Fail is never needed.
+ */
+export class GmailRelay implements INodeType {
+	description: INodeTypeDescription = {
+		displayName: 'Send Email (safe retry)',
+		name: 'gmailRelay',
+		icon: 'file:gmailrelay.svg',
+		group: ['output'],
+		version: 1,
+		subtitle: '={{"key: " + ($parameter["keySource"] === "fields" ? "customer:event:order" : "expression")}}',
+		description: 'Send an e-mail through gmailrelay: a retry with the same key is never a second e-mail',
+		defaults: { name: 'Send Email (safe retry)' },
+		inputs: [main],
+		outputs: [main, main, main, main],
+		outputNames: ['Sent', 'Pending (relay owns it)', 'Retry Later', 'Needs Fix'],
+		credentials: [{ name: 'gmailRelayApi', required: true }],
+		properties: [
+			{
+				displayName:
+					'The key must come from the event (order, webhook payload), never from $now, $execution.ID or a random function: the key is what makes a retry a retry. Leave Retry On Fail off; this node retries by itself.',
+				name: 'keyNotice',
+				type: 'notice',
+				default: '',
+			},
+			{
+				displayName: 'Key From',
+				name: 'keySource',
+				type: 'options',
+				options: [
+					{ name: 'Customer ID, Event Type, Order ID', value: 'fields' },
+					{ name: 'Expression', value: 'key' },
+				],
+				default: 'fields',
+			},
+			{
+				displayName: 'Customer ID',
+				name: 'customerId',
+				type: 'string',
+				default: '',
+				required: true,
+				displayOptions: { show: { keySource: ['fields'] } },
+			},
+			{
+				displayName: 'Event Type',
+				name: 'eventType',
+				type: 'string',
+				default: '',
+				placeholder: 'order.shipped',
+				required: true,
+				displayOptions: { show: { keySource: ['fields'] } },
+			},
+			{
+				displayName: 'Order ID',
+				name: 'orderId',
+				type: 'string',
+				default: '',
+				required: true,
+				displayOptions: { show: { keySource: ['fields'] } },
+			},
+			{
+				displayName: 'Idempotency Key',
+				name: 'key',
+				type: 'string',
+				default: '',
+				required: true,
+				description: 'Any string that is the same on every run of the same job',
+				displayOptions: { show: { keySource: ['key'] } },
+			},
+			{ displayName: 'To', name: 'to', type: 'string', default: '', required: true, placeholder: 'name@example.com' },
+			{ displayName: 'Subject', name: 'subject', type: 'string', default: '', required: true },
+			{ displayName: 'Text', name: 'text', type: 'string', typeOptions: { rows: 4 }, default: '' },
+			{
+				displayName: 'Additional Fields',
+				name: 'additionalFields',
+				type: 'collection',
+				placeholder: 'Add Field',
+				default: {},
+				options: [
+					{ displayName: 'BCC', name: 'bcc', type: 'string', default: '' },
+					{ displayName: 'CC', name: 'cc', type: 'string', default: '' },
+					{ displayName: 'Channel', name: 'channel', type: 'string', default: '', description: 'Policy channel (default: default)' },
+					{ displayName: 'From', name: 'from', type: 'string', default: '' },
+					{ displayName: 'HTML', name: 'html', type: 'string', typeOptions: { rows: 4 }, default: '' },
+					{ displayName: 'Reply To', name: 'replyTo', type: 'string', default: '' },
+					{ displayName: 'Thread ID', name: 'threadId', type: 'string', default: '' },
+				],
+			},
+			{
+				displayName: 'Options',
+				name: 'options',
+				type: 'collection',
+				placeholder: 'Add Option',
+				default: {},
+				options: [
+					{ displayName: 'Max Waits', name: 'maxWaits', type: 'number', default: 5, description: 'How often to wait Retry-After on 409/429/503 before the item goes to Retry Later' },
+					{ displayName: 'Max Wait (Seconds)', name: 'maxWaitSeconds', type: 'number', default: 30, description: 'Longest single wait' },
+					{ displayName: 'Repeats With No Answer', name: 'maxNoAnswer', type: 'number', default: 3, description: 'How often a request with no answer (dropped response, reset) is repeated; the relay answers the repeat 202 or 200, never a second e-mail' },
+					{ displayName: 'Timeout (Ms)', name: 'timeout', type: 'number', default: 90000 },
+				],
+			},
+		],
+	};
+
+	async execute(this: IExecuteFunctions): Promise<INodeExecutionData[][]> {
+		const items = this.getInputData();
+		const creds = await this.getCredentials('gmailRelayApi');
+		const base = trimBase(String(creds.url));
+		const out: INodeExecutionData[][] = OUTPUTS.map(() => []);
+		const p = this.getNode().parameters;
+		const warnings = keyWarnings(
+			p.keySource === 'key' ? { key: p.key } : { customerId: p.customerId, eventType: p.eventType, orderId: p.orderId },
+		);
+		if (warnings.length > 0 && typeof this.addExecutionHints === 'function') {
+			this.addExecutionHints(...warnings.map((message) => ({ message, type: 'warning' as const, location: 'outputPane' as const })));
+		}
+		const req = async (o: RequestOptions) =>
+			(await this.helpers.httpRequestWithAuthentication.call(this, 'gmailRelayApi', o as IHttpRequestOptions)) as FullResponse;
+		const sleep = async (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+		for (let i = 0; i < items.length; i++) {
+			const keySource = this.getNodeParameter('keySource', i) as string;
+			const k: KeySpec =
+				keySource === 'key'
+					? { key: String(this.getNodeParameter('key', i)) }
+					: {
+							customerId: String(this.getNodeParameter('customerId', i)),
+							eventType: String(this.getNodeParameter('eventType', i)),
+							orderId: String(this.getNodeParameter('orderId', i)),
+						};
+			const extra = this.getNodeParameter('additionalFields', i, {}) as IDataObject;
+			const opts = this.getNodeParameter('options', i, {}) as IDataObject;
+			let body: Record<string, unknown>;
+			try {
+				body = buildBody(k, {
+					to: String(this.getNodeParameter('to', i)),
+					subject: String(this.getNodeParameter('subject', i)),
+					text: String(this.getNodeParameter('text', i, '')),
+					...(extra as Record<string, string>),
+				});
+			} catch (err) {
+				throw new Error(`item ${i}: ${(err as Error).message}`);
+			}
+			const r = await send(req, sleep, base, body, {
+				maxWaits: Number(opts.maxWaits ?? 5),
+				maxWaitSeconds: Number(opts.maxWaitSeconds ?? 30),
+				maxNoAnswer: Number(opts.maxNoAnswer ?? 3),
+				timeoutMs: Number(opts.timeout ?? 90000),
+			});
+			const json: IDataObject = { ...(r as unknown as IDataObject) };
+			if (warnings.length > 0) {
+				json.key_warnings = warnings;
+			}
+			out[OUTPUTS.indexOf(r.outcome)].push({ json, pairedItem: { item: i } });
+		}
+		return out;
+	}
+}

@@ -1,0 +1,74 @@
+import type {
+	IDataObject,
+	IHttpRequestOptions,
+	INodeExecutionData,
+	INodeType,
+	INodeTypeDescription,
+	IPollFunctions,
+	NodeConnectionType,
+} from 'n8n-workflow';
+
+import { trimBase, type FullResponse, type RequestOptions } from '../GmailRelay/logic';
+import { poll, type Seen } from './poll';
+
+/**
+ * gmailrelay Trigger: polls the relay's acceptance log and emits every job
+ * that entered `review` (a human must decide), and optionally jobs waiting
+ * in `queued` longer than a threshold (once the relay has an outbox).
+ */
+export class GmailRelayTrigger implements INodeType {
+	description: INodeTypeDescription = {
+		displayName: 'gmailrelay Trigger',
+		name: 'gmailRelayTrigger',
+		icon: 'file:gmailrelay.svg',
+		group: ['trigger'],
+		version: 1,
+		description: 'Starts the workflow when a gmailrelay job needs a human (review), or waits too long in the queue',
+		defaults: { name: 'gmailrelay Trigger' },
+		polling: true,
+		inputs: [],
+		outputs: ['main' as NodeConnectionType],
+		credentials: [{ name: 'gmailRelayApi', required: true }],
+		properties: [
+			{
+				displayName: 'Include Queued Jobs',
+				name: 'includeQueued',
+				type: 'boolean',
+				default: false,
+				description: 'Whether to also emit jobs waiting in the queued state (relays with an outbox) longer than the threshold; skipped when the relay has no such state',
+			},
+			{
+				displayName: 'Queued Longer Than (Minutes)',
+				name: 'queuedMinutes',
+				type: 'number',
+				default: 15,
+				displayOptions: { show: { includeQueued: [true] } },
+			},
+		],
+	};
+
+	async poll(this: IPollFunctions): Promise<INodeExecutionData[][] | null> {
+		const creds = await this.getCredentials('gmailRelayApi');
+		const base = trimBase(String(creds.url));
+		const data = this.getWorkflowStaticData('node') as IDataObject & { seen?: Seen };
+		const req = async (o: RequestOptions) =>
+			(await this.helpers.httpRequestWithAuthentication.call(this, 'gmailRelayApi', o as IHttpRequestOptions)) as FullResponse;
+		const r = await poll(
+			req,
+			base,
+			{
+				includeQueued: this.getNodeParameter('includeQueued', false) as boolean,
+				queuedOlderThanMs: Number(this.getNodeParameter('queuedMinutes', 15)) * 60_000,
+				maxPages: 10,
+			},
+			data.seen ?? {},
+			new Date(),
+			this.getMode() === 'manual',
+		);
+		data.seen = r.seen;
+		if (r.jobs.length === 0) {
+			return null;
+		}
+		return [this.helpers.returnJsonArray(r.jobs as unknown as IDataObject[])];
+	}
+}

@@ -1,0 +1,129 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { buildBody, classify, keyWarnings, send, type FullResponse, type RequestOptions } from '../nodes/GmailRelay/logic';
+
+const limits = { maxWaits: 2, maxWaitSeconds: 30, maxNoAnswer: 2, timeoutMs: 1000 };
+
+/** scripted returns a Requester that answers the given responses in order (an Error is thrown). */
+function scripted(answers: Array<FullResponse | Error>) {
+	const calls: RequestOptions[] = [];
+	const req = async (o: RequestOptions) => {
+		calls.push(o);
+		const a = answers[calls.length - 1];
+		if (a === undefined) {
+			throw new Error(`unexpected call ${calls.length}`);
+		}
+		if (a instanceof Error) {
+			throw a;
+		}
+		return a;
+	};
+	return { req, calls };
+}
+
+function answer(statusCode: number, body: unknown, headers: Record<string, string> = {}): FullResponse {
+	return { statusCode, body, headers };
+}
+
+test('classify routes every status of CONTRACT.md', () => {
+	assert.equal(classify(200, undefined), 'sent');
+	assert.equal(classify(202, undefined), 'pending');
+	assert.equal(classify(409, 2), 'wait');
+	assert.equal(classify(409, undefined), 'needsFix'); // abandoned by an operator
+	assert.equal(classify(429, 30), 'wait');
+	assert.equal(classify(503, 1), 'wait');
+	for (const s of [400, 401, 403, 413, 422, 500, 502]) {
+		assert.equal(classify(s, undefined), 'needsFix', String(s));
+	}
+});
+
+test('keyWarnings flags clock, execution and random values, not event fields', () => {
+	assert.deepEqual(keyWarnings({ key: '={{ $json.customer_id }}:{{ $json.order_id }}' }), []);
+	assert.deepEqual(keyWarnings({ customerId: '={{ $json.id }}', eventType: 'order.shipped', orderId: '={{ $json.order }}' }), []);
+	for (const bad of [
+		'={{ $now.toISO() }}',
+		'={{ $execution.id }}',
+		'={{ Math.random() }}',
+		'={{ $today }}',
+		'={{ Date.now() }}',
+		'={{ crypto.randomUUID() }}',
+		'={{ $randomInt(1, 9) }}',
+	]) {
+		const w = keyWarnings({ orderId: bad });
+		assert.equal(w.length, 1, bad);
+		assert.match(w[0], /orderId/);
+	}
+});
+
+test('buildBody sends job parts or key, and names an empty part', () => {
+	assert.deepEqual(buildBody({ customerId: 'cus_1', eventType: 'order.shipped', orderId: 'ord_1' }, { to: 'a@example.com', subject: 's', text: 't', replyTo: 'r@example.com', cc: '' }), {
+		job: { customer_id: 'cus_1', event_type: 'order.shipped', order_id: 'ord_1' },
+		to: 'a@example.com',
+		subject: 's',
+		text: 't',
+		reply_to: 'r@example.com',
+	});
+	assert.deepEqual(buildBody({ key: 'k1' }, { to: 'a@example.com', subject: 's' }), { key: 'k1', to: 'a@example.com', subject: 's' });
+	assert.throws(() => buildBody({ customerId: 'c', eventType: ' ', orderId: 'o' }, { to: 'a', subject: 's' }), /Event Type is empty/);
+	assert.throws(() => buildBody({ key: '' }, { to: 'a', subject: 's' }), /Idempotency Key is empty/);
+});
+
+test('send: 200 is sent, a replay is marked replayed, one request', async () => {
+	const { req, calls } = scripted([answer(200, { message_id: '<job-a@x>', state: 'sent', replayed: true }, { 'Idempotent-Replayed': 'true' })]);
+	const r = await send(req, async () => {}, 'http://relay:8080/', { key: 'k' }, limits);
+	assert.equal(r.outcome, 'sent');
+	assert.equal(r.replayed, true);
+	assert.equal(r.message_id, '<job-a@x>');
+	assert.equal(calls.length, 1);
+	assert.equal(calls[0].url, 'http://relay:8080/v1/send');
+	assert.equal(calls[0].ignoreHttpStatusErrors, true);
+});
+
+test('send: a dropped response is repeated once and ends on pending (202)', async () => {
+	const { req, calls } = scripted([new Error('socket hang up'), answer(202, { message_id: '<job-a@x>', state: 'unknown' })]);
+	const r = await send(req, async () => {}, 'http://relay', { key: 'k' }, limits);
+	assert.equal(r.outcome, 'pending');
+	assert.equal(r.state, 'unknown');
+	assert.equal(r.attempts, 2);
+	assert.deepEqual(calls[1].body, { key: 'k' }, 'the repeat sends the same body (same key)');
+});
+
+test('send: 503 and 409 wait Retry-After (capped) and then send', async () => {
+	const slept: number[] = [];
+	const { req } = scripted([
+		answer(503, { error: { code: 'unavailable' } }, { 'retry-after': '1' }),
+		answer(409, { error: { code: 'in_flight', message_id: '<job-a@x>' } }, { 'Retry-After': '120' }),
+		answer(200, { message_id: '<job-a@x>', state: 'sent' }),
+	]);
+	const r = await send(req, async (ms) => void slept.push(ms), 'http://relay', { key: 'k' }, limits);
+	assert.equal(r.outcome, 'sent');
+	assert.deepEqual(slept, [1000, 30000]);
+});
+
+test('send: waits are bounded, then Retry Later with the status', async () => {
+	const busy = answer(429, { error: { code: 'resource_exhausted' } }, { 'Retry-After': '3' });
+	const { req, calls } = scripted([busy, busy, busy]);
+	const r = await send(req, async () => {}, 'http://relay', { key: 'k' }, limits);
+	assert.equal(r.outcome, 'retryLater');
+	assert.equal(r.status, 429);
+	assert.equal(calls.length, 3);
+});
+
+test('send: no answer at all ends on Retry Later after the repeats', async () => {
+	const { req, calls } = scripted([new Error('ECONNREFUSED'), new Error('ECONNREFUSED'), new Error('ECONNREFUSED')]);
+	const r = await send(req, async () => {}, 'http://relay', { key: 'k' }, limits);
+	assert.equal(r.outcome, 'retryLater');
+	assert.match(r.error ?? '', /no answer/);
+	assert.equal(calls.length, 3);
+});
+
+test('send: 422 and 400 go to Needs Fix with the relay error', async () => {
+	for (const s of [400, 422]) {
+		const { req } = scripted([answer(s, { error: { code: 'x', message: 'bad', message_id: '<job-a@x>' } })]);
+		const r = await send(req, async () => {}, 'http://relay', { key: 'k' }, limits);
+		assert.equal(r.outcome, 'needsFix');
+		assert.equal(r.status, s);
+		assert.equal(r.message_id, '<job-a@x>');
+	}
+});
