@@ -3,7 +3,6 @@ package sweeper
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -185,15 +184,14 @@ func (p *pass) gmailErr(err error) error {
 	return err
 }
 
-// rateLimited pauses the shared budget after Gmail answered 429 (or 403
-// with a rate reason): exponentially longer on every consecutive one, with
-// jitter, and never shorter than Gmail's own retry time. The pass stops.
+// rateLimited pauses the mailbox after Gmail answered 429 (or 403 with a
+// rate reason) until Gmail's retry time, or else for the next step of the
+// mailbox's backoff (relay.Quota.RateLimited). The pass stops.
 func (p *pass) rateLimited(retryIn time.Duration) {
 	p.limited = true
-	b := min(max(minBackoff, 2*p.s.backoff), maxBackoff)
-	p.s.backoff = b
-	d := max(b, retryIn) + rand.N(b/2+1)
-	p.s.deps.Quota.Pause(d)
+	// Gmail's retry time when it gave one, else the mailbox's backoff
+	// (1 s doubling to 15 min, with jitter), shared with the send path.
+	d := p.s.deps.Quota.RateLimited(retryIn)
 	p.s.deps.Logger.Warn().Dur("pause", d).Msg("Gmail rate limit: the sweeper backs off")
 	p.stop(d)
 }

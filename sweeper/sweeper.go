@@ -59,13 +59,6 @@ const sentLabel = "SENT"
 // maxPageSize is the largest maxResults Gmail accepts for messages.list.
 const maxPageSize = 500
 
-// Backoff after Gmail's rate-limit answers: doubled on every consecutive
-// one, from minBackoff up to maxBackoff, plus up to half as much jitter.
-const (
-	minBackoff = time.Second
-	maxBackoff = 5 * time.Minute
-)
-
 // errorDelay is how much later a job is looked at again when its search
 // failed with a 5xx or transport error (never more than its grace).
 const errorDelay = 30 * time.Second
@@ -192,8 +185,7 @@ type Sweeper struct {
 	limit    int
 	interval time.Duration
 
-	passMu  sync.Mutex    // serialises passes
-	backoff time.Duration // last rate-limit backoff; guarded by passMu
+	passMu sync.Mutex // serialises passes
 	// headers maps Gmail message ids to their Message-ID (immutable in
 	// Gmail), so that a pass cut short by quota does not read the same
 	// messages again. Guarded by passMu; bounded by maxHeaders.
@@ -321,14 +313,10 @@ func (s *Sweeper) RunOnce(ctx context.Context) (Result, error) {
 	defer s.passMu.Unlock()
 	p := &pass{s: s, now: s.now(), mailboxes: map[string]acceptlog.Mailbox{}}
 	err := p.run(ctx)
-	switch {
-	case !p.limited && p.answered:
-		s.backoff = 0
-	case p.res.Checked+p.res.Resent+p.res.Retried > 0:
-		// Rate limited after some progress: the pause was about right, so
-		// the next 429 doubles back to it. Passes that Gmail stops before
-		// any progress double it every time.
-		s.backoff /= 2
+	if !p.limited && p.answered {
+		// Gmail answered without a rate limit: the mailbox's backoff
+		// (shared with the send path, in the Quota) starts again at 1 s.
+		s.deps.Quota.Answered()
 	}
 	if len(s.headers) > maxHeaders {
 		s.headers = map[string]string{}
