@@ -17,7 +17,9 @@ const (
 	maxLimit     = 1000
 )
 
-func pageLimit(n int) int {
+// PageLimit is the page size List and Lines use for a requested limit n:
+// the default for n ≤ 0, at most the maximum. Every backend pages alike.
+func PageLimit(n int) int {
 	switch {
 	case n <= 0:
 		return defaultLimit
@@ -113,7 +115,7 @@ func (l *Log) List(ctx context.Context, o ListOptions) (jobs []Job, next string,
 	if o.State != "" && !o.State.Valid() {
 		return nil, "", fmt.Errorf("list: unknown state %q", o.State)
 	}
-	limit := pageLimit(o.Limit)
+	limit := PageLimit(o.Limit)
 	err = l.view(ctx, "list", func(tx *bolt.Tx) error {
 		jobs, next = nil, ""
 		each := func(j *Job) bool { // false stops the walk
@@ -181,7 +183,7 @@ func walkState(tx *bolt.Tx, s State, after string, each func(*Job) bool) error {
 // for the next page. A tail that has caught up (next == 0) polls again with
 // the Seq of the last line it has seen.
 func (l *Log) Lines(ctx context.Context, after uint64, limit int) (lines []Line, next uint64, err error) {
-	limit = pageLimit(limit)
+	limit = PageLimit(limit)
 	if after == math.MaxUint64 {
 		return nil, 0, nil
 	}

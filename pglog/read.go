@@ -14,22 +14,6 @@ import (
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 )
 
-// Page sizes of List and Lines, as in acceptlog.
-const (
-	defaultLimit = 100
-	maxLimit     = 1000
-)
-
-func pageLimit(n int) int {
-	switch {
-	case n <= 0:
-		return defaultLimit
-	case n > maxLimit:
-		return maxLimit
-	}
-	return n
-}
-
 // Get implements acceptlog.Store.
 func (l *Log) Get(ctx context.Context, messageID string) (acceptlog.Job, error) {
 	what := "get " + messageID
@@ -118,7 +102,7 @@ func (l *Log) List(ctx context.Context, o acceptlog.ListOptions) ([]acceptlog.Jo
 	if err := l.ready(ctx, "list"); err != nil {
 		return nil, "", err
 	}
-	limit := pageLimit(o.Limit)
+	limit := acceptlog.PageLimit(o.Limit)
 	rows, err := l.pool.Query(ctx, `SELECT data FROM jobs
 		WHERE message_id > $1 AND ($2 = '' OR state = $2) AND ($3::bytea IS NULL OR channel = $3)
 		ORDER BY message_id LIMIT $4`, o.After, string(o.State), channelArg(o.Channel), limit+1)
@@ -161,7 +145,7 @@ func collectJobs(rows pgx.Rows) ([]acceptlog.Job, error) {
 // Lines implements acceptlog.Store. Lines commit in Seq order (see
 // insertLines), so paging by the last Seq seen never skips one.
 func (l *Log) Lines(ctx context.Context, after uint64, limit int) ([]acceptlog.Line, uint64, error) {
-	limit = pageLimit(limit)
+	limit = acceptlog.PageLimit(limit)
 	if after >= math.MaxInt64 {
 		return nil, 0, nil
 	}

@@ -48,15 +48,17 @@ func (s *Service) QueueDepth(ctx context.Context) (int, error) {
 // mustQueue says whether a new send is queued without trying: its send_at
 // is ahead, or the caller accepts queueing and other jobs wait (a new send
 // never overtakes the queue).
-func (s *Service) mustQueue(p Prepared, o SendOptions) bool {
+// It asks the log for one queued job (an index read), not for the
+// log's counters, since it runs on every send.
+func (s *Service) mustQueue(ctx context.Context, p Prepared, o SendOptions) bool {
 	if !p.SendAt.IsZero() && p.SendAt.After(s.now()) {
 		return true
 	}
 	if !o.Queue {
 		return false
 	}
-	n, err := s.QueueDepth(context.Background())
-	return err == nil && n > 0
+	queued, err := s.log.ByState(ctx, acceptlog.StateQueued, 1)
+	return err == nil && len(queued) > 0
 }
 
 // enqueue logs a new job as queued (fsynced) and wakes the outbox. An

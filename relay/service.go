@@ -292,7 +292,7 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 			return res, err
 		}
 	}
-	if s.mustQueue(p, o) {
+	if s.mustQueue(ctx, p, o) {
 		return s.enqueue(ctx, p, o)
 	}
 	d, err := s.admitAttempt(o.Fault, p.Channel, p.Key, p.MessageID, takeForeground)
