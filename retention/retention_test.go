@@ -16,9 +16,9 @@ import (
 func sent(t *testing.T, l *acceptlog.Log, id string, at time.Time) {
 	t.Helper()
 	_, _, err := l.Mutate(context.Background(), id, func(*acceptlog.Job) (acceptlog.Change, error) {
-		j := acceptlog.Job{MessageID: id, Channel: "default", State: acceptlog.StateForwarding, Attempts: 1, CreatedAt: at, UpdatedAt: at}
+		j := acceptlog.Job{MessageID: id, Channel: "default", Mailbox: "default", State: acceptlog.StateForwarding, Attempts: 1, CreatedAt: at, UpdatedAt: at}
 		return acceptlog.Change{Job: &j, Raw: []byte("raw"), Lines: []acceptlog.Line{
-			{Kind: acceptlog.KindReceived, Attempt: 1}, {Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding}}}, nil
+			{Kind: acceptlog.KindReceived, Attempt: 1, Time: at}, {Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding, Time: at}}}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -55,15 +55,58 @@ func TestRunOncePrunesInBatchesUntilDone(t *testing.T) {
 	}
 }
 
-func TestDisabledPassDoesNothing(t *testing.T) {
+func TestDisabledPassPrunesNoJob(t *testing.T) {
 	clock := testclock.New()
 	l := acceptlogtest.Open(t)
 	sent(t, l, "<a@x.example>", clock.Now().Add(-1000*time.Hour))
 	p := retention.New(retention.Config{Log: l, Now: clock.Now})
-	p.Start(context.Background()) // does nothing
-	defer p.Stop()
 	if res, err := p.RunOnce(context.Background()); err != nil || res.Jobs != 0 || p.Enabled() {
 		t.Fatalf("disabled RunOnce = %+v, %v", res, err)
+	}
+	if j, err := l.Get(context.Background(), "<a@x.example>"); err != nil || !j.PrunedAt.IsZero() {
+		t.Fatalf("job after a disabled pass = %+v, %v; want it unpruned", j, err)
+	}
+}
+
+// TestPassPrunesTheSendIndex: with or without a retention, a pass drops
+// the send-index entries older than SendsKeep (the daily budget counts 24 h)
+// and keeps the newer ones, so the index does not grow forever.
+func TestPassPrunesTheSendIndex(t *testing.T) {
+	for _, keepDetail := range []time.Duration{0, 90 * 24 * time.Hour} {
+		t.Run(fmt.Sprintf("retention=%s", keepDetail), func(t *testing.T) {
+			clock := testclock.New()
+			l := acceptlogtest.Open(t)
+			ctx := context.Background()
+			for i, age := range []time.Duration{72 * time.Hour, 49 * time.Hour, 47 * time.Hour, time.Hour} {
+				sent(t, l, fmt.Sprintf("<%d@x.example>", i), clock.Now().Add(-age))
+			}
+			all, err := l.SendTimes(ctx, "default", time.Time{})
+			if err != nil || len(all) != 4 {
+				t.Fatalf("send index before the pass: %d entries, %v; want 4 (the test's sent helper must write forwarding lines at its time)", len(all), err)
+			}
+			p := retention.New(retention.Config{Log: l, Retention: keepDetail, Now: clock.Now})
+			res, err := p.RunOnce(ctx)
+			if err != nil || res.Sends != 2 {
+				t.Fatalf("RunOnce = %+v, %v; want 2 send-index entries dropped (72 h and 49 h old)", res, err)
+			}
+			left, err := l.SendTimes(ctx, "default", time.Time{})
+			if err != nil || len(left) != 2 {
+				t.Fatalf("send index after the pass: %v, %v; want the 47 h and 1 h old entries", left, err)
+			}
+			if !left[0].Equal(clock.Now().Add(-47 * time.Hour)) {
+				t.Errorf("oldest kept entry %v, want now - 47h", left[0])
+			}
+		})
+	}
+}
+
+func TestSendsKeepNeverBelowTheBudgetWindow(t *testing.T) {
+	clock := testclock.New()
+	l := acceptlogtest.Open(t)
+	sent(t, l, "<a@x.example>", clock.Now().Add(-23*time.Hour))
+	p := retention.New(retention.Config{Log: l, Now: clock.Now, SendsKeep: time.Minute})
+	if res, err := p.RunOnce(context.Background()); err != nil || res.Sends != 0 {
+		t.Fatalf("RunOnce with SendsKeep 1m = %+v, %v; want the 23 h old entry kept (the budget counts 24 h)", res, err)
 	}
 }
 
