@@ -78,7 +78,7 @@ func (s *Server) gmailSend(w http.ResponseWriter, r *http.Request) {
 		writeGmailError(w, r, err)
 		return
 	}
-	if err := relay.CheckJSON(body); err != nil {
+	if err := CheckJSON(body); err != nil {
 		writeGmailError(w, r, err)
 		return
 	}
@@ -145,7 +145,7 @@ func readMultipartRelated(r *http.Request) (gmailMessage, []byte, error) {
 		return meta, nil, relay.Invalid("body", "read metadata part: %v", err)
 	}
 	if len(bytes.TrimSpace(mb)) > 0 {
-		if err := relay.CheckJSON(mb); err != nil {
+		if err := CheckJSON(mb); err != nil {
 			return meta, nil, err
 		}
 		if err := json.Unmarshal(mb, &meta); err != nil {
