@@ -7,7 +7,6 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,14 +15,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
-	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/console"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
-	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
-	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/sweeper"
 )
@@ -34,9 +31,10 @@ const (
 	domain     = "inbound.example.com"
 )
 
-// env is a relay over the Gmail emulator, its API with the console mounted
+// env is a relay over the Gmail emulator (the shared testenv harness), its API with the console mounted
 // at /ui/ the way serve mounts it, on a real listener (for Chromium too).
 type env struct {
+	te    *testenv.Env
 	t     *testing.T
 	clock *testclock.Clock
 	emu   *gmailfake.Server
@@ -52,23 +50,10 @@ type envOpts struct {
 
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
-	e := &env{t: t, clock: testclock.New()}
-	var emuURL string
-	e.emu, emuURL = gmailfake.NewTestServer(t, gmailfake.Options{Now: e.clock.Now})
-	e.log = acceptlogtest.OpenPath(t, filepath.Join(t.TempDir(), "accept.db"), acceptlog.Options{Now: e.clock.Now})
-	gm, err := gmailapi.New(context.Background(), gmailapi.Config{Endpoint: emuURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol := policy.Default()
+	pol := testenv.DefaultPolicy()
 	pol.MsgIDDomain = domain
-	pol.Channels["billing"] = policy.Channel{Name: "billing", OnUnknown: policy.Review, Grace: time.Minute, Checks: 1, MaxAttempts: 1}
-	e.svc, err = relay.New(context.Background(), relay.Config{Log: e.log, Provider: gm, Policy: pol,
-		Faults: faultmodes.New(faultmodes.Options{Seed: 1, Now: e.clock.Now}), Now: e.clock.Now,
-		Logger: zerolog.Nop(), Quota: relay.NewQuota(1_000_000, e.clock.Now), SendTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	te := testenv.New(t, testenv.Options{Policy: pol})
+	e := &env{te: te, t: t, clock: te.Clock, emu: te.Emulator, log: te.Log, svc: te.Service}
 	e.sw = sweeper.New(sweeper.ConfigFor(e.svc))
 	api1, admin1 := apiToken, adminToken
 	if o.noTokens {
@@ -138,23 +123,9 @@ func (e *env) reviewJobVia(key, subject string, f *gmailfake.Fault) string {
 	return j.MessageID
 }
 
-func (e *env) lines(id string) []acceptlog.Line {
-	e.t.Helper()
-	lines, err := e.log.JobLines(context.Background(), id)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return lines
-}
+func (e *env) lines(id string) []acceptlog.Line { return e.te.Lines(id) }
 
-func (e *env) state(id string) acceptlog.State {
-	e.t.Helper()
-	j, err := e.log.Get(context.Background(), id)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return j.State
-}
+func (e *env) state(id string) acceptlog.State { return e.te.Job(id).State }
 
 func resolvedLines(lines []acceptlog.Line) []acceptlog.Line {
 	var out []acceptlog.Line
