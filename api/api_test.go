@@ -24,13 +24,10 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
-	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
 	"github.com/gmailrelay/gmailrelay/api"
-	"github.com/gmailrelay/gmailrelay/faultmodes"
-	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
-	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/retention"
 	"github.com/gmailrelay/gmailrelay/sweeper"
@@ -64,31 +61,18 @@ type envOpts struct {
 
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
-	e := &env{t: t, clock: testclock.New()}
-	var emuURL string
-	e.emu, emuURL = gmailfake.NewTestServer(t, gmailfake.Options{Now: e.clock.Now, QuotaPerMinute: o.emuQuota})
-	e.log = acceptlogtest.Open(t)
-	gm, err := gmailapi.New(context.Background(), gmailapi.Config{Endpoint: emuURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol := policy.Default()
+	pol := testenv.DefaultPolicy()
 	pol.MsgIDDomain = domain
-	pol.Channels["billing"] = policy.Channel{Name: "billing", OnUnknown: policy.Review, Grace: time.Minute, Checks: 1, MaxAttempts: 1}
-	if o.quota == 0 {
-		o.quota = 1_000_000
-	}
 	metrics := api.NewMetrics()
 	logger := zerolog.Nop()
 	if o.logs != nil {
 		logger = zerolog.New(o.logs).Level(zerolog.DebugLevel)
 	}
-	e.svc, err = relay.New(context.Background(), relay.Config{Log: e.log, Provider: metrics.Provider(gm), Policy: pol,
-		Faults: faultmodes.New(faultmodes.Options{Seed: 1, Now: e.clock.Now}), Now: e.clock.Now, Logger: logger,
-		Quota: relay.NewQuota(o.quota, e.clock.Now), Observer: metrics, SendTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	te := testenv.New(t, testenv.Options{Emulator: gmailfake.Options{QuotaPerMinute: o.emuQuota}, Policy: pol,
+		QuotaPerMinute: o.quota, Logger: &logger, Configure: func(c *relay.Config) {
+			c.Provider, c.Observer = metrics.Provider(c.Provider), metrics
+		}})
+	e := &env{t: t, clock: te.Clock, emu: te.Emulator, log: te.Log, svc: te.Service}
 	e.sw = sweeper.New(sweeper.ConfigFor(e.svc))
 	e.ret = retention.New(retention.Config{Log: e.log, Retention: o.retention, Now: e.clock.Now})
 	cfg := api.Config{Service: e.svc, Sweeper: e.sw, Retention: e.ret, APIToken: apiToken, AdminToken: adminToken,
