@@ -89,20 +89,41 @@ func New(t testing.TB, o Options) *Env {
 }
 
 // Open (re)opens the log at Path and builds a new Service (running its
-// crash recovery) whose Gmail client calls endpoint.
+// crash recovery) whose Gmail client calls endpoint: OpenLog, Dial, Build.
 func (e *Env) Open(endpoint string) {
 	e.T.Helper()
-	ctx := context.Background()
-	e.endpoint = endpoint
+	e.OpenLog()
+	e.Dial(endpoint)
+	e.Build(0)
+}
+
+// OpenLog opens the log at Path (after the test closed the previous one).
+func (e *Env) OpenLog() {
+	e.T.Helper()
 	e.Log = acceptlogtest.OpenPath(e.T, e.Path, acceptlog.Options{Now: e.Clock.Now})
-	gm, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: endpoint, Now: e.Clock.Now})
+}
+
+// Dial makes a new Gmail client for endpoint, through Google's real
+// client, as Provider.
+func (e *Env) Dial(endpoint string) {
+	e.T.Helper()
+	gm, err := gmailapi.New(context.Background(), gmailapi.Config{Endpoint: endpoint, Now: e.Clock.Now})
 	if err != nil {
 		e.T.Fatalf("gmail client: %v", err)
 	}
-	e.Provider = gm
-	quota := e.opts.QuotaPerMinute
-	if quota == 0 {
-		quota = 1_000_000
+	e.endpoint, e.Provider = endpoint, gm
+}
+
+// Build makes a new Service (running its crash recovery) over Log and
+// Provider (which a test may have wrapped), with a fresh quota budget of
+// perMinute Gmail units; 0 means Options.QuotaPerMinute.
+func (e *Env) Build(perMinute int) {
+	e.T.Helper()
+	if perMinute == 0 {
+		perMinute = e.opts.QuotaPerMinute
+	}
+	if perMinute == 0 {
+		perMinute = 1_000_000
 	}
 	timeout := e.opts.SendTimeout
 	if timeout == 0 {
@@ -112,12 +133,13 @@ func (e *Env) Open(endpoint string) {
 	if e.opts.Logger != nil {
 		logger = *e.opts.Logger
 	}
-	cfg := relay.Config{Log: e.Log, Provider: gm, Policy: e.Policy, Faults: e.Faults, Now: e.Clock.Now,
-		Logger: logger, SendTimeout: timeout, Quota: relay.NewQuota(quota, e.Clock.Now)}
+	cfg := relay.Config{Log: e.Log, Provider: e.Provider, Policy: e.Policy, Faults: e.Faults, Now: e.Clock.Now,
+		Logger: logger, SendTimeout: timeout, Quota: relay.NewQuota(perMinute, e.Clock.Now)}
 	if e.opts.Configure != nil {
 		e.opts.Configure(&cfg)
 	}
-	if e.Service, err = relay.New(ctx, cfg); err != nil {
+	var err error
+	if e.Service, err = relay.New(context.Background(), cfg); err != nil {
 		e.T.Fatalf("relay.New: %v", err)
 	}
 }
