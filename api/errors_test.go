@@ -14,7 +14,7 @@ import (
 func TestOneErrorWriterForBothSurfaces(t *testing.T) {
 	var logs bytes.Buffer
 	e := newEnv(t, envOpts{logs: &syncWriter{w: &logs}})
-	if err := e.log.Close(); err != nil {
+	if err := e.Log.Close(); err != nil {
 		t.Fatal(err)
 	}
 	raw := "To: a@example.org\r\nSubject: s\r\nMessage-ID: <internal-1@example.org>\r\n\r\nhi\r\n"

@@ -19,7 +19,6 @@ import (
 	"github.com/gmailrelay/gmailrelay/console"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
-	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/sweeper"
@@ -31,17 +30,13 @@ const (
 	domain     = "inbound.example.com"
 )
 
-// env is a relay over the Gmail emulator (the shared testenv harness), its API with the console mounted
-// at /ui/ the way serve mounts it, on a real listener (for Chromium too).
+// env is the shared testenv harness (a relay over the Gmail emulator and a
+// log), its API with the console mounted at /ui/ the way serve mounts it, on a real listener (for Chromium too).
 type env struct {
-	te    *testenv.Env
-	t     *testing.T
-	clock *testclock.Clock
-	emu   *gmailfake.Server
-	log   *acceptlog.Log
-	svc   *relay.Service
-	sw    *sweeper.Sweeper
-	url   string
+	*testenv.Env
+	t   *testing.T
+	sw  *sweeper.Sweeper
+	url string
 }
 
 type envOpts struct {
@@ -53,15 +48,15 @@ func newEnv(t *testing.T, o envOpts) *env {
 	pol := testenv.DefaultPolicy()
 	pol.MsgIDDomain = domain
 	te := testenv.New(t, testenv.Options{Policy: pol})
-	e := &env{te: te, t: t, clock: te.Clock, emu: te.Emulator, log: te.Log, svc: te.Service}
-	e.sw = sweeper.New(sweeper.ConfigFor(e.svc))
+	e := &env{Env: te, t: t}
+	e.sw = sweeper.New(sweeper.ConfigFor(e.Service))
 	api1, admin1 := apiToken, adminToken
 	if o.noTokens {
 		api1, admin1 = "", ""
 	}
-	ui := console.New(console.Config{Relay: console.FromService(e.svc, "sandbox", 6000),
-		APIToken: api1, AdminToken: admin1, Now: e.clock.Now, Logger: zerolog.Nop()})
-	srv := httptest.NewServer(api.New(api.Config{Service: e.svc, Sweeper: e.sw, APIToken: api1, AdminToken: admin1,
+	ui := console.New(console.Config{Relay: console.FromService(e.Service, "sandbox", 6000),
+		APIToken: api1, AdminToken: admin1, Now: e.Clock.Now, Logger: zerolog.Nop()})
+	srv := httptest.NewServer(api.New(api.Config{Service: e.Service, Sweeper: e.sw, APIToken: api1, AdminToken: admin1,
 		MsgIDDomain: domain, Mode: "sandbox", Console: ui, Logger: zerolog.Nop()}))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
@@ -72,7 +67,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 func (e *env) send(key, channel, subject string, fault faultmodes.Mode) acceptlog.Job {
 	e.t.Helper()
 	p, err := relay.Prepare(relay.SendRequest{Key: key, Channel: channel, To: relay.AddressList{"customer@example.com"},
-		Subject: subject, Text: "Your receipt."}, "", domain, e.clock.Now())
+		Subject: subject, Text: "Your receipt."}, "", domain, e.Clock.Now())
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -80,7 +75,7 @@ func (e *env) send(key, channel, subject string, fault faultmodes.Mode) acceptlo
 	if fault != "" {
 		d = faultmodes.Decision{Mode: fault, RuleID: faultmodes.HeaderRuleID}
 	}
-	res, err := e.svc.Send(context.Background(), p, relay.SendOptions{Fault: d})
+	res, err := e.Service.Send(context.Background(), p, relay.SendOptions{Fault: d})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -104,16 +99,16 @@ func (e *env) reviewJobVia(key, subject string, f *gmailfake.Fault) string {
 	if f == nil {
 		j = e.send(key, "billing", subject, faultmodes.ForwardThenDropResponse)
 	} else {
-		if _, err := e.emu.AddFault(*f); err != nil {
+		if _, err := e.Emulator.AddFault(*f); err != nil {
 			e.t.Fatal(err)
 		}
 		j = e.send(key, "billing", subject, "")
 	}
-	e.clock.Advance(2 * time.Minute)
+	e.Clock.Advance(2 * time.Minute)
 	if _, err := e.sw.RunOnce(context.Background()); err != nil {
 		e.t.Fatal(err)
 	}
-	got, err := e.log.Get(context.Background(), j.MessageID)
+	got, err := e.Log.Get(context.Background(), j.MessageID)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -123,9 +118,9 @@ func (e *env) reviewJobVia(key, subject string, f *gmailfake.Fault) string {
 	return j.MessageID
 }
 
-func (e *env) lines(id string) []acceptlog.Line { return e.te.Lines(id) }
+func (e *env) lines(id string) []acceptlog.Line { return e.Lines(id) }
 
-func (e *env) state(id string) acceptlog.State { return e.te.Job(id).State }
+func (e *env) state(id string) acceptlog.State { return e.Job(id).State }
 
 func resolvedLines(lines []acceptlog.Line) []acceptlog.Line {
 	var out []acceptlog.Line
