@@ -14,11 +14,13 @@ import (
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 )
 
-// startTestRelay starts a sandbox relay on an OS-chosen port with its log
-// in a temporary file.
-func startTestRelay(t *testing.T) *relayServer {
+// startTestRelay starts a relay on an OS-chosen port with its log in a
+// temporary file (sandbox unless args say otherwise); args come after
+// those flags, so they win. The caller closes it.
+func startTestRelay(t *testing.T, args ...string) *relayServer {
 	t.Helper()
-	c, err := parseServeFlags([]string{"--addr", "127.0.0.1:0", "--data", filepath.Join(t.TempDir(), "r.db")}, env(nil), io.Discard)
+	base := []string{"--addr", "127.0.0.1:0", "--data", filepath.Join(t.TempDir(), "r.db")}
+	c, err := parseServeFlags(append(base, args...), env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
