@@ -8,18 +8,7 @@ import (
 
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
-	"github.com/gmailrelay/gmailrelay/relay"
 )
-
-// decode decodes a POST /v1/send body that must be accepted.
-func decode(t *testing.T, body string) relay.SendRequest {
-	t.Helper()
-	req, err := api.DecodeSendRequest([]byte(body))
-	if err != nil {
-		t.Fatalf("DecodeSendRequest(%s): %v", body, err)
-	}
-	return req
-}
 
 // wantInvalid fails unless err is a CodeInvalid *relay.Error naming field.
 func wantInvalid(t *testing.T, err error, field string) {
@@ -28,9 +17,12 @@ func wantInvalid(t *testing.T, err error, field string) {
 }
 
 func TestDecodeSendRequest(t *testing.T) {
-	req := decode(t, `{"key":"k","to":"a@x.com, b@y.com","cc":["c@x.com","D <d@x.com>"],"bcc":null,
+	req, err := api.DecodeSendRequest([]byte(`{"key":"k","to":"a@x.com, b@y.com","cc":["c@x.com","D <d@x.com>"],"bcc":null,
 		"reply_to":"","job":{"customer_id":"cus_1","event_type":"e","order_id":456},
-		"headers":{"X-A":"1"},"body":"hi","thread_id":"t1","channel":"receipts"}`)
+		"headers":{"X-A":"1"},"body":"hi","thread_id":"t1","channel":"receipts"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if got, want := strings.Join(req.To, "|"), "a@x.com, b@y.com"; got != want {
 		t.Errorf("To = %q, want %q", got, want)
 	}
