@@ -316,7 +316,7 @@ func (s *Server) prepare(r *http.Request) (_ relay.Prepared, queue bool, _ error
 		if err != nil {
 			return relay.Prepared{}, false, err
 		}
-		req, err := relay.DecodeSendRequest(body)
+		req, err := DecodeSendRequest(body)
 		if err != nil {
 			return relay.Prepared{}, false, err
 		}
@@ -657,7 +657,7 @@ func decodeStrict(r *http.Request, v any) error {
 	if err != nil {
 		return err
 	}
-	if err := relay.CheckJSON(body); err != nil {
+	if err := CheckJSON(body); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(strings.NewReader(string(body)))
@@ -704,7 +704,7 @@ func (s *Server) addFault(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	if err := relay.CheckJSON(body); err != nil {
+	if err := CheckJSON(body); err != nil {
 		writeError(w, r, err)
 		return
 	}

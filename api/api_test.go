@@ -24,13 +24,9 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
-	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
 	"github.com/gmailrelay/gmailrelay/api"
-	"github.com/gmailrelay/gmailrelay/faultmodes"
-	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
-	"github.com/gmailrelay/gmailrelay/internal/testclock"
-	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/retention"
 	"github.com/gmailrelay/gmailrelay/sweeper"
@@ -42,15 +38,14 @@ const (
 	domain     = "inbound.example.com"
 )
 
+// env is the shared testenv harness (a relay over the Gmail emulator and
+// a log) with a sweeper, a retention pass and the API on a listener.
 type env struct {
-	t     *testing.T
-	clock *testclock.Clock
-	emu   *gmailfake.Server
-	log   *acceptlog.Log
-	svc   *relay.Service
-	sw    *sweeper.Sweeper
-	ret   *retention.Pass
-	url   string
+	*testenv.Env
+	t   *testing.T
+	sw  *sweeper.Sweeper
+	ret *retention.Pass
+	url string
 }
 
 type envOpts struct {
@@ -64,34 +59,21 @@ type envOpts struct {
 
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
-	e := &env{t: t, clock: testclock.New()}
-	var emuURL string
-	e.emu, emuURL = gmailfake.NewTestServer(t, gmailfake.Options{Now: e.clock.Now, QuotaPerMinute: o.emuQuota})
-	e.log = acceptlogtest.Open(t)
-	gm, err := gmailapi.New(context.Background(), gmailapi.Config{Endpoint: emuURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol := policy.Default()
+	pol := testenv.DefaultPolicy()
 	pol.MsgIDDomain = domain
-	pol.Channels["billing"] = policy.Channel{Name: "billing", OnUnknown: policy.Review, Grace: time.Minute, Checks: 1, MaxAttempts: 1}
-	if o.quota == 0 {
-		o.quota = 1_000_000
-	}
 	metrics := api.NewMetrics()
 	logger := zerolog.Nop()
 	if o.logs != nil {
 		logger = zerolog.New(o.logs).Level(zerolog.DebugLevel)
 	}
-	e.svc, err = relay.New(context.Background(), relay.Config{Log: e.log, Provider: metrics.Provider(gm), Policy: pol,
-		Faults: faultmodes.New(faultmodes.Options{Seed: 1, Now: e.clock.Now}), Now: e.clock.Now, Logger: logger,
-		Quota: relay.NewQuota(o.quota, e.clock.Now), Observer: metrics, SendTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.sw = sweeper.New(sweeper.ConfigFor(e.svc))
-	e.ret = retention.New(retention.Config{Log: e.log, Retention: o.retention, Now: e.clock.Now})
-	cfg := api.Config{Service: e.svc, Sweeper: e.sw, Retention: e.ret, APIToken: apiToken, AdminToken: adminToken,
+	te := testenv.New(t, testenv.Options{Emulator: gmailfake.Options{QuotaPerMinute: o.emuQuota}, Policy: pol,
+		QuotaPerMinute: o.quota, Logger: &logger, Configure: func(c *relay.Config) {
+			c.Provider, c.Observer = metrics.Provider(c.Provider), metrics
+		}})
+	e := &env{Env: te, t: t}
+	e.sw = sweeper.New(sweeper.ConfigFor(e.Service))
+	e.ret = retention.New(retention.Config{Log: e.Log, Retention: o.retention, Now: e.Clock.Now})
+	cfg := api.Config{Service: e.Service, Sweeper: e.sw, Retention: e.ret, APIToken: apiToken, AdminToken: adminToken,
 		MsgIDDomain: domain, FaultHeader: o.faultHeader, Mode: "sandbox", Metrics: metrics, Logger: logger}
 	if o.configure != nil {
 		o.configure(&cfg)
@@ -155,11 +137,11 @@ func (e *env) must(method, path, token string, body any, headers ...string) repl
 
 func (e *env) job(id string) (acceptlog.Job, []acceptlog.Line) {
 	e.t.Helper()
-	j, err := e.log.Get(context.Background(), id)
+	j, err := e.Log.Get(context.Background(), id)
 	if err != nil {
 		e.t.Fatalf("job %s: %v", id, err)
 	}
-	lines, _ := e.log.JobLines(context.Background(), id)
+	lines, _ := e.Log.JobLines(context.Background(), id)
 	return j, lines
 }
 
@@ -194,7 +176,7 @@ func TestEmulatorSendAndReplay(t *testing.T) {
 	if first.body["message_id"] != id {
 		t.Errorf("message_id = %v, want %s", first.body["message_id"], id)
 	}
-	if got := e.emu.Count(id); got != 1 {
+	if got := e.Emulator.Count(id); got != 1 {
 		t.Errorf("emulator holds %d, want 1", got)
 	}
 	if _, lines := e.job(id); effects(lines) != 1 {
@@ -216,7 +198,7 @@ func TestEmulatorKeySourcesGiveSameMessageID(t *testing.T) {
 			t.Errorf("answer %d: %d %s, want 200 with %s", i, r.status, r.raw, want)
 		}
 	}
-	if got := e.emu.Count(want); got != 1 {
+	if got := e.Emulator.Count(want); got != 1 {
 		t.Errorf("emulator holds %d, want 1", got)
 	}
 }
@@ -278,7 +260,7 @@ func TestEmulatorBadInputIs400AndSendsNothing(t *testing.T) {
 			}
 		})
 	}
-	if got := e.emu.Count(""); got != 0 {
+	if got := e.Emulator.Count(""); got != 0 {
 		t.Errorf("emulator holds %d messages, want 0", got)
 	}
 }
@@ -310,14 +292,14 @@ func TestEmulatorFailBeforeForwardThenRetry(t *testing.T) {
 		t.Fatalf("faulted send: %d %v %s, want 503 with Retry-After and a fault message", r.status, r.header, r.raw)
 	}
 	id := relay.MessageID("fbf", domain)
-	if got := e.emu.Count(id); got != 0 {
+	if got := e.Emulator.Count(id); got != 0 {
 		t.Fatalf("emulator holds %d after fail-before-forward, want 0", got)
 	}
 	r = e.must("POST", "/v1/send", apiToken, sendBody("fbf"))
 	if r.status != 200 {
 		t.Fatalf("retry: %d %s", r.status, r.raw)
 	}
-	if got := e.emu.Count(id); got != 1 {
+	if got := e.Emulator.Count(id); got != 1 {
 		t.Errorf("emulator holds %d, want 1", got)
 	}
 	if _, lines := e.job(id); effects(lines) != 1 {
@@ -333,7 +315,7 @@ func TestEmulatorDropResponseCutsConnection(t *testing.T) {
 		t.Fatal("the caller got an HTTP answer; want a cut connection")
 	}
 	id := relay.MessageID("drop", domain)
-	if got := e.emu.Count(id); got != 1 {
+	if got := e.Emulator.Count(id); got != 1 {
 		t.Errorf("emulator holds %d, want 1", got)
 	}
 	j, lines := e.job(id)
@@ -352,7 +334,7 @@ func TestEmulatorDropResponseCutsConnection(t *testing.T) {
 	if r.status != 202 || r.header.Get("Location") == "" || r.body["state"] != "unknown" {
 		t.Errorf("retry: %d %v %s, want 202 unknown with Location", r.status, r.header, r.raw)
 	}
-	if got := e.emu.Count(id); got != 1 {
+	if got := e.Emulator.Count(id); got != 1 {
 		t.Errorf("after retry emulator holds %d, want 1", got)
 	}
 	// The rules list shows the hit.
@@ -448,7 +430,7 @@ func TestEmulatorRawAndRFC822Intake(t *testing.T) {
 	// message/rfc822 without a Message-ID: the key's is injected.
 	r = e.must("POST", "/v1/send", apiToken, []byte("To: b@example.org\r\nSubject: rfc822\r\n\r\nhi\r\n"), "Idempotency-Key", "rfc822-key")
 	want := relay.MessageID("rfc822-key", domain)
-	if r.status != 200 || r.body["message_id"] != want || e.emu.Count(want) != 1 {
+	if r.status != 200 || r.body["message_id"] != want || e.Emulator.Count(want) != 1 {
 		t.Fatalf("rfc822: %d %s", r.status, r.raw)
 	}
 	// A Message-ID that is not the key's is refused.
@@ -478,10 +460,10 @@ func TestEmulatorQuotaSpentIs429AndSendsNothing(t *testing.T) {
 	if r.status != 429 || r.header.Get("Retry-After") == "" {
 		t.Fatalf("second: %d %v, want 429 with Retry-After", r.status, r.header)
 	}
-	if got := e.emu.Count(relay.MessageID("q2", domain)); got != 0 {
+	if got := e.Emulator.Count(relay.MessageID("q2", domain)); got != 0 {
 		t.Errorf("emulator holds %d for the refused send, want 0", got)
 	}
-	if _, err := e.log.Get(context.Background(), relay.MessageID("q2", domain)); !errors.Is(err, acceptlog.ErrNotFound) {
+	if _, err := e.Log.Get(context.Background(), relay.MessageID("q2", domain)); !errors.Is(err, acceptlog.ErrNotFound) {
 		t.Errorf("refused send left a job: %v", err)
 	}
 }
@@ -520,8 +502,8 @@ func TestEmulatorGmailCompatiblePathWithGoogleClient(t *testing.T) {
 	if !errors.As(err, &gerr) || gerr.Code != 400 || len(gerr.Errors) == 0 || gerr.Errors[0].Reason != "invalidArgument" {
 		t.Errorf("no Message-ID: %v, want googleapi 400 invalidArgument", err)
 	}
-	if e.emu.Count(id) != 1 || e.emu.Count(id2) != 1 {
-		t.Errorf("emulator holds %d and %d, want 1 and 1", e.emu.Count(id), e.emu.Count(id2))
+	if e.Emulator.Count(id) != 1 || e.Emulator.Count(id2) != 1 {
+		t.Errorf("emulator holds %d and %d, want 1 and 1", e.Emulator.Count(id), e.Emulator.Count(id2))
 	}
 }
 
@@ -582,7 +564,7 @@ func TestEmulatorReviewResolveAndSweep(t *testing.T) {
 	b["channel"] = "billing"
 	e.must("POST", "/v1/send", apiToken, b)
 	id := relay.MessageID("bill-1", domain)
-	e.clock.Advance(2 * time.Minute)
+	e.Clock.Advance(2 * time.Minute)
 	r := e.must("POST", "/admin/sweep", adminToken, nil)
 	if r.status != 200 {
 		t.Fatalf("sweep: %d %s", r.status, r.raw)
@@ -601,7 +583,7 @@ func TestEmulatorReviewResolveAndSweep(t *testing.T) {
 	if r.status != 200 || r.body["state"] != "sent" {
 		t.Fatalf("resolve: %d %s", r.status, r.raw)
 	}
-	if got := e.emu.Count(id); got != 1 {
+	if got := e.Emulator.Count(id); got != 1 {
 		t.Errorf("emulator holds %d, want 1 (never resent)", got)
 	}
 }
@@ -662,7 +644,7 @@ func TestEmulatorMetricsMoveWithSends(t *testing.T) {
 
 func TestEmulatorConcurrentSameKeyGets409WithRetryAfter(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	if _, err := e.emu.AddFault(gmailfake.Fault{Method: "send", Action: "latency", Latency: 300 * time.Millisecond, Count: -1}); err != nil {
+	if _, err := e.Emulator.AddFault(gmailfake.Fault{Method: "send", Action: "latency", Latency: 300 * time.Millisecond, Count: -1}); err != nil {
 		t.Fatal(err)
 	}
 	type res struct {
@@ -694,7 +676,7 @@ func TestEmulatorConcurrentSameKeyGets409WithRetryAfter(t *testing.T) {
 	if counts[200] < 1 || counts[200]+counts[409] != 20 {
 		t.Errorf("statuses %v, want 200s (sent or replayed) and 409s only", counts)
 	}
-	if got := e.emu.Count(relay.MessageID("busy", domain)); got != 1 {
+	if got := e.Emulator.Count(relay.MessageID("busy", domain)); got != 1 {
 		t.Errorf("emulator holds %d, want 1", got)
 	}
 }
@@ -751,7 +733,7 @@ func TestEmulatorGmailPathDrop504IsGatewayTimeout(t *testing.T) {
 	if !errors.As(err, &gerr) || gerr.Code != 504 {
 		t.Fatalf("err = %v, want a googleapi 504", err)
 	}
-	if got := e.emu.Count("<drop-504@example.org>"); got != 1 {
+	if got := e.Emulator.Count("<drop-504@example.org>"); got != 1 {
 		t.Errorf("emulator holds %d, want 1 (Gmail got it; only the answer was dropped)", got)
 	}
 }
@@ -766,12 +748,12 @@ func TestJobIDDecodedOnce(t *testing.T) {
 	for _, id := range []string{pct, plain} {
 		msg := "From: me@example.org\r\nTo: a@example.org\r\nSubject: s\r\nMessage-ID: " + id + "\r\n\r\nhi\r\n"
 		e.must("POST", "/v1/send", apiToken, map[string]any{"channel": "billing", "raw": base64.RawURLEncoding.EncodeToString([]byte(msg))})
-		if _, err := e.log.Get(context.Background(), id); err != nil {
+		if _, err := e.Log.Get(context.Background(), id); err != nil {
 			t.Fatalf("send %s: %v", id, err)
 		}
 	}
 	// Both end in review: forwarded, the answer lost, the channel reviews unknowns.
-	e.clock.Advance(2 * time.Minute)
+	e.Clock.Advance(2 * time.Minute)
 	if r := e.must("POST", "/admin/sweep", adminToken, nil); r.status != 200 {
 		t.Fatalf("sweep: %d %s", r.status, r.raw)
 	}
@@ -837,14 +819,14 @@ func TestSearchInjectionIDsRefusedAtIntake(t *testing.T) {
 		if !errors.As(err, &gerr) || gerr.Code != 400 || !strings.Contains(gerr.Message, "Message-ID") {
 			t.Errorf("Gmail-compatible %s: %v, want googleapi 400 about the Message-ID", id, err)
 		}
-		if c, d := e.emu.Count(id), e.emu.Deliveries(id); c != 0 || d != 0 {
+		if c, d := e.Emulator.Count(id), e.Emulator.Deliveries(id); c != 0 || d != 0 {
 			t.Errorf("%s: emulator holds %d copies, %d deliveries; want 0, 0", id, c, d)
 		}
-		if _, err := e.log.Get(context.Background(), id); !errors.Is(err, acceptlog.ErrNotFound) {
+		if _, err := e.Log.Get(context.Background(), id); !errors.Is(err, acceptlog.ErrNotFound) {
 			t.Errorf("%s: log Get = %v, want ErrNotFound", id, err)
 		}
 	}
-	if st, err := e.log.Stats(context.Background()); err != nil || st.Jobs != 0 {
+	if st, err := e.Log.Stats(context.Background()); err != nil || st.Jobs != 0 {
 		t.Errorf("log stats %+v, %v; want no job", st, err)
 	}
 }
@@ -876,10 +858,10 @@ func TestObsoleteHeaderNamesRefused(t *testing.T) {
 			if !errors.As(err, &gerr) || gerr.Code != 400 || !strings.Contains(gerr.Message, tt.header) {
 				t.Errorf("Gmail-compatible: %v, want googleapi 400 naming %s", err, tt.header)
 			}
-			if d := e.emu.Deliveries(tt.id); d != 0 {
+			if d := e.Emulator.Deliveries(tt.id); d != 0 {
 				t.Errorf("emulator: %d deliveries of %s, want 0", d, tt.id)
 			}
-			if _, err := e.log.Get(context.Background(), tt.id); !errors.Is(err, acceptlog.ErrNotFound) {
+			if _, err := e.Log.Get(context.Background(), tt.id); !errors.Is(err, acceptlog.ErrNotFound) {
 				t.Errorf("log Get(%s) = %v, want ErrNotFound", tt.id, err)
 			}
 		})

@@ -9,8 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
-	"github.com/gmailrelay/gmailrelay/faultmodes"
-	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/internal/fielderr"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -50,13 +49,9 @@ func asRelayError(err error) *relay.Error {
 	if errors.As(err, &re) {
 		return re
 	}
-	var fe *faultmodes.FieldError
+	var fe *fielderr.Error // faultmodes' and policy's validation errors
 	if errors.As(err, &fe) {
 		return relay.Invalid(fe.Field, "%s", fe.Message)
-	}
-	var pe *policy.FieldError
-	if errors.As(err, &pe) {
-		return relay.Invalid(pe.Field, "%s", pe.Message)
 	}
 	if errors.Is(err, acceptlog.ErrNotFound) {
 		return relay.Errorf(relay.CodeNotFound, "no job with that Message-ID")
@@ -64,28 +59,49 @@ func asRelayError(err error) *relay.Error {
 	return &relay.Error{Code: relay.CodeInternal, Message: "internal error", Err: err}
 }
 
-// writeError is the one writer of error answers: internal errors are logged
-// in full and shown as "internal error".
-func writeError(w http.ResponseWriter, r *http.Request, err error) {
-	writeErrorFor(w, r, err, "", "")
-}
+// errorShape is how an HTTP surface spells an error answer.
+type errorShape int
 
-func writeErrorFor(w http.ResponseWriter, r *http.Request, err error, messageID string, state acceptlog.State) {
+const (
+	relayShape errorShape = iota // CONTRACT's {"error":{"code","message","field",…}}
+	gmailShape                   // Gmail's error JSON (the /gmail/ surface)
+)
+
+// answerError is the one writer of error answers, for both HTTP surfaces:
+// it maps err to a *relay.Error and its status, logs internal errors in
+// full (showing them as "internal error"), sets Retry-After, and writes
+// the body in shape. messageID and state, when set, are added to the
+// relay's shape (a 409 names the job it is about).
+func answerError(w http.ResponseWriter, r *http.Request, err error, shape errorShape, messageID string, state acceptlog.State) {
 	re := asRelayError(err)
 	status, ok := statusOf[re.Code]
 	if !ok {
 		status = http.StatusInternalServerError
 	}
 	msg := re.Message
-	if status >= 500 && re.Code == relay.CodeInternal {
+	if re.Code == relay.CodeInternal {
 		zerolog.Ctx(r.Context()).Error().Err(err).Msg("internal error")
 		msg = "internal error"
 	}
 	if re.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(re.RetryAfter))
 	}
+	if shape == gmailShape {
+		writeJSON(w, status, gmailErrorBody(re, status, msg))
+		return
+	}
 	writeJSON(w, status, errorBody{Error: errorDetail{Code: string(re.Code), Message: msg, Field: re.Field,
 		MessageID: messageID, State: string(state)}})
+}
+
+// writeError answers err in the relay's error JSON.
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	answerError(w, r, err, relayShape, "", "")
+}
+
+// writeErrorFor answers err in the relay's error JSON, naming the job.
+func writeErrorFor(w http.ResponseWriter, r *http.Request, err error, messageID string, state acceptlog.State) {
+	answerError(w, r, err, relayShape, messageID, state)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

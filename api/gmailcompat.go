@@ -43,33 +43,22 @@ var gmailReason = map[relay.Code]string{
 
 // writeGmailError answers in Gmail's error JSON, so Google's client
 // returns its error type with Code and Errors[0].Reason (which package
-// gmailapi turns into a *relay.ProviderError).
+// gmailapi turns into a *relay.ProviderError). It is answerError's Gmail
+// shape: internal errors are logged as on the relay's own surface.
 func writeGmailError(w http.ResponseWriter, r *http.Request, err error) {
-	re := asRelayError(err)
-	status := statusOf[re.Code]
-	if status == 0 {
-		status = http.StatusInternalServerError
-	}
-	msg := re.Message
-	if re.Code == relay.CodeInternal {
-		msg = "internal error"
-	}
+	answerError(w, r, err, gmailShape, "", "")
+}
+
+// gmailErrorBody is Gmail's error JSON for re, answered with status; msg
+// is what the client may see.
+func gmailErrorBody(re *relay.Error, status int, msg string) any {
 	if re.Field != "" {
 		msg += " (field " + re.Field + ")"
 	}
-	if re.RetryAfter > 0 {
-		w.Header().Set("Retry-After", itoa(re.RetryAfter))
-	}
-	reason := gmailReason[re.Code]
-	writeJSON(w, status, map[string]any{"error": map[string]any{
+	return map[string]any{"error": map[string]any{
 		"code": status, "message": msg, "status": gmailStatus[status],
-		"errors": []map[string]string{{"message": msg, "domain": "global", "reason": reason}},
-	}})
-}
-
-func itoa(n int) string {
-	b, _ := json.Marshal(n)
-	return string(b)
+		"errors": []map[string]string{{"message": msg, "domain": "global", "reason": gmailReason[re.Code]}},
+	}}
 }
 
 func (s *Server) gmailSend(w http.ResponseWriter, r *http.Request) {
@@ -78,7 +67,7 @@ func (s *Server) gmailSend(w http.ResponseWriter, r *http.Request) {
 		writeGmailError(w, r, err)
 		return
 	}
-	if err := relay.CheckJSON(body); err != nil {
+	if err := CheckJSON(body); err != nil {
 		writeGmailError(w, r, err)
 		return
 	}
@@ -145,7 +134,7 @@ func readMultipartRelated(r *http.Request) (gmailMessage, []byte, error) {
 		return meta, nil, relay.Invalid("body", "read metadata part: %v", err)
 	}
 	if len(bytes.TrimSpace(mb)) > 0 {
-		if err := relay.CheckJSON(mb); err != nil {
+		if err := CheckJSON(mb); err != nil {
 			return meta, nil, err
 		}
 		if err := json.Unmarshal(mb, &meta); err != nil {

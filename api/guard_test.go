@@ -69,10 +69,10 @@ func sendJSON(key string) string {
 
 func (e *env) wantNothingSent(key string) {
 	e.t.Helper()
-	if n := len(e.emu.Messages("")); n != 0 {
+	if n := len(e.Emulator.Messages("")); n != 0 {
 		e.t.Fatalf("the emulator holds %d messages; a refused request sent one", n)
 	}
-	jobs, _, err := e.log.List(e.t.Context(), acceptlog.ListOptions{})
+	jobs, _, err := e.Log.List(e.t.Context(), acceptlog.ListOptions{})
 	if err != nil || len(jobs) != 0 {
 		e.t.Fatalf("the log holds %d jobs (%v) after a refused request", len(jobs), err)
 	}
@@ -255,7 +255,7 @@ func TestDuplicateKeysAndInvalidUTF8AreRefused(t *testing.T) {
 		t.Errorf("unpaired surrogate on the Gmail path: %d %s", r.status, r.raw)
 	}
 	for _, id := range []string{"<d1@x.example>", "<d2@x.example>", "<d3@x.example>"} {
-		if d := e.emu.Deliveries(id); d != 0 {
+		if d := e.Emulator.Deliveries(id); d != 0 {
 			t.Errorf("%s: %d deliveries after a refused request", id, d)
 		}
 	}
@@ -357,8 +357,8 @@ func TestRequestBytesInFlightAreBounded(t *testing.T) {
 	if r := e.call(call{method: "POST", path: "/v1/send", token: apiToken, ct: "application/json", body: second}); r.status != 200 {
 		t.Fatalf("second request after the first finished: %d %s", r.status, r.raw)
 	}
-	if e.emu.Count("<k-second>") != 0 || len(e.emu.Messages("")) != 2 {
-		t.Fatalf("the emulator holds %d messages, want 2", len(e.emu.Messages("")))
+	if e.Emulator.Count("<k-second>") != 0 || len(e.Emulator.Messages("")) != 2 {
+		t.Fatalf("the emulator holds %d messages, want 2", len(e.Emulator.Messages("")))
 	}
 }
 

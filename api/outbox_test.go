@@ -64,8 +64,8 @@ func TestEmulatorBusyQueuesRejectRefusesAndCancel(t *testing.T) {
 	if r := e.must("DELETE", "/v1/jobs/"+url.PathEscape(relay.MessageID("o1", domain)), apiToken, nil); r.status != 409 {
 		t.Errorf("cancel sent: %d %s, want 409", r.status, r.raw)
 	}
-	e.clock.Advance(time.Hour)
-	if d := e.emu.Deliveries(id); d != 0 {
+	e.Clock.Advance(time.Hour)
+	if d := e.Emulator.Deliveries(id); d != 0 {
 		t.Errorf("cancelled job delivered %d times, want 0", d)
 	}
 }

@@ -30,12 +30,12 @@ func TestEmulatorRetentionKeepsReplaying(t *testing.T) {
 	}
 	// Let the verify pass finish with the job, then age it two days.
 	for range 2 {
-		e.clock.Advance(24 * time.Hour)
+		e.Clock.Advance(24 * time.Hour)
 		if _, err := e.sw.RunOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	e.clock.Advance(48 * time.Hour)
+	e.Clock.Advance(48 * time.Hour)
 	sw := e.must("POST", "/admin/sweep", adminToken, nil)
 	ret, _ := sw.body["retention"].(map[string]any)
 	if sw.status != 200 || ret == nil || ret["jobs"] != float64(1) {
@@ -49,7 +49,7 @@ func TestEmulatorRetentionKeepsReplaying(t *testing.T) {
 	if len(lines) != 1 || lines[0].Kind != acceptlog.KindEffect {
 		t.Fatalf("pruned job lines = %+v; want only the effect line", lines)
 	}
-	if _, err := e.log.Raw(ctx, id); !errors.Is(err, acceptlog.ErrNotFound) {
+	if _, err := e.Log.Raw(ctx, id); !errors.Is(err, acceptlog.ErrNotFound) {
 		t.Fatalf("raw of the pruned job: %v, want ErrNotFound", err)
 	}
 
@@ -62,7 +62,7 @@ func TestEmulatorRetentionKeepsReplaying(t *testing.T) {
 	if r := e.must("POST", "/v1/send", apiToken, other); r.status != 422 {
 		t.Fatalf("different content after pruning: %d %s; want 422", r.status, r.raw)
 	}
-	if got := e.emu.Deliveries(id); got != 1 {
+	if got := e.Emulator.Deliveries(id); got != 1 {
 		t.Fatalf("the emulator delivered %s %d times, want 1 (nothing resent)", id, got)
 	}
 	if st := e.must("GET", "/v1/stats", apiToken, nil); st.body["pruned"] == nil || st.body["log_bytes"] == float64(0) {

@@ -117,7 +117,7 @@ func TestPostNeedsCSRFToken(t *testing.T) {
 	if r := resolvedLines(e.lines(id)); len(r) != 0 {
 		t.Errorf("resolved lines after refused POSTs: %+v", r)
 	}
-	if f := e.svc.Faults().List(); len(f) != 0 {
+	if f := e.Service.Faults().List(); len(f) != 0 {
 		t.Errorf("fault rules after a refused POST: %+v", f)
 	}
 }
@@ -183,7 +183,7 @@ func TestViewerLooksButCannotAct(t *testing.T) {
 	if r := resolvedLines(e.lines(id)); len(r) != 0 {
 		t.Errorf("resolved lines after forged POSTs: %+v", r)
 	}
-	if f := e.svc.Faults().List(); len(f) != 0 {
+	if f := e.Service.Faults().List(); len(f) != 0 {
 		t.Errorf("fault rules after a forged POST: %+v", f)
 	}
 }
@@ -218,11 +218,11 @@ func TestSessionExpires(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	c := e.client()
 	c.mustSignIn(apiToken)
-	e.clock.Advance(console.DefaultSessionTTL - time.Second)
+	e.Clock.Advance(console.DefaultSessionTTL - time.Second)
 	if g := c.get("/ui/"); g.status != http.StatusOK {
 		t.Fatalf("before expiry: got %d, want 200", g.status)
 	}
-	e.clock.Advance(time.Second)
+	e.Clock.Advance(time.Second)
 	if g := c.get("/ui/"); g.status != http.StatusSeeOther {
 		t.Fatalf("after expiry: got %d, want 303 to sign-in", g.status)
 	}
@@ -257,7 +257,7 @@ func TestOutsideValuesAreEscaped(t *testing.T) {
 	id := e.reviewJob(key, "Receipt "+scriptPayload+" "+imgPayload)
 	c := e.client()
 	c.mustSignIn(adminToken)
-	if _, err := e.svc.Faults().Add(faultmodes.Spec{Mode: faultmodes.FailBeforeForward, Key: key}); err != nil {
+	if _, err := e.Service.Faults().Add(faultmodes.Spec{Mode: faultmodes.FailBeforeForward, Key: key}); err != nil {
 		t.Fatal(err)
 	}
 	for _, path := range []string{"/ui/review", jobPath(id), "/ui/faults", "/ui/log", "/ui/jobs?state=review"} {
@@ -336,7 +336,7 @@ func TestFaultsAddAndRemove(t *testing.T) {
 	if p.status != http.StatusSeeOther {
 		t.Fatalf("add: got %d:\n%s", p.status, p.body)
 	}
-	rules := e.svc.Faults().List()
+	rules := e.Service.Faults().List()
 	if len(rules) != 1 || rules[0].Mode != faultmodes.ForwardThenDropResponse || rules[0].Channel != "billing" ||
 		*rules[0].Count != 2 || rules[0].TTL != "10m" || rules[0].Drop != "504" {
 		t.Fatalf("rules: %+v", rules)
@@ -347,7 +347,7 @@ func TestFaultsAddAndRemove(t *testing.T) {
 	if p := c.do(http.MethodPost, "/ui/faults/"+rules[0].ID+"/remove", url.Values{"csrf": {tok}}); p.status != http.StatusSeeOther {
 		t.Fatalf("remove: got %d", p.status)
 	}
-	if rules := e.svc.Faults().List(); len(rules) != 0 {
+	if rules := e.Service.Faults().List(); len(rules) != 0 {
 		t.Errorf("rules after remove: %+v", rules)
 	}
 }
@@ -371,7 +371,7 @@ func TestOverviewAndLogTail(t *testing.T) {
 		t.Errorf("overview chart missing or wrong:\n%s", p.body)
 	}
 	// Log tail: newest first; the first page holds the newest line.
-	st, _ := e.log.Stats(t.Context())
+	st, _ := e.Log.Stats(t.Context())
 	lp := c.get("/ui/log")
 	if n := strings.Count(lp.body, `data-testid="log-line"`); uint64(n) != st.Lines {
 		t.Errorf("log page shows %d lines, want %d", n, st.Lines)

@@ -7,7 +7,6 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,14 +15,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
-	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/console"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
-	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
-	"github.com/gmailrelay/gmailrelay/internal/testclock"
-	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/sweeper"
 )
@@ -34,16 +30,13 @@ const (
 	domain     = "inbound.example.com"
 )
 
-// env is a relay over the Gmail emulator, its API with the console mounted
-// at /ui/ the way serve mounts it, on a real listener (for Chromium too).
+// env is the shared testenv harness (a relay over the Gmail emulator and a
+// log), its API with the console mounted at /ui/ the way serve mounts it, on a real listener (for Chromium too).
 type env struct {
-	t     *testing.T
-	clock *testclock.Clock
-	emu   *gmailfake.Server
-	log   *acceptlog.Log
-	svc   *relay.Service
-	sw    *sweeper.Sweeper
-	url   string
+	*testenv.Env
+	t   *testing.T
+	sw  *sweeper.Sweeper
+	url string
 }
 
 type envOpts struct {
@@ -52,31 +45,18 @@ type envOpts struct {
 
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
-	e := &env{t: t, clock: testclock.New()}
-	var emuURL string
-	e.emu, emuURL = gmailfake.NewTestServer(t, gmailfake.Options{Now: e.clock.Now})
-	e.log = acceptlogtest.OpenPath(t, filepath.Join(t.TempDir(), "accept.db"), acceptlog.Options{Now: e.clock.Now})
-	gm, err := gmailapi.New(context.Background(), gmailapi.Config{Endpoint: emuURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol := policy.Default()
+	pol := testenv.DefaultPolicy()
 	pol.MsgIDDomain = domain
-	pol.Channels["billing"] = policy.Channel{Name: "billing", OnUnknown: policy.Review, Grace: time.Minute, Checks: 1, MaxAttempts: 1}
-	e.svc, err = relay.New(context.Background(), relay.Config{Log: e.log, Provider: gm, Policy: pol,
-		Faults: faultmodes.New(faultmodes.Options{Seed: 1, Now: e.clock.Now}), Now: e.clock.Now,
-		Logger: zerolog.Nop(), Quota: relay.NewQuota(1_000_000, e.clock.Now), SendTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.sw = sweeper.New(sweeper.ConfigFor(e.svc))
+	te := testenv.New(t, testenv.Options{Policy: pol})
+	e := &env{Env: te, t: t}
+	e.sw = sweeper.New(sweeper.ConfigFor(e.Service))
 	api1, admin1 := apiToken, adminToken
 	if o.noTokens {
 		api1, admin1 = "", ""
 	}
-	ui := console.New(console.Config{Relay: console.FromService(e.svc, "sandbox", 6000),
-		APIToken: api1, AdminToken: admin1, Now: e.clock.Now, Logger: zerolog.Nop()})
-	srv := httptest.NewServer(api.New(api.Config{Service: e.svc, Sweeper: e.sw, APIToken: api1, AdminToken: admin1,
+	ui := console.New(console.Config{Relay: console.FromService(e.Service, "sandbox", 6000),
+		APIToken: api1, AdminToken: admin1, Now: e.Clock.Now, Logger: zerolog.Nop()})
+	srv := httptest.NewServer(api.New(api.Config{Service: e.Service, Sweeper: e.sw, APIToken: api1, AdminToken: admin1,
 		MsgIDDomain: domain, Mode: "sandbox", Console: ui, Logger: zerolog.Nop()}))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
@@ -87,7 +67,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 func (e *env) send(key, channel, subject string, fault faultmodes.Mode) acceptlog.Job {
 	e.t.Helper()
 	p, err := relay.Prepare(relay.SendRequest{Key: key, Channel: channel, To: relay.AddressList{"customer@example.com"},
-		Subject: subject, Text: "Your receipt."}, "", domain, e.clock.Now())
+		Subject: subject, Text: "Your receipt."}, "", domain, e.Clock.Now())
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -95,7 +75,7 @@ func (e *env) send(key, channel, subject string, fault faultmodes.Mode) acceptlo
 	if fault != "" {
 		d = faultmodes.Decision{Mode: fault, RuleID: faultmodes.HeaderRuleID}
 	}
-	res, err := e.svc.Send(context.Background(), p, relay.SendOptions{Fault: d})
+	res, err := e.Service.Send(context.Background(), p, relay.SendOptions{Fault: d})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -119,16 +99,16 @@ func (e *env) reviewJobVia(key, subject string, f *gmailfake.Fault) string {
 	if f == nil {
 		j = e.send(key, "billing", subject, faultmodes.ForwardThenDropResponse)
 	} else {
-		if _, err := e.emu.AddFault(*f); err != nil {
+		if _, err := e.Emulator.AddFault(*f); err != nil {
 			e.t.Fatal(err)
 		}
 		j = e.send(key, "billing", subject, "")
 	}
-	e.clock.Advance(2 * time.Minute)
+	e.Clock.Advance(2 * time.Minute)
 	if _, err := e.sw.RunOnce(context.Background()); err != nil {
 		e.t.Fatal(err)
 	}
-	got, err := e.log.Get(context.Background(), j.MessageID)
+	got, err := e.Log.Get(context.Background(), j.MessageID)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -138,23 +118,9 @@ func (e *env) reviewJobVia(key, subject string, f *gmailfake.Fault) string {
 	return j.MessageID
 }
 
-func (e *env) lines(id string) []acceptlog.Line {
-	e.t.Helper()
-	lines, err := e.log.JobLines(context.Background(), id)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return lines
-}
+func (e *env) lines(id string) []acceptlog.Line { return e.Lines(id) }
 
-func (e *env) state(id string) acceptlog.State {
-	e.t.Helper()
-	j, err := e.log.Get(context.Background(), id)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return j.State
-}
+func (e *env) state(id string) acceptlog.State { return e.Job(id).State }
 
 func resolvedLines(lines []acceptlog.Line) []acceptlog.Line {
 	var out []acceptlog.Line

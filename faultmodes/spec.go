@@ -11,11 +11,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"math"
 	"strings"
 	"time"
+
+	"github.com/gmailrelay/gmailrelay/internal/fielderr"
 )
 
 // Mode is what a fault rule does to a send attempt.
@@ -63,22 +64,11 @@ const (
 // FieldError is a validation error that names the offending field of a Spec
 // (its JSON name), so the HTTP layer can answer invalid_argument with a
 // field. Field is empty when the error concerns the whole body (malformed
-// JSON, trailing data).
-type FieldError struct {
-	Field   string
-	Message string
-}
-
-// Error returns "field: message", or the message alone when Field is empty.
-func (e *FieldError) Error() string {
-	if e.Field == "" {
-		return e.Message
-	}
-	return e.Field + ": " + e.Message
-}
+// JSON, trailing data). It is the project's one field error, fielderr.Error.
+type FieldError = fielderr.Error
 
 func fieldErr(field, format string, args ...any) *FieldError {
-	return &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
+	return fielderr.New(field, format, args...)
 }
 
 // Spec is what an operator asks for: the JSON body of POST /admin/faults.

@@ -3,18 +3,16 @@ package outbox_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
-	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
-	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/outbox"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -23,16 +21,15 @@ import (
 const domain = "inbound.example.com"
 
 // env is a relay and its outbox wired to the Gmail emulator (Gmail-like
-// quota answers) through Google's real client, on an injected clock.
+// quota answers) through Google's real client, on an injected clock: the
+// shared testenv harness with an outbox on top.
 type env struct {
+	te     *testenv.Env
 	t      *testing.T
 	clock  *testclock.Clock
 	emu    *gmailfake.Server
-	url    string
-	path   string
 	policy *policy.Policy
 	faults *faultmodes.Set
-	perMin int
 	log    *acceptlog.Log
 	svc    *relay.Service
 	box    *outbox.Outbox
@@ -40,31 +37,20 @@ type env struct {
 
 func newEnv(t *testing.T, perMinute, dailyLimit int) *env {
 	t.Helper()
-	e := &env{t: t, clock: testclock.New(), path: filepath.Join(t.TempDir(), "accept.db"), perMin: perMinute}
-	e.emu, e.url = gmailfake.NewTestServer(t, gmailfake.Options{Now: e.clock.Now, QuotaPerMinute: perMinute})
-	e.policy = policy.Default()
-	e.policy.Mailboxes = map[string]policy.Mailbox{policy.DefaultMailbox: {Name: policy.DefaultMailbox, DailySendLimit: dailyLimit}}
-	e.faults = faultmodes.New(faultmodes.Options{Seed: 1, Now: e.clock.Now})
-	e.open()
+	pol := policy.Default()
+	pol.Mailboxes = map[string]policy.Mailbox{policy.DefaultMailbox: {Name: policy.DefaultMailbox, DailySendLimit: dailyLimit}}
+	te := testenv.New(t, testenv.Options{Emulator: gmailfake.Options{QuotaPerMinute: perMinute}, Policy: pol, QuotaPerMinute: perMinute})
+	e := &env{te: te, t: t, clock: te.Clock, emu: te.Emulator, policy: te.Policy, faults: te.Faults}
+	e.build()
 	return e
 }
 
-// open (re)opens the log, the service and the outbox: a restart.
-func (e *env) open() {
+// build takes the harness's log and service and puts an outbox on them.
+func (e *env) build() {
 	e.t.Helper()
-	ctx := context.Background()
-	e.log = acceptlogtest.OpenPath(e.t, e.path, acceptlog.Options{Now: e.clock.Now})
-	gm, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: e.url})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.svc, err = relay.New(ctx, relay.Config{Log: e.log, Provider: gm, Policy: e.policy, Faults: e.faults,
-		Now: e.clock.Now, Logger: zerolog.Nop(), SendTimeout: 5 * time.Second, Quota: relay.NewQuota(e.perMin, e.clock.Now)})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.box, err = outbox.New(outbox.Config{Service: e.svc, Logger: zerolog.Nop()})
-	if err != nil {
+	e.log, e.svc = e.te.Log, e.te.Service
+	var err error
+	if e.box, err = outbox.New(outbox.Config{Service: e.svc, Logger: zerolog.Nop()}); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -72,10 +58,8 @@ func (e *env) open() {
 // restart closes the log and opens everything again on the same file.
 func (e *env) restart() {
 	e.t.Helper()
-	if err := e.log.Close(); err != nil {
-		e.t.Fatal(err)
-	}
-	e.open()
+	e.te.Restart()
+	e.build()
 }
 
 func (e *env) prepare(i int) relay.Prepared {

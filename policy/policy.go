@@ -17,6 +17,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/gmailrelay/gmailrelay/internal/fielderr"
 )
 
 // OnUnknown is what the sweeper does with a job whose send was ambiguous
@@ -125,27 +127,9 @@ const MinRetention = time.Hour
 // path of the field in the file ("channels.billing.grace"), or empty for
 // problems with the document as a whole (YAML syntax, an empty file). Line
 // is the 1-based line in the file, or 0 when unknown (for example for errors
-// from Validate, which sees no file).
-type FieldError struct {
-	Field   string
-	Message string
-	Line    int
-}
-
-// Error returns "line N: field: message", leaving out the parts that are
-// unknown.
-func (e *FieldError) Error() string {
-	var b strings.Builder
-	if e.Line > 0 {
-		fmt.Fprintf(&b, "line %d: ", e.Line)
-	}
-	if e.Field != "" {
-		b.WriteString(e.Field)
-		b.WriteString(": ")
-	}
-	b.WriteString(e.Message)
-	return b.String()
-}
+// from Validate, which sees no file). It is the project's one field error,
+// fielderr.Error.
+type FieldError = fielderr.Error
 
 // Default returns the built-in policy used without --policy: only the
 // "default" channel (retry, 3m grace, 2 checks, 3 max attempts), handle

@@ -9,5 +9,6 @@
 // acceptlog.Transitions; the sweeper closes what the send path leaves
 // unknown. Gmail is reached through the Provider interface; package
 // gmailapi implements it and hands back Gmail's errors as *ProviderError,
-// so relay never depends on Google's client.
+// so relay never depends on Google's client. HTTP shapes are not relay's:
+// package api decodes requests into SendRequest and encodes the answers.
 package relay

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -187,7 +188,7 @@ func FuzzDecodeSendRequest(f *testing.F) {
 	f.Add([]byte(`{"key":"k","to":"a@x.com","headers":{"Bcc":"e@x.com"}}`), "")
 	f.Add([]byte(`[]`), "")
 	f.Fuzz(func(t *testing.T, data []byte, headerKey string) {
-		req, err := relay.DecodeSendRequest(data)
+		req, err := api.DecodeSendRequest(data)
 		if err != nil {
 			wantClientError(t, err)
 			return

@@ -2,7 +2,6 @@ package relay_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"net/mail"
 	"strings"
 	"testing"
@@ -59,77 +58,6 @@ func TestRawHeaderValuesRefuseLineBreakingCharacters(t *testing.T) {
 			}
 		})
 	}
-}
-
-// encoding/json turns an unpaired surrogate escape into U+FFFD silently,
-// so "k\ud800" and "k\udc00" (and "k\ufffd") were one key and replayed
-// each other.
-func TestLoneSurrogateEscapesAreRefused(t *testing.T) {
-	for body, field := range map[string]string{
-		`{"key":"k\ud800","to":"a@x.com","text":"t"}`:                                      "key",
-		`{"key":"k\udc00","to":"a@x.com","text":"t"}`:                                      "key",
-		`{"key":"k","to":"a@x.com","subject":"\ud83d","text":"t"}`:                         "subject",
-		`{"key":"k","to":"a@x.com","subject":"x","text":"\ud83dx"}`:                        "text",
-		`{"key":"k","to":"a@x.com","headers":{"X-A":"\udfff"},"text":"t"}`:                 "headers",
-		`{"job":{"customer_id":"c\ud800","event_type":"e","order_id":"o"},"to":"a@x.com"}`: "job",
-		`{"key":"k","to":["a@x.com","\ud800 <b@x.com>"],"text":"t"}`:                       "to",
-		`{"key":"k","to":"a@x.com","text":"\ud800\ud800"}`:                                 "text",
-	} {
-		_, err := relay.DecodeSendRequest([]byte(body))
-		if err == nil {
-			t.Errorf("%s: accepted", body)
-			continue
-		}
-		wantInvalid(t, err, field)
-	}
-	// A proper pair is one character and stays accepted.
-	req, err := relay.DecodeSendRequest([]byte(`{"key":"k","to":"a@x.com","subject":"\ud83d\ude00","text":"t"}`))
-	if err != nil || req.Subject != "😀" {
-		t.Fatalf("surrogate pair: %q, %v", req.Subject, err)
-	}
-}
-
-func TestCheckJSON(t *testing.T) {
-	for _, tc := range []struct {
-		in string
-		ok bool
-	}{
-		{`{"a":"\ud83d\ude00","b":"\u00e9\\ud800"}`, true}, // an escaped backslash, then text
-		{`{"a":"x","A":"y"}`, false},                       // the decoder folds case for struct fields
-		{`{"a":{"b":1,"b":2}}`, false},
-		{`{"a":[{"b":1},{"b":2}]}`, true},
-		{"{\"a\":\"\xc3\"}", false},
-		{`["\udc00"]`, false},
-		{`{"k\ud800":1}`, false},
-	} {
-		if err := relay.CheckJSON([]byte(tc.in)); (err == nil) != tc.ok {
-			t.Errorf("CheckJSON(%s) = %v, want ok %v", tc.in, err, tc.ok)
-		}
-	}
-}
-
-// FuzzCheckJSON: whatever CheckJSON lets through, encoding/json decodes
-// without inventing a U+FFFD, so no two different bodies become one value.
-func FuzzCheckJSON(f *testing.F) {
-	for _, s := range []string{`{"a":"\ud83d\ude00"}`, `{"a":"\ud800"}`, `["\\ud800"]`, `{"a":1,"a":2}`, "\"\xff\"", `"\ufffd"`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		if relay.CheckJSON(data) != nil || !json.Valid(data) {
-			return
-		}
-		if bytes.Contains(data, []byte("\uFFFD")) || bytes.Contains(bytes.ToLower(data), []byte(`\ufffd`)) {
-			return // the caller wrote U+FFFD itself
-		}
-		var v any
-		if err := json.Unmarshal(data, &v); err != nil {
-			t.Fatalf("valid JSON does not decode: %v", err)
-		}
-		out, _ := json.Marshal(v)
-		if bytes.Contains(out, []byte("\uFFFD")) || bytes.Contains(out, []byte(`\ufffd`)) {
-			t.Fatalf("CheckJSON accepted %q, which decodes with an invented U+FFFD: %s", data, out)
-		}
-	})
 }
 
 // FuzzRawHeaderValues: a raw message PrepareRaw accepts carries no control

@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // MaxMessageBytes is the largest raw message the relay accepts: Gmail's
@@ -23,204 +22,49 @@ const MaxMessageBytes = 35 << 20
 // DefaultChannel is the channel of a request that names none.
 const DefaultChannel = "default"
 
-// AddressList is a list of address lists as a send request carries it. In
-// JSON it is either a list of strings or one string (n8n sends both); each
-// string may itself hold several comma-separated addresses. null and a
-// blank string are the empty list.
+// AddressList is a list of address lists as a send request carries it:
+// each string may itself hold several comma-separated addresses. (The
+// HTTP shapes that decode into it, a string or a list of strings, are the
+// api package's.)
 type AddressList []string
-
-// UnmarshalJSON accepts a JSON string, a list of strings, or null.
-func (l *AddressList) UnmarshalJSON(data []byte) error {
-	data = bytes.TrimSpace(data)
-	switch {
-	case bytes.Equal(data, []byte("null")):
-		*l = nil
-		return nil
-	case len(data) > 0 && data[0] == '"':
-		var s string
-		if err := json.Unmarshal(data, &s); err != nil {
-			return err
-		}
-		*l = nil
-		if strings.TrimSpace(s) != "" {
-			*l = AddressList{s}
-		}
-		return nil
-	}
-	var list []string
-	if err := json.Unmarshal(data, &list); err != nil {
-		return errors.New("must be a string or a list of strings")
-	}
-	*l = list
-	return nil
-}
 
 // JobRef is a job's source-event identity; its key is
 // customer_id:event_type:order_id (see JobKey).
 type JobRef struct {
-	CustomerID string `json:"customer_id"`
-	EventType  string `json:"event_type"`
-	OrderID    string `json:"order_id"`
+	CustomerID string
+	EventType  string
+	OrderID    string
 }
 
-// SendRequest is the JSON body of POST /v1/send: a job key (key, job, or
-// the Idempotency-Key header, which Prepare takes separately) and either
-// the parts of a message or a raw RFC 5322 message.
+// SendRequest is what a caller asks to send: a job key (Key, Job, or the
+// Idempotency-Key header, which Prepare takes separately) and either the
+// parts of a message or a raw RFC 5322 message. It is a domain value: the
+// api package decodes POST /v1/send's JSON body into it.
 type SendRequest struct {
-	Key     string      `json:"key"`
-	Job     *JobRef     `json:"job"`
-	Channel string      `json:"channel"`
-	From    string      `json:"from"`
-	To      AddressList `json:"to"`
-	Cc      AddressList `json:"cc"`
-	Bcc     AddressList `json:"bcc"`
-	ReplyTo AddressList `json:"reply_to"`
-	Subject string      `json:"subject"`
-	Text    string      `json:"text"`
-	HTML    string      `json:"html"`
+	Key     string
+	Job     *JobRef
+	Channel string
+	From    string
+	To      AddressList
+	Cc      AddressList
+	Bcc     AddressList
+	ReplyTo AddressList
+	Subject string
+	Text    string
+	HTML    string
 	// Body is an alias of Text (the field name n8n recipes use).
-	Body     string            `json:"body"`
-	Headers  map[string]string `json:"headers"`
-	ThreadID string            `json:"thread_id"`
+	Body     string
+	Headers  map[string]string
+	ThreadID string
 	// Raw is a base64url RFC 5322 message, padded or not; standard base64
 	// is accepted too, and whitespace is ignored.
-	Raw string `json:"raw"`
+	Raw string
 	// SendAt (RFC 3339) asks for delivery not before then: the job is
 	// queued until it is due. Not part of the fingerprint.
-	SendAt string `json:"send_at"`
+	SendAt string
 	// WhenBusy is what a send does when the mailbox's budget is spent:
 	// "queue" (the default: 202 queued) or "reject" (429 + Retry-After).
-	WhenBusy string `json:"when_busy"`
-}
-
-// DecodeSendRequest decodes a send request strictly: the body must be one
-// JSON object, field names must match exactly, and every field must have its
-// type. An unknown field, a wrongly typed one or a body that is not a JSON
-// object is a CodeInvalid *Error naming the field (empty for the body
-// itself). job's fields also accept an integer number, kept as written.
-func DecodeSendRequest(data []byte) (SendRequest, error) {
-	var req SendRequest
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(data, &fields); err != nil || fields == nil {
-		if json.Valid(data) {
-			return req, Invalid("", "request body must be a JSON object")
-		}
-		return req, Invalid("", "request body is not valid JSON")
-	}
-	if path := duplicateKey(data); path != "" {
-		return req, Invalid(fieldName(path), "%s is given more than once", fieldName(path))
-	}
-	names := make([]string, 0, len(fields))
-	for name := range fields {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		raw := fields[name]
-		// encoding/json would replace invalid UTF-8 with U+FFFD silently:
-		// the message sent would not be the one the caller wrote.
-		if !utf8.Valid(raw) {
-			return SendRequest{}, Invalid(fieldName(name), "%s is not valid UTF-8", fieldName(name))
-		}
-		if err := checkSurrogates(fieldName(name), raw); err != nil {
-			return SendRequest{}, err
-		}
-		var err error
-		switch name {
-		case "key":
-			err = decodeString(name, raw, &req.Key)
-		case "channel":
-			err = decodeString(name, raw, &req.Channel)
-		case "from":
-			err = decodeString(name, raw, &req.From)
-		case "subject":
-			err = decodeString(name, raw, &req.Subject)
-		case "text":
-			err = decodeString(name, raw, &req.Text)
-		case "html":
-			err = decodeString(name, raw, &req.HTML)
-		case "body":
-			err = decodeString(name, raw, &req.Body)
-		case "thread_id":
-			err = decodeString(name, raw, &req.ThreadID)
-		case "raw":
-			err = decodeString(name, raw, &req.Raw)
-		case "send_at":
-			err = decodeString(name, raw, &req.SendAt)
-		case "when_busy":
-			err = decodeString(name, raw, &req.WhenBusy)
-		case "to":
-			err = decodeAddressList(name, raw, &req.To)
-		case "cc":
-			err = decodeAddressList(name, raw, &req.Cc)
-		case "bcc":
-			err = decodeAddressList(name, raw, &req.Bcc)
-		case "reply_to":
-			err = decodeAddressList(name, raw, &req.ReplyTo)
-		case "headers":
-			if jerr := json.Unmarshal(raw, &req.Headers); jerr != nil {
-				err = Invalid(name, "headers must be an object of strings")
-			}
-		case "job":
-			req.Job, err = decodeJob(raw)
-		default:
-			err = Invalid(fieldName(name), "unknown field %q", name)
-		}
-		if err != nil {
-			return SendRequest{}, err
-		}
-	}
-	return req, nil
-}
-
-// duplicateKey returns the dotted path ("key", "job.order_id",
-// "headers.X-A") of the first object key that appears twice in the JSON
-// document data, or "" when there is none. encoding/json keeps the last of
-// two, where another reader may keep the first. data must be valid JSON;
-// a syntax error ends the walk with "".
-func duplicateKey(data []byte) string {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var walk func(prefix string) (string, bool)
-	walk = func(prefix string) (string, bool) {
-		tok, err := dec.Token()
-		if err != nil {
-			return "", false
-		}
-		switch tok {
-		case json.Delim('{'):
-			seen := map[string]bool{}
-			for dec.More() {
-				kt, err := dec.Token()
-				k, isStr := kt.(string)
-				if err != nil || !isStr {
-					return "", false
-				}
-				path := k
-				if prefix != "" {
-					path = prefix + "." + k
-				}
-				if seen[k] {
-					return path, true
-				}
-				seen[k] = true
-				if p, stop := walk(path); stop {
-					return p, true
-				}
-			}
-			_, _ = dec.Token()
-		case json.Delim('['):
-			for dec.More() {
-				if p, stop := walk(prefix); stop {
-					return p, true
-				}
-			}
-			_, _ = dec.Token()
-		}
-		return "", false
-	}
-	p, _ := walk("")
-	return p
+	WhenBusy string
 }
 
 // fieldName bounds a client-chosen name before it is echoed as an error's
@@ -230,63 +74,6 @@ func fieldName(name string) string {
 		return name[:64]
 	}
 	return name
-}
-
-func decodeString(field string, raw json.RawMessage, dst *string) error {
-	if err := json.Unmarshal(raw, dst); err != nil {
-		return Invalid(field, "%s must be a string", field)
-	}
-	return nil
-}
-
-func decodeAddressList(field string, raw json.RawMessage, dst *AddressList) error {
-	if err := json.Unmarshal(raw, dst); err != nil {
-		return Invalid(field, "%s must be a string or a list of strings", field)
-	}
-	return nil
-}
-
-// integerLiteral matches the JSON integers a job field may be given as.
-var integerLiteral = regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`)
-
-// decodeJob decodes job strictly: an object with customer_id, event_type and
-// order_id, each a string or an integer; null is no job.
-func decodeJob(raw json.RawMessage) (*JobRef, error) {
-	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		return nil, nil
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
-		return nil, Invalid("job", "job must be an object")
-	}
-	names := make([]string, 0, len(fields))
-	for name := range fields {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	var job JobRef
-	for _, name := range names {
-		var dst *string
-		switch name {
-		case "customer_id":
-			dst = &job.CustomerID
-		case "event_type":
-			dst = &job.EventType
-		case "order_id":
-			dst = &job.OrderID
-		default:
-			return nil, Invalid(fieldName("job."+name), "unknown field %q in job", name)
-		}
-		v := bytes.TrimSpace(fields[name])
-		if integerLiteral.Match(v) {
-			*dst = string(v)
-			continue
-		}
-		if err := decodeString("job."+name, v, dst); err != nil {
-			return nil, Invalid("job."+name, "job.%s must be a string or an integer", name)
-		}
-	}
-	return &job, nil
 }
 
 // Prepared is a validated job ready for the log and Gmail.

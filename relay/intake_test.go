@@ -9,68 +9,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
 const testDomain = "inbound.yourdomain.com"
 
+// decode is the api's decoding of a POST /v1/send body: these tests give
+// Prepare what a caller writes.
 func decode(t *testing.T, body string) relay.SendRequest {
 	t.Helper()
-	req, err := relay.DecodeSendRequest([]byte(body))
+	req, err := api.DecodeSendRequest([]byte(body))
 	if err != nil {
 		t.Fatalf("DecodeSendRequest(%s): %v", body, err)
 	}
 	return req
-}
-
-func TestDecodeSendRequest(t *testing.T) {
-	req := decode(t, `{"key":"k","to":"a@x.com, b@y.com","cc":["c@x.com","D <d@x.com>"],"bcc":null,
-		"reply_to":"","job":{"customer_id":"cus_1","event_type":"e","order_id":456},
-		"headers":{"X-A":"1"},"body":"hi","thread_id":"t1","channel":"receipts"}`)
-	if got, want := strings.Join(req.To, "|"), "a@x.com, b@y.com"; got != want {
-		t.Errorf("To = %q, want %q", got, want)
-	}
-	if got, want := strings.Join(req.Cc, "|"), "c@x.com|D <d@x.com>"; got != want {
-		t.Errorf("Cc = %q, want %q", got, want)
-	}
-	if req.Bcc != nil || req.ReplyTo != nil {
-		t.Errorf("Bcc, ReplyTo = %q, %q; want nil, nil", req.Bcc, req.ReplyTo)
-	}
-	if req.Job == nil || req.Job.OrderID != "456" || req.Job.CustomerID != "cus_1" {
-		t.Errorf("Job = %+v, want order_id 456", req.Job)
-	}
-	if req.Headers["X-A"] != "1" || req.Body != "hi" || req.ThreadID != "t1" || req.Channel != "receipts" {
-		t.Errorf("decoded %+v", req)
-	}
-
-	bad := []struct{ name, body, field string }{
-		{"not JSON", `{`, ""},
-		{"array", `[]`, ""},
-		{"string", `"x"`, ""},
-		{"null", `null`, ""},
-		{"trailing data", `{} {}`, ""},
-		{"unknown field", `{"key":"k","attachments":[]}`, "attachments"},
-		{"field names are exact", `{"Subject":"x"}`, "Subject"},
-		{"number subject", `{"subject":5}`, "subject"},
-		{"object to", `{"to":{"a":"b"}}`, "to"},
-		{"numbers in to", `{"to":[1]}`, "to"},
-		{"header value not string", `{"headers":{"X-A":1}}`, "headers"},
-		{"unknown job field", `{"job":{"customer":"x"}}`, "job.customer"},
-		{"float order id", `{"job":{"order_id":1.5}}`, "job.order_id"},
-		{"job not object", `{"job":"x"}`, "job"},
-		{"invalid UTF-8 in subject", "{\"subject\":\"a\xffb\"}", "subject"},
-		{"invalid UTF-8 in a header value", "{\"headers\":{\"X-A\":\"a\xc3\"}}", "headers"},
-		{"invalid UTF-8 in a job part", "{\"job\":{\"order_id\":\"\xed\xa0\x80\"}}", "job"},
-		{"duplicate key", `{"key":"a","to":"a@x.com","key":"b"}`, "key"},
-		{"duplicate job part", `{"job":{"order_id":"1","customer_id":"c","order_id":"2"}}`, "job.order_id"},
-		{"duplicate header", `{"headers":{"X-A":"1","X-A":"2"}}`, "headers.X-A"},
-	}
-	for _, tt := range bad {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := relay.DecodeSendRequest([]byte(tt.body))
-			wantInvalid(t, err, tt.field)
-		})
-	}
 }
 
 func TestPrepareSameKeyFromEverySource(t *testing.T) {

@@ -1,22 +1,16 @@
 package relay_test
 
 import (
-	"errors"
 	"testing"
 
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
 // wantInvalid fails unless err is a CodeInvalid *relay.Error naming field.
 func wantInvalid(t *testing.T, err error, field string) {
 	t.Helper()
-	var e *relay.Error
-	if !errors.As(err, &e) {
-		t.Fatalf("err = %v, want a *relay.Error with field %q", err, field)
-	}
-	if e.Code != relay.CodeInvalid || e.Field != field {
-		t.Fatalf("err = %v (code %s, field %q), want code %s, field %q", err, e.Code, e.Field, relay.CodeInvalid, field)
-	}
+	testenv.WantInvalid(t, err, field)
 }
 
 func TestMessageIDVector(t *testing.T) {

@@ -429,14 +429,13 @@ func (s *Service) startAttempt(j *acceptlog.Job, lines []acceptlog.Line, d fault
 	j.UpdatedAt = now
 	j.NextCheckAt = time.Time{}
 	if d.Mode == faultmodes.FailBeforeForward {
-		j.State, j.Retryable = acceptlog.StateFailed, true
+		j.Retryable = true
 		j.LastStatus, j.LastReason, j.LastError = 0, "fault_injected", "fail-before-forward fault injected: nothing was sent"
 		s.scheduleRetry(j, now)
-		return append(lines, acceptlog.Line{Kind: acceptlog.KindNotSent, Attempt: j.Attempts, State: acceptlog.StateFailed,
-			Retryable: true, Reason: acceptlog.ReasonFaultInjected, RuleID: d.RuleID}), admitFailed
+		return append(lines, acceptlog.Move(j, acceptlog.StateFailed, acceptlog.Line{Kind: acceptlog.KindNotSent, Attempt: j.Attempts,
+			Retryable: true, Reason: acceptlog.ReasonFaultInjected, RuleID: d.RuleID})), admitFailed
 	}
-	j.State = acceptlog.StateForwarding
-	return append(lines, acceptlog.Line{Kind: acceptlog.KindForwarding, Attempt: j.Attempts, State: acceptlog.StateForwarding}), admitForward
+	return append(lines, acceptlog.Move(j, acceptlog.StateForwarding, acceptlog.Line{Kind: acceptlog.KindForwarding, Attempt: j.Attempts})), admitForward
 }
 
 // scheduleRetry lets the sweeper retry a retryable failure on a retry
@@ -540,7 +539,7 @@ var errStale = errors.New("outcome of an attempt that is not in flight")
 // the job (a copy, already stamped UpdatedAt) into its new record and
 // returns the line that explains it. An attempt that is no longer the
 // job's one in flight is errStale and writes nothing.
-func (s *Service) recordOutcome(ctx context.Context, id string, attempt int, edit func(j *acceptlog.Job, now time.Time) acceptlog.Line) (acceptlog.Job, error) {
+func (s *Service) recordOutcome(ctx context.Context, id string, attempt int, edit func(j *acceptlog.Job, now time.Time) (acceptlog.State, acceptlog.Line)) (acceptlog.Job, error) {
 	j, _, err := s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
 		if cur == nil || cur.State != acceptlog.StateForwarding || cur.Attempts != attempt {
 			return acceptlog.Change{}, errStale
@@ -548,42 +547,42 @@ func (s *Service) recordOutcome(ctx context.Context, id string, attempt int, edi
 		now := s.now()
 		j := *cur
 		j.UpdatedAt = now
-		line := edit(&j, now)
-		line.Attempt, line.State = attempt, j.State
+		to, line := edit(&j, now)
+		line.Attempt = attempt
+		line = acceptlog.Move(&j, to, line)
 		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{line}}, nil
 	})
 	return j, err
 }
 
 func (s *Service) markSent(ctx context.Context, id string, attempt int, m SentMessage) (acceptlog.Job, error) {
-	return s.recordOutcome(ctx, id, attempt, func(j *acceptlog.Job, now time.Time) acceptlog.Line {
-		j.State, j.GmailID, j.ThreadID, j.LabelIDs = acceptlog.StateSent, m.ID, m.ThreadID, m.LabelIDs
+	return s.recordOutcome(ctx, id, attempt, func(j *acceptlog.Job, now time.Time) (acceptlog.State, acceptlog.Line) {
+		j.GmailID, j.ThreadID, j.LabelIDs = m.ID, m.ThreadID, m.LabelIDs
 		j.Effects++
 		j.Verified, j.Checks = false, 0
 		j.NextCheckAt = now.Add(s.grace(j.Channel)) // the verify pass
-		return acceptlog.Line{Kind: acceptlog.KindEffect, Source: acceptlog.SourceResponse,
+		return acceptlog.StateSent, acceptlog.Line{Kind: acceptlog.KindEffect, Source: acceptlog.SourceResponse,
 			GmailID: m.ID, ThreadID: m.ThreadID, LabelIDs: m.LabelIDs}
 	})
 }
 
 func (s *Service) markFailed(ctx context.Context, id string, attempt int, o Outcome) (acceptlog.Job, error) {
-	return s.recordOutcome(ctx, id, attempt, func(j *acceptlog.Job, now time.Time) acceptlog.Line {
-		j.State, j.Retryable = acceptlog.StateFailed, o.Retryable
+	return s.recordOutcome(ctx, id, attempt, func(j *acceptlog.Job, now time.Time) (acceptlog.State, acceptlog.Line) {
+		j.Retryable = o.Retryable
 		j.LastStatus, j.LastReason, j.LastError = o.Status, o.Reason, errText(o.Err)
 		j.NextCheckAt = time.Time{}
 		s.scheduleRetry(j, now)
-		return acceptlog.Line{Kind: acceptlog.KindNotSent, Status: o.Status, Retryable: o.Retryable,
+		return acceptlog.StateFailed, acceptlog.Line{Kind: acceptlog.KindNotSent, Status: o.Status, Retryable: o.Retryable,
 			Reason: o.Reason, Error: j.LastError}
 	})
 }
 
 func (s *Service) markUnknown(ctx context.Context, id string, attempt int, o Outcome, ruleID string) (acceptlog.Job, error) {
-	return s.recordOutcome(ctx, id, attempt, func(j *acceptlog.Job, now time.Time) acceptlog.Line {
-		j.State = acceptlog.StateUnknown
+	return s.recordOutcome(ctx, id, attempt, func(j *acceptlog.Job, now time.Time) (acceptlog.State, acceptlog.Line) {
 		j.LastStatus, j.LastReason, j.LastError = o.Status, o.Reason, errText(o.Err)
 		j.AmbiguousAt, j.Checks = now, 0
 		j.NextCheckAt = now.Add(s.grace(j.Channel))
-		return acceptlog.Line{Kind: acceptlog.KindAmbiguous, Status: o.Status, Reason: o.Reason,
+		return acceptlog.StateUnknown, acceptlog.Line{Kind: acceptlog.KindAmbiguous, Status: o.Status, Reason: o.Reason,
 			Error: j.LastError, RuleID: ruleID}
 	})
 }
@@ -788,11 +787,11 @@ func (s *Service) resolveLine(ctx context.Context, id, action, note, actor strin
 		line := acceptlog.Line{Kind: acceptlog.KindResolved, Attempt: j.Attempts, Reason: acceptlog.Reason(action), Actor: actor, Note: note}
 		lines := []acceptlog.Line{line}
 		if target != "" {
-			j.State, j.UpdatedAt, j.NextCheckAt = target, now, time.Time{}
-			lines[0].State = target
+			j.UpdatedAt, j.NextCheckAt = now, time.Time{}
+			lines[0] = acceptlog.Move(&j, target, line)
 			if target == acceptlog.StateSent && j.Effects == 0 {
 				j.Effects++
-				lines = append(lines, acceptlog.Line{Kind: acceptlog.KindEffect, Attempt: j.Attempts, State: target, Source: acceptlog.SourceHuman})
+				lines = append(lines, acceptlog.Move(&j, target, acceptlog.Line{Kind: acceptlog.KindEffect, Attempt: j.Attempts, Source: acceptlog.SourceHuman}))
 			}
 			j.Verified = true // a human looked; the verify pass leaves it alone
 		}

@@ -5,32 +5,29 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/gmailrelay/gmailrelay/acceptlog"
-	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
-	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
 const svcDomain = "inbound.example.com"
 
-// env is a relay wired to the Gmail emulator through Google's real client.
+// env is a relay wired to the Gmail emulator through Google's real client
+// (the shared testenv harness, under the names these tests use).
 type env struct {
+	te     *testenv.Env
 	t      *testing.T
 	clock  *testclock.Clock
 	emu    *gmailfake.Server
 	emuURL string
-	path   string
 	log    *acceptlog.Log
 	svc    *relay.Service
 	faults *faultmodes.Set
@@ -39,30 +36,17 @@ type env struct {
 
 func newEnv(t *testing.T, opts gmailfake.Options) *env {
 	t.Helper()
-	e := &env{t: t, clock: testclock.New(), path: filepath.Join(t.TempDir(), "accept.db")}
-	opts.Now = e.clock.Now
-	e.emu, e.emuURL = gmailfake.NewTestServer(t, opts)
-	e.policy = policy.Default()
-	e.policy.Channels["billing"] = policy.Channel{Name: "billing", OnUnknown: policy.Review, Grace: time.Minute, Checks: 1, MaxAttempts: 1}
-	e.faults = faultmodes.New(faultmodes.Options{Seed: 1, Now: e.clock.Now})
-	e.open(e.emuURL)
+	te := testenv.New(t, testenv.Options{Emulator: opts, SendTimeout: 2 * time.Second})
+	e := &env{te: te, t: t, clock: te.Clock, emu: te.Emulator, emuURL: te.EmulatorURL, faults: te.Faults, policy: te.Policy}
+	e.log, e.svc = te.Log, te.Service
 	return e
 }
 
 // open (re)opens the log and the service against endpoint.
 func (e *env) open(endpoint string) {
 	e.t.Helper()
-	ctx := context.Background()
-	e.log = acceptlogtest.OpenPath(e.t, e.path, acceptlog.Options{Now: e.clock.Now})
-	gm, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: endpoint, Now: e.clock.Now})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.svc, err = relay.New(ctx, relay.Config{Log: e.log, Provider: gm, Policy: e.policy, Faults: e.faults,
-		Now: e.clock.Now, Logger: zerolog.Nop(), SendTimeout: 2 * time.Second, Quota: relay.NewQuota(1_000_000, e.clock.Now)})
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	e.te.Open(endpoint)
+	e.log, e.svc = e.te.Log, e.te.Service
 }
 
 func (e *env) prepare(key, text string) relay.Prepared {
@@ -75,24 +59,9 @@ func (e *env) prepare(key, text string) relay.Prepared {
 	return p
 }
 
-func (e *env) lines(id string) []acceptlog.Line {
-	e.t.Helper()
-	lines, err := e.log.JobLines(context.Background(), id)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return lines
-}
+func (e *env) lines(id string) []acceptlog.Line { return e.te.Lines(id) }
 
-func count(lines []acceptlog.Line, k acceptlog.Kind) int {
-	n := 0
-	for _, l := range lines {
-		if l.Kind == k {
-			n++
-		}
-	}
-	return n
-}
+func count(lines []acceptlog.Line, k acceptlog.Kind) int { return testenv.Count(lines, k) }
 
 func TestEmulatorSendThenResendSameKeyReplays(t *testing.T) {
 	e := newEnv(t, gmailfake.Options{})

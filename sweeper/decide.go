@@ -63,12 +63,12 @@ func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hit
 		h := hits[0]
 		labels := append([]string(nil), h.labels...)
 		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
-			n.State, n.GmailID, n.LabelIDs = acceptlog.StateSent, h.id, labels
+			n.GmailID, n.LabelIDs = h.id, labels
 			n.Effects++
 			n.Verified = true // this search, after grace, already counted exactly one
 			n.Checks, n.NextCheckAt = 0, time.Time{}
-			return []acceptlog.Line{search, {Kind: acceptlog.KindEffect, Attempt: j.Attempts, State: acceptlog.StateSent,
-				Reason: ReasonFound, Source: acceptlog.SourceSearch, GmailID: h.id, LabelIDs: labels}}
+			return []acceptlog.Line{search, acceptlog.Move(n, acceptlog.StateSent, acceptlog.Line{Kind: acceptlog.KindEffect, Attempt: j.Attempts,
+				Reason: ReasonFound, Source: acceptlog.SourceSearch, GmailID: h.id, LabelIDs: labels})}
 		})
 		if written {
 			p.s.deps.Logger.Info().Str("message_id", j.MessageID).Str("gmail_id", h.id).Msg("ambiguous send found in the mailbox: sent")
@@ -131,7 +131,7 @@ func (p *pass) resend(ctx context.Context, j acceptlog.Job, redo int) (bool, err
 		return false, err
 	}
 	if used >= ch.MaxAttempts {
-		line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, State: acceptlog.StateReview, Reason: ReasonMaxAttempts,
+		line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, Reason: ReasonMaxAttempts,
 			Note: fmt.Sprintf("not in the mailbox after %d checks and %d attempts; the channel allows %d", j.Checks, used, ch.MaxAttempts)}
 		_, err := p.toReview(ctx, j, line)
 		return true, err
@@ -219,7 +219,7 @@ func searchLine(j acceptlog.Job, q string, hits []hit, check int) acceptlog.Line
 
 // evidence is a review line carrying the search that led to it.
 func evidence(search acceptlog.Line, reason acceptlog.Reason, hits []hit, note string) acceptlog.Line {
-	l := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: search.Attempt, State: acceptlog.StateReview, Reason: reason,
+	l := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: search.Attempt, Reason: reason,
 		Query: search.Query, Hits: search.Hits, SentHits: search.SentHits, Check: search.Check, Note: note}
 	if len(hits) > 0 {
 		l.GmailID = hits[0].id
@@ -237,8 +237,8 @@ func evidence(search acceptlog.Line, reason acceptlog.Reason, hits []hit, note s
 // that led there) and the review line in one transaction.
 func (p *pass) toReview(ctx context.Context, j acceptlog.Job, review acceptlog.Line, before ...acceptlog.Line) (bool, error) {
 	written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
-		n.State, n.NextCheckAt = acceptlog.StateReview, time.Time{}
-		return append(append([]acceptlog.Line(nil), before...), review)
+		n.NextCheckAt = time.Time{}
+		return append(append([]acceptlog.Line(nil), before...), acceptlog.Move(n, acceptlog.StateReview, review))
 	})
 	if written {
 		p.res.Reviewed++

@@ -137,7 +137,7 @@ func (p *pass) duplicateDelivery(ctx context.Context, j acceptlog.Job) (bool, er
 	if err != nil {
 		return false, err
 	}
-	line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, State: acceptlog.StateReview, Reason: ReasonDuplicateDelivery,
+	line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, Reason: ReasonDuplicateDelivery,
 		GmailID: j.GmailID, Note: fmt.Sprintf("delivered %d times by the relay's own attempts: %s", len(own), strings.Join(own, "; "))}
 	if _, err := p.toReview(ctx, j, line); err != nil {
 		return true, err

@@ -4,19 +4,15 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/gmailrelay/gmailrelay/acceptlog"
-	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
-	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/sweeper"
@@ -61,6 +57,7 @@ type setup struct {
 // harness is a relay and a sweeper over a real acceptance log and the Gmail
 // emulator behind Google's client, all on one fake clock.
 type harness struct {
+	te     *testenv.Env
 	t      *testing.T
 	ctx    context.Context
 	clock  *fakeClock
@@ -79,36 +76,27 @@ type harness struct {
 
 func newHarness(t *testing.T, set setup) *harness {
 	t.Helper()
-	h := &harness{t: t, ctx: context.Background(), clock: newClock(), set: set}
-	var url string
-	h.srv, url = gmailfake.NewTestServer(t, gmailfake.Options{IndexLag: set.indexLag, Now: h.clock.Now, QuotaPerMinute: set.emulatorQuota, QuotaStatus: set.quotaStatus,
-		SentDedupe: set.sentDedupe, StrictQueries: set.strictQueries, Seed: cmp.Or(set.seed, 7)})
-	prov, err := gmailapi.New(h.ctx, gmailapi.Config{Endpoint: url})
-	if err != nil {
-		t.Fatalf("gmail client: %v", err)
-	}
-	h.prov = prov
-	h.path = filepath.Join(t.TempDir(), "accept.db")
-	h.log = acceptlogtest.OpenPath(t, h.path, acceptlog.Options{Now: h.clock.Now})
-	h.faults = faultmodes.New(faultmodes.Options{Seed: 1, Now: h.clock.Now})
+	te := testenv.New(t, testenv.Options{Policy: testPolicy(), SendTimeout: 60 * time.Second,
+		Emulator: gmailfake.Options{IndexLag: set.indexLag, QuotaPerMinute: set.emulatorQuota, QuotaStatus: set.quotaStatus,
+			SentDedupe: set.sentDedupe, StrictQueries: set.strictQueries, Seed: cmp.Or(set.seed, 7)}})
+	h := &harness{t: t, ctx: context.Background(), te: te, clock: te.Clock, srv: te.Emulator, prov: te.Provider,
+		path: te.Path, log: te.Log, faults: te.Faults, set: set}
 	h.build(set.relayQuota)
 	return h
 }
 
 // build makes a new Service (running its crash recovery) and Sweeper over
-// the current log, with a fresh quota budget of perMinute (0 = plenty).
+// the current log and h.prov, with a fresh quota budget of perMinute (0 =
+// plenty).
 func (h *harness) build(perMinute int) {
 	h.t.Helper()
 	if perMinute == 0 {
 		perMinute = 1 << 30
 	}
-	svc, err := relay.New(h.ctx, relay.Config{Log: h.log, Provider: h.prov, Policy: testPolicy(), Faults: h.faults,
-		Quota: relay.NewQuota(perMinute, h.clock.Now), Now: h.clock.Now, Logger: zerolog.Nop()})
-	if err != nil {
-		h.t.Fatalf("relay.New: %v", err)
-	}
-	h.svc = svc
-	cfg := sweeper.ConfigFor(svc)
+	h.te.Log, h.te.Provider = h.log, h.prov
+	h.te.Build(perMinute)
+	h.svc = h.te.Service
+	cfg := sweeper.ConfigFor(h.svc)
 	cfg.BatchSize, cfg.Limit, cfg.Interval = h.set.batchSize, h.set.limit, time.Hour
 	h.sw = sweeper.New(cfg)
 }
@@ -120,7 +108,8 @@ func (h *harness) restart() {
 	if err := h.log.Close(); err != nil {
 		h.t.Fatalf("close log: %v", err)
 	}
-	h.log = acceptlogtest.OpenPath(h.t, h.path, acceptlog.Options{Now: h.clock.Now})
+	h.te.OpenLog()
+	h.log = h.te.Log
 	h.build(h.set.relayQuota)
 }
 

@@ -181,7 +181,7 @@ func (p *pass) channel(name string) policy.Channel {
 func (p *pass) handle(ctx context.Context, j acceptlog.Job, act action) (done bool, err error) {
 	switch act {
 	case actUntrust:
-		line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, State: acceptlog.StateReview,
+		line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts,
 			Reason: ReasonHandleUntrusted, Note: "Gmail rewrote Message-IDs in this mailbox: a search miss proves nothing"}
 		_, err := p.toReview(ctx, j, line)
 		return true, err
@@ -209,7 +209,7 @@ func (p *pass) retry(ctx context.Context, j acceptlog.Job) (bool, error) {
 		return false, err
 	}
 	if used >= ch.MaxAttempts {
-		line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, State: acceptlog.StateReview,
+		line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts,
 			Reason: ReasonMaxAttempts, Note: fmt.Sprintf("%d attempts, none sent; the channel allows %d", used, ch.MaxAttempts)}
 		_, err := p.toReview(ctx, j, line)
 		return true, err

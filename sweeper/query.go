@@ -67,7 +67,7 @@ func (p *pass) searchable(ctx context.Context, jobs []acceptlog.Job) ([]acceptlo
 			out = append(out, j)
 			continue
 		}
-		line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, State: acceptlog.StateReview,
+		line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts,
 			Reason: ReasonUnsearchable,
 			Note:   "this Message-ID cannot be searched safely (" + errMessage(err) + "); nothing was searched, a human decides"}
 		if _, err := p.toReview(ctx, j, line); err != nil {
@@ -103,7 +103,7 @@ func (p *pass) refused(ctx context.Context, mailbox string, jobs []acceptlog.Job
 	j := jobs[0]
 	p.s.deps.Logger.Warn().Str("message_id", j.MessageID).Err(gerr).
 		Msg("Gmail refused the search for this Message-ID; handed to a human")
-	line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, State: acceptlog.StateReview,
+	line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts,
 		Reason: ReasonQueryRefused, Query: q,
 		Note: "Gmail refused the search for this Message-ID: " + clipNote(gerr.Error()) + "; nothing is known about the send, a human decides"}
 	if _, err := p.toReview(ctx, j, line); err != nil {

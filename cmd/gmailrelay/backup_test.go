@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,14 +17,7 @@ func TestBackupCommands(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "r.db")
 	const admin = "admin-token-0123456789"
-	c, err := parseServeFlags([]string{"--addr", "127.0.0.1:0", "--data", data, "--admin-token", admin, "--api-token", "api-token-0123456789"}, env(nil), io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := startRelay(context.Background(), c, newLogger(io.Discard, "json", "info"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rs := startTestRelay(t, "--data", data, "--admin-token", admin, "--api-token", "api-token-0123456789")
 	defer rs.close(context.Background())
 	req, _ := http.NewRequest("POST", rs.URL+"/v1/send", strings.NewReader(`{"key":"k1","to":"a@example.org","subject":"s","body":"b"}`))
 	req.Header.Set("Content-Type", "application/json")

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,15 +17,7 @@ import (
 // The server startRelay runs has every timeout set (before issue 20 it had
 // only ReadHeaderTimeout), and a slow Gmail never cuts an answer.
 func TestServeSetsEveryTimeout(t *testing.T) {
-	c, err := parseServeFlags([]string{"--addr", "127.0.0.1:0", "--data", filepath.Join(t.TempDir(), "r.db"),
-		"--send-timeout", "45s"}, env(nil), io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := startRelay(context.Background(), c, newLogger(io.Discard, "json", "info"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rs := startTestRelay(t, "--send-timeout", "45s")
 	defer rs.close(context.Background())
 	srv := rs.http
 	if srv.ReadHeaderTimeout <= 0 || srv.ReadTimeout <= 0 || srv.WriteTimeout <= 0 || srv.IdleTimeout <= 0 {

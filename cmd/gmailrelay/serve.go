@@ -242,7 +242,12 @@ type relayServer struct {
 	retention    *retention.Pass
 	svc          *relay.Service
 	log          acceptlog.Store
+	listener     net.Listener
 	served       chan error
+
+	// onShutdownStep, when set (tests), is called before each of close's
+	// steps with the step's name.
+	onShutdownStep func(step string)
 }
 
 // startRelay opens the log, builds the provider, recovers, starts the
@@ -355,6 +360,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", c.Addr, err)
 	}
+	rs.listener = ln
 	rs.URL = "http://" + ln.Addr().String()
 	rs.http = newHTTPServer(handler, serverTimeouts(c.SendTimeout))
 	go func() { rs.served <- rs.http.Serve(ln) }()
@@ -394,35 +400,69 @@ func crashPoint(allowed bool, at string, logger zerolog.Logger) func(string) {
 	}
 }
 
-// close shuts the relay down in the only safe order: stop accepting
-// requests, stop the sweeper (so no resend starts while in-flight sends
-// are awaited: a WaitGroup Add racing its Wait is a misuse), wait for the
-// Gmail calls in flight to be recorded, then close the log. It returns
-// the errors of the HTTP shutdown and of the log's Close.
-func (rs *relayServer) close(ctx context.Context) error {
-	var errs []error
-	if rs.http != nil {
-		if err := rs.http.Shutdown(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("shut the http server down: %w", err))
+// shutdownStep is one step of the relay's shutdown; a nil run is skipped.
+type shutdownStep struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+// Shutdown step names, in the only safe order (see close).
+const (
+	stepHTTP      = "stop accepting"
+	stepSweeper   = "stop sweeper"
+	stepOutbox    = "stop outbox"
+	stepRetention = "stop retention"
+	stepInflight  = "wait for in-flight"
+	stepEmulator  = "stop emulator"
+	stepLog       = "close log"
+)
+
+// shutdownSteps lists close's steps in order, skipping the parts that were
+// never started.
+func (rs *relayServer) shutdownSteps() []shutdownStep {
+	stop := func(f func()) func(context.Context) error {
+		return func(context.Context) error { f(); return nil }
+	}
+	var steps []shutdownStep
+	add := func(name string, started bool, run func(context.Context) error) {
+		if started {
+			steps = append(steps, shutdownStep{name, run})
 		}
 	}
-	if rs.sweeper != nil {
-		rs.sweeper.Stop()
-	}
-	if rs.outbox != nil {
-		rs.outbox.Stop()
-	}
-	if rs.retention != nil {
-		rs.retention.Stop()
-	}
-	if rs.svc != nil {
-		rs.svc.Wait()
-	}
-	if rs.stopEmulator != nil {
-		rs.stopEmulator()
-	}
-	if rs.log != nil {
+	add(stepHTTP, rs.http != nil, func(ctx context.Context) error {
+		if err := rs.http.Shutdown(ctx); err != nil {
+			return fmt.Errorf("shut the http server down: %w", err)
+		}
+		return nil
+	})
+	add(stepSweeper, rs.sweeper != nil, stop(func() { rs.sweeper.Stop() }))
+	add(stepOutbox, rs.outbox != nil, stop(func() { rs.outbox.Stop() }))
+	add(stepRetention, rs.retention != nil, stop(func() { rs.retention.Stop() }))
+	add(stepInflight, rs.svc != nil, stop(func() { rs.svc.Wait() }))
+	add(stepEmulator, rs.stopEmulator != nil, stop(func() { rs.stopEmulator() }))
+	add(stepLog, rs.log != nil, func(context.Context) error {
 		if err := rs.log.Close(); err != nil {
+			return fmt.Errorf("close the acceptance log: %w", err)
+		}
+		return nil
+	})
+	return steps
+}
+
+// close shuts the relay down in the only safe order: stop accepting
+// requests, stop the sweeper, the outbox and the retention pass (so no
+// resend starts while in-flight sends are awaited: a WaitGroup Add racing
+// its Wait is a misuse), wait for the Gmail calls in flight to be
+// recorded, then close the log. Every step runs even when an earlier one
+// failed; it returns the errors of all of them (the HTTP shutdown's and
+// the log's Close).
+func (rs *relayServer) close(ctx context.Context) error {
+	var errs []error
+	for _, st := range rs.shutdownSteps() {
+		if rs.onShutdownStep != nil {
+			rs.onShutdownStep(st.name)
+		}
+		if err := st.run(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -448,6 +488,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if rs.EmulatorURL != "" {
 		fmt.Fprintf(stdout, "SANDBOX: sends go to the embedded Gmail emulator at %s (emulator results, not Gmail)\n", rs.EmulatorURL)
 	}
+	return serveUntil(ctx, rs, logger, stderr)
+}
+
+// serveUntil serves until ctx ends or the HTTP server dies, then shuts rs
+// down. It returns the exit code: 0 after a clean stop, 1 when the server
+// died under us or a shutdown step failed.
+func serveUntil(ctx context.Context, rs *relayServer, logger zerolog.Logger, stderr io.Writer) int {
 	code := 0
 	select {
 	case <-ctx.Done():

@@ -149,15 +149,7 @@ func TestServeTokenRefreshFailureIsLoud(t *testing.T) {
 	dir := t.TempDir()
 	credPath := filepath.Join(dir, "sa.json")
 	os.WriteFile(credPath, sa, 0o600)
-	c, err := parseServeFlags([]string{"--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "r.db"), "--credentials", credPath,
-		"--subject", "me@example.com", "--gmail-endpoint", emuURL}, env(nil), io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := startRelay(context.Background(), c, newLogger(io.Discard, "json", "info"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rs := startTestRelay(t, "--credentials", credPath, "--subject", "me@example.com", "--gmail-endpoint", emuURL)
 	defer rs.close(context.Background())
 	resp, err := http.Post(rs.URL+"/v1/send", "application/json", strings.NewReader(`{"key":"k","to":"a@example.org","text":"x"}`))
 	if err != nil {

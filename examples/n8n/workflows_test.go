@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -410,7 +411,7 @@ func TestSendBodyIsAcceptedByTheRelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := relay.DecodeSendRequest(data)
+	req, err := api.DecodeSendRequest(data)
 	if err != nil {
 		t.Fatalf("the relay refuses the workflow's body %s: %v", data, err)
 	}

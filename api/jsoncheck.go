@@ -1,9 +1,11 @@
-package relay
+package api
 
 import (
 	"encoding/json"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/gmailrelay/gmailrelay/relay"
 )
 
 // maxFoldedKey bounds the object keys CheckJSON decodes to compare; longer
@@ -21,12 +23,12 @@ const maxFoldedKey = 1024
 //     the decoder matches struct fields): the decoder keeps the last one,
 //     and another reader may keep the first.
 //
-// Syntax errors are left to the decoder. Errors are CodeInvalid *Error,
+// Syntax errors are left to the decoder. Errors are relay.CodeInvalid *relay.Error,
 // naming the duplicated key as the field, or the body (field "").
 // CheckJSON allocates nothing per value: it is safe on large bodies.
 func CheckJSON(data []byte) error {
 	if !utf8.Valid(data) {
-		return Invalid("", "request body is not valid UTF-8")
+		return relay.Invalid("", "request body is not valid UTF-8")
 	}
 	var stack []map[string]bool // one per open object or array (nil)
 	expectKey := false
@@ -64,7 +66,7 @@ func CheckJSON(data []byte) error {
 				}
 				folded := strings.ToLower(key)
 				if stack[len(stack)-1][folded] {
-					return Invalid(fieldName(key), "key %q appears more than once in one JSON object", fieldName(key))
+					return relay.Invalid(fieldName(key), "key %q appears more than once in one JSON object", fieldName(key))
 				}
 				stack[len(stack)-1][folded] = true
 			}
@@ -101,12 +103,12 @@ func scanJSONString(data []byte, start int) (end int, escaped bool, err error) {
 						lo, ok = hex4(data, i+8)
 					}
 					if !ok || lo < 0xdc00 || lo > 0xdfff {
-						return 0, false, Invalid("", "request body holds an unpaired UTF-16 surrogate escape (\\u%04x)", r)
+						return 0, false, relay.Invalid("", "request body holds an unpaired UTF-16 surrogate escape (\\u%04x)", r)
 					}
 					i += 12
 					continue
 				case r >= 0xdc00 && r <= 0xdfff:
-					return 0, false, Invalid("", "request body holds an unpaired UTF-16 surrogate escape (\\u%04x)", r)
+					return 0, false, relay.Invalid("", "request body holds an unpaired UTF-16 surrogate escape (\\u%04x)", r)
 				}
 				i += 6
 				continue
@@ -150,7 +152,7 @@ func checkSurrogates(field string, raw []byte) error {
 		}
 		end, _, err := scanJSONString(raw, i)
 		if err != nil {
-			return Invalid(field, "%s holds an unpaired UTF-16 surrogate escape", field)
+			return relay.Invalid(field, "%s holds an unpaired UTF-16 surrogate escape", field)
 		}
 		i = end - 1
 	}

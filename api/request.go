@@ -1,0 +1,236 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// decodeAddresses reads an address list as a send request carries it in
+// JSON: a list of strings or one string (n8n sends both); each string may
+// itself hold several comma-separated addresses. null and a blank string
+// are the empty list.
+func decodeAddresses(data []byte) (relay.AddressList, error) {
+	data = bytes.TrimSpace(data)
+	switch {
+	case bytes.Equal(data, []byte("null")):
+		return nil, nil
+	case len(data) > 0 && data[0] == '"':
+		var s string
+		if err := json.Unmarshal(data, &s); err != nil {
+			return nil, err
+		}
+		if strings.TrimSpace(s) == "" {
+			return nil, nil
+		}
+		return relay.AddressList{s}, nil
+	}
+	var list []string
+	if err := json.Unmarshal(data, &list); err != nil {
+		return nil, errors.New("must be a string or a list of strings")
+	}
+	return list, nil
+}
+
+// DecodeSendRequest decodes the JSON body of POST /v1/send (CONTRACT.md,
+// docs/api.md) into the domain value relay.SendRequest. Every field is a
+// string except to, cc, bcc and reply_to (a string or a list of strings),
+// headers (an object of strings) and job (an object of customer_id,
+// event_type and order_id). It decodes strictly: the body must be one
+// JSON object, field names must match exactly, and every field must have its
+// type. An unknown field, a wrongly typed one or a body that is not a JSON
+// object is a relay.CodeInvalid *relay.Error naming the field (empty for the body
+// itself). job's fields also accept an integer number, kept as written.
+func DecodeSendRequest(data []byte) (relay.SendRequest, error) {
+	var req relay.SendRequest
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil || fields == nil {
+		if json.Valid(data) {
+			return req, relay.Invalid("", "request body must be a JSON object")
+		}
+		return req, relay.Invalid("", "request body is not valid JSON")
+	}
+	if path := duplicateKey(data); path != "" {
+		return req, relay.Invalid(fieldName(path), "%s is given more than once", fieldName(path))
+	}
+	names := make([]string, 0, len(fields))
+	for name := range fields {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		raw := fields[name]
+		// encoding/json would replace invalid UTF-8 with U+FFFD silently:
+		// the message sent would not be the one the caller wrote.
+		if !utf8.Valid(raw) {
+			return relay.SendRequest{}, relay.Invalid(fieldName(name), "%s is not valid UTF-8", fieldName(name))
+		}
+		if err := checkSurrogates(fieldName(name), raw); err != nil {
+			return relay.SendRequest{}, err
+		}
+		var err error
+		switch name {
+		case "key":
+			err = decodeString(name, raw, &req.Key)
+		case "channel":
+			err = decodeString(name, raw, &req.Channel)
+		case "from":
+			err = decodeString(name, raw, &req.From)
+		case "subject":
+			err = decodeString(name, raw, &req.Subject)
+		case "text":
+			err = decodeString(name, raw, &req.Text)
+		case "html":
+			err = decodeString(name, raw, &req.HTML)
+		case "body":
+			err = decodeString(name, raw, &req.Body)
+		case "thread_id":
+			err = decodeString(name, raw, &req.ThreadID)
+		case "raw":
+			err = decodeString(name, raw, &req.Raw)
+		case "send_at":
+			err = decodeString(name, raw, &req.SendAt)
+		case "when_busy":
+			err = decodeString(name, raw, &req.WhenBusy)
+		case "to":
+			err = decodeAddressList(name, raw, &req.To)
+		case "cc":
+			err = decodeAddressList(name, raw, &req.Cc)
+		case "bcc":
+			err = decodeAddressList(name, raw, &req.Bcc)
+		case "reply_to":
+			err = decodeAddressList(name, raw, &req.ReplyTo)
+		case "headers":
+			if jerr := json.Unmarshal(raw, &req.Headers); jerr != nil {
+				err = relay.Invalid(name, "headers must be an object of strings")
+			}
+		case "job":
+			req.Job, err = decodeJob(raw)
+		default:
+			err = relay.Invalid(fieldName(name), "unknown field %q", name)
+		}
+		if err != nil {
+			return relay.SendRequest{}, err
+		}
+	}
+	return req, nil
+}
+
+// duplicateKey returns the dotted path ("key", "job.order_id",
+// "headers.X-A") of the first object key that appears twice in the JSON
+// document data, or "" when there is none. encoding/json keeps the last of
+// two, where another reader may keep the first. data must be valid JSON;
+// a syntax error ends the walk with "".
+func duplicateKey(data []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var walk func(prefix string) (string, bool)
+	walk = func(prefix string) (string, bool) {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for dec.More() {
+				kt, err := dec.Token()
+				k, isStr := kt.(string)
+				if err != nil || !isStr {
+					return "", false
+				}
+				path := k
+				if prefix != "" {
+					path = prefix + "." + k
+				}
+				if seen[k] {
+					return path, true
+				}
+				seen[k] = true
+				if p, stop := walk(path); stop {
+					return p, true
+				}
+			}
+			_, _ = dec.Token()
+		case json.Delim('['):
+			for dec.More() {
+				if p, stop := walk(prefix); stop {
+					return p, true
+				}
+			}
+			_, _ = dec.Token()
+		}
+		return "", false
+	}
+	p, _ := walk("")
+	return p
+}
+
+// fieldName bounds a client-chosen name before it is echoed as an error's
+// field.
+func fieldName(name string) string { return name[:min(len(name), 64)] }
+
+func decodeString(field string, raw json.RawMessage, dst *string) error {
+	if err := json.Unmarshal(raw, dst); err != nil {
+		return relay.Invalid(field, "%s must be a string", field)
+	}
+	return nil
+}
+
+func decodeAddressList(field string, raw json.RawMessage, dst *relay.AddressList) error {
+	list, err := decodeAddresses(raw)
+	*dst = list
+	if err != nil {
+		return relay.Invalid(field, "%s must be a string or a list of strings", field)
+	}
+	return nil
+}
+
+// integerLiteral matches the JSON integers a job field may be given as.
+var integerLiteral = regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`)
+
+// decodeJob decodes job strictly: an object with customer_id, event_type and
+// order_id, each a string or an integer; null is no job.
+func decodeJob(raw json.RawMessage) (*relay.JobRef, error) {
+	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return nil, nil
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return nil, relay.Invalid("job", "job must be an object")
+	}
+	names := make([]string, 0, len(fields))
+	for name := range fields {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var job relay.JobRef
+	for _, name := range names {
+		var dst *string
+		switch name {
+		case "customer_id":
+			dst = &job.CustomerID
+		case "event_type":
+			dst = &job.EventType
+		case "order_id":
+			dst = &job.OrderID
+		default:
+			return nil, relay.Invalid(fieldName("job."+name), "unknown field %q in job", name)
+		}
+		v := bytes.TrimSpace(fields[name])
+		if integerLiteral.Match(v) {
+			*dst = string(v)
+			continue
+		}
+		if err := decodeString("job."+name, v, dst); err != nil {
+			return nil, relay.Invalid("job."+name, "job.%s must be a string or an integer", name)
+		}
+	}
+	return &job, nil
+}

@@ -1,0 +1,199 @@
+// Package testenv is the one test harness for "a relay over the Gmail
+// emulator and an acceptance log": it starts a gmailfake server, opens a
+// bbolt acceptance log in a temporary directory (checked for its
+// invariants when the test ends, see acceptlogtest) and builds a
+// relay.Service that reaches the emulator through Google's real client,
+// everything on one injected manual clock. Packages' tests add what they
+// test on top (a sweeper, an outbox, the api, the console).
+package testenv
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
+	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/gmailapi"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// Options configure an Env; the zero value is a working relay.
+type Options struct {
+	// Emulator configures the gmailfake server; its Now is always the
+	// Env's clock.
+	Emulator gmailfake.Options
+	// Policy is the relay's policy; nil means DefaultPolicy().
+	Policy *policy.Policy
+	// QuotaPerMinute is the relay's Gmail budget; 0 means 1,000,000
+	// (never the limit).
+	QuotaPerMinute int
+	// SendTimeout bounds each Gmail call; 0 means 5 s.
+	SendTimeout time.Duration
+	// Logger is the relay's logger; nil means none.
+	Logger *zerolog.Logger
+	// Configure, when set, edits the relay's Config last (wrap the
+	// Provider, set an Observer, OnQueued, …).
+	Configure func(*relay.Config)
+}
+
+// Env is a running relay over the Gmail emulator. Log and Service change
+// on Open and Restart.
+type Env struct {
+	T           testing.TB
+	Clock       *testclock.Clock
+	Emulator    *gmailfake.Server
+	EmulatorURL string
+	// Path is the acceptance log's file, kept across restarts.
+	Path     string
+	Policy   *policy.Policy
+	Faults   *faultmodes.Set
+	Log      *acceptlog.Log
+	Provider relay.Provider
+	Service  *relay.Service
+
+	opts     Options
+	endpoint string
+}
+
+// DefaultPolicy is policy.Default() with a "billing" channel whose unknown
+// sends go to review after one check a minute later, with one attempt.
+func DefaultPolicy() *policy.Policy {
+	p := policy.Default()
+	p.Channels["billing"] = policy.Channel{Name: "billing", OnUnknown: policy.Review, Grace: time.Minute, Checks: 1, MaxAttempts: 1}
+	return p
+}
+
+// New starts the emulator and opens the log and the service.
+func New(t testing.TB, o Options) *Env {
+	t.Helper()
+	e := &Env{T: t, Clock: testclock.New(), Path: filepath.Join(t.TempDir(), "accept.db"), opts: o}
+	em := o.Emulator
+	em.Now = e.Clock.Now
+	e.Emulator, e.EmulatorURL = gmailfake.NewTestServer(t, em)
+	e.Policy = o.Policy
+	if e.Policy == nil {
+		e.Policy = DefaultPolicy()
+	}
+	e.Faults = faultmodes.New(faultmodes.Options{Seed: 1, Now: e.Clock.Now})
+	e.Open(e.EmulatorURL)
+	return e
+}
+
+// Open (re)opens the log at Path and builds a new Service (running its
+// crash recovery) whose Gmail client calls endpoint: OpenLog, Dial, Build.
+func (e *Env) Open(endpoint string) {
+	e.T.Helper()
+	e.OpenLog()
+	e.Dial(endpoint)
+	e.Build(0)
+}
+
+// OpenLog opens the log at Path (after the test closed the previous one).
+func (e *Env) OpenLog() {
+	e.T.Helper()
+	e.Log = acceptlogtest.OpenPath(e.T, e.Path, acceptlog.Options{Now: e.Clock.Now})
+}
+
+// Dial makes a new Gmail client for endpoint, through Google's real
+// client, as Provider.
+func (e *Env) Dial(endpoint string) {
+	e.T.Helper()
+	gm, err := gmailapi.New(context.Background(), gmailapi.Config{Endpoint: endpoint, Now: e.Clock.Now})
+	if err != nil {
+		e.T.Fatalf("gmail client: %v", err)
+	}
+	e.endpoint, e.Provider = endpoint, gm
+}
+
+// Build makes a new Service (running its crash recovery) over Log and
+// Provider (which a test may have wrapped), with a fresh quota budget of
+// perMinute Gmail units; 0 means Options.QuotaPerMinute.
+func (e *Env) Build(perMinute int) {
+	e.T.Helper()
+	if perMinute == 0 {
+		perMinute = e.opts.QuotaPerMinute
+	}
+	if perMinute == 0 {
+		perMinute = 1_000_000
+	}
+	timeout := e.opts.SendTimeout
+	if timeout == 0 {
+		timeout = 5 * time.Second
+	}
+	logger := zerolog.Nop()
+	if e.opts.Logger != nil {
+		logger = *e.opts.Logger
+	}
+	cfg := relay.Config{Log: e.Log, Provider: e.Provider, Policy: e.Policy, Faults: e.Faults, Now: e.Clock.Now,
+		Logger: logger, SendTimeout: timeout, Quota: relay.NewQuota(perMinute, e.Clock.Now)}
+	if e.opts.Configure != nil {
+		e.opts.Configure(&cfg)
+	}
+	var err error
+	if e.Service, err = relay.New(context.Background(), cfg); err != nil {
+		e.T.Fatalf("relay.New: %v", err)
+	}
+}
+
+// Restart closes the log and opens everything again on the same file and
+// endpoint, as a process restart would.
+func (e *Env) Restart() {
+	e.T.Helper()
+	if err := e.Log.Close(); err != nil {
+		e.T.Fatalf("close log: %v", err)
+	}
+	e.Open(e.endpoint)
+}
+
+// Job reads a job from the log.
+func (e *Env) Job(messageID string) acceptlog.Job {
+	e.T.Helper()
+	j, err := e.Log.Get(context.Background(), messageID)
+	if err != nil {
+		e.T.Fatalf("job %s: %v", messageID, err)
+	}
+	return j
+}
+
+// Lines reads a job's lines from the log.
+func (e *Env) Lines(messageID string) []acceptlog.Line {
+	e.T.Helper()
+	lines, err := e.Log.JobLines(context.Background(), messageID)
+	if err != nil {
+		e.T.Fatalf("lines of %s: %v", messageID, err)
+	}
+	return lines
+}
+
+// Count returns how many of lines are of kind k.
+func Count(lines []acceptlog.Line, k acceptlog.Kind) int {
+	n := 0
+	for _, l := range lines {
+		if l.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+// WantInvalid fails t unless err is a CodeInvalid *relay.Error naming
+// field.
+func WantInvalid(t testing.TB, err error, field string) {
+	t.Helper()
+	var e *relay.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("err = %v, want a *relay.Error with field %q", err, field)
+	}
+	if e.Code != relay.CodeInvalid || e.Field != field {
+		t.Fatalf("err = %v (code %s, field %q), want code %s, field %q", err, e.Code, e.Field, relay.CodeInvalid, field)
+	}
+}
