@@ -190,15 +190,16 @@ step "n8n start on $n8nurl; activate the Trigger workflow through n8n's REST API
 N8N_PORT="${n8nurl##*:}" N8N_LISTEN_ADDRESS=127.0.0.1 N8N_HOST=127.0.0.1 N8N_SECURE_COOKIE=false \
   N8N_GRACEFUL_SHUTDOWN_TIMEOUT=5 N8N_PERSONALIZATION_ENABLED=false N8N_TEMPLATES_ENABLED=false \
   "$n8n" start >"$work/n8n-start.log" 2>&1 </dev/null & n8npid=$!; pids+=($n8npid)
-# /healthz/readiness answers before the REST routes exist; /rest/settings is public.
+# n8n listens (and answers /healthz, even /rest/settings) before it has
+# registered its REST controllers; it prints "Editor is now accessible via"
+# once the server has started and the active workflows are loaded.
 ready=""
-for _ in $(seq 600); do
-  code=$(curl -s -o /dev/null -w '%{http_code}' "$n8nurl/rest/settings" || true)
-  [ "$code" = 200 ] && { ready=1; break; }
+for _ in $(seq 900); do
+  grep -q 'Editor is now accessible via' "$work/n8n-start.log" && { ready=1; break; }
   kill -0 "$n8npid" 2>/dev/null || break
   sleep 0.2
 done
-[ -n "$ready" ] || { tail -40 "$work/n8n-start.log"; fail "n8n start not ready (last GET /rest/settings: $code)"; }
+[ -n "$ready" ] || { tail -40 "$work/n8n-start.log"; fail "n8n start did not get ready within 180 s"; }
 jar="$work/n8n-cookies"; B=(-H 'browser-id: gmailrelay-e2e' -H 'Content-Type: application/json' -b "$jar" -c "$jar")
 curl -fsS "${B[@]}" -X POST "$n8nurl/rest/owner/setup" \
   -d '{"email":"owner@e2e.gmailrelay.test","firstName":"e2e","lastName":"owner","password":"E2e-not-a-secret-1"}' >/dev/null || fail "n8n owner setup"
