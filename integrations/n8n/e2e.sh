@@ -74,7 +74,8 @@ state() { curl -fs "${A[@]}" "$relay/v1/jobs/$(python3 -c 'import sys,urllib.par
 # 4. n8n: its own user folder, the node from N8N_CUSTOM_EXTENSIONS.
 export N8N_USER_FOLDER="$work/n8n-home" N8N_ENCRYPTION_KEY=e2e-not-a-secret-key N8N_CUSTOM_EXTENSIONS="$work/ext"
 export N8N_DIAGNOSTICS_ENABLED=false N8N_VERSION_NOTIFICATIONS_ENABLED=false N8N_BLOCK_ENV_ACCESS_IN_NODE=false
-export NODE_FUNCTION_ALLOW_BUILTIN=crypto GMAILRELAY_URL="$relay" DB_SQLITE_POOL_SIZE=0
+# No NODE_FUNCTION_ALLOW_BUILTIN: the raw example's Code node needs no crypto.
+export GMAILRELAY_URL="$relay" DB_SQLITE_POOL_SIZE=0
 # `n8n execute` prints its result with the logger at level info (n8n 1.123:
 # packages/cli/dist/commands/execute.js calls this.log → logger.info), so a
 # level of warn or error prints nothing at all; text format prints bare
@@ -155,6 +156,7 @@ curl -fs "${D[@]}" -X POST "$relay/admin/faults" -d '{"mode":"forward-then-drop-
 step "execute send with forward-then-drop-response armed, Message-ID $id2"
 ran=$(run gmrE2eSendNode01); echo "  ran: $ran"; expect_ran Out_Pending:0 "$ran"; expect_ran 'result:pending:202:*' "$ran"
 step "relay state $(state "$id2"), emulator ground truth $(truth "$id2")"
+[ "$(state "$id2")" = unknown ] || fail "before the sweep the job is $(state "$id2"), want unknown (the sweep reconciles it)"
 curl -fs "${D[@]}" -X POST "$relay/admin/clock" -d '{"advance":"10s"}' >/dev/null
 curl -fs "${D[@]}" -X POST "$relay/admin/sweep" >/dev/null
 [ "$(state "$id2")" = sent ] || fail "after the sweep the job is $(state "$id2"), want sent"
