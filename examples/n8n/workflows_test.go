@@ -519,7 +519,7 @@ func TestRawRecipeMatchesTheRelay(t *testing.T) {
 		"const messageId = item.json.message_id;",
 		"const o = orders[i].json;",
 		"'Message-ID: ' + messageId",
-		"raw: b64url(raw)",
+		"key: item.json.key, message_id: messageId, raw: b64url(raw)",
 	} {
 		if !strings.Contains(code, want) {
 			t.Errorf("Code node lacks %q", want)

@@ -23,7 +23,7 @@ cleanup() {
 trap cleanup EXIT
 start=$(date +%s)
 step() { echo "[$(( $(date +%s) - start ))s] $*"; }
-fail() { echo "FAIL: $*"; exit 1; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # 1. n8n at the pinned version, cached. n8n 1.123 depends on xlsx from
 # cdn.sheetjs.com; the override takes the same package from the npm registry.
@@ -74,8 +74,13 @@ state() { curl -fs "${A[@]}" "$relay/v1/jobs/$(python3 -c 'import sys,urllib.par
 # 4. n8n: its own user folder, the node from N8N_CUSTOM_EXTENSIONS.
 export N8N_USER_FOLDER="$work/n8n-home" N8N_ENCRYPTION_KEY=e2e-not-a-secret-key N8N_CUSTOM_EXTENSIONS="$work/ext"
 export N8N_DIAGNOSTICS_ENABLED=false N8N_VERSION_NOTIFICATIONS_ENABLED=false N8N_BLOCK_ENV_ACCESS_IN_NODE=false
-export NODE_FUNCTION_ALLOW_BUILTIN=crypto GMAILRELAY_URL="$relay" DB_SQLITE_POOL_SIZE=0
-export N8N_LOG_LEVEL=warn N8N_RUNNERS_ENABLED=false N8N_ENFORCE_SETTINGS_FILE_PERMISSIONS=false
+# No NODE_FUNCTION_ALLOW_BUILTIN: the raw example's Code node needs no crypto.
+export GMAILRELAY_URL="$relay" DB_SQLITE_POOL_SIZE=0
+# `n8n execute` prints its result with the logger at level info (n8n 1.123:
+# packages/cli/dist/commands/execute.js calls this.log → logger.info), so a
+# level of warn or error prints nothing at all; text format prints bare
+# messages, and the script picks the JSON out of them.
+export N8N_LOG_LEVEL=info N8N_LOG_FORMAT=text N8N_RUNNERS_ENABLED=false N8N_ENFORCE_SETTINGS_FILE_PERMISSIONS=false
 sed -e "s/REPLACE_WITH_API_TOKEN/$api/" -e "s#http://127.0.0.1:8080#$relay#" \
   "$repo/examples/n8n/credentials/gmailrelay.credentials.json" >"$work/credentials.json"
 step "n8n import:credentials (the shipped template)"
@@ -85,36 +90,61 @@ cp "$here"/e2e/*.json "$repo"/examples/n8n/manual/*.json "$work/workflows/"
 step "n8n import:workflow --separate: $(cd "$work/workflows" && echo *.json)"
 "$n8n" import:workflow --separate --input="$work/workflows" 2>&1 | grep -i -e 'imported' -e 'error:' | grep -v -e 'Could not find workflow' | tail -3 || true
 
-# run ID: n8n execute --id ID --rawOutput; prints which nodes ran.
+# run ID: n8n execute --id ID --rawOutput; prints "Node:output" for every
+# node that emitted items (output 0..n of a node are named by its index; the
+# Send node's are 0 Sent, 1 Pending, 2 Retry Later, 3 Needs Fix) and
+# "result:OUTCOME:STATUS:REPLAYED" for every Send result; on stderr the
+# fields of each Send result.
 run() {
   local out="$work/run-$1-$RANDOM.json"
-  "$n8n" execute --id="$1" --rawOutput >"$out" 2>"$out.err" </dev/null || { cat "$out" "$out.err"; fail "n8n execute --id=$1"; }
-  python3 - "$out" <<'PY' || { { echo "--- n8n execute output:"; head -c 3000 "$out"; head -c 3000 "$out.err"; } >&2; fail "could not read the execution of $1"; }
+  "$n8n" execute --id="$1" --rawOutput >"$out" 2>"$out.err" </dev/null || { { tail -c 3000 "$out"; tail -c 3000 "$out.err"; } >&2; fail "n8n execute --id=$1"; }
+  python3 - "$out" <<'PY' || { { echo "--- n8n execute output:"; tail -c 3000 "$out"; tail -c 3000 "$out.err"; } >&2; fail "could not read the execution of $1"; }
 import json, sys
-text = open(sys.argv[1]).read()
-data = json.loads(text[text.index('{'):])
-run = data.get("data", data).get("resultData", {}).get("runData", {})
-ran = sorted(n for n, r in run.items() if r and r[0].get("data", {}).get("main") and any(r[0]["data"]["main"]))
-print(" ".join(n.replace(" ", "_") for n in ran))
-for n, r in run.items():
-    for out in (r[0].get("data", {}).get("main") or []):
-        for item in out or []:
-            j = item.get("json", {})
-            if "outcome" in j or "message_id" in j:
-                print("  %s: %s" % (n, json.dumps({k: j.get(k) for k in ("outcome", "status", "state", "message_id", "replayed", "attempts") if k in j})), file=sys.stderr)
+lines = open(sys.argv[1]).read().split("\n")
+# The result is JSON.stringify(run, null, 2): a line "{" ... a line "}".
+# Other info lines (community packages, migrations) may come before it.
+data = None
+for i, line in enumerate(lines):
+    if line == "{":
+        try:
+            data, _ = json.JSONDecoder().raw_decode("\n".join(lines[i:]))
+            break
+        except ValueError:
+            continue
+if not isinstance(data, dict) or "data" not in data:
+    sys.exit("no execution JSON in the output")
+res = data["data"]["resultData"]
+if res.get("error"):
+    sys.exit("execution error: %s" % res["error"].get("message"))
+names = {0: "Sent", 1: "Pending", 2: "Retry_Later", 3: "Needs_Fix"}
+ran = []
+for node, runs in res.get("runData", {}).items():
+    for r in runs:
+        for idx, items in enumerate((r.get("data") or {}).get("main") or []):
+            if not items:
+                continue
+            ran.append("%s:%d" % (node.replace(" ", "_"), idx))
+            for item in items:
+                j = item.get("json", {})
+                if "outcome" in j and node.startswith("Send Email"):
+                    ran.append("result:%s:%s:%s" % (j["outcome"], j.get("status"), str(j.get("replayed")).lower()))
+                    print("  %s output %d (%s): %s" % (node, idx, names.get(idx, "?"), json.dumps({k: j.get(k) for k in ("outcome", "status", "state", "message_id", "replayed", "attempts") if k in j})), file=sys.stderr)
+print(" ".join(sorted(ran)))
 PY
 }
-expect_ran() { case " $2 " in *" $1 "*) ;; *) fail "expected node $1 to run, ran: $2";; esac; }
+# expect_ran NODE:OUTPUT "$ran": the node emitted items on that output.
+# NODE:OUTPUT may be a glob (result:pending:202:*).
+expect_ran() { case " $2 " in *" "$1" "*) ;; *) fail "expected $1 in: $2";; esac; }
 
 # 5. Send once; re-run replays; ground truth stays 1.
 export E2E_ORDER_ID=ord_1001 E2E_CHANNEL=default
 id1=$(msgid ord_1001)
 step "execute send (first run), Message-ID $id1"
-ran=$(run gmrE2eSendNode01); echo "  ran: $ran"; expect_ran Out_Sent "$ran"
+ran=$(run gmrE2eSendNode01); echo "  ran: $ran"; expect_ran Out_Sent:0 "$ran"; expect_ran result:sent:200:false "$ran"
 [ "$(truth "$id1")" = 1 ] || fail "ground truth after the first run: $(truth "$id1")"
 step "emulator ground truth for $id1: $(truth "$id1")"
 step "execute send (re-run, same order)"
-ran=$(run gmrE2eSendNode01); echo "  ran: $ran"; expect_ran Out_Sent "$ran"
+ran=$(run gmrE2eSendNode01); echo "  ran: $ran"; expect_ran Out_Sent:0 "$ran"; expect_ran result:sent:200:true "$ran"
 [ "$(truth "$id1")" = 1 ] || fail "ground truth after the re-run: $(truth "$id1")"
 step "emulator ground truth for $id1 after the re-run: $(truth "$id1") (replayed)"
 
@@ -124,8 +154,9 @@ export E2E_ORDER_ID=ord_1002
 id2=$(msgid ord_1002)
 curl -fs "${D[@]}" -X POST "$relay/admin/faults" -d '{"mode":"forward-then-drop-response","count":1}' >/dev/null
 step "execute send with forward-then-drop-response armed, Message-ID $id2"
-ran=$(run gmrE2eSendNode01); echo "  ran: $ran"; expect_ran Out_Pending "$ran"
+ran=$(run gmrE2eSendNode01); echo "  ran: $ran"; expect_ran Out_Pending:0 "$ran"; expect_ran 'result:pending:202:*' "$ran"
 step "relay state $(state "$id2"), emulator ground truth $(truth "$id2")"
+[ "$(state "$id2")" = unknown ] || fail "before the sweep the job is $(state "$id2"), want unknown (the sweep reconciles it)"
 curl -fs "${D[@]}" -X POST "$relay/admin/clock" -d '{"advance":"10s"}' >/dev/null
 curl -fs "${D[@]}" -X POST "$relay/admin/sweep" >/dev/null
 [ "$(state "$id2")" = sent ] || fail "after the sweep the job is $(state "$id2"), want sent"
@@ -139,24 +170,125 @@ id3=$(msgid ord_1003)
 curl -fs -X POST "$emu/_emulator/faults" -H 'Content-Type: application/json' -d '{"method":"send","action":"duplicate"}' >/dev/null
 curl -fs "${D[@]}" -X POST "$relay/admin/faults" -d '{"mode":"forward-then-drop-response","count":1}' >/dev/null
 step "execute send on billing with emulator duplicate + dropped response, Message-ID $id3"
-ran=$(run gmrE2eSendNode01); echo "  ran: $ran"; expect_ran Out_Pending "$ran"
+ran=$(run gmrE2eSendNode01); echo "  ran: $ran"; expect_ran Out_Pending:0 "$ran"; expect_ran 'result:pending:202:*' "$ran"
 curl -fs "${D[@]}" -X POST "$relay/admin/clock" -d '{"advance":"10s"}' >/dev/null
 curl -fs "${D[@]}" -X POST "$relay/admin/sweep" >/dev/null
 step "relay state $(state "$id3"), emulator ground truth $(truth "$id3")"
 [ "$(state "$id3")" = review ] || fail "want review"
-step "execute the gmailrelay Trigger workflow"
-ran=$(run gmrE2eTrigger001); echo "  ran: $ran"; expect_ran Tell_a_human "$ran"
+# The Trigger is a polling trigger: `n8n execute` only starts workflows at a
+# Manual Trigger (n8n's STARTING_NODES) and runs a poller only in "manual"
+# mode, never in "cli". So the n8n way: start n8n on a loopback port,
+# activate the workflow, and read its execution from n8n's database. n8n
+# polls once at activation (n8n-core active-workflows.js: activatePolling
+# runs executeTrigger before registering the cron), so no minute passes.
+# `n8n update:workflow --active=true` cannot activate a workflow that came
+# from `n8n import:workflow` in 1.123.0 (SQLITE_CONSTRAINT: FOREIGN KEY: the
+# import writes no workflow_history version for activeVersionId to point at),
+# so the script does what the editor's Active toggle does, with n8n's REST
+# API: set up the owner, then PATCH the workflow with active: true (which
+# saves a version and activates it in the running n8n).
+n8nurl="http://127.0.0.1:$(port)"
+step "n8n start on $n8nurl; activate the Trigger workflow through n8n's REST API"
+N8N_PORT="${n8nurl##*:}" N8N_LISTEN_ADDRESS=127.0.0.1 N8N_HOST=127.0.0.1 N8N_SECURE_COOKIE=false \
+  N8N_GRACEFUL_SHUTDOWN_TIMEOUT=5 N8N_PERSONALIZATION_ENABLED=false N8N_TEMPLATES_ENABLED=false \
+  "$n8n" start >"$work/n8n-start.log" 2>&1 </dev/null & n8npid=$!; pids+=($n8npid)
+# n8n listens (and answers /healthz, even /rest/settings) before it has
+# registered its REST controllers; it prints "Editor is now accessible via"
+# once the server has started and the active workflows are loaded.
+ready=""
+for _ in $(seq 900); do
+  grep -q 'Editor is now accessible via' "$work/n8n-start.log" && { ready=1; break; }
+  kill -0 "$n8npid" 2>/dev/null || break
+  sleep 0.2
+done
+[ -n "$ready" ] || { tail -40 "$work/n8n-start.log"; fail "n8n start did not get ready within 180 s"; }
+jar="$work/n8n-cookies"; B=(-H 'browser-id: gmailrelay-e2e' -H 'Content-Type: application/json' -b "$jar" -c "$jar")
+curl -fsS "${B[@]}" -X POST "$n8nurl/rest/owner/setup" \
+  -d '{"email":"owner@e2e.gmailrelay.test","firstName":"e2e","lastName":"owner","password":"E2e-not-a-secret-1"}' >/dev/null || fail "n8n owner setup"
+ver=$(curl -fsS "${B[@]}" "$n8nurl/rest/workflows/gmrE2eTrigger001" | python3 -c 'import json,sys;print(json.load(sys.stdin)["data"]["versionId"])')
+curl -sS "${B[@]}" -X PATCH "$n8nurl/rest/workflows/gmrE2eTrigger001" \
+  -d "{\"versionId\":\"$ver\",\"name\":\"e2e: gmailrelay Trigger (review jobs)\",\"active\":true}" >"$work/activate.json" || fail "PATCH workflow"
+python3 -c 'import json,sys;d=json.load(open(sys.argv[1]));d=d.get("data",d);sys.exit(0 if d.get("active") else "not active: %s" % json.dumps(d)[:800])' "$work/activate.json" || { tail -20 "$work/n8n-start.log"; fail "activating the Trigger workflow"; }
+step "Trigger workflow active; waiting for its execution in n8n's database"
+trig=$(python3 - "$N8N_USER_FOLDER/.n8n/database.sqlite" "$id3" "${E2E_TRIGGER_DEADLINE:-180}" "$n8npid" <<'PY'
+import json, os, sqlite3, sys, time
+db, want, deadline, pid = sys.argv[1], sys.argv[2], time.time() + float(sys.argv[3]), int(sys.argv[4])
 
-# 8. The guide's examples, Manual Trigger variants.
+def unflatten(text):
+    # n8n stores execution data with `flatted`: a list whose first element is
+    # the root; string values inside objects and lists are indices into it.
+    arr, memo = json.loads(text), {}
+    def rev(i):
+        if i in memo:
+            return memo[i]
+        v = arr[i]
+        if isinstance(v, dict):
+            out = memo[i] = {}
+            for k, x in v.items():
+                out[k] = rev(int(x)) if isinstance(x, str) else x
+            return out
+        if isinstance(v, list):
+            out = memo[i] = []
+            out.extend(rev(int(x)) if isinstance(x, str) else x for x in v)
+            return out
+        return v
+    return rev(0)
+
+while True:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        sys.exit("n8n start exited before the Trigger's execution finished")
+    row = None
+    try:
+        con = sqlite3.connect("file:%s?mode=ro" % db, uri=True, timeout=2)
+        row = con.execute(
+            "SELECT e.id, e.status, e.mode, d.data FROM execution_entity e JOIN execution_data d ON d.executionId = e.id "
+            "WHERE e.workflowId = 'gmrE2eTrigger001' AND e.status IN ('success', 'error', 'crashed') ORDER BY e.id LIMIT 1").fetchone()
+        con.close()
+    except sqlite3.Error:
+        pass  # the database or its tables are not there yet
+    if row:
+        break
+    if time.time() > deadline:
+        sys.exit("no finished execution of the Trigger workflow before the deadline")
+    time.sleep(0.5)
+eid, status, mode, data = row
+if status != "success":
+    sys.exit("the Trigger's execution %s ended %s" % (eid, status))
+run = unflatten(data)["resultData"]["runData"]
+items = [i["json"] for i in run["Tell a human"][0]["data"]["main"][0]]
+hits = [j for j in items if j.get("message_id") == want and j.get("state") == "review" and j.get("reason") == "review"]
+if not hits:
+    sys.exit("the Trigger's execution %s did not carry %s in review: %s" % (eid, want, json.dumps(items)[:500]))
+print("execution %s (mode %s, %s): Tell a human got %d item(s), %s state=review reason=review resolve_url=%s" % (eid, mode, status, len(items), want, hits[0].get("resolve_url")))
+PY
+) || { tail -40 "$work/n8n-start.log"; fail "the gmailrelay Trigger did not fire for the review job"; }
+echo "  $trig"
+kill "$n8npid" 2>/dev/null; wait "$n8npid" 2>/dev/null || true
+step "n8n start stopped"
+
+# 8. The guide's examples, Manual Trigger variants, each with the output it
+# must end on (the review alert sees the billing job left in review above).
+declare -A want_out=([gmrExManualSend1]=Sent:0 [gmrExManualRaw01]=Done:0 [gmrExManualAlrt1]=Email_the_operator:0)
 for wf in "$repo"/examples/n8n/manual/*.json; do
-  [ -e "$wf" ] || continue
   wid=$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["id"])' "$wf")
+  [ -n "${want_out[$wid]:-}" ] || fail "example $(basename "$wf") ($wid) has no expected output in e2e.sh"
   step "execute example $(basename "$wf") ($wid)"
   ran=$(run "$wid"); echo "  ran: $ran"
-  case " $ran " in *" Fix_the_workflow "*|*" Unexpected_answer "*|*" Relay_refused_it "*) fail "example $(basename "$wf") ended on a failure output";; esac
+  case " $ran " in *" Fix_the_workflow:"*|*" Unexpected_answer:"*|*" Relay_refused_it:"*) fail "example $(basename "$wf") ended on a failure output";; esac
+  expect_ran "${want_out[$wid]}" "$ran"
 done
-ex=$(curl -fs "${A[@]}" "$relay/v1/msgid?key=cus_123:order.shipped:ord_456" | python3 -c 'import json,sys;print(json.load(sys.stdin)["message_id"])')
-[ "$(truth "$ex")" = 1 ] || fail "send-via-relay example: ground truth for $ex is $(truth "$ex"), want 1"
-step "send-via-relay example: emulator ground truth for $ex: $(truth "$ex")"
-step "emulator stats: $(curl -fs "$emu/_emulator/stats")"
+# Each example sends one job: send-via-relay ord_456 (/v1/send), the raw
+# recipe ord_457 (the Gmail API path, Message-ID from GET /v1/msgid).
+for o in ord_456:send-via-relay ord_457:gmail-compatible-raw; do
+  ex=$(curl -fs "${A[@]}" "$relay/v1/msgid?key=cus_123:order.shipped:${o%%:*}" | python3 -c 'import json,sys;print(json.load(sys.stdin)["message_id"])')
+  [ "$(truth "$ex")" = 1 ] || fail "${o#*:} example: ground truth for $ex is $(truth "$ex"), want 1"
+  step "${o#*:} example: emulator ground truth for $ex: $(truth "$ex")"
+done
+# Every e-mail the emulator delivered: ord_1001, ord_1002, ord_1003 twice (the
+# duplicate fault, the review job), ord_456, ord_457; the re-run added none.
+stats=$(curl -fs "$emu/_emulator/stats")
+step "emulator stats: $stats"
+[ "$(echo "$stats" | python3 -c 'import json,sys;print(json.load(sys.stdin)["deliveries"])')" = 6 ] || fail "emulator deliveries: want 6"
 step "PASS (emulator results)"

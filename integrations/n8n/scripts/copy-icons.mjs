@@ -1,11 +1,16 @@
-// Copies the nodes' SVG icons next to the compiled nodes (tsc copies only .ts).
+// Copies the SVG icons next to the compiled nodes and credentials (tsc copies only .ts).
 import { cpSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 
-for (const dir of readdirSync('src/nodes')) {
-	for (const f of readdirSync(join('src/nodes', dir))) {
+for (const dir of readdirSync('nodes')) {
+	for (const f of readdirSync(join('nodes', dir))) {
 		if (f.endsWith('.svg')) {
-			cpSync(join('src/nodes', dir, f), join('dist/nodes', dir, f));
+			cpSync(join('nodes', dir, f), join('dist/nodes', dir, f));
 		}
+	}
+}
+for (const f of readdirSync('credentials')) {
+	if (f.endsWith('.svg')) {
+		cpSync(join('credentials', f), join('dist/credentials', f));
 	}
 }

@@ -7,12 +7,9 @@ import type {
 	INodeExecutionData,
 	INodeType,
 	INodeTypeDescription,
-	NodeConnectionType,
 } from 'n8n-workflow';
 
 import { OUTPUTS, buildBody, keyWarnings, send, trimBase, type FullResponse, type KeySpec, type RequestOptions } from './logic';
-
-const main = 'main' as NodeConnectionType;
 
 /**
  * Send Email (safe retry): posts to gmailrelay's /v1/send with an
@@ -29,10 +26,15 @@ export class GmailRelay implements INodeType {
 		subtitle: '={{"key: " + ($parameter["keySource"] === "fields" ? "customer:event:order" : "expression")}}',
 		description: 'Send an e-mail through gmailrelay: a retry with the same key is never a second e-mail',
 		defaults: { name: 'Send Email (safe retry)' },
-		inputs: [main],
-		outputs: [main, main, main, main],
+		inputs: ['main'],
+		// Four outputs by design (the relay's answer routed, never an error);
+		// the rule allows more than one only to nodes named if or switch.
+		// eslint-disable-next-line n8n-nodes-base/node-class-description-outputs-wrong
+		outputs: ['main', 'main', 'main', 'main'],
 		outputNames: ['Sent', 'Pending (relay owns it)', 'Retry Later', 'Needs Fix'],
 		credentials: [{ name: 'gmailRelayApi', required: true }],
+		// An AI agent may send through it: a retried tool call is a replay.
+		usableAsTool: true,
 		properties: [
 			{
 				displayName:
@@ -156,7 +158,11 @@ export class GmailRelay implements INodeType {
 					...(extra as Record<string, string>),
 				});
 			} catch (err) {
-				throw new Error(`item ${i}: ${(err as Error).message}`);
+				// A blank key part is a workflow to fix, not a send: Needs Fix,
+				// before any request (the relay would answer 400 too).
+				const json: IDataObject = { outcome: 'needsFix', replayed: false, attempts: 0, error: (err as Error).message };
+				out[OUTPUTS.indexOf('needsFix')].push({ json, pairedItem: { item: i } });
+				continue;
 			}
 			const r = await send(req, sleep, base, body, {
 				maxWaits: Number(opts.maxWaits ?? 5),

@@ -5,7 +5,6 @@ import type {
 	INodeType,
 	INodeTypeDescription,
 	IPollFunctions,
-	NodeConnectionType,
 } from 'n8n-workflow';
 
 import { trimBase, type FullResponse, type RequestOptions } from '../GmailRelay/logic';
@@ -16,6 +15,8 @@ import { poll, type Seen } from './poll';
  * that entered `review` (a human must decide), and optionally jobs waiting
  * in `queued` longer than a threshold (once the relay has an outbox).
  */
+// A trigger starts a workflow; it is no tool an AI agent could call.
+// eslint-disable-next-line @n8n/community-nodes/node-usable-as-tool
 export class GmailRelayTrigger implements INodeType {
 	description: INodeTypeDescription = {
 		displayName: 'gmailrelay Trigger',
@@ -27,7 +28,7 @@ export class GmailRelayTrigger implements INodeType {
 		defaults: { name: 'gmailrelay Trigger' },
 		polling: true,
 		inputs: [],
-		outputs: ['main' as NodeConnectionType],
+		outputs: ['main'],
 		credentials: [{ name: 'gmailRelayApi', required: true }],
 		properties: [
 			{

@@ -66,6 +66,24 @@ test('Send node execute: a $now key gives a warning hint and key_warnings', asyn
 	assert.equal((out[0][0].json.key_warnings as string[]).length, 1);
 });
 
+test('Send node execute: a blank key part goes to Needs Fix without a request', async () => {
+	const params = { keySource: 'fields', customerId: 'cus_1', eventType: ' ', orderId: 'ord_1', to: 'a@example.com', subject: 's', text: 't', additionalFields: {}, options: {} };
+	const { ctx, calls } = fakeExec(params, 1, () => ({ statusCode: 200, headers: {}, body: {} }));
+	const out = await new GmailRelay().execute.call(ctx);
+	assert.deepEqual(out.map((o) => o.length), [0, 0, 0, 1]);
+	assert.equal(calls.length, 0, 'no request for a job without a key');
+	assert.match(String(out[3][0].json.error), /Event Type is empty/);
+	assert.deepEqual(out[3][0].pairedItem, { item: 0 });
+});
+
+test('package: credential and node descriptions pass what n8n reads (icons, usableAsTool, main inputs)', () => {
+	assert.equal(new GmailRelayApi().icon, 'file:gmailrelay.svg');
+	const d = new GmailRelay().description;
+	assert.equal(d.usableAsTool, true);
+	assert.deepEqual(d.inputs, ['main']);
+	assert.deepEqual(new GmailRelayTrigger().description.outputs, ['main']);
+});
+
 test('Trigger poll: emits a review job once, again after it re-enters; queued is optional', async () => {
 	let review: unknown[] = [{ message_id: '<job-r@x>', state: 'review', channel: 'billing' }];
 	const req = async (o: RequestOptions): Promise<FullResponse> => {

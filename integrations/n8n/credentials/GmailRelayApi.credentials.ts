@@ -1,10 +1,12 @@
-import type { IAuthenticateGeneric, ICredentialTestRequest, ICredentialType, INodeProperties } from 'n8n-workflow';
+import type { IAuthenticateGeneric, ICredentialTestRequest, ICredentialType, Icon, INodeProperties } from 'n8n-workflow';
 
 /** The gmailrelay credential: the relay's URL and its API token. */
 export class GmailRelayApi implements ICredentialType {
 	name = 'gmailRelayApi';
 
-	displayName = 'gmailrelay API';
+	displayName = 'Gmailrelay API';
+
+	icon: Icon = 'file:gmailrelay.svg';
 
 	documentationUrl = 'https://github.com/gmailrelay/gmailrelay/blob/main/docs/n8n.md';
 
