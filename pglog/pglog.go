@@ -40,6 +40,9 @@ type Log struct {
 	now     func() time.Time
 	commits atomic.Uint64
 	closed  atomic.Bool
+	// owner names this Log among the replicas: its budget holds and its
+	// sweeper's claims on due jobs.
+	owner string
 }
 
 var _ acceptlog.Store = (*Log)(nil)
@@ -81,7 +84,7 @@ func Open(ctx context.Context, url string, opts Options) (*Log, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Log{pool: pool, now: now}, nil
+	return &Log{pool: pool, now: now, owner: newOwner()}, nil
 }
 
 // Close closes the pool, waiting for connections in use. Calling it again
@@ -221,7 +224,7 @@ func (l *Log) mutateTx(ctx context.Context, tx pgx.Tx, id string, fn func(*accep
 		}
 	}
 	if len(p.Lines) > 0 {
-		if err := insertSends(ctx, tx, p.Result.Mailbox, p.Lines); err != nil {
+		if err := l.insertSends(ctx, tx, p.Result.Mailbox, p.Lines); err != nil {
 			return p, nil, err
 		}
 		if err := insertLines(ctx, tx, p.Lines); err != nil {
@@ -246,8 +249,10 @@ func (l *Log) mutateTx(ctx context.Context, tx pgx.Tx, id string, fn func(*accep
 }
 
 // insertSends indexes the forwarding lines among lines for the daily
-// sending budget (acceptlog.Store.SendTimes).
-func insertSends(ctx context.Context, tx pgx.Tx, mailbox string, lines []acceptlog.Line) error {
+// sending budget (acceptlog.Store.SendTimes); each takes over one of this
+// Log's budget holds of the mailbox, in the same transaction, so the
+// budget never counts an attempt twice nor misses it (see SendBudget).
+func (l *Log) insertSends(ctx context.Context, tx pgx.Tx, mailbox string, lines []acceptlog.Line) error {
 	for _, ln := range lines {
 		if ln.Kind != acceptlog.KindForwarding {
 			continue
@@ -255,6 +260,9 @@ func insertSends(ctx context.Context, tx pgx.Tx, mailbox string, lines []acceptl
 		if _, err := tx.Exec(ctx, `INSERT INTO sends (mailbox, at_ns, message_id, attempt) VALUES ($1, $2, $3, $4)
 			ON CONFLICT DO NOTHING`, mailbox, ln.Time.UnixNano(), ln.MessageID, ln.Attempt); err != nil {
 			return fmt.Errorf("index send: %w", err)
+		}
+		if err := l.dropHold(ctx, tx, mailbox); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -334,7 +342,9 @@ func columnsOf(j *acceptlog.Job) (columns, error) {
 }
 
 func updateJob(ctx context.Context, tx pgx.Tx, id string, c columns) error {
-	_, err := tx.Exec(ctx, `UPDATE jobs SET state = $2, channel = $3, next_check_ns = $4, unknown_ns = $5, prunable_ns = $6, data = $7
+	// Any write ends a sweeper's claim on the job (see Due).
+	_, err := tx.Exec(ctx, `UPDATE jobs SET state = $2, channel = $3, next_check_ns = $4, unknown_ns = $5, prunable_ns = $6, data = $7,
+		claimed_by = NULL, claimed_until_ns = NULL
 		WHERE message_id = $1`, id, c.state, c.channel, c.nextCheck, c.unknown, c.prunable, c.data)
 	if err != nil {
 		return fmt.Errorf("update job %s: %w", id, err)
