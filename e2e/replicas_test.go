@@ -25,7 +25,7 @@ import (
 )
 
 var (
-	replicaJobs     = flag.Int("replicas.jobs", 500, "requests the three-replica soak makes")
+	replicaJobs     = flag.Int("replicas.jobs", 1000, "requests the three-replica soak makes")
 	replicaDuration = flag.Duration("replicas.duration", 25*time.Second, "longest the three-replica soak's load phase runs")
 	replicaKills    = flag.Int("replicas.kills", 24, "SIGKILLs of random replicas during the three-replica soak")
 )

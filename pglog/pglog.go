@@ -61,6 +61,10 @@ func Open(ctx context.Context, url string, opts Options) (*Log, error) {
 	if opts.Schema != "" {
 		cfg.ConnConfig.RuntimeParams["search_path"] = opts.Schema
 	}
+	// The replicas see which of them are alive by their sessions'
+	// application_name (a dead replica's claims on due jobs lapse, see Due).
+	owner := newOwner()
+	cfg.ConnConfig.RuntimeParams["application_name"] = appPrefix + owner
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open log: %w", err)
@@ -84,13 +88,21 @@ func Open(ctx context.Context, url string, opts Options) (*Log, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Log{pool: pool, now: now, owner: newOwner()}, nil
+	return &Log{pool: pool, now: now, owner: owner}, nil
 }
 
-// Close closes the pool, waiting for connections in use. Calling it again
-// does nothing and returns nil.
+// appPrefix starts the application_name of a Log's sessions; the rest is
+// its owner.
+const appPrefix = "gmailrelay-"
+
+// Close gives up this Log's claims on due jobs and closes the pool,
+// waiting for connections in use. Calling it again does nothing and
+// returns nil.
 func (l *Log) Close() error {
 	if l.closed.CompareAndSwap(false, true) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, _ = l.pool.Exec(ctx, "UPDATE jobs SET claimed_by = NULL, claimed_until_ns = NULL WHERE claimed_by = $1", l.owner)
+		cancel()
 		l.pool.Close()
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -168,18 +169,49 @@ func (l *Log) Lines(ctx context.Context, after uint64, limit int) ([]acceptlog.L
 	return lines, next, nil
 }
 
-// Due implements acceptlog.Store.
+// claimTTL is how long a due job Due returned stays claimed by this Log
+// (on the log's clock) unless it is written first: long enough for a
+// sweeper pass to search it, short enough that a replica that died
+// mid-pass does not hold its jobs for long.
+const claimTTL = 2 * time.Minute
+
+// Due implements acceptlog.Store, and claims what it returns: the due jobs
+// not claimed by another replica (or whose claim ran out) are taken with
+// FOR UPDATE SKIP LOCKED and marked claimed by this Log for claimTTL, so
+// two replicas' sweeper passes do not search the same job at once. A job
+// this Log claimed is returned to it again; any write of the job (the
+// sweeper's own decision) ends the claim, so does Close, and so does the
+// death of the claiming process (none of its sessions, named by their
+// application_name, is left in pg_stat_activity). The jobs come earliest
+// first.
 func (l *Log) Due(ctx context.Context, now time.Time, limit int) ([]acceptlog.Job, error) {
 	if err := l.ready(ctx, "due"); err != nil {
 		return nil, err
 	}
-	rows, err := l.pool.Query(ctx, `SELECT data FROM jobs WHERE next_check_ns IS NOT NULL AND next_check_ns <= $1
-		ORDER BY next_check_ns, message_id LIMIT $2`, *nanos(now), sqlLimit(limit))
+	at := l.now()
+	rows, err := l.pool.Query(ctx, `WITH c AS (
+			SELECT message_id FROM jobs
+			WHERE next_check_ns IS NOT NULL AND next_check_ns <= $1
+				AND (claimed_by IS NULL OR claimed_by = $4 OR claimed_until_ns <= $3
+					OR NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $6 || claimed_by))
+			ORDER BY next_check_ns, message_id LIMIT $2 FOR UPDATE SKIP LOCKED)
+		UPDATE jobs j SET claimed_by = $4, claimed_until_ns = $5 FROM c WHERE j.message_id = c.message_id
+		RETURNING j.data`, *nanos(now), sqlLimit(limit), *nanos(at), l.owner, *nanos(at.Add(claimTTL)), appPrefix)
 	if err != nil {
 		return nil, l.wrapErr("due", err)
 	}
 	jobs, err := collectJobs(rows)
-	return jobs, l.wrapErr("due", err)
+	if err != nil {
+		return nil, l.wrapErr("due", err)
+	}
+	sort.Slice(jobs, func(i, k int) bool {
+		a, b := jobs[i].NextCheckAt, jobs[k].NextCheckAt
+		if !a.Equal(b) {
+			return a.Before(b)
+		}
+		return jobs[i].MessageID < jobs[k].MessageID
+	})
+	return jobs, nil
 }
 
 // sqlLimit turns "limit <= 0 means all" into a LIMIT argument (NULL: none).
