@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -43,6 +44,9 @@ type Log struct {
 	// owner names this Log among the replicas: its budget holds and its
 	// sweeper's claims on due jobs.
 	owner string
+	// watermark: every line with a Seq up to it has committed or never
+	// will (see Lines); it only grows.
+	watermark atomic.Uint64
 }
 
 var _ acceptlog.Store = (*Log)(nil)
@@ -280,18 +284,40 @@ func (l *Log) insertSends(ctx context.Context, tx pgx.Tx, mailbox string, lines 
 	return nil
 }
 
-// insertLines gives lines the next Seqs (taking line_seq's row lock, held
-// to commit) and inserts them.
+// linesLock is the advisory lock writers of lines hold shared from before
+// they take Seqs to their commit, and Lines' watermark takes exclusive.
+const linesLock = 0x676c696e // "glin"
+
+// insertLines gives lines the next Seqs of the line_ids sequence (holding
+// the lines lock shared to commit, see Lines) and inserts them. Writers do
+// not wait for each other: Seqs are taken in one round trip with the lock.
 func insertLines(ctx context.Context, tx pgx.Tx, lines []acceptlog.Line) error {
-	var last int64
-	if err := tx.QueryRow(ctx, "UPDATE line_seq SET last = last + $1 RETURNING last", len(lines)).Scan(&last); err != nil {
-		return fmt.Errorf("next line seq: %w", err)
-	}
 	n := len(lines)
+	b := &pgx.Batch{}
+	b.Queue("SELECT pg_advisory_xact_lock_shared($1)", int64(linesLock))
+	b.Queue("SELECT nextval('line_ids') FROM generate_series(1, $1)", n)
+	br := tx.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return fmt.Errorf("lines lock: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return fmt.Errorf("next line seqs: %w", err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil || len(got) != n {
+		return fmt.Errorf("next line seqs: %d of %d: %w", len(got), n, err)
+	}
+	slices.Sort(got)
 	seqs, ids, kinds := make([]int64, n), make([]string, n), make([]string, n)
 	reasons, data := make([][]byte, n), make([][]byte, n)
 	for i := range lines {
-		lines[i].Seq = uint64(last - int64(n) + int64(i) + 1)
+		lines[i].Seq = uint64(got[i])
 		v, err := json.Marshal(&lines[i])
 		if err != nil {
 			return fmt.Errorf("encode line: %w", err)
@@ -299,7 +325,7 @@ func insertLines(ctx context.Context, tx pgx.Tx, lines []acceptlog.Line) error {
 		seqs[i], ids[i], kinds[i] = int64(lines[i].Seq), lines[i].MessageID, string(lines[i].Kind)
 		reasons[i], data[i] = []byte(lines[i].Reason), v
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO lines (seq, message_id, kind, reason, data)
+	_, err = tx.Exec(ctx, `INSERT INTO lines (seq, message_id, kind, reason, data)
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bytea[], $5::bytea[])`,
 		seqs, ids, kinds, reasons, data)
 	if err != nil {

@@ -141,7 +141,7 @@ func (l *Log) Check(ctx context.Context) error {
 			found = append(found, fmt.Sprintf("%d lines or raw messages without their job", orphans))
 		}
 		var maxSeq, last int64
-		if err := tx.QueryRow(ctx, "SELECT coalesce(max(seq), 0), (SELECT last FROM line_seq) FROM lines").Scan(&maxSeq, &last); err != nil {
+		if err := tx.QueryRow(ctx, "SELECT coalesce(max(seq), 0), (SELECT last_value FROM line_ids) FROM lines").Scan(&maxSeq, &last); err != nil {
 			return err
 		}
 		if maxSeq > last {

@@ -143,8 +143,14 @@ func collectJobs(rows pgx.Rows) ([]acceptlog.Job, error) {
 	return jobs, err
 }
 
-// Lines implements acceptlog.Store. Lines commit in Seq order (see
-// insertLines), so paging by the last Seq seen never skips one.
+// Lines implements acceptlog.Store. Seqs come from a sequence, so a line
+// may commit after one with a larger Seq; Lines only returns lines up to a
+// watermark below which no writer is left: under the exclusive lines lock
+// (every writer holds it shared from before its nextval to its commit) it
+// reads the sequence's last value, and every line up to there has
+// committed or never will. Paging by the last Seq seen so never skips a
+// line. The watermark is cached and only re-established when a page is
+// not full below it, so paging through old lines takes no lock.
 func (l *Log) Lines(ctx context.Context, after uint64, limit int) ([]acceptlog.Line, uint64, error) {
 	limit = acceptlog.PageLimit(limit)
 	if after >= math.MaxInt64 {
@@ -153,11 +159,13 @@ func (l *Log) Lines(ctx context.Context, after uint64, limit int) ([]acceptlog.L
 	if err := l.ready(ctx, "lines"); err != nil {
 		return nil, 0, err
 	}
-	rows, err := l.pool.Query(ctx, "SELECT data FROM lines WHERE seq > $1 ORDER BY seq LIMIT $2", int64(after), limit+1)
-	if err != nil {
-		return nil, 0, l.wrapErr("lines", err)
+	lines, err := l.linesUpTo(ctx, after, l.watermark.Load(), limit)
+	if err == nil && len(lines) <= limit {
+		var w uint64
+		if w, err = l.raiseWatermark(ctx); err == nil {
+			lines, err = l.linesUpTo(ctx, after, w, limit)
+		}
 	}
-	lines, err := collectLines(rows)
 	if err != nil {
 		return nil, 0, l.wrapErr("lines", err)
 	}
@@ -167,6 +175,47 @@ func (l *Log) Lines(ctx context.Context, after uint64, limit int) ([]acceptlog.L
 		next = lines[limit-1].Seq
 	}
 	return lines, next, nil
+}
+
+func (l *Log) linesUpTo(ctx context.Context, after, w uint64, limit int) ([]acceptlog.Line, error) {
+	if w <= after {
+		return nil, nil
+	}
+	rows, err := l.pool.Query(ctx, "SELECT data FROM lines WHERE seq > $1 AND seq <= $2 ORDER BY seq LIMIT $3", int64(after), int64(min(w, math.MaxInt64)), limit+1)
+	if err != nil {
+		return nil, err
+	}
+	return collectLines(rows)
+}
+
+// raiseWatermark waits, under the exclusive lines lock, until no writer is
+// between taking a Seq and its commit, and takes the sequence's last value
+// as the new watermark.
+func (l *Log) raiseWatermark(ctx context.Context) (uint64, error) {
+	var last int64
+	var called bool
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(linesLock)); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, "SELECT last_value, is_called FROM line_ids").Scan(&last, &called)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("lines watermark: %w", err)
+	}
+	w := uint64(0)
+	if called {
+		w = uint64(last)
+	}
+	for {
+		cur := l.watermark.Load()
+		if w <= cur {
+			return cur, nil
+		}
+		if l.watermark.CompareAndSwap(cur, w) {
+			return w, nil
+		}
+	}
 }
 
 // claimTTL is how long a due job Due returned stays claimed by this Log
