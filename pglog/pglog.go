@@ -47,6 +47,8 @@ type Log struct {
 	// watermark: every line with a Seq up to it has committed or never
 	// will (see Lines); it only grows.
 	watermark atomic.Uint64
+	// sweepHolds counts held sends, to drop stale holds now and then.
+	sweepHolds atomic.Uint64
 }
 
 var _ acceptlog.Store = (*Log)(nil)

@@ -42,8 +42,11 @@ func (l *Log) Owner() string { return l.owner }
 // dropHold takes over (deletes) the oldest of this Log's budget holds of
 // mailbox, if any, in tx.
 func (l *Log) dropHold(ctx context.Context, tx pgx.Tx, mailbox string) error {
+	// SKIP LOCKED: two forwarding lines committing at once take two
+	// different holds (without it the second would find the first's hold
+	// gone and take none, leaving a hold that counts twice).
 	_, err := tx.Exec(ctx, `DELETE FROM send_holds WHERE id = (SELECT id FROM send_holds
-		WHERE owner = $1 AND mailbox = $2 ORDER BY id LIMIT 1)`, l.owner, mailbox)
+		WHERE owner = $1 AND mailbox = $2 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)`, l.owner, mailbox)
 	if err != nil {
 		return fmt.Errorf("take over budget hold: %w", err)
 	}
@@ -61,44 +64,63 @@ func (l *Log) SendBudget(ctx context.Context, mailbox string, limit int, since, 
 		return acceptlog.BudgetAnswer{}, err
 	}
 	var ans acceptlog.BudgetAnswer
+	if !hold {
+		// A look without a hold is one statement (one snapshot), no lock.
+		var err error
+		ans, err = budgetCount(ctx, l.pool, mailbox, limit, since, now)
+		return ans, l.wrapErr(what, err)
+	}
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		ans = acceptlog.BudgetAnswer{}
-		if hold {
-			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext($2))", int32(budgetLock), mailbox); err != nil {
-				return err
-			}
-			// Holds of dead replicas stop counting; drop them now and then.
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext($2))", int32(budgetLock), mailbox); err != nil {
+			return err
+		}
+		if l.sweepHolds.Add(1)%64 == 1 {
+			// Holds of dead replicas stopped counting; drop them now and then.
 			if _, err := tx.Exec(ctx, "DELETE FROM send_holds WHERE mailbox = $1 AND at_ns < $2", mailbox, now.Add(-holdTTL).UnixNano()); err != nil {
 				return err
 			}
 		}
-		sinceNs, liveNs := sinceNanos(since), now.Add(-holdTTL).UnixNano()
-		if err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM sends WHERE mailbox = $1 AND at_ns >= $2)
-			+ (SELECT count(*) FROM send_holds WHERE mailbox = $1 AND at_ns >= $3)`, mailbox, sinceNs, liveNs).Scan(&ans.Used); err != nil {
+		var err error
+		if ans, err = budgetCount(ctx, tx, mailbox, limit, since, now); err != nil || !ans.OK {
 			return err
 		}
-		if ans.Used < limit {
-			ans.OK = true
-			if hold {
-				ans.Used++
-				_, err := tx.Exec(ctx, "INSERT INTO send_holds (mailbox, owner, at_ns) VALUES ($1, $2, $3)", mailbox, l.owner, now.UnixNano())
-				return err
-			}
-			return nil
-		}
-		var ns int64
-		err := tx.QueryRow(ctx, `SELECT at_ns FROM (SELECT at_ns FROM sends WHERE mailbox = $1 AND at_ns >= $2
-			UNION ALL SELECT at_ns FROM send_holds WHERE mailbox = $1 AND at_ns >= $3) x ORDER BY at_ns OFFSET $4 LIMIT 1`,
-			mailbox, sinceNs, liveNs, ans.Used-limit).Scan(&ns)
-		if errors.Is(err, pgx.ErrNoRows) {
-			ans.Frees = now
-			return nil
-		}
-		ans.Frees = time.Unix(0, ns).UTC()
+		ans.Used++
+		_, err = tx.Exec(ctx, "INSERT INTO send_holds (mailbox, owner, at_ns) VALUES ($1, $2, $3)", mailbox, l.owner, now.UnixNano())
 		return err
 	})
 	if err != nil {
 		return acceptlog.BudgetAnswer{}, l.wrapErr(what, err)
+	}
+	return ans, nil
+}
+
+// budgetCount counts a mailbox's sends since since and its live holds in
+// one statement (so a hold taken over by its forwarding line in between is
+// seen once), and when the limit is reached finds when the oldest entry
+// that must leave the window does.
+func budgetCount(ctx context.Context, q querier, mailbox string, limit int, since, now time.Time) (acceptlog.BudgetAnswer, error) {
+	var ans acceptlog.BudgetAnswer
+	sinceNs, liveNs := sinceNanos(since), now.Add(-holdTTL).UnixNano()
+	if err := q.QueryRow(ctx, `SELECT (SELECT count(*) FROM sends WHERE mailbox = $1 AND at_ns >= $2)
+		+ (SELECT count(*) FROM send_holds WHERE mailbox = $1 AND at_ns >= $3)`, mailbox, sinceNs, liveNs).Scan(&ans.Used); err != nil {
+		return ans, err
+	}
+	if ans.Used < limit {
+		ans.OK = true
+		return ans, nil
+	}
+	var ns int64
+	err := q.QueryRow(ctx, `SELECT at_ns FROM (SELECT at_ns FROM sends WHERE mailbox = $1 AND at_ns >= $2
+		UNION ALL SELECT at_ns FROM send_holds WHERE mailbox = $1 AND at_ns >= $3) x ORDER BY at_ns OFFSET $4 LIMIT 1`,
+		mailbox, sinceNs, liveNs, ans.Used-limit).Scan(&ns)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		ans.Frees = now
+	case err != nil:
+		return ans, err
+	default:
+		ans.Frees = time.Unix(0, ns).UTC()
 	}
 	return ans, nil
 }
@@ -110,7 +132,7 @@ func (l *Log) ReleaseSend(ctx context.Context, mailbox string) error {
 		return err
 	}
 	_, err := l.pool.Exec(ctx, `DELETE FROM send_holds WHERE id = (SELECT id FROM send_holds
-		WHERE owner = $1 AND mailbox = $2 ORDER BY id DESC LIMIT 1)`, l.owner, mailbox)
+		WHERE owner = $1 AND mailbox = $2 ORDER BY id DESC LIMIT 1 FOR UPDATE SKIP LOCKED)`, l.owner, mailbox)
 	return l.wrapErr(what, err)
 }
 
