@@ -234,6 +234,9 @@ func (l *Log) mutateTx(ctx context.Context, tx pgx.Tx, id string, fn func(*accep
 		} else if err := updateJob(ctx, tx, id, c); err != nil {
 			return p, nil, err
 		}
+		if err := insertJobDelta(ctx, tx, cur, p.Job); err != nil {
+			return p, nil, err
+		}
 	}
 	if p.Raw != nil {
 		if _, err := tx.Exec(ctx, `INSERT INTO bodies (message_id, raw) VALUES ($1, $2)
@@ -246,6 +249,9 @@ func (l *Log) mutateTx(ctx context.Context, tx pgx.Tx, id string, fn func(*accep
 			return p, nil, err
 		}
 		if err := insertLines(ctx, tx, p.Lines); err != nil {
+			return p, nil, err
+		}
+		if err := insertLineDelta(ctx, tx, p.Lines, 1); err != nil {
 			return p, nil, err
 		}
 	}

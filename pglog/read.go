@@ -309,13 +309,15 @@ func (l *Log) Mailbox(ctx context.Context, name string) (acceptlog.Mailbox, erro
 	return mb, nil
 }
 
-// Stats implements acceptlog.Store, from one snapshot. Unlike the bbolt
-// log it keeps no counters: it counts with GROUP BY over the jobs and the
-// lines (indexed columns only).
+// Stats implements acceptlog.Store, from one snapshot: the sums of the
+// count deltas every change wrote in its transaction (job_counts,
+// line_counts), not a scan of the jobs and lines; when more than
+// foldCountsAt delta rows have piled up, they are folded afterwards.
 func (l *Log) Stats(ctx context.Context) (acceptlog.Stats, error) {
 	if err := l.ready(ctx, "stats"); err != nil {
 		return acceptlog.Stats{}, err
 	}
+	deltaRows := 0
 	st := acceptlog.Stats{
 		ByState:   map[acceptlog.State]int{},
 		ByChannel: map[string]map[acceptlog.State]int{},
@@ -326,13 +328,14 @@ func (l *Log) Stats(ctx context.Context) (acceptlog.Stats, error) {
 		var (
 			state, kind     string
 			channel, reason []byte
-			n               int
+			n, deltas       int
 		)
-		rows, err := tx.Query(ctx, "SELECT state, channel, count(*) FROM jobs GROUP BY state, channel")
+		rows, err := tx.Query(ctx, "SELECT state, channel, sum(n)::bigint, count(*) FROM job_counts GROUP BY state, channel HAVING sum(n) <> 0")
 		if err != nil {
 			return err
 		}
-		_, err = pgx.ForEachRow(rows, []any{&state, &channel, &n}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&state, &channel, &n, &deltas}, func() error {
+			deltaRows += deltas
 			s := acceptlog.State(state)
 			st.Jobs += n
 			st.ByState[s] += n
@@ -345,11 +348,12 @@ func (l *Log) Stats(ctx context.Context) (acceptlog.Stats, error) {
 		if err != nil {
 			return err
 		}
-		rows, err = tx.Query(ctx, "SELECT kind, reason, count(*) FROM lines GROUP BY kind, reason")
+		rows, err = tx.Query(ctx, "SELECT kind, reason, sum(n)::bigint, count(*) FROM line_counts GROUP BY kind, reason HAVING sum(n) <> 0")
 		if err != nil {
 			return err
 		}
-		_, err = pgx.ForEachRow(rows, []any{&kind, &reason, &n}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&kind, &reason, &n, &deltas}, func() error {
+			deltaRows += deltas
 			k := acceptlog.Kind(kind)
 			st.Lines += uint64(n)
 			st.ByKind[k] += n
@@ -381,6 +385,11 @@ func (l *Log) Stats(ctx context.Context) (acceptlog.Stats, error) {
 	})
 	if err != nil {
 		return acceptlog.Stats{}, l.wrapErr("stats", err)
+	}
+	if deltaRows > foldCountsAt {
+		if err := l.foldCounts(ctx); err != nil {
+			return acceptlog.Stats{}, l.wrapErr("stats: fold counts", err)
+		}
 	}
 	return st, nil
 }
