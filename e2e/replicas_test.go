@@ -287,9 +287,10 @@ func TestSoakThreeReplicasOnePostgres(t *testing.T) {
 			emuRules.Add(1)
 		case x < 60:
 			rs.Emu.SetIndexLag(time.Duration(chaosRNG.IntN(31)) * time.Second)
-		case x < 85: // time passes; a replica's sweeper runs while callers work
+		case x < 85: // time passes; a replica's outbox and sweeper run while callers work
 			rs.advance(time.Duration(10+chaosRNG.IntN(60)) * time.Second)
 			if r := rs.up(); r != nil {
+				_ = r.admin(http.MethodPost, "/admin/outbox", "", http.StatusOK, nil)
 				_ = r.admin(http.MethodPost, "/admin/sweep", "", http.StatusOK, nil)
 			}
 		}
