@@ -86,13 +86,15 @@ type replicaSet struct {
 	next    atomic.Int64 // round-robin
 }
 
-// startReplicas starts n replicas on dbURL, with the soak's policy and a
-// 2 s send timeout.
-func startReplicas(t *testing.T, n int, dbURL string, seed int64, indexLag time.Duration) *replicaSet {
+// startReplicas starts n replicas of bin (the good build when "") on
+// dbURL, with the soak's policy and a 2 s send timeout.
+func startReplicas(t *testing.T, bin string, n int, dbURL string, seed int64, indexLag time.Duration) *replicaSet {
 	t.Helper()
-	bin, err := bins.good()
-	if err != nil {
-		t.Fatalf("build gmailrelay: %v", err)
+	if bin == "" {
+		var err error
+		if bin, err = bins.good(); err != nil {
+			t.Fatalf("build gmailrelay: %v", err)
+		}
 	}
 	clock := testclock.At(time.Now())
 	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{Now: clock.Now, IndexLag: indexLag, QuotaPerMinute: 10_000_000})
@@ -214,7 +216,7 @@ func TestSoakThreeReplicasOnePostgres(t *testing.T) {
 	}
 	t.Logf("replicas soak: seed=%d jobs=%d kills>=%d (replay the plan with -soak.seed=%d)", seed, *replicaJobs, *replicaKills, seed)
 	rng := mrand.New(mrand.NewPCG(uint64(seed), 0x5eed))
-	rs := startReplicas(t, 3, dbURL, seed, time.Duration(rng.IntN(31))*time.Second)
+	rs := startReplicas(t, "", 3, dbURL, seed, time.Duration(rng.IntN(31))*time.Second)
 
 	type planned struct {
 		req     sendRequest
@@ -432,4 +434,34 @@ func TestSoakThreeReplicasOnePostgres(t *testing.T) {
 	if kills.Load() < int64(*replicaKills) {
 		t.Errorf("%d SIGKILLs of replicas, want at least %d", kills.Load(), *replicaKills)
 	}
+}
+
+// The replicas' harness can fail: the broken build (it resends an
+// ambiguous job when a caller retries) behind two replicas, a dropped
+// answer on one and the caller's retry on the other, and the checker,
+// reading the log through the second, reports the duplicate and the blind
+// resend (emulator results).
+func TestReplicasCheckerCatchesBrokenRelay(t *testing.T) {
+	dbURL := testDatabaseURL(t)
+	bin, err := bins.broken()
+	if err != nil {
+		t.Fatalf("build the broken relay: %v", err)
+	}
+	rs := startReplicas(t, bin, 2, dbURL, 1, 0)
+	a, b := rs.procs[0], rs.procs[1]
+	key := "cus_9:order.shipped:broken-replicas"
+	id := msgID(key)
+	a.AddFault(t, fmt.Sprintf(`{"mode":"forward-then-drop-response","key":%q,"count":1}`, key))
+	first := a.Send(request(key, ""), 1, 1)
+	retry := b.Send(request(key, ""), 1, 2)
+	if got := rs.Emu.Count(id); got != 2 {
+		t.Fatalf("emulator results: %d messages, want 2 (the broken relay resends on the other replica)", got)
+	}
+	rep := e2e.Check(b.Observe(t, []e2e.Op{first, retry}))
+	for _, rule := range []string{e2e.RuleDuplicate, e2e.RuleNoBlindResend} {
+		if !rep.Has(rule) {
+			t.Errorf("checker: no %s violation; got %v", rule, rep.Violations)
+		}
+	}
+	t.Logf("emulator result: broken relay behind two replicas: checker reports %d violation(s)", len(rep.Violations))
 }
