@@ -1,14 +1,13 @@
 package pglog_test
 
 import (
-	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 )
 
@@ -45,96 +44,14 @@ func TestFaultRuleCountTakenOnceAcrossReplicas(t *testing.T) {
 	}
 }
 
-// The daily budget on the database: 40 holds asked at once by two
-// replicas with a limit of 10 get exactly 10; a forwarding line takes its
-// hold over (counted once, as a send); a release gives a hold back.
-func TestSendBudgetHoldsAcrossReplicas(t *testing.T) {
+// The conformance tests of the shared state (daily budget holds, pauses),
+// on two Logs of one schema.
+func TestConformanceSharedPostgres(t *testing.T) {
 	url := databaseURL(t)
-	schema := freshSchema(t, url)
-	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	clock := func() time.Time { return now }
-	a, b := open(t, url, schema, clock), open(t, url, schema, clock)
-	ctx := context.Background()
-	since := now.Add(-24 * time.Hour)
-	var grantedA, grantedB atomic.Int32
-	var wg sync.WaitGroup
-	for i := range 40 {
-		l, granted := a, &grantedA
-		if i%2 == 1 {
-			l, granted = b, &grantedB
-		}
-		wg.Go(func() {
-			ans, err := l.SendBudget(ctx, "me", 10, since, now, true)
-			if err != nil {
-				t.Error(err)
-			}
-			if ans.OK {
-				granted.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	if n := grantedA.Load() + grantedB.Load(); n != 10 {
-		t.Fatalf("%d holds granted with a limit of 10", n)
-	}
-	ans, _ := a.SendBudget(ctx, "me", 10, since, now, false)
-	if ans.Used != 10 || ans.OK || !ans.Frees.Equal(now) {
-		t.Errorf("budget after 10 holds: %+v; want used 10, not ok, frees at now (+24h)", ans)
-	}
-	// A's forwarding lines take A's holds over: still 10 used.
-	forwarded := int(grantedA.Load())
-	for i := range forwarded {
-		id := fmt.Sprintf("<h%d@x>", i)
-		_, _, err := a.Mutate(ctx, id, func(*acceptlog.Job) (acceptlog.Change, error) {
-			return acceptlog.Change{
-				Job: &acceptlog.Job{MessageID: id, Channel: "default", Mailbox: "me", State: acceptlog.StateForwarding, Attempts: 1},
-				Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, Attempt: 1},
-					{Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding}},
-			}, nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if ans, _ := b.SendBudget(ctx, "me", 10, since, now, false); ans.Used != 10 {
-		t.Errorf("after %d forwarding lines: used %d, want 10 (each took its hold over)", forwarded, ans.Used)
-	}
-	if grantedB.Load() > 0 {
-		if err := b.ReleaseSend(ctx, "me"); err != nil {
-			t.Fatal(err)
-		}
-		if ans, _ := a.SendBudget(ctx, "me", 10, since, now, false); ans.Used != 9 || !ans.OK {
-			t.Errorf("after B released a hold: %+v, want used 9, ok", ans)
-		}
-	}
-	// Holds of a replica that died stop counting after a few minutes.
-	later := now.Add(10 * time.Minute)
-	if ans, _ := a.SendBudget(ctx, "me", 10, since, later, false); ans.Used != forwarded {
-		t.Errorf("10 minutes later: used %d, want %d (the sends; B's stale holds lapsed)", ans.Used, forwarded)
-	}
-}
-
-// A pause set through one replica is read by the other; a shorter one
-// does not shorten it.
-func TestMailboxPauseSharedAcrossReplicas(t *testing.T) {
-	url := databaseURL(t)
-	schema := freshSchema(t, url)
-	a, b := open(t, url, schema, nil), open(t, url, schema, nil)
-	ctx := context.Background()
-	if got, err := b.PausedUntil(ctx, "me"); err != nil || !got.IsZero() {
-		t.Fatalf("no pause yet: %v, %v", got, err)
-	}
-	until := time.Date(2026, 3, 1, 12, 5, 0, 0, time.UTC)
-	if err := a.PauseUntil(ctx, "me", until); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.PauseUntil(ctx, "me", until.Add(-time.Minute)); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := b.PausedUntil(ctx, "me"); err != nil || !got.Equal(until) {
-		t.Errorf("B reads the pause %v (%v), want %v", got, err, until)
-	}
-	if mb, err := a.Mailbox(ctx, "me"); err != nil || mb.Name != "me" {
-		t.Errorf("the mailbox record after a pause: %+v, %v", mb, err)
-	}
+	logtest.RunShared(t, logtest.SharedBackend{
+		Open: func(t *testing.T, now func() time.Time) (acceptlog.Store, acceptlog.Store) {
+			schema := freshSchema(t, url)
+			return open(t, url, schema, now), open(t, url, schema, now)
+		},
+	})
 }
