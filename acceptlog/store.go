@@ -81,3 +81,39 @@ func IsShared(s Store) bool {
 	sh, ok := s.(Shared)
 	return ok && sh.Shared()
 }
+
+// SendBudget is implemented by a shared Store (PostgreSQL): it keeps the
+// daily sending budget of a mailbox for every relay on the log, counted
+// at decision time from the index of forwarding lines (SendTimes) plus the
+// holds of attempts admitted but not logged yet.
+type SendBudget interface {
+	// SendBudget counts mailbox's attempts at or after since and its live
+	// holds (Used). When Used < limit it reports OK, and with hold it also
+	// adds a hold, serialised with every other replica's: the next
+	// forwarding line this Store writes for mailbox takes the hold over
+	// (in its transaction), ReleaseSend gives it back. When Used >= limit,
+	// Frees is when the entry that must leave the window for one more
+	// attempt does (its time, not yet plus the window).
+	SendBudget(ctx context.Context, mailbox string, limit int, since, now time.Time, hold bool) (BudgetAnswer, error)
+	// ReleaseSend drops one of this Store's holds of mailbox (an attempt
+	// admitted and then not made); none left is not an error.
+	ReleaseSend(ctx context.Context, mailbox string) error
+}
+
+// BudgetAnswer is what SendBudget found.
+type BudgetAnswer struct {
+	Used  int
+	OK    bool
+	Frees time.Time
+}
+
+// MailboxPauses is implemented by a shared Store: the pause Gmail asked a
+// mailbox for (a rate limit) is kept in the mailbox's record, so a 429
+// seen by one replica pauses all of them.
+type MailboxPauses interface {
+	// PausedUntil returns the mailbox's pause (the zero time when none was
+	// ever set).
+	PausedUntil(ctx context.Context, mailbox string) (time.Time, error)
+	// PauseUntil sets the pause to until unless a later one is stored.
+	PauseUntil(ctx context.Context, mailbox string, until time.Time) error
+}

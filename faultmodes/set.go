@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -66,6 +67,10 @@ type Options struct {
 	Now func() time.Time
 	// AllowCrash permits CrashAfterForward (the --allow-crash-faults flag).
 	AllowCrash bool
+	// Store, when set, keeps the rules (shared by every relay on it): Add,
+	// Remove, Clear and List go to it, Decide reads it and takes a firing
+	// in it atomically. nil keeps them in this process's memory.
+	Store Store
 }
 
 // Decision is what the Set decided for one send attempt. The zero Decision
@@ -94,6 +99,8 @@ type Set struct {
 	rules      []*entry // in creation order, oldest first
 	nextID     uint64
 	injected   map[Mode]int
+	store      Store
+	storeErrs  atomic.Int64
 }
 
 type entry struct {
@@ -117,6 +124,7 @@ func New(o Options) *Set {
 		seed:       seed,
 		rng:        rand.New(rand.NewPCG(uint64(seed), 0x9e3779b97f4a7c15)),
 		injected:   make(map[Mode]int),
+		store:      o.Store,
 	}
 }
 
@@ -147,11 +155,8 @@ func (s *Set) Add(spec Spec) (Rule, error) {
 		ttl = d
 	}
 
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.nextID++
 	now := s.now()
-	r := Rule{ID: "f" + strconv.FormatUint(s.nextID, 10), Spec: spec, CreatedAt: now}
+	r := Rule{Spec: spec, CreatedAt: now}
 	r = r.clone() // do not alias the caller's Count and Probability
 	if spec.Count != nil {
 		n := *spec.Count
@@ -162,12 +167,29 @@ func (s *Set) Add(spec Spec) (Rule, error) {
 		r.ExpiresAt = &exp
 	}
 	r.Active = r.active(now)
+	if s.store != nil {
+		return s.addStored(r)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextID++
+	r.ID = "f" + strconv.FormatUint(s.nextID, 10)
 	s.rules = append(s.rules, &entry{rule: r, seq: s.nextID})
 	return r.clone(), nil
 }
 
 // Remove deletes the rule with the given id and reports whether it existed.
 func (s *Set) Remove(id string) bool {
+	if s.store != nil {
+		seq, ok := seqOf(id)
+		if !ok {
+			return false
+		}
+		ctx, cancel := storeCtx()
+		defer cancel()
+		found, err := s.store.DeleteFaultRule(ctx, seq)
+		return err == nil && found
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, e := range s.rules {
@@ -183,6 +205,12 @@ func (s *Set) Remove(id string) bool {
 // counters (Injected) are not reset: they are monotonic, like the metrics
 // they feed.
 func (s *Set) Clear() int {
+	if s.store != nil {
+		ctx, cancel := storeCtx()
+		defer cancel()
+		n, _ := s.store.ClearFaultRules(ctx)
+		return n
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := len(s.rules)
@@ -194,12 +222,19 @@ func (s *Set) Clear() int {
 // computed at the current time: expired and exhausted rules are listed with
 // Active false. The rules are copies.
 func (s *Set) List() []Rule {
+	rules := s.rules
+	if s.store != nil {
+		var err error
+		if rules, err = s.storedEntries(); err != nil {
+			return nil
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	out := make([]Rule, 0, len(s.rules))
-	for i := len(s.rules) - 1; i >= 0; i-- {
-		r := s.rules[i].rule.clone()
+	out := make([]Rule, 0, len(rules))
+	for i := len(rules) - 1; i >= 0; i-- {
+		r := rules[i].rule.clone()
 		r.Active = r.active(now)
 		out = append(out, r)
 	}
@@ -254,28 +289,22 @@ func trimAngles(id string) string {
 // broader rules the other 1-p of the time, too. A rule that fires has its
 // Remaining count decremented and its Hits incremented under the same lock,
 // so concurrent attempts never both take the last count.
+//
+// With a Store, the rules are read from it and the firing is taken there
+// (Store.UseFaultRule); a Store error means no fault (counted in
+// StoreErrors).
 func (s *Set) Decide(channel, key, messageID string) Decision {
+	if s.store != nil {
+		return s.decideStored(channel, key, messageID)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	var best *entry
-	for _, e := range s.rules {
-		r := &e.rule
-		if !r.active(now) || !r.matches(channel, key, messageID) {
-			continue
-		}
-		if best == nil || specificity(r) > specificity(&best.rule) ||
-			(specificity(r) == specificity(&best.rule) && e.seq > best.seq) {
-			best = e
-		}
-	}
-	if best == nil {
+	best := choose(s.rules, now, channel, key, messageID)
+	if best == nil || !s.draw(&best.rule) {
 		return Decision{}
 	}
 	r := &best.rule
-	if p := r.Probability; p != nil && *p < 1 && s.rng.Float64() >= *p {
-		return Decision{}
-	}
 	if r.Remaining != nil {
 		*r.Remaining--
 	}
@@ -285,12 +314,50 @@ func (s *Set) Decide(channel, key, messageID string) Decision {
 	return Decision{RuleID: r.ID, Mode: r.Mode, Drop: r.Drop}
 }
 
+// choose returns the rule Decide applies among entries: the most specific
+// active match, the newest among equals (nil: none).
+func choose(entries []*entry, now time.Time, channel, key, messageID string) *entry {
+	var best *entry
+	for _, e := range entries {
+		r := &e.rule
+		if !r.active(now) || !r.matches(channel, key, messageID) {
+			continue
+		}
+		if best == nil || specificity(r) > specificity(&best.rule) ||
+			(specificity(r) == specificity(&best.rule) && e.seq > best.seq) {
+			best = e
+		}
+	}
+	return best
+}
+
+// draw reports whether the chosen rule fires (its Probability, drawn from
+// the seeded source only when below 1); s.mu is held.
+func (s *Set) draw(r *Rule) bool {
+	p := r.Probability
+	return p == nil || *p >= 1 || s.rng.Float64() < *p
+}
+
 // Refund gives back a decision taken by Decide for an attempt that was
 // then not made (the front door found nothing to attempt): the rule's
 // Remaining count and Hits are restored, and the injected counter. A rule
 // removed meanwhile, or a zero or Force decision, is left alone.
 func (s *Set) Refund(d Decision) {
 	if d.Mode == "" || d.RuleID == HeaderRuleID {
+		return
+	}
+	if s.store != nil {
+		if seq, ok := seqOf(d.RuleID); ok {
+			ctx, cancel := storeCtx()
+			_ = s.store.RefundFaultRule(ctx, seq)
+			cancel()
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.injected[d.Mode]--
+		if s.injected[d.Mode] <= 0 {
+			delete(s.injected, d.Mode)
+		}
 		return
 	}
 	s.mu.Lock()

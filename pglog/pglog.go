@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +41,14 @@ type Log struct {
 	now     func() time.Time
 	commits atomic.Uint64
 	closed  atomic.Bool
+	// owner names this Log among the replicas: its budget holds and its
+	// sweeper's claims on due jobs.
+	owner string
+	// watermark: every line with a Seq up to it has committed or never
+	// will (see Lines); it only grows.
+	watermark atomic.Uint64
+	// sweepHolds counts held sends, to drop stale holds now and then.
+	sweepHolds atomic.Uint64
 }
 
 var _ acceptlog.Store = (*Log)(nil)
@@ -58,6 +67,10 @@ func Open(ctx context.Context, url string, opts Options) (*Log, error) {
 	if opts.Schema != "" {
 		cfg.ConnConfig.RuntimeParams["search_path"] = opts.Schema
 	}
+	// The replicas see which of them are alive by their sessions'
+	// application_name (a dead replica's claims on due jobs lapse, see Due).
+	owner := newOwner()
+	cfg.ConnConfig.RuntimeParams["application_name"] = appPrefix + owner
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open log: %w", err)
@@ -81,13 +94,21 @@ func Open(ctx context.Context, url string, opts Options) (*Log, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Log{pool: pool, now: now}, nil
+	return &Log{pool: pool, now: now, owner: owner}, nil
 }
 
-// Close closes the pool, waiting for connections in use. Calling it again
-// does nothing and returns nil.
+// appPrefix starts the application_name of a Log's sessions; the rest is
+// its owner.
+const appPrefix = "gmailrelay-"
+
+// Close gives up this Log's claims on due jobs and closes the pool,
+// waiting for connections in use. Calling it again does nothing and
+// returns nil.
 func (l *Log) Close() error {
 	if l.closed.CompareAndSwap(false, true) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, _ = l.pool.Exec(ctx, "UPDATE jobs SET claimed_by = NULL, claimed_until_ns = NULL WHERE claimed_by = $1", l.owner)
+		cancel()
 		l.pool.Close()
 	}
 	return nil
@@ -213,6 +234,9 @@ func (l *Log) mutateTx(ctx context.Context, tx pgx.Tx, id string, fn func(*accep
 		} else if err := updateJob(ctx, tx, id, c); err != nil {
 			return p, nil, err
 		}
+		if err := insertJobDelta(ctx, tx, cur, p.Job); err != nil {
+			return p, nil, err
+		}
 	}
 	if p.Raw != nil {
 		if _, err := tx.Exec(ctx, `INSERT INTO bodies (message_id, raw) VALUES ($1, $2)
@@ -221,10 +245,13 @@ func (l *Log) mutateTx(ctx context.Context, tx pgx.Tx, id string, fn func(*accep
 		}
 	}
 	if len(p.Lines) > 0 {
-		if err := insertSends(ctx, tx, p.Result.Mailbox, p.Lines); err != nil {
+		if err := l.insertSends(ctx, tx, p.Result.Mailbox, p.Lines); err != nil {
 			return p, nil, err
 		}
 		if err := insertLines(ctx, tx, p.Lines); err != nil {
+			return p, nil, err
+		}
+		if err := insertLineDelta(ctx, tx, p.Lines, 1); err != nil {
 			return p, nil, err
 		}
 	}
@@ -246,8 +273,10 @@ func (l *Log) mutateTx(ctx context.Context, tx pgx.Tx, id string, fn func(*accep
 }
 
 // insertSends indexes the forwarding lines among lines for the daily
-// sending budget (acceptlog.Store.SendTimes).
-func insertSends(ctx context.Context, tx pgx.Tx, mailbox string, lines []acceptlog.Line) error {
+// sending budget (acceptlog.Store.SendTimes); each takes over one of this
+// Log's budget holds of the mailbox, in the same transaction, so the
+// budget never counts an attempt twice nor misses it (see SendBudget).
+func (l *Log) insertSends(ctx context.Context, tx pgx.Tx, mailbox string, lines []acceptlog.Line) error {
 	for _, ln := range lines {
 		if ln.Kind != acceptlog.KindForwarding {
 			continue
@@ -256,22 +285,47 @@ func insertSends(ctx context.Context, tx pgx.Tx, mailbox string, lines []acceptl
 			ON CONFLICT DO NOTHING`, mailbox, ln.Time.UnixNano(), ln.MessageID, ln.Attempt); err != nil {
 			return fmt.Errorf("index send: %w", err)
 		}
+		if err := l.dropHold(ctx, tx, mailbox); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// insertLines gives lines the next Seqs (taking line_seq's row lock, held
-// to commit) and inserts them.
+// linesLock is the advisory lock writers of lines hold shared from before
+// they take Seqs to their commit, and Lines' watermark takes exclusive.
+const linesLock = 0x676c696e // "glin"
+
+// insertLines gives lines the next Seqs of the line_ids sequence (holding
+// the lines lock shared to commit, see Lines) and inserts them. Writers do
+// not wait for each other: Seqs are taken in one round trip with the lock.
 func insertLines(ctx context.Context, tx pgx.Tx, lines []acceptlog.Line) error {
-	var last int64
-	if err := tx.QueryRow(ctx, "UPDATE line_seq SET last = last + $1 RETURNING last", len(lines)).Scan(&last); err != nil {
-		return fmt.Errorf("next line seq: %w", err)
-	}
 	n := len(lines)
+	b := &pgx.Batch{}
+	b.Queue("SELECT pg_advisory_xact_lock_shared($1)", int64(linesLock))
+	b.Queue("SELECT nextval('line_ids') FROM generate_series(1, $1)", n)
+	br := tx.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return fmt.Errorf("lines lock: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return fmt.Errorf("next line seqs: %w", err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil || len(got) != n {
+		return fmt.Errorf("next line seqs: %d of %d: %w", len(got), n, err)
+	}
+	slices.Sort(got)
 	seqs, ids, kinds := make([]int64, n), make([]string, n), make([]string, n)
 	reasons, data := make([][]byte, n), make([][]byte, n)
 	for i := range lines {
-		lines[i].Seq = uint64(last - int64(n) + int64(i) + 1)
+		lines[i].Seq = uint64(got[i])
 		v, err := json.Marshal(&lines[i])
 		if err != nil {
 			return fmt.Errorf("encode line: %w", err)
@@ -279,7 +333,7 @@ func insertLines(ctx context.Context, tx pgx.Tx, lines []acceptlog.Line) error {
 		seqs[i], ids[i], kinds[i] = int64(lines[i].Seq), lines[i].MessageID, string(lines[i].Kind)
 		reasons[i], data[i] = []byte(lines[i].Reason), v
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO lines (seq, message_id, kind, reason, data)
+	_, err = tx.Exec(ctx, `INSERT INTO lines (seq, message_id, kind, reason, data)
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bytea[], $5::bytea[])`,
 		seqs, ids, kinds, reasons, data)
 	if err != nil {
@@ -334,7 +388,9 @@ func columnsOf(j *acceptlog.Job) (columns, error) {
 }
 
 func updateJob(ctx context.Context, tx pgx.Tx, id string, c columns) error {
-	_, err := tx.Exec(ctx, `UPDATE jobs SET state = $2, channel = $3, next_check_ns = $4, unknown_ns = $5, prunable_ns = $6, data = $7
+	// Any write ends a sweeper's claim on the job (see Due).
+	_, err := tx.Exec(ctx, `UPDATE jobs SET state = $2, channel = $3, next_check_ns = $4, unknown_ns = $5, prunable_ns = $6, data = $7,
+		claimed_by = NULL, claimed_until_ns = NULL
 		WHERE message_id = $1`, id, c.state, c.channel, c.nextCheck, c.unknown, c.prunable, c.data)
 	if err != nil {
 		return fmt.Errorf("update job %s: %w", id, err)

@@ -65,6 +65,9 @@ func pruneJob(ctx context.Context, tx pgx.Tx, j *acceptlog.Job, now time.Time, r
 	if _, err := tx.Exec(ctx, "DELETE FROM lines WHERE seq = ANY($1)", seqs); err != nil {
 		return fmt.Errorf("prune %s: delete lines: %w", id, err)
 	}
+	if err := insertLineDelta(ctx, tx, drop, -1); err != nil {
+		return fmt.Errorf("prune %s: %w", id, err)
+	}
 	res.Lines += len(drop)
 	var rawLen int64
 	err = tx.QueryRow(ctx, "WITH d AS (DELETE FROM bodies WHERE message_id = $1 RETURNING raw) SELECT coalesce(sum(length(raw)), 0)::bigint FROM d", id).Scan(&rawLen)
@@ -140,8 +143,27 @@ func (l *Log) Check(ctx context.Context) error {
 		if orphans > 0 {
 			found = append(found, fmt.Sprintf("%d lines or raw messages without their job", orphans))
 		}
+		var off int
+		err = tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM (
+				(SELECT state, channel, count(*)::bigint FROM jobs GROUP BY 1, 2
+					EXCEPT SELECT state, channel, sum(n)::bigint FROM job_counts GROUP BY 1, 2 HAVING sum(n) <> 0)
+				UNION ALL
+				(SELECT state, channel, sum(n)::bigint FROM job_counts GROUP BY 1, 2 HAVING sum(n) <> 0
+					EXCEPT SELECT state, channel, count(*)::bigint FROM jobs GROUP BY 1, 2)) j)
+			+ (SELECT count(*) FROM (
+				(SELECT kind, reason, count(*)::bigint FROM lines GROUP BY 1, 2
+					EXCEPT SELECT kind, reason, sum(n)::bigint FROM line_counts GROUP BY 1, 2 HAVING sum(n) <> 0)
+				UNION ALL
+				(SELECT kind, reason, sum(n)::bigint FROM line_counts GROUP BY 1, 2 HAVING sum(n) <> 0
+					EXCEPT SELECT kind, reason, count(*)::bigint FROM lines GROUP BY 1, 2)) l)`).Scan(&off)
+		if err != nil {
+			return err
+		}
+		if off > 0 {
+			found = append(found, fmt.Sprintf("the Stats counters differ from a count of the jobs and lines (%d keys)", off))
+		}
 		var maxSeq, last int64
-		if err := tx.QueryRow(ctx, "SELECT coalesce(max(seq), 0), (SELECT last FROM line_seq) FROM lines").Scan(&maxSeq, &last); err != nil {
+		if err := tx.QueryRow(ctx, "SELECT coalesce(max(seq), 0), (SELECT last_value FROM line_ids) FROM lines").Scan(&maxSeq, &last); err != nil {
 			return err
 		}
 		if maxSeq > last {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -142,8 +143,14 @@ func collectJobs(rows pgx.Rows) ([]acceptlog.Job, error) {
 	return jobs, err
 }
 
-// Lines implements acceptlog.Store. Lines commit in Seq order (see
-// insertLines), so paging by the last Seq seen never skips one.
+// Lines implements acceptlog.Store. Seqs come from a sequence, so a line
+// may commit after one with a larger Seq; Lines only returns lines up to a
+// watermark below which no writer is left: under the exclusive lines lock
+// (every writer holds it shared from before its nextval to its commit) it
+// reads the sequence's last value, and every line up to there has
+// committed or never will. Paging by the last Seq seen so never skips a
+// line. The watermark is cached and only re-established when a page is
+// not full below it, so paging through old lines takes no lock.
 func (l *Log) Lines(ctx context.Context, after uint64, limit int) ([]acceptlog.Line, uint64, error) {
 	limit = acceptlog.PageLimit(limit)
 	if after >= math.MaxInt64 {
@@ -152,11 +159,13 @@ func (l *Log) Lines(ctx context.Context, after uint64, limit int) ([]acceptlog.L
 	if err := l.ready(ctx, "lines"); err != nil {
 		return nil, 0, err
 	}
-	rows, err := l.pool.Query(ctx, "SELECT data FROM lines WHERE seq > $1 ORDER BY seq LIMIT $2", int64(after), limit+1)
-	if err != nil {
-		return nil, 0, l.wrapErr("lines", err)
+	lines, err := l.linesUpTo(ctx, after, l.watermark.Load(), limit)
+	if err == nil && len(lines) <= limit {
+		var w uint64
+		if w, err = l.raiseWatermark(ctx); err == nil {
+			lines, err = l.linesUpTo(ctx, after, w, limit)
+		}
 	}
-	lines, err := collectLines(rows)
 	if err != nil {
 		return nil, 0, l.wrapErr("lines", err)
 	}
@@ -168,18 +177,90 @@ func (l *Log) Lines(ctx context.Context, after uint64, limit int) ([]acceptlog.L
 	return lines, next, nil
 }
 
-// Due implements acceptlog.Store.
+func (l *Log) linesUpTo(ctx context.Context, after, w uint64, limit int) ([]acceptlog.Line, error) {
+	if w <= after {
+		return nil, nil
+	}
+	rows, err := l.pool.Query(ctx, "SELECT data FROM lines WHERE seq > $1 AND seq <= $2 ORDER BY seq LIMIT $3", int64(after), int64(min(w, math.MaxInt64)), limit+1)
+	if err != nil {
+		return nil, err
+	}
+	return collectLines(rows)
+}
+
+// raiseWatermark waits, under the exclusive lines lock, until no writer is
+// between taking a Seq and its commit, and takes the sequence's last value
+// as the new watermark.
+func (l *Log) raiseWatermark(ctx context.Context) (uint64, error) {
+	var last int64
+	var called bool
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(linesLock)); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, "SELECT last_value, is_called FROM line_ids").Scan(&last, &called)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("lines watermark: %w", err)
+	}
+	w := uint64(0)
+	if called {
+		w = uint64(last)
+	}
+	for {
+		cur := l.watermark.Load()
+		if w <= cur {
+			return cur, nil
+		}
+		if l.watermark.CompareAndSwap(cur, w) {
+			return w, nil
+		}
+	}
+}
+
+// claimTTL is how long a due job Due returned stays claimed by this Log
+// (on the log's clock) unless it is written first: long enough for a
+// sweeper pass to search it, short enough that a replica that died
+// mid-pass does not hold its jobs for long.
+const claimTTL = 2 * time.Minute
+
+// Due implements acceptlog.Store, and claims what it returns: the due jobs
+// not claimed by another replica (or whose claim ran out) are taken with
+// FOR UPDATE SKIP LOCKED and marked claimed by this Log for claimTTL, so
+// two replicas' sweeper passes do not search the same job at once. A job
+// this Log claimed is returned to it again; any write of the job (the
+// sweeper's own decision) ends the claim, so does Close, and so does the
+// death of the claiming process (none of its sessions, named by their
+// application_name, is left in pg_stat_activity). The jobs come earliest
+// first.
 func (l *Log) Due(ctx context.Context, now time.Time, limit int) ([]acceptlog.Job, error) {
 	if err := l.ready(ctx, "due"); err != nil {
 		return nil, err
 	}
-	rows, err := l.pool.Query(ctx, `SELECT data FROM jobs WHERE next_check_ns IS NOT NULL AND next_check_ns <= $1
-		ORDER BY next_check_ns, message_id LIMIT $2`, *nanos(now), sqlLimit(limit))
+	at := l.now()
+	rows, err := l.pool.Query(ctx, `WITH c AS (
+			SELECT message_id FROM jobs
+			WHERE next_check_ns IS NOT NULL AND next_check_ns <= $1
+				AND (claimed_by IS NULL OR claimed_by = $4 OR claimed_until_ns <= $3
+					OR NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $6 || claimed_by))
+			ORDER BY next_check_ns, message_id LIMIT $2 FOR UPDATE SKIP LOCKED)
+		UPDATE jobs j SET claimed_by = $4, claimed_until_ns = $5 FROM c WHERE j.message_id = c.message_id
+		RETURNING j.data`, *nanos(now), sqlLimit(limit), *nanos(at), l.owner, *nanos(at.Add(claimTTL)), appPrefix)
 	if err != nil {
 		return nil, l.wrapErr("due", err)
 	}
 	jobs, err := collectJobs(rows)
-	return jobs, l.wrapErr("due", err)
+	if err != nil {
+		return nil, l.wrapErr("due", err)
+	}
+	sort.Slice(jobs, func(i, k int) bool {
+		a, b := jobs[i].NextCheckAt, jobs[k].NextCheckAt
+		if !a.Equal(b) {
+			return a.Before(b)
+		}
+		return jobs[i].MessageID < jobs[k].MessageID
+	})
+	return jobs, nil
 }
 
 // sqlLimit turns "limit <= 0 means all" into a LIMIT argument (NULL: none).
@@ -228,13 +309,15 @@ func (l *Log) Mailbox(ctx context.Context, name string) (acceptlog.Mailbox, erro
 	return mb, nil
 }
 
-// Stats implements acceptlog.Store, from one snapshot. Unlike the bbolt
-// log it keeps no counters: it counts with GROUP BY over the jobs and the
-// lines (indexed columns only).
+// Stats implements acceptlog.Store, from one snapshot: the sums of the
+// count deltas every change wrote in its transaction (job_counts,
+// line_counts), not a scan of the jobs and lines; when more than
+// foldCountsAt delta rows have piled up, they are folded afterwards.
 func (l *Log) Stats(ctx context.Context) (acceptlog.Stats, error) {
 	if err := l.ready(ctx, "stats"); err != nil {
 		return acceptlog.Stats{}, err
 	}
+	deltaRows := 0
 	st := acceptlog.Stats{
 		ByState:   map[acceptlog.State]int{},
 		ByChannel: map[string]map[acceptlog.State]int{},
@@ -245,13 +328,14 @@ func (l *Log) Stats(ctx context.Context) (acceptlog.Stats, error) {
 		var (
 			state, kind     string
 			channel, reason []byte
-			n               int
+			n, deltas       int
 		)
-		rows, err := tx.Query(ctx, "SELECT state, channel, count(*) FROM jobs GROUP BY state, channel")
+		rows, err := tx.Query(ctx, "SELECT state, channel, sum(n)::bigint, count(*) FROM job_counts GROUP BY state, channel HAVING sum(n) <> 0")
 		if err != nil {
 			return err
 		}
-		_, err = pgx.ForEachRow(rows, []any{&state, &channel, &n}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&state, &channel, &n, &deltas}, func() error {
+			deltaRows += deltas
 			s := acceptlog.State(state)
 			st.Jobs += n
 			st.ByState[s] += n
@@ -264,11 +348,12 @@ func (l *Log) Stats(ctx context.Context) (acceptlog.Stats, error) {
 		if err != nil {
 			return err
 		}
-		rows, err = tx.Query(ctx, "SELECT kind, reason, count(*) FROM lines GROUP BY kind, reason")
+		rows, err = tx.Query(ctx, "SELECT kind, reason, sum(n)::bigint, count(*) FROM line_counts GROUP BY kind, reason HAVING sum(n) <> 0")
 		if err != nil {
 			return err
 		}
-		_, err = pgx.ForEachRow(rows, []any{&kind, &reason, &n}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&kind, &reason, &n, &deltas}, func() error {
+			deltaRows += deltas
 			k := acceptlog.Kind(kind)
 			st.Lines += uint64(n)
 			st.ByKind[k] += n
@@ -300,6 +385,11 @@ func (l *Log) Stats(ctx context.Context) (acceptlog.Stats, error) {
 	})
 	if err != nil {
 		return acceptlog.Stats{}, l.wrapErr("stats", err)
+	}
+	if deltaRows > foldCountsAt {
+		if err := l.foldCounts(ctx); err != nil {
+			return acceptlog.Stats{}, l.wrapErr("stats: fold counts", err)
+		}
 	}
 	return st, nil
 }

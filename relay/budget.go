@@ -12,16 +12,30 @@ import (
 const BudgetWindow = 24 * time.Hour
 
 // Budget is one mailbox's daily sending budget: at most Limit attempts
-// handed to Gmail per rolling 24 h, resends included. It is counted from
-// the log's index of forwarding lines when it is made (so it comes back
-// after a restart) and kept in memory from then on; a take and its
-// refund are serialised, so concurrent sends never overshoot the limit.
+// handed to Gmail per rolling 24 h, resends included.
+//
+// On a log of one process (bbolt) it is counted from the log's index of
+// forwarding lines when it is made (so it comes back after a restart) and
+// kept in memory from then on; a take and its refund are serialised, so
+// concurrent sends never overshoot the limit.
+//
+// On a shared log (acceptlog.SendBudget: PostgreSQL) nothing is kept in
+// memory: every Available, Take and Left counts the shared index at that
+// moment, and a Take holds its attempt in the database (serialised per
+// mailbox across replicas) until its forwarding line takes the hold over,
+// so a budget spent through one replica is spent for all. A database error
+// refuses the attempt (retry in a second).
 type Budget struct {
-	mu    sync.Mutex
-	limit int
-	now   func() time.Time
-	times []time.Time // attempts in the window, oldest first
+	mu      sync.Mutex
+	limit   int
+	now     func() time.Time
+	times   []time.Time // attempts in the window, oldest first
+	shared  acceptlog.SendBudget
+	mailbox string
 }
+
+// budgetDBTimeout bounds one shared-budget query.
+const budgetDBTimeout = 10 * time.Second
 
 // NewBudget counts mailbox's attempts of the last 24 h from the log.
 // now may be nil (time.Now); limit <= 0 means no limit.
@@ -29,7 +43,11 @@ func NewBudget(ctx context.Context, log acceptlog.Store, mailbox string, limit i
 	if now == nil {
 		now = time.Now
 	}
-	b := &Budget{limit: limit, now: now}
+	b := &Budget{limit: limit, now: now, mailbox: mailbox}
+	if sb, ok := log.(acceptlog.SendBudget); ok && acceptlog.IsShared(log) {
+		b.shared = sb
+		return b, nil
+	}
 	if log != nil {
 		times, err := log.SendTimes(ctx, mailbox, now().Add(-BudgetWindow))
 		if err != nil {
@@ -70,6 +88,9 @@ func (b *Budget) availableLocked(now time.Time) (bool, time.Duration) {
 // Available reports, without taking, whether one attempt fits now, and if
 // not how long until it does.
 func (b *Budget) Available() (bool, time.Duration) {
+	if b.shared != nil {
+		return b.ask(false)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.availableLocked(b.now())
@@ -78,6 +99,9 @@ func (b *Budget) Available() (bool, time.Duration) {
 // Take counts one attempt now if it fits; otherwise it counts nothing and
 // returns how long until one fits.
 func (b *Budget) Take() (bool, time.Duration) {
+	if b.shared != nil {
+		return b.ask(true)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now()
@@ -90,6 +114,14 @@ func (b *Budget) Take() (bool, time.Duration) {
 
 // Refund gives back the latest take (an attempt that was then not made).
 func (b *Budget) Refund() {
+	if b.shared != nil {
+		if b.limit > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), budgetDBTimeout)
+			defer cancel()
+			_ = b.shared.ReleaseSend(ctx, b.mailbox) // a hold left behind stops counting after a few minutes
+		}
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if n := len(b.times); n > 0 {
@@ -105,6 +137,36 @@ func (b *Budget) Left() int {
 	if b.limit <= 0 {
 		return -1
 	}
+	if b.shared != nil {
+		ans, err := b.query(false)
+		if err != nil {
+			return 0
+		}
+		return max(b.limit-ans.Used, 0)
+	}
 	b.expireLocked(b.now())
 	return max(b.limit-len(b.times), 0)
+}
+
+// ask is Available (hold false) or Take (hold true) on a shared log.
+func (b *Budget) ask(hold bool) (bool, time.Duration) {
+	if b.limit <= 0 {
+		return true, 0
+	}
+	now := b.now()
+	ans, err := b.query(hold)
+	if err != nil {
+		return false, time.Second
+	}
+	if ans.OK {
+		return true, 0
+	}
+	return false, max(ans.Frees.Add(BudgetWindow).Sub(now), time.Second)
+}
+
+func (b *Budget) query(hold bool) (acceptlog.BudgetAnswer, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), budgetDBTimeout)
+	defer cancel()
+	now := b.now()
+	return b.shared.SendBudget(ctx, b.mailbox, b.limit, now.Add(-BudgetWindow), now, hold)
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
 )
 
 // Quota is the relay's own Gmail quota budget for one mailbox, in Gmail
@@ -24,6 +26,10 @@ type Quota struct {
 	// backoff is the pause for Gmail's rate limits without a retry time
 	// (ratelimit.go).
 	backoff backoff
+	// pauses, when set, shares pauseUntil with every relay on the log
+	// (SharePauses).
+	pauses  acceptlog.MailboxPauses
+	mailbox string
 }
 
 // NewQuota returns a budget of perMinute units per minute (burst: one
@@ -50,6 +56,7 @@ func NewQuota(perMinute int, now func() time.Time) *Quota {
 // TakeForeground takes units for a send. When the budget cannot cover them
 // now, it takes nothing and returns how long until it could.
 func (q *Quota) TakeForeground(units int) (ok bool, retryIn time.Duration) {
+	q.syncPause()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.now()
@@ -72,6 +79,7 @@ func (q *Quota) TakeForeground(units int) (ok bool, retryIn time.Duration) {
 // remains afterwards; otherwise it takes nothing and returns how long to
 // wait before asking again.
 func (q *Quota) TakeBackground(units int) (ok bool, wait time.Duration) {
+	q.syncPause()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.now()
@@ -87,6 +95,7 @@ func (q *Quota) TakeBackground(units int) (ok bool, wait time.Duration) {
 // taken now (as background work: leaving the send reserve), and if not,
 // how long until they could.
 func (q *Quota) Available(units int, background bool) (ok bool, wait time.Duration) {
+	q.syncPause()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.availableAt(q.now(), units, background)
@@ -111,10 +120,12 @@ func (q *Quota) availableAt(now time.Time, units int, background bool) (bool, ti
 // Pause stops every caller until d from now (Gmail answered 429).
 func (q *Quota) Pause(d time.Duration) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	if until := q.now().Add(d); until.After(q.pauseUntil) {
+	until := q.now().Add(d)
+	if until.After(q.pauseUntil) {
 		q.pauseUntil = until
 	}
+	q.mu.Unlock()
+	q.publishPause(until)
 }
 
 // Spent returns the units taken so far.
@@ -179,6 +190,7 @@ func (q *Quota) takeFor(units int, mode takeMode) (bool, time.Duration) {
 // could take units now (leaving the reconciliation share), and if not how
 // long until it could.
 func (q *Quota) AvailableDelivery(units int) (bool, time.Duration) {
+	q.syncPause()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.deliveryAt(q.now(), units)
@@ -200,6 +212,7 @@ func (q *Quota) deliveryAt(now time.Time, units int) (bool, time.Duration) {
 // share (the sweeper's reserve plus a tenth of the per-minute budget)
 // remains afterwards.
 func (q *Quota) TakeDelivery(units int) (bool, time.Duration) {
+	q.syncPause()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.now()

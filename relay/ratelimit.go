@@ -1,9 +1,12 @@
 package relay
 
 import (
+	"context"
 	"math/rand/v2"
 	"strings"
 	"time"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
 )
 
 // Backoff bounds for Gmail's rate-limit answers that carry no retry time
@@ -98,14 +101,16 @@ func (b *backoff) take() time.Duration {
 // pause it set.
 func (q *Quota) RateLimited(retryIn time.Duration) time.Duration {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	d := retryIn
 	if d <= 0 {
 		d = q.backoff.take()
 	}
-	if until := q.now().Add(d); until.After(q.pauseUntil) {
+	until := q.now().Add(d)
+	if until.After(q.pauseUntil) {
 		q.pauseUntil = until
 	}
+	q.mu.Unlock()
+	q.publishPause(until)
 	return d
 }
 
@@ -121,10 +126,60 @@ func (q *Quota) Answered() {
 // PausedFor returns how long the mailbox stays paused after a rate-limit
 // answer from Gmail (0 when it is not paused).
 func (q *Quota) PausedFor() time.Duration {
+	q.syncPause()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if d := q.pauseUntil.Sub(q.now()); d > 0 {
 		return d
 	}
 	return 0
+}
+
+// pauseDBTimeout bounds one read or write of the shared pause.
+const pauseDBTimeout = 5 * time.Second
+
+// SharePauses keeps the mailbox's rate-limit pause in the log's mailbox
+// record (a shared log: PostgreSQL), so a rate limit Gmail answered to one
+// replica pauses every replica's sends and searches: a pause this Quota
+// sets is written there, and every check of the quota first reads it (one
+// indexed row; an error leaves the local pause as it is). The per-minute
+// bucket and the backoff's step stay per process.
+func (q *Quota) SharePauses(store acceptlog.MailboxPauses, mailbox string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.pauses, q.mailbox = store, mailbox
+}
+
+// syncPause takes the shared pause into pauseUntil when it is later.
+func (q *Quota) syncPause() {
+	q.mu.Lock()
+	store, mailbox := q.pauses, q.mailbox
+	q.mu.Unlock()
+	if store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pauseDBTimeout)
+	defer cancel()
+	until, err := store.PausedUntil(ctx, mailbox)
+	if err != nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if until.After(q.pauseUntil) {
+		q.pauseUntil = until
+	}
+}
+
+// publishPause writes a pause to the shared record (when there is one).
+func (q *Quota) publishPause(until time.Time) {
+	q.mu.Lock()
+	store, mailbox := q.pauses, q.mailbox
+	q.mu.Unlock()
+	if store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pauseDBTimeout)
+	defer cancel()
+	_ = store.PauseUntil(ctx, mailbox, until)
 }

@@ -300,12 +300,24 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		return nil, err
 	}
 	rs.log = lg
-	faults := faultmodes.New(faultmodes.Options{Seed: c.FaultSeed, AllowCrash: c.AllowCrashFaults, Now: now})
+	fopts := faultmodes.Options{Seed: c.FaultSeed, AllowCrash: c.AllowCrashFaults, Now: now}
 	metrics := api.NewMetrics()
 	mailbox := c.Mailbox
 	if c.Subject != "" && mailbox == "me" {
 		mailbox = c.Subject
 	}
+	quota := relay.NewQuota(c.QuotaPerMinute, now)
+	if acceptlog.IsShared(lg) {
+		// Several replicas: fault rules and Gmail's pauses live in the
+		// database (the daily budget follows the log by itself).
+		if fs, ok := lg.(faultmodes.Store); ok {
+			fopts.Store = fs
+		}
+		if mp, ok := lg.(acceptlog.MailboxPauses); ok {
+			quota.SharePauses(mp, mailbox)
+		}
+	}
+	faults := faultmodes.New(fopts)
 	var box atomic.Pointer[outbox.Outbox] // set below; OnQueued wakes it
 	svc, err := relay.New(ctx, relay.Config{
 		OnQueued: func() {
@@ -314,7 +326,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 			}
 		},
 		Log: lg, Provider: metrics.Provider(gm), Policy: c.policy, Faults: faults,
-		Quota: relay.NewQuota(c.QuotaPerMinute, now), Mailbox: mailbox, Logger: logger, Now: now,
+		Quota: quota, Mailbox: mailbox, Logger: logger, Now: now,
 		SendTimeout: c.SendTimeout, Observer: metrics,
 		Crash:      crash,
 		CrashPoint: c.crashPoint,

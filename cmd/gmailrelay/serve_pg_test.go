@@ -206,3 +206,173 @@ func TestServeDatabaseEnvTwin(t *testing.T) {
 		t.Errorf("GMAILRELAY_DATABASE: %q, %v", c.Database, err)
 	}
 }
+
+// startReplicas starts n relays at once on dbURL in front of the emulator
+// at emuURL, closed at the end of the test.
+func startReplicas(t *testing.T, n int, dbURL, emuURL string, extra ...string) []*relayServer {
+	t.Helper()
+	relays := make([]*relayServer, n)
+	var wg sync.WaitGroup
+	for i := range relays {
+		wg.Go(func() {
+			args := append([]string{"--addr", "127.0.0.1:0", "--database", dbURL, "--gmail-endpoint", emuURL,
+				"--api-token", "api-token-0123456789", "--admin-token", "admin-token-0123456789"}, extra...)
+			c, err := parseServeFlags(args, env(nil), io.Discard)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			rs, err := startRelay(context.Background(), c, newLogger(io.Discard, "json", "info"))
+			if err != nil {
+				t.Errorf("replica %d: %v", i, err)
+				return
+			}
+			relays[i] = rs
+			t.Cleanup(func() { _ = rs.close(context.Background()) })
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	return relays
+}
+
+// call sends one request with token and returns the status and body.
+func call(t *testing.T, method, url, token, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func sendBody(key string) string {
+	return `{"key":"` + key + `","to":"a@example.org","subject":"s","body":"b","when_busy":"reject"}`
+}
+
+const apiTok, adminTok = "api-token-0123456789", "admin-token-0123456789"
+
+// A fault rule added through replica A fires on a send through replica B,
+// and a count: 1 rule fires exactly once over 30 concurrent sends spread
+// over both replicas (its count is taken in the database). The rule and
+// its hits are listed the same by both (emulator results: the faulted
+// sends never reach the emulator).
+func TestServeFaultRuleSharedAcrossReplicas(t *testing.T) {
+	dbURL, _ := testDatabase(t)
+	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{})
+	rs := startReplicas(t, 2, dbURL, emuURL)
+	a, b := rs[0], rs[1]
+
+	if st, body := call(t, http.MethodPost, a.URL+"/admin/faults", adminTok, `{"mode":"fail-before-forward","count":1}`); st != http.StatusCreated {
+		t.Fatalf("add fault through A: %d %s", st, body)
+	}
+	if st, body := call(t, http.MethodPost, b.URL+"/v1/send", apiTok, sendBody("cus_1:fault:1")); st != http.StatusServiceUnavailable || !strings.Contains(body, "fail-before-forward") {
+		t.Fatalf("send through B after A's rule: %d %s; want 503 fail-before-forward", st, body)
+	}
+	if st, body := call(t, http.MethodPost, b.URL+"/v1/send", apiTok, sendBody("cus_1:fault:2")); st != http.StatusOK {
+		t.Fatalf("second send through B (count 1 spent): %d %s; want 200", st, body)
+	}
+	for _, r := range rs {
+		_, body := call(t, http.MethodGet, r.URL+"/admin/faults", adminTok, "")
+		if !strings.Contains(body, `"hits":1`) || !strings.Contains(body, `"remaining":0`) {
+			t.Errorf("GET /admin/faults on %s: %s; want the rule with hits 1, remaining 0", r.URL, body)
+		}
+	}
+	if st, _ := call(t, http.MethodDelete, b.URL+"/admin/faults", adminTok, ""); st != http.StatusOK {
+		t.Errorf("clear faults through B: %d", st)
+	}
+	if _, body := call(t, http.MethodGet, a.URL+"/admin/faults", adminTok, ""); strings.Contains(body, `"id"`) {
+		t.Errorf("A still lists rules after B cleared them: %s", body)
+	}
+
+	// Concurrency: one count: 1 rule, 30 sends over both replicas at once.
+	call(t, http.MethodPost, b.URL+"/admin/faults", adminTok, `{"mode":"fail-before-forward","count":1}`)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	for i := range 30 {
+		wg.Go(func() {
+			st, _ := call(t, http.MethodPost, rs[i%2].URL+"/v1/send", apiTok, sendBody("cus_2:fault:"+string(rune('a'+i))))
+			mu.Lock()
+			statuses[st]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if statuses[http.StatusServiceUnavailable] != 1 || statuses[http.StatusOK] != 29 {
+		t.Errorf("30 sends over 2 replicas with one count: 1 rule answered %v; want one 503 and 29 200", statuses)
+	}
+	if got := emu.Stats().Deliveries; got != 30 {
+		t.Errorf("emulator results: %d deliveries, want 30 (1 + 29)", got)
+	}
+}
+
+// A daily budget spent through replica A refuses (when_busy reject) and
+// queues (the default) on replica B: the budget is counted from the shared
+// send index at decision time. 12 concurrent sends over three replicas with
+// a budget of 5 make exactly 5 attempts (emulator results).
+func TestServeDailyBudgetSharedAcrossReplicas(t *testing.T) {
+	dbURL, _ := testDatabase(t)
+	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{})
+	pol := t.TempDir() + "/policy.yaml"
+	if err := os.WriteFile(pol, []byte("channels:\n  default: {on_unknown: retry}\nmailboxes:\n  default:\n    daily_send_limit: 5\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rs := startReplicas(t, 3, dbURL, emuURL, "--policy", pol)
+	for i := range 2 {
+		if st, body := call(t, http.MethodPost, rs[0].URL+"/v1/send", apiTok, sendBody("cus_3:b:"+string(rune('0'+i)))); st != http.StatusOK {
+			t.Fatalf("send %d through A: %d %s", i, st, body)
+		}
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	for i := range 12 {
+		wg.Go(func() {
+			st, _ := call(t, http.MethodPost, rs[i%3].URL+"/v1/send", apiTok, sendBody("cus_3:c:"+string(rune('a'+i))))
+			mu.Lock()
+			statuses[st]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if statuses[http.StatusOK] != 3 || statuses[http.StatusTooManyRequests] != 9 {
+		t.Errorf("12 sends over 3 replicas with 3 of 5 left: %v; want 3 × 200 and 9 × 429", statuses)
+	}
+	st, body := call(t, http.MethodPost, rs[1].URL+"/v1/send", apiTok, `{"key":"cus_3:q:1","to":"a@example.org","subject":"s","body":"b"}`)
+	if st != http.StatusAccepted {
+		t.Errorf("a send through B with A's budget spent, when_busy queue: %d %s; want 202 queued", st, body)
+	}
+	if got := emu.Stats().Deliveries; got != 5 {
+		t.Errorf("emulator results: %d deliveries, want 5 (the daily budget)", got)
+	}
+}
+
+// Gmail's rate limit answered to replica A pauses replica B: the pause is
+// in the mailbox's record in the database.
+func TestServeGmailPauseSharedAcrossReplicas(t *testing.T) {
+	dbURL, _ := testDatabase(t)
+	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{})
+	rs := startReplicas(t, 2, dbURL, emuURL)
+	if _, err := emu.AddFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionError, Status: 429}); err != nil {
+		t.Fatal(err)
+	}
+	if st, body := call(t, http.MethodPost, rs[0].URL+"/v1/send", apiTok, sendBody("cus_4:p:1")); st != http.StatusTooManyRequests {
+		t.Fatalf("send through A with Gmail answering 429: %d %s", st, body)
+	}
+	before := emu.Stats().Calls["send"]
+	st, body := call(t, http.MethodPost, rs[1].URL+"/v1/send", apiTok, sendBody("cus_4:p:2"))
+	if st != http.StatusTooManyRequests || !strings.Contains(body, "quota") {
+		t.Errorf("send through B during A's pause: %d %s; want 429 from the relay's paused quota", st, body)
+	}
+	if got := emu.Stats().Calls["send"]; got != before {
+		t.Errorf("emulator results: B called Gmail's send %d times during the pause, want 0", got-before)
+	}
+}
