@@ -222,15 +222,19 @@ func (s *Set) Clear() int {
 // computed at the current time: expired and exhausted rules are listed with
 // Active false. The rules are copies.
 func (s *Set) List() []Rule {
-	rules := s.rules
+	var stored []*entry
 	if s.store != nil {
 		var err error
-		if rules, err = s.storedEntries(); err != nil {
+		if stored, err = s.storedEntries(); err != nil {
 			return nil
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	rules := s.rules // read under the lock: Add and Remove replace it
+	if s.store != nil {
+		rules = stored
+	}
 	now := s.now()
 	out := make([]Rule, 0, len(rules))
 	for i := len(rules) - 1; i >= 0; i-- {
