@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -137,6 +138,7 @@ func runChild() error {
 // profile starts a CPU profile into prefix-cpu.pprof; the func it returns
 // stops it and writes the allocation profile prefix-allocs.pprof.
 func profile(prefix string) (func(), error) {
+	runtime.MemProfileRate = 1 // every allocation, so that counts per send are exact
 	f, err := os.Create(prefix + "-cpu.pprof")
 	if err != nil {
 		return nil, err
@@ -158,7 +160,8 @@ func profile(prefix string) (func(), error) {
 // childRelay is the relay as `gmailrelay serve` wires it for a send:
 // metrics (observer and timed provider), fault rules (none set), a JSON
 // logger at info (into io.Discard), the Gmail adapter with its pooled
-// transport, a bbolt log; quotas that never limit and verify_handle never.
+// transport, a bbolt log; quotas and a daily limit that never limit, and
+// verify_handle never.
 type childRelay struct {
 	handler http.Handler
 	log     *acceptlog.Log
@@ -185,6 +188,7 @@ func newChildRelay(ctx context.Context, emulator, dir string) (*childRelay, erro
 	pol := policy.Default()
 	pol.MsgIDDomain = MsgIDDomain
 	pol.VerifyHandle = policy.VerifyNever
+	pol.Mailboxes = map[string]policy.Mailbox{policy.DefaultMailbox: {Name: policy.DefaultMailbox, DailySendLimit: unlimited}}
 	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: metrics.Provider(gm), Policy: pol,
 		Faults: faultmodes.New(faultmodes.Options{Seed: 1}), Quota: relay.NewQuota(unlimited, nil),
 		Logger: logger, Observer: metrics})
