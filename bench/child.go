@@ -16,6 +16,7 @@ import (
 	"runtime/pprof"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -66,6 +67,8 @@ type ChildStats struct {
 	Commits uint64 `json:"commits"`
 	// Messages the emulator holds.
 	Messages int `json:"messages"`
+	// Conns are the connections the child has accepted.
+	Conns int64 `json:"conns"`
 	// Phases are the relay's SendTimings since the last reset.
 	Phases []api.SendTiming `json:"phases,omitempty"`
 }
@@ -116,10 +119,11 @@ func runChild() error {
 		return fmt.Errorf("%s=%q: want %s or %s", childRoleEnv, role, roleEmulator, roleRelay)
 	}
 	defer cleanup()
+	var conns atomic.Int64
 	mux := http.NewServeMux()
 	mux.Handle("/", handler)
 	mux.HandleFunc("GET /bench/stats", func(w http.ResponseWriter, _ *http.Request) {
-		st := ChildStats{CPUNanos: int64(CPUTime()), Mallocs: Mallocs()}
+		st := ChildStats{CPUNanos: int64(CPUTime()), Mallocs: Mallocs(), Conns: conns.Load()}
 		stats(&st)
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(st)
@@ -130,7 +134,12 @@ func runChild() error {
 	}
 	// The relay's own server settings (cmd/gmailrelay newHTTPServer).
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute,
-		WriteTimeout: 5 * time.Minute, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 64 << 10}
+		WriteTimeout: 5 * time.Minute, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 64 << 10,
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				conns.Add(1)
+			}
+		}}
 	go func() { _ = srv.Serve(ln) }()
 	fmt.Printf("%shttp://%s\n", childReadyPrefix, ln.Addr())
 	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent closes it

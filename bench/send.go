@@ -68,8 +68,9 @@ type SendConfig struct {
 //
 // Figures, per path (direct_, relay_): sends/s, p50_ms, p99_ms, and the
 // client process's client_allocs/send and client_cpu_us/send, and the
-// emulator process's emu_cpu_us/send and emu_allocs/send (the same work
-// per send gives the same allocations; CPU also counts wake-ups). For the relay: proc_cpu_us/send and
+// emulator process's emu_cpu_us/send, emu_allocs/send (the same work per
+// send gives the same allocations; CPU also counts wake-ups) and
+// emu_new_conns (connections it accepted during the measured sends). For the relay: proc_cpu_us/send and
 // proc_allocs/send (the relay process's own rusage and Mallocs over the
 // relayed sends), fsyncs/send (acceptance-log commits per send), the p50
 // of each phase of a relayed send inside the relay's handler
@@ -139,6 +140,8 @@ func SendOverhead(ctx context.Context, cfg SendConfig) (Metrics, error) {
 	n := float64(cfg.Sends)
 	dm["emu_cpu_us/send"] = float64(e1.CPUNanos-e0.CPUNanos) / 1e3 / n
 	rm["emu_cpu_us/send"] = float64(e2.CPUNanos-e1.CPUNanos) / 1e3 / n
+	dm["emu_new_conns"] = float64(e1.Conns - e0.Conns)
+	rm["emu_new_conns"] = float64(e2.Conns - e1.Conns)
 	dm["emu_allocs/send"] = float64(e1.Mallocs-e0.Mallocs) / n
 	rm["emu_allocs/send"] = float64(e2.Mallocs-e1.Mallocs) / n
 	rm["proc_cpu_us/send"] = float64(r1.CPUNanos-r0.CPUNanos) / 1e3 / n

@@ -156,8 +156,9 @@ func Rows(results []Result) []Row {
 			} else {
 				add(label+": relay process allocs/send", allocs, "—", StatusInfo)
 			}
-			emu := fmt.Sprintf("%.3f (relayed %.0f µs, direct %.0f µs; allocs relayed %.0f, direct %.0f)", m["emu_ratio"],
-				m["relay_emu_cpu_us/send"], m["direct_emu_cpu_us/send"], m["relay_emu_allocs/send"], m["direct_emu_allocs/send"])
+			emu := fmt.Sprintf("%.3f (relayed %.0f µs, direct %.0f µs; allocs relayed %.0f, direct %.0f; new connections relayed %.0f, direct %.0f)",
+				m["emu_ratio"], m["relay_emu_cpu_us/send"], m["direct_emu_cpu_us/send"], m["relay_emu_allocs/send"], m["direct_emu_allocs/send"],
+				m["relay_emu_new_conns"], m["direct_emu_new_conns"])
 			if conc == 64 {
 				add(label+": emulator CPU per send, relayed/direct", emu, "≤ 1.10", check(m["emu_ratio"] <= 1.10))
 			} else {
