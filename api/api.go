@@ -94,9 +94,9 @@ type Config struct {
 
 // SendTiming is where one send request's time went inside its handler:
 // Decode (reading, decoding and validating the request up to the send
-// path), the relay's phases (relay.Timing: admission commit, Gmail call,
-// outcome commit) and Answer (writing the response). Total is the whole
-// handler.
+// path), the relay's phases (relay.Timing: admission, admission commit,
+// Gmail call, outcome commit) and Answer (from the send path's return to
+// the response written). Total is the whole handler.
 type SendTiming struct {
 	Decode time.Duration
 	relay.Timing
@@ -393,16 +393,20 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, start time.Time, p 
 	}
 	opts := relay.SendOptions{Fault: fault, Queue: queue}
 	var tm *SendTiming
+	var sent time.Time
 	if s.cfg.OnSendTiming != nil {
 		tm = &SendTiming{Decode: time.Since(start)}
 		opts.Timing = &tm.Timing
 		defer func() {
 			tm.Total = time.Since(start)
-			tm.Answer = tm.Total - tm.Decode - tm.FirstCommit - tm.Gmail - tm.OutcomeCommit
+			tm.Answer = time.Since(sent)
 			s.cfg.OnSendTiming(*tm)
 		}()
 	}
 	res, err := s.svc.Send(r.Context(), p, opts)
+	if tm != nil {
+		sent = time.Now()
+	}
 	if err != nil {
 		fail(w, r, err)
 		return

@@ -74,7 +74,7 @@ type SendConfig struct {
 // proc_allocs/send (the relay process's own rusage and Mallocs over the
 // relayed sends), fsyncs/send (acceptance-log commits per send), the p50
 // of each phase of a relayed send inside the relay's handler
-// (phase_decode_us, phase_commit1_us, phase_gmail_us, phase_commit2_us,
+// (phase_decode_us, phase_admit_us, phase_commit1_us, phase_gmail_us, phase_commit2_us,
 // phase_answer_us, phase_total_us; see api.SendTiming), and ratio (relay
 // sends/s ÷ direct sends/s), added_p50_ms (relay p50 − direct p50) and
 // emu_ratio (emulator CPU per relayed send ÷ per direct send).
@@ -173,6 +173,7 @@ func phaseMedians(ts []api.SendTiming) Metrics {
 	}
 	for name, get := range map[string]func(api.SendTiming) time.Duration{
 		"phase_decode_us":  func(t api.SendTiming) time.Duration { return t.Decode },
+		"phase_admit_us":   func(t api.SendTiming) time.Duration { return t.Admit },
 		"phase_commit1_us": func(t api.SendTiming) time.Duration { return t.FirstCommit },
 		"phase_gmail_us":   func(t api.SendTiming) time.Duration { return t.Gmail },
 		"phase_commit2_us": func(t api.SendTiming) time.Duration { return t.OutcomeCommit },

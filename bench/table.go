@@ -165,8 +165,8 @@ func Rows(results []Result) []Row {
 				add(label+": emulator CPU per send, relayed/direct", emu, "—", StatusInfo)
 			}
 			add(label+": phases of a relayed send (p50 each)",
-				fmt.Sprintf("decode %.0f µs, first commit %.0f µs, Gmail call %.0f µs, outcome commit %.0f µs, answer %.0f µs; handler total %.0f µs",
-					m["phase_decode_us"], m["phase_commit1_us"], m["phase_gmail_us"], m["phase_commit2_us"], m["phase_answer_us"], m["phase_total_us"]),
+				fmt.Sprintf("decode %.0f µs, admission %.0f µs, first commit %.0f µs, Gmail call %.0f µs, outcome commit %.0f µs, answer %.0f µs; handler total %.0f µs",
+					m["phase_decode_us"], m["phase_admit_us"], m["phase_commit1_us"], m["phase_gmail_us"], m["phase_commit2_us"], m["phase_answer_us"], m["phase_total_us"]),
 				"—", StatusInfo)
 			add(label+": client process allocs/send, CPU/send",
 				fmt.Sprintf("relayed %.0f allocs, %.0f µs; direct %.0f allocs, %.0f µs",

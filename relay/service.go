@@ -108,11 +108,12 @@ type SendOptions struct {
 	Timing *Timing
 }
 
-// Timing is where one Send's time went: the admission commit (the
-// forwarding line made durable), the Gmail call, and the outcome commit.
-// A phase the Send did not reach stays zero.
+// Timing is where one Send's time went: admission before the log (the
+// channel, the front door's read of the job, quota and fault rules), the
+// admission commit (the forwarding line made durable), the Gmail call,
+// and the outcome commit. A phase the Send did not reach stays zero.
 type Timing struct {
-	FirstCommit, Gmail, OutcomeCommit time.Duration
+	Admit, FirstCommit, Gmail, OutcomeCommit time.Duration
 }
 
 // Result is what a Send or an attempt did.
@@ -287,6 +288,10 @@ const (
 // a refused duplicate is between take and give-back, a concurrent request
 // of another job may see the budget (or a count: 1 rule) as spent.
 func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, error) {
+	var start time.Time
+	if o.Timing != nil {
+		start = time.Now()
+	}
 	ch, err := s.policy.Channel(p.Channel)
 	if err != nil {
 		return Result{}, &Error{Code: CodeInvalid, Field: "channel", Message: err.Error()}
@@ -318,6 +323,7 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 	var t0 time.Time
 	if o.Timing != nil {
 		t0 = time.Now()
+		o.Timing.Admit = t0.Sub(start)
 	}
 	job, _, err := s.log.Mutate(ctx, p.MessageID, func(cur *acceptlog.Job) (acceptlog.Change, error) {
 		adm, frontRes, frontErr = admitForward, Result{}, nil
