@@ -16,23 +16,13 @@ import (
 // and returns the fsyncs per second: the filesystem's floor for durable
 // appends by one writer.
 func RawFsyncRate(dir string, n int) (float64, error) {
-	f, err := os.CreateTemp(dir, "raw-fsync-*")
+	a, err := newRawAppender(dir)
 	if err != nil {
-		return 0, fmt.Errorf("raw fsync: %w", err)
+		return 0, err
 	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	buf := make([]byte, 512)
-	start := time.Now()
-	for range n {
-		if _, err := f.Write(buf); err != nil {
-			return 0, fmt.Errorf("raw fsync: write: %w", err)
-		}
-		if err := f.Sync(); err != nil {
-			return 0, fmt.Errorf("raw fsync: %w", err)
-		}
-	}
-	return rate(n, time.Since(start)), nil
+	defer a.close()
+	took, err := a.run(n, false)
+	return rate(n, took), err
 }
 
 // RawTwoSyncRate is RawFsyncRate with two write+fsync pairs per append, the
@@ -40,40 +30,74 @@ func RawFsyncRate(dir string, n int) (float64, error) {
 // and syncs, then writes its meta page and syncs again): the floor of any
 // bbolt commit on this filesystem, as appends per second.
 func RawTwoSyncRate(dir string, n int) (float64, error) {
-	f, err := os.CreateTemp(dir, "raw-2sync-*")
+	a, err := newRawAppender(dir)
 	if err != nil {
-		return 0, fmt.Errorf("raw two syncs: %w", err)
+		return 0, err
 	}
-	defer os.Remove(f.Name())
-	defer f.Close()
+	defer a.close()
+	took, err := a.run(n, true)
+	return rate(n, took), err
+}
+
+// rawAppender appends 512-byte records to a file after a 4 KiB header.
+type rawAppender struct {
+	f   *os.File
+	off int64
+}
+
+func newRawAppender(dir string) (*rawAppender, error) {
+	f, err := os.CreateTemp(dir, "raw-fsync-*")
+	if err != nil {
+		return nil, fmt.Errorf("raw fsync: %w", err)
+	}
+	if _, err := f.WriteAt(make([]byte, 4096), 0); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("raw fsync: %w", err)
+	}
+	return &rawAppender{f: f, off: 4096}, nil
+}
+
+func (a *rawAppender) close() {
+	a.f.Close()
+	os.Remove(a.f.Name())
+}
+
+// run makes n appends, each a write and an fsync, and with two also a
+// rewrite of the header and a second fsync; it returns the time taken.
+func (a *rawAppender) run(n int, two bool) (time.Duration, error) {
 	data, meta := make([]byte, 512), make([]byte, 4096)
-	if _, err := f.WriteAt(meta, 0); err != nil {
-		return 0, fmt.Errorf("raw two syncs: %w", err)
-	}
-	off := int64(len(meta))
 	start := time.Now()
 	for range n {
-		if _, err := f.WriteAt(data, off); err != nil {
-			return 0, fmt.Errorf("raw two syncs: write: %w", err)
+		if _, err := a.f.WriteAt(data, a.off); err != nil {
+			return 0, fmt.Errorf("raw fsync: write: %w", err)
 		}
-		off += int64(len(data))
-		if err := f.Sync(); err != nil {
-			return 0, fmt.Errorf("raw two syncs: %w", err)
+		a.off += int64(len(data))
+		if err := a.f.Sync(); err != nil {
+			return 0, fmt.Errorf("raw fsync: %w", err)
 		}
-		if _, err := f.WriteAt(meta, 0); err != nil {
-			return 0, fmt.Errorf("raw two syncs: write meta: %w", err)
+		if !two {
+			continue
 		}
-		if err := f.Sync(); err != nil {
-			return 0, fmt.Errorf("raw two syncs: %w", err)
+		if _, err := a.f.WriteAt(meta, 0); err != nil {
+			return 0, fmt.Errorf("raw fsync: write header: %w", err)
+		}
+		if err := a.f.Sync(); err != nil {
+			return 0, fmt.Errorf("raw fsync: %w", err)
 		}
 	}
-	return rate(n, time.Since(start)), nil
+	return time.Since(start), nil
 }
+
+// durableRounds is how many interleaved rounds DurableLog splits its
+// appends into: the disk is shared, and its speed drifts during a run.
+const durableRounds = 40
 
 // DurableLog measures durable appends to a fresh acceptance log in dir: n
 // Mutates by conc concurrent writers, each creating a job with two lines
 // (received, forwarding: the send path's first write), next to the raw
-// write+fsync rate measured just before on the same filesystem.
+// write+fsync rate of the same filesystem, measured in interleaved rounds
+// (raw, log, and at concurrency 1 two syncs) so that a drift of the
+// shared disk's speed falls on each alike.
 //
 // Figures: mutates/s, lines/s, raw_fsyncs/s, ratio_vs_raw (mutates/s ÷
 // raw fsyncs/s: 1 means one durable append per raw fsync), fsyncs/mutate
@@ -85,27 +109,46 @@ func DurableLog(ctx context.Context, dir string, conc, n int) (Metrics, error) {
 	if conc < 1 || n < 1 {
 		return nil, fmt.Errorf("durable log: concurrency and n must be positive")
 	}
-	raw, err := RawFsyncRate(dir, n)
+	a, err := newRawAppender(dir)
 	if err != nil {
 		return nil, err
 	}
+	defer a.close()
 	log, err := acceptlog.Open(filepath.Join(dir, fmt.Sprintf("durable-%d.db", conc)), acceptlog.Options{})
 	if err != nil {
 		return nil, err
 	}
 	defer log.Close()
 	commits := log.Commits()
-	start := time.Now()
-	err = parallel(n, conc, func(i int) error {
-		id := fmt.Sprintf("<durable-%08d@%s>", i, MsgIDDomain)
-		_, _, err := log.Mutate(ctx, id, newForwardingJob(id))
-		return err
-	})
-	took := time.Since(start)
-	if err != nil {
-		return nil, err
+	var rawT, logT, twoT time.Duration
+	done := 0
+	for r := range durableRounds {
+		k := (n*(r+1))/durableRounds - done
+		t, err := a.run(k, false)
+		if err != nil {
+			return nil, err
+		}
+		rawT += t
+		start, base := time.Now(), done
+		err = parallel(k, conc, func(i int) error {
+			id := fmt.Sprintf("<durable-%08d@%s>", base+i, MsgIDDomain)
+			_, _, err := log.Mutate(ctx, id, newForwardingJob(id))
+			return err
+		})
+		logT += time.Since(start)
+		if err != nil {
+			return nil, err
+		}
+		if conc == 1 {
+			t, err := a.run(k, true)
+			if err != nil {
+				return nil, err
+			}
+			twoT += t
+		}
+		done += k
 	}
-	mutates := rate(n, took)
+	raw, mutates := rate(n, rawT), rate(n, logT)
 	m := Metrics{
 		"mutates/s":     mutates,
 		"lines/s":       2 * mutates,
@@ -114,10 +157,7 @@ func DurableLog(ctx context.Context, dir string, conc, n int) (Metrics, error) {
 		"fsyncs/mutate": float64(log.Commits()-commits) / float64(n),
 	}
 	if conc == 1 {
-		two, err := RawTwoSyncRate(dir, n)
-		if err != nil {
-			return nil, err
-		}
+		two := rate(n, twoT)
 		m["raw_2sync/s"], m["ceiling_vs_raw"], m["ratio_vs_ceiling"] = two, two/raw, mutates/two
 	}
 	return m, nil
