@@ -105,6 +105,13 @@ type Log struct {
 	// lastTx is the write transaction whose commit is already counted. Only
 	// touched inside write transactions, which bbolt serialises.
 	lastTx *bolt.Tx
+	// countsTx is the group commit's transaction in progress and counts
+	// the counter deltas of its Mutates so far: they are written once,
+	// when the group has run (flushCounts), instead of a read and a write
+	// of every counter by every Mutate. Only touched inside write
+	// transactions.
+	countsTx *bolt.Tx
+	counts   map[string]int64
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -280,12 +287,14 @@ func (l *Log) lead(batch []*waiter, self *waiter) error {
 		}
 	}()
 	err := l.db.Update(func(tx *bolt.Tx) error {
-		for _, w := range batch {
-			if err := w.fn(tx); err != nil {
-				return err
+		return l.counted(tx, func() error {
+			for _, w := range batch {
+				if err := w.fn(tx); err != nil {
+					return err
+				}
 			}
-		}
-		return nil
+			return nil
+		})
 	})
 	switch {
 	case err == nil:
@@ -293,7 +302,9 @@ func (l *Log) lead(batch []*waiter, self *waiter) error {
 		batch[0].err = err
 	default:
 		for _, w := range batch {
-			w.err = l.db.Update(w.fn)
+			w.err = l.db.Update(func(tx *bolt.Tx) error {
+				return l.counted(tx, func() error { return w.fn(tx) })
+			})
 		}
 	}
 	l.handOver(batch, self)
@@ -383,10 +394,38 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 			return Job{}, nil, nil, fmt.Errorf("put mailbox %s: %w", mb.Name, err)
 		}
 	}
-	if err := addCounts(tx.Bucket(bucketCounters), counts); err != nil {
+	if err := l.addCounts(tx, counts); err != nil {
 		return Job{}, nil, nil, err
 	}
 	return p.Result, p.Lines, nil, nil
+}
+
+// counted runs a group's Mutates in tx, collecting their counter deltas,
+// and writes the deltas once when all have run.
+func (l *Log) counted(tx *bolt.Tx, run func() error) error {
+	l.countsTx, l.counts = tx, nil
+	defer func() { l.countsTx, l.counts = nil, nil }()
+	if err := run(); err != nil {
+		return err
+	}
+	return addCounts(tx.Bucket(bucketCounters), l.counts)
+}
+
+// addCounts adds a Mutate's counter deltas to its group's (written by
+// counted before the commit), or writes them at once in a
+// transaction that is not a group commit's (bbolt's Batch).
+func (l *Log) addCounts(tx *bolt.Tx, deltas map[string]int64) error {
+	if l.countsTx != tx {
+		return addCounts(tx.Bucket(bucketCounters), deltas)
+	}
+	if l.counts == nil {
+		l.counts = deltas // apply's own map: nothing else holds it
+		return nil
+	}
+	for k, d := range deltas {
+		l.counts[k] += d
+	}
+	return nil
 }
 
 // validateChange checks ch against the log's invariants before anything is

@@ -138,3 +138,53 @@ func TestMutatePanicDoesNotLockTheLog(t *testing.T) {
 		t.Fatal("Mutate after a panic never returned: the group commit is stuck")
 	}
 }
+
+// TestGroupCommitCounters: the counters of Mutates grouped into one commit
+// are written once per commit, and they still equal a recount (the
+// cleanup's Check) and the jobs' states, also when jobs created and moved
+// in the same group cancel each other's deltas.
+func TestGroupCommitCounters(t *testing.T) {
+	ctx := context.Background()
+	l, _ := mustOpen(t)
+	const n = 64
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			id := fmt.Sprintf("<%02d@x>", i)
+			_, _, err := l.Mutate(ctx, id, func(*acceptlog.Job) (acceptlog.Change, error) {
+				return acceptlog.Change{
+					Job:   &acceptlog.Job{MessageID: id, Channel: "c", State: acceptlog.StateForwarding, Attempts: 1},
+					Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, Attempt: 1}, {Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding}},
+				}, nil
+			})
+			if err != nil {
+				t.Errorf("create %s: %v", id, err)
+				return
+			}
+			_, _, err = l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+				j := *cur
+				j.Effects++
+				line := acceptlog.Move(&j, acceptlog.StateSent, acceptlog.Line{Kind: acceptlog.KindEffect, Attempt: 1, Source: acceptlog.SourceResponse})
+				return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{line}}, nil
+			})
+			if err != nil {
+				t.Errorf("move %s: %v", id, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	st, err := l.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Jobs != n || st.Lines != 3*n || st.ByState[acceptlog.StateSent] != n || st.ByState[acceptlog.StateForwarding] != 0 ||
+		st.ByChannel["c"][acceptlog.StateSent] != n || st.ByKind[acceptlog.KindEffect] != n {
+		t.Errorf("stats = %+v, want %d sent jobs, %d lines", st, n, 3*n)
+	}
+	if c := l.Commits(); c >= 2*n {
+		t.Logf("no two Mutates shared a commit (%d commits): the grouping was not exercised this run", c)
+	}
+}

@@ -84,6 +84,32 @@ type Config struct {
 	// request that does not fit is answered 503 + Retry-After before its
 	// body is read. 0: DefaultMaxInflightBytes.
 	MaxInflightBytes int64
+
+	// OnSendTiming, when set, is called after every send request that
+	// reached the send path (POST /v1/send and the Gmail-compatible
+	// paths) with where its time went: the benchmark's phase breakdown.
+	// nil costs nothing. It must be cheap and safe for concurrent use.
+	OnSendTiming func(SendTiming)
+}
+
+// SendTiming is where one send request's time went inside its handler:
+// Decode (reading, decoding and validating the request up to the send
+// path), the relay's phases (relay.Timing: admission, admission commit,
+// Gmail call, outcome commit) and Answer (from the send path's return to
+// the response written). Total is the whole handler.
+type SendTiming struct {
+	Decode time.Duration
+	relay.Timing
+	Answer, Total time.Duration
+}
+
+// timingStart is the start of a send handler's clock: zero (no clock
+// read) when nobody listens for SendTiming.
+func (s *Server) timingStart() time.Time {
+	if s.cfg.OnSendTiming == nil {
+		return time.Time{}
+	}
+	return time.Now()
 }
 
 // withDeps fills the dependencies c leaves nil from c.Service.
@@ -283,12 +309,13 @@ type sendAnswer struct {
 func jobURL(id string) string { return "/v1/jobs/" + url.PathEscape(id) }
 
 func (s *Server) send(w http.ResponseWriter, r *http.Request) {
+	start := s.timingStart()
 	p, queue, err := s.prepare(r)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	s.run(w, r, p, queue, func(w http.ResponseWriter, r *http.Request, err error) {
+	s.run(w, r, start, p, queue, func(w http.ResponseWriter, r *http.Request, err error) {
 		writeErrorFor(w, r, err, p.MessageID, "")
 	}, s.writeSendAnswer)
 }
@@ -355,15 +382,31 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 }
 
 // run sends p and answers through write, which sees every outcome that is
-// not a refusal (answered by fail) or a dropped response.
-func (s *Server) run(w http.ResponseWriter, r *http.Request, p relay.Prepared, queue bool,
+// not a refusal (answered by fail) or a dropped response. start is the
+// handler's timingStart.
+func (s *Server) run(w http.ResponseWriter, r *http.Request, start time.Time, p relay.Prepared, queue bool,
 	fail func(http.ResponseWriter, *http.Request, error), write func(http.ResponseWriter, *http.Request, relay.Result)) {
 	fault, err := s.faultOverride(r)
 	if err != nil {
 		fail(w, r, err)
 		return
 	}
-	res, err := s.svc.Send(r.Context(), p, relay.SendOptions{Fault: fault, Queue: queue})
+	opts := relay.SendOptions{Fault: fault, Queue: queue}
+	var tm *SendTiming
+	var sent time.Time
+	if s.cfg.OnSendTiming != nil {
+		tm = &SendTiming{Decode: time.Since(start)}
+		opts.Timing = &tm.Timing
+		defer func() {
+			tm.Total = time.Since(start)
+			tm.Answer = time.Since(sent)
+			s.cfg.OnSendTiming(*tm)
+		}()
+	}
+	res, err := s.svc.Send(r.Context(), p, opts)
+	if tm != nil {
+		sent = time.Now()
+	}
 	if err != nil {
 		fail(w, r, err)
 		return

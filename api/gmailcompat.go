@@ -8,6 +8,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -62,6 +63,7 @@ func gmailErrorBody(re *relay.Error, status int, msg string) any {
 }
 
 func (s *Server) gmailSend(w http.ResponseWriter, r *http.Request) {
+	start := s.timingStart()
 	body, err := readBody(r, MaxJSONBytes)
 	if err != nil {
 		writeGmailError(w, r, err)
@@ -85,10 +87,11 @@ func (s *Server) gmailSend(w http.ResponseWriter, r *http.Request) {
 		writeGmailError(w, r, err)
 		return
 	}
-	s.gmailSendRaw(w, r, raw, m.ThreadID)
+	s.gmailSendRaw(w, r, start, raw, m.ThreadID)
 }
 
 func (s *Server) gmailUpload(w http.ResponseWriter, r *http.Request) {
+	start := s.timingStart()
 	switch t := r.URL.Query().Get("uploadType"); t {
 	case "media":
 		raw, err := readBody(r, relay.MaxMessageBytes)
@@ -96,14 +99,14 @@ func (s *Server) gmailUpload(w http.ResponseWriter, r *http.Request) {
 			writeGmailError(w, r, err)
 			return
 		}
-		s.gmailSendRaw(w, r, raw, "")
+		s.gmailSendRaw(w, r, start, raw, "")
 	case "multipart":
 		meta, raw, err := readMultipartRelated(r)
 		if err != nil {
 			writeGmailError(w, r, err)
 			return
 		}
-		s.gmailSendRaw(w, r, raw, meta.ThreadID)
+		s.gmailSendRaw(w, r, start, raw, meta.ThreadID)
 	case "resumable":
 		writeGmailError(w, r, &relay.Error{Code: relay.CodeInvalid, Field: "uploadType",
 			Message: "resumable uploads are not supported by the relay; send messages under 35 MB with uploadType=multipart"})
@@ -152,7 +155,7 @@ func readMultipartRelated(r *http.Request) (gmailMessage, []byte, error) {
 	return meta, raw, nil
 }
 
-func (s *Server) gmailSendRaw(w http.ResponseWriter, r *http.Request, raw []byte, threadID string) {
+func (s *Server) gmailSendRaw(w http.ResponseWriter, r *http.Request, start time.Time, raw []byte, threadID string) {
 	p, err := relay.PrepareRaw(raw, "", channelOf(r), s.cfg.MsgIDDomain)
 	if err != nil {
 		writeGmailError(w, r, err)
@@ -166,7 +169,7 @@ func (s *Server) gmailSendRaw(w http.ResponseWriter, r *http.Request, raw []byte
 		writeGmailError(w, r, err)
 		return
 	}
-	s.run(w, r, p, queue, writeGmailError, s.writeGmailAnswer)
+	s.run(w, r, start, p, queue, writeGmailError, s.writeGmailAnswer)
 }
 
 // writeGmailAnswer answers like Gmail: its Message JSON on 200, its error

@@ -54,7 +54,7 @@ func BenchmarkSendOverhead(b *testing.B) {
 				var m bench.Metrics
 				for b.Loop() {
 					var err error
-					m, err = bench.SendOverhead(ctx, bench.SendConfig{Latency: lat, Concurrency: conc, Sends: n, Dir: b.TempDir()})
+					m, err = bench.SendOverhead(ctx, bench.SendConfig{Latency: lat, Concurrency: conc, Sends: n, Dir: b.TempDir(), Processes: true})
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -178,4 +178,13 @@ func TestScaleChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Println(childPrefix + string(data))
+}
+
+// TestMain runs this binary as one of SendOverhead's servers when it was
+// started as one (bench.IsChild).
+func TestMain(m *testing.M) {
+	if bench.IsChild() {
+		os.Exit(bench.RunChild())
+	}
+	os.Exit(m.Run())
 }

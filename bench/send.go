@@ -44,30 +44,172 @@ type SendConfig struct {
 	// Dir holds the relay's acceptance log.
 	Dir string
 	// Log, when set, is the acceptance log to use instead of a bbolt file
-	// in Dir (the caller closes it).
+	// in Dir (the caller closes it); the relay then runs in this process.
 	Log acceptlog.Store
+	// Processes runs the emulator and the relay each in a process of its
+	// own (see SendOverhead); the test binary's TestMain must call
+	// RunChild when IsChild. Ignored when Log is set.
+	Processes bool
 }
 
 // SendOverhead sends cfg.Sends messages with Google's Go client straight to
-// a fresh emulator, then the same number through the relay's
+// the Gmail emulator, then the same number through the relay's
 // Gmail-compatible path (POST /gmail/v1/users/me/messages/send) to the same
 // emulator, with the same client settings and message shape (distinct
 // Message-IDs). Both paths are warmed up first (connections, and the relay
 // runs with verify_handle never so no send pays a read-back).
 //
-// Figures, per path (direct_, relay_): sends/s, p50_ms, p99_ms,
-// allocs/send and cpu_us/send (the whole process: client, relay and
-// emulator, so relay minus direct is the relay's own cost); and ratio
-// (relay sends/s ÷ direct sends/s), added_p50_ms (relay p50 − direct p50),
-// fsyncs/send (acceptance-log commits per relay send).
+// With cfg.Processes, the emulator and the relay each run in a process of
+// their own (this test binary started again: its TestMain must call
+// RunChild when IsChild), the relay wired as `gmailrelay serve` wires it,
+// so that the test process holds only the client and every process's CPU
+// and allocations are its own. Otherwise (and always with cfg.Log set),
+// the relay and the emulator run inside this process (see sendInProcess).
+//
+// Figures, per path (direct_, relay_): sends/s, p50_ms, p99_ms, and the
+// client process's client_allocs/send and client_cpu_us/send, and the
+// emulator process's emu_cpu_us/send, emu_allocs/send (the same work per
+// send gives the same allocations; CPU also counts wake-ups) and
+// emu_new_conns (connections it accepted during the measured sends). For the relay: proc_cpu_us/send and
+// proc_allocs/send (the relay process's own rusage and Mallocs over the
+// relayed sends), fsyncs/send (acceptance-log commits per send), the p50
+// of each phase of a relayed send inside the relay's handler
+// (phase_decode_us, phase_admit_us, phase_commit1_us, phase_gmail_us, phase_commit2_us,
+// phase_answer_us, phase_total_us; see api.SendTiming), and ratio (relay
+// sends/s ÷ direct sends/s), added_p50_ms (relay p50 − direct p50) and
+// emu_ratio (emulator CPU per relayed send ÷ per direct send).
 func SendOverhead(ctx context.Context, cfg SendConfig) (Metrics, error) {
 	if cfg.Concurrency < 1 || cfg.Sends < 1 {
 		return nil, fmt.Errorf("send overhead: concurrency and sends must be positive")
 	}
+	if cfg.Log != nil || !cfg.Processes {
+		return sendInProcess(ctx, cfg)
+	}
+	emu, err := startChild(roleEmulator, childLatencyEnv+"="+cfg.Latency.String())
+	if err != nil {
+		return nil, err
+	}
+	defer emu.stop()
+	rel, err := startChild(roleRelay, childEmulatorEnv+"="+emu.URL, childDirEnv+"="+cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer rel.stop()
+
+	direct, err := newGmailClient(ctx, emu.URL, cfg.Concurrency)
+	if err != nil {
+		return nil, err
+	}
+	viaRelay, err := newGmailClient(ctx, rel.URL, cfg.Concurrency)
+	if err != nil {
+		return nil, err
+	}
+	if err := warmUp(ctx, direct, viaRelay, cfg.Concurrency); err != nil {
+		return nil, err
+	}
+
+	m := Metrics{}
+	e0, err := emu.stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dm, err := measure(ctx, direct, buildMessages("direct", cfg.Sends), cfg.Concurrency)
+	if err != nil {
+		return nil, fmt.Errorf("direct sends: %w", err)
+	}
+	e1, err := emu.stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r0, err := rel.stats(ctx) // also drops the warm-up's phases
+	if err != nil {
+		return nil, err
+	}
+	rm, err := measure(ctx, viaRelay, buildMessages("relay", cfg.Sends), cfg.Concurrency)
+	if err != nil {
+		return nil, fmt.Errorf("relay sends: %w", err)
+	}
+	r1, err := rel.stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e2, err := emu.stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n := float64(cfg.Sends)
+	dm["emu_cpu_us/send"] = float64(e1.CPUNanos-e0.CPUNanos) / 1e3 / n
+	rm["emu_cpu_us/send"] = float64(e2.CPUNanos-e1.CPUNanos) / 1e3 / n
+	dm["emu_new_conns"] = float64(e1.Conns - e0.Conns)
+	rm["emu_new_conns"] = float64(e2.Conns - e1.Conns)
+	dm["emu_allocs/send"] = float64(e1.Mallocs-e0.Mallocs) / n
+	rm["emu_allocs/send"] = float64(e2.Mallocs-e1.Mallocs) / n
+	rm["proc_cpu_us/send"] = float64(r1.CPUNanos-r0.CPUNanos) / 1e3 / n
+	rm["proc_allocs/send"] = float64(r1.Mallocs-r0.Mallocs) / n
+	for k, v := range dm {
+		m["direct_"+k] = v
+	}
+	for k, v := range rm {
+		m["relay_"+k] = v
+	}
+	m["ratio"] = rm["sends/s"] / dm["sends/s"]
+	m["added_p50_ms"] = rm["p50_ms"] - dm["p50_ms"]
+	m["emu_ratio"] = rm["emu_cpu_us/send"] / dm["emu_cpu_us/send"]
+	m["fsyncs/send"] = float64(r1.Commits-r0.Commits) / n
+	for k, v := range phaseMedians(r1.Phases) {
+		m[k] = v
+	}
+	if got, want := e2.Messages, 2*cfg.Concurrency+2*cfg.Sends; got != want {
+		return nil, fmt.Errorf("send overhead: emulator holds %d messages, want %d", got, want)
+	}
+	return m, nil
+}
+
+// phaseMedians is the p50, in µs, of each phase of the sends in ts.
+func phaseMedians(ts []api.SendTiming) Metrics {
+	m := Metrics{}
+	if len(ts) == 0 {
+		return m
+	}
+	for name, get := range map[string]func(api.SendTiming) time.Duration{
+		"phase_decode_us":  func(t api.SendTiming) time.Duration { return t.Decode },
+		"phase_admit_us":   func(t api.SendTiming) time.Duration { return t.Admit },
+		"phase_commit1_us": func(t api.SendTiming) time.Duration { return t.FirstCommit },
+		"phase_gmail_us":   func(t api.SendTiming) time.Duration { return t.Gmail },
+		"phase_commit2_us": func(t api.SendTiming) time.Duration { return t.OutcomeCommit },
+		"phase_answer_us":  func(t api.SendTiming) time.Duration { return t.Answer },
+		"phase_total_us":   func(t api.SendTiming) time.Duration { return t.Total },
+	} {
+		ds := make([]time.Duration, len(ts))
+		for i, t := range ts {
+			ds[i] = get(t)
+		}
+		m[name] = float64(Percentile(ds, 50)) / float64(time.Microsecond)
+	}
+	return m
+}
+
+// warmUp makes one round of sends on each path (connections).
+func warmUp(ctx context.Context, direct, viaRelay *gmail.Service, conc int) error {
+	for _, p := range []struct {
+		name string
+		svc  *gmail.Service
+	}{{"warm-direct", direct}, {"warm-relay", viaRelay}} {
+		if _, err := runSends(ctx, p.svc, buildMessages(p.name, conc), conc); err != nil {
+			return fmt.Errorf("%s: %w", p.name, err)
+		}
+	}
+	return nil
+}
+
+// sendInProcess is SendOverhead with the emulator and the relay (over
+// cfg.Log) inside this process: the client_ figures are then the whole
+// process's (client, relay and emulator), and there are no emu_, proc_ or
+// phase figures.
+func sendInProcess(ctx context.Context, cfg SendConfig) (Metrics, error) {
 	emu := gmailfake.New(gmailfake.Options{Latency: cfg.Latency, QuotaPerMinute: unlimited})
 	emuSrv := httptest.NewServer(emu.Handler())
 	defer emuSrv.Close()
-
 	log := cfg.Log
 	if log == nil {
 		bl, err := acceptlog.Open(filepath.Join(cfg.Dir, "accept.db"), acceptlog.Options{})
@@ -103,17 +245,9 @@ func SendOverhead(ctx context.Context, cfg SendConfig) (Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-
-	// Warm up: one round of connections on each path.
-	for _, p := range []struct {
-		name string
-		svc  *gmail.Service
-	}{{"warm-direct", direct}, {"warm-relay", viaRelay}} {
-		if _, err := runSends(ctx, p.svc, buildMessages(p.name, cfg.Concurrency), cfg.Concurrency); err != nil {
-			return nil, fmt.Errorf("%s: %w", p.name, err)
-		}
+	if err := warmUp(ctx, direct, viaRelay, cfg.Concurrency); err != nil {
+		return nil, err
 	}
-
 	m := Metrics{}
 	dm, err := measure(ctx, direct, buildMessages("direct", cfg.Sends), cfg.Concurrency)
 	if err != nil {
@@ -172,7 +306,7 @@ func buildMessages(prefix string, n int) []*gmail.Message {
 }
 
 // measure sends msgs with conc workers and returns sends/s, p50_ms, p99_ms,
-// allocs/send and cpu_us/send.
+// and this process's client_allocs/send and client_cpu_us/send.
 func measure(ctx context.Context, svc *gmail.Service, msgs []*gmail.Message, conc int) (Metrics, error) {
 	mallocs, cpu := Mallocs(), CPUTime()
 	start := time.Now()
@@ -184,11 +318,11 @@ func measure(ctx context.Context, svc *gmail.Service, msgs []*gmail.Message, con
 	}
 	n := float64(len(msgs))
 	return Metrics{
-		"sends/s":     rate(len(msgs), took),
-		"p50_ms":      ms(Percentile(lat, 50)),
-		"p99_ms":      ms(Percentile(lat, 99)),
-		"allocs/send": float64(mallocs) / n,
-		"cpu_us/send": float64(cpu.Microseconds()) / n,
+		"sends/s":            rate(len(msgs), took),
+		"p50_ms":             ms(Percentile(lat, 50)),
+		"p99_ms":             ms(Percentile(lat, 99)),
+		"client_allocs/send": float64(mallocs) / n,
+		"client_cpu_us/send": float64(cpu.Microseconds()) / n,
 	}, nil
 }
 

@@ -48,7 +48,7 @@ func TestTinyRun(t *testing.T) {
 		for _, conc := range []int{1, 16, 64} {
 			name := fmt.Sprintf("BenchmarkSendOverhead/latency=%dms/conc=%d", lat, conc)
 			if lat == 0 && conc == 1 {
-				m, err := bench.SendOverhead(ctx, bench.SendConfig{Concurrency: 2, Sends: 10, Dir: t.TempDir()})
+				m, err := bench.SendOverhead(ctx, bench.SendConfig{Concurrency: 2, Sends: 10, Dir: t.TempDir(), Processes: true})
 				add(name, m, err)
 				if got := m["fsyncs/send"]; got <= 0 {
 					t.Errorf("fsyncs/send = %v, want > 0: every relay send is logged durably", got)
@@ -130,9 +130,9 @@ func TestRowsTargets(t *testing.T) {
 		figure string
 		want   string
 	}{
-		{"throughput met", bench.Result{Name: "BenchmarkSendOverhead/latency=150ms/conc=64", Metrics: send(0.96, 1, 2)},
+		{"throughput met", bench.Result{Name: "BenchmarkSendOverhead/latency=150ms/conc=64", Metrics: send(0.98, 1, 2)},
 			"send, latency 150 ms, concurrency 64: throughput relay/direct", bench.StatusPass},
-		{"throughput missed", bench.Result{Name: "BenchmarkSendOverhead/latency=150ms/conc=64", Metrics: send(0.94, 1, 2)},
+		{"throughput missed", bench.Result{Name: "BenchmarkSendOverhead/latency=150ms/conc=64", Metrics: send(0.97, 1, 2)},
 			"send, latency 150 ms, concurrency 64: throughput relay/direct", bench.StatusMiss},
 		{"added latency missed", bench.Result{Name: "BenchmarkSendOverhead/latency=150ms/conc=16", Metrics: send(1, 2.5, 2)},
 			"send, latency 150 ms, concurrency 16: p50 added latency", bench.StatusMiss},
@@ -140,6 +140,18 @@ func TestRowsTargets(t *testing.T) {
 			"send, latency 0 ms, concurrency 64: fsyncs/send", bench.StatusPass},
 		{"fsyncs missed", bench.Result{Name: "BenchmarkSendOverhead/latency=0ms/conc=64", Metrics: send(0.2, 50, 1)},
 			"send, latency 0 ms, concurrency 64: fsyncs/send", bench.StatusMiss},
+		{"throughput at 0 ms missed", bench.Result{Name: "BenchmarkSendOverhead/latency=0ms/conc=64", Metrics: send(0.4, 50, 0.4)},
+			"send, latency 0 ms, concurrency 64: throughput relay/direct", bench.StatusMiss},
+		{"relay CPU met", bench.Result{Name: "BenchmarkSendOverhead/latency=0ms/conc=64", Metrics: bench.Metrics{"relay_proc_cpu_us/send": 150}},
+			"send, latency 0 ms, concurrency 64: relay process CPU/send", bench.StatusPass},
+		{"relay CPU missed at 150 ms", bench.Result{Name: "BenchmarkSendOverhead/latency=150ms/conc=64", Metrics: bench.Metrics{"relay_proc_cpu_us/send": 201}},
+			"send, latency 150 ms, concurrency 64: relay process CPU/send", bench.StatusMiss},
+		{"relay allocs missed", bench.Result{Name: "BenchmarkSendOverhead/latency=0ms/conc=64", Metrics: bench.Metrics{"relay_proc_cpu_us/send": 1, "relay_proc_allocs/send": 251}},
+			"send, latency 0 ms, concurrency 64: relay process allocs/send", bench.StatusMiss},
+		{"emulator CPU missed", bench.Result{Name: "BenchmarkSendOverhead/latency=150ms/conc=64", Metrics: bench.Metrics{"relay_proc_cpu_us/send": 1, "emu_ratio": 1.11}},
+			"send, latency 150 ms, concurrency 64: emulator CPU per send, relayed/direct", bench.StatusMiss},
+		{"in-process run has no relay process figures", bench.Result{Name: "BenchmarkSendOverhead/latency=0ms/conc=64", Metrics: send(0.6, 1, 0.4)},
+			"send, latency 0 ms, concurrency 64: relay process CPU and allocs per send", bench.StatusNotRun},
 		{"durable missed", bench.Result{Name: "BenchmarkDurableLog/conc=1", Metrics: bench.Metrics{"ratio_vs_raw": 0.3}},
 			"durable log, concurrency 1: appends ÷ raw fsyncs", bench.StatusMiss},
 		{"sweeper wrong", bench.Result{Name: "BenchmarkSweeper", Metrics: bench.Metrics{"jobs": 10, "wrong": 1}},

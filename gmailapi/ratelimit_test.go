@@ -1,6 +1,7 @@
 package gmailapi
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -89,10 +90,12 @@ func TestRetryHeaderBeatsText(t *testing.T) {
 	}
 }
 
-// Every send, small or large, goes through the upload endpoint as one
-// multipart request, and a message of Gmail's full 35 MB arrives intact
-// at the emulator.
-func TestSendUsesUploadPath(t *testing.T) {
+// A message up to RawLimit bytes goes as the JSON raw field (Gmail's
+// metadata path, no uploadType), a larger one through the upload endpoint
+// as one multipart request; each arrives intact and once at the emulator
+// (its ground truth: deliveries), Gmail's full 35 MB included, and a
+// thread id is carried on both paths.
+func TestSendPathBySize(t *testing.T) {
 	type seen struct{ path, uploadType string }
 	var got []seen
 	emu := gmailfake.New(gmailfake.Options{})
@@ -108,34 +111,53 @@ func TestSendUsesUploadPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	small := []byte("From: a@example.com\r\nTo: b@example.org\r\nMessage-ID: <small@example.com>\r\nSubject: x\r\n\r\nhello\r\n")
-	head := "From: a@example.com\r\nTo: b@example.org\r\nMessage-ID: <big@example.com>\r\nSubject: big\r\n\r\n"
-	big := []byte(head + strings.Repeat(strings.Repeat("x", 998)+"\r\n", (relay.MaxMessageBytes-len(head))/1000))
-	for _, raw := range [][]byte{small, big} {
-		m, err := c.Send(context.Background(), "me", raw, "")
+	msg := func(id string, size int) []byte {
+		head := "From: a@example.com\r\nTo: b@example.org\r\nMessage-ID: <" + id + "@example.com>\r\nSubject: x\r\n" +
+			"References: <small@example.com>\r\n\r\n" // so that Gmail threads it with the first
+		body := strings.Repeat(strings.Repeat("x", 998)+"\r\n", (size-len(head))/1000)
+		return []byte(head + body + strings.Repeat("y", size-len(head)-len(body)))
+	}
+	const rawPath, uploadPath = "/gmail/v1/users/me/messages/send", "/upload/gmail/v1/users/me/messages/send"
+	cases := []struct {
+		id   string
+		raw  []byte
+		want seen
+	}{
+		{"small", []byte("From: a@example.com\r\nTo: b@example.org\r\nMessage-ID: <small@example.com>\r\nSubject: x\r\n\r\nhello\r\n"), seen{rawPath, ""}},
+		{"at-limit", msg("at-limit", RawLimit), seen{rawPath, ""}},
+		{"over-limit", msg("over-limit", RawLimit+1), seen{uploadPath, "multipart"}},
+		{"big", msg("big", relay.MaxMessageBytes), seen{uploadPath, "multipart"}},
+	}
+	var thread string
+	for i, tc := range cases {
+		got = nil
+		m, err := c.Send(context.Background(), "me", tc.raw, thread)
 		if err != nil {
-			t.Fatalf("send of %d bytes: %v", len(raw), err)
+			t.Fatalf("send %s (%d bytes): %v", tc.id, len(tc.raw), err)
 		}
 		if m.ID == "" {
-			t.Fatalf("send of %d bytes: no id", len(raw))
+			t.Fatalf("send %s: no id", tc.id)
 		}
-	}
-	want := "/upload/gmail/v1/users/me/messages/send"
-	if len(got) != 2 {
-		t.Fatalf("calls = %v, want 2 sends", got)
-	}
-	for _, s := range got {
-		if s.path != want || s.uploadType != "multipart" {
-			t.Errorf("call %v, want %s with uploadType=multipart", s, want)
+		if i == 0 {
+			thread = m.ThreadID // the others join its thread
+		} else if m.ThreadID != thread {
+			t.Errorf("send %s: thread %q, want %q (the thread id was not carried)", tc.id, m.ThreadID, thread)
 		}
-	}
-	res, err := http.Get(srv.URL + "/_emulator/messages?rfc822msgid=" + "%3Cbig@example.com%3E")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if !strings.Contains(string(body), `"deliveries":1`) {
-		t.Errorf("emulator ground truth for the 35 MB message: %s, want deliveries 1", body)
+		if len(got) != 1 || got[0] != tc.want {
+			t.Errorf("send %s (%d bytes): calls %v, want one %v", tc.id, len(tc.raw), got, tc.want)
+		}
+		res, err := http.Get(srv.URL + "/_emulator/messages?rfc822msgid=%3C" + tc.id + "@example.com%3E")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if !strings.Contains(string(body), `"deliveries":1`) {
+			t.Errorf("emulator ground truth for %s: %s, want deliveries 1", tc.id, body)
+		}
+		_, body, _ = bytes.Cut(tc.raw, []byte("\r\n\r\n"))
+		if ms := emu.Messages("<" + tc.id + "@example.com>"); len(ms) != 1 || !bytes.HasSuffix(ms[0].Raw, body) {
+			t.Errorf("send %s: the emulator did not store the body of %d bytes sent, once", tc.id, len(body))
+		}
 	}
 }

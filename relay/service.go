@@ -103,6 +103,17 @@ type SendOptions struct {
 	// log the job queued instead of refusing it with CodeRateLimited.
 	// A job with a future Prepared.SendAt is queued whatever Queue says.
 	Queue bool
+	// Timing, when non-nil, is filled with where the Send's time went (the
+	// benchmark's phase breakdown); nil costs nothing.
+	Timing *Timing
+}
+
+// Timing is where one Send's time went: admission before the log (the
+// channel, the front door's read of the job, quota and fault rules), the
+// admission commit (the forwarding line made durable), the Gmail call,
+// and the outcome commit. A phase the Send did not reach stays zero.
+type Timing struct {
+	Admit, FirstCommit, Gmail, OutcomeCommit time.Duration
 }
 
 // Result is what a Send or an attempt did.
@@ -277,6 +288,10 @@ const (
 // a refused duplicate is between take and give-back, a concurrent request
 // of another job may see the budget (or a count: 1 rule) as spent.
 func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, error) {
+	var start time.Time
+	if o.Timing != nil {
+		start = time.Now()
+	}
 	ch, err := s.policy.Channel(p.Channel)
 	if err != nil {
 		return Result{}, &Error{Code: CodeInvalid, Field: "channel", Message: err.Error()}
@@ -305,6 +320,11 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 	var adm admission
 	var frontRes Result
 	var frontErr error
+	var t0 time.Time
+	if o.Timing != nil {
+		t0 = time.Now()
+		o.Timing.Admit = t0.Sub(start)
+	}
 	job, _, err := s.log.Mutate(ctx, p.MessageID, func(cur *acceptlog.Job) (acceptlog.Change, error) {
 		adm, frontRes, frontErr = admitForward, Result{}, nil
 		if cur != nil {
@@ -328,6 +348,9 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 		lines, adm = s.startAttempt(&j, lines, d, now)
 		return acceptlog.Change{Job: &j, Lines: lines, Raw: raw}, nil
 	})
+	if o.Timing != nil {
+		o.Timing.FirstCommit = time.Since(t0)
+	}
 	if err != nil || adm == admitReplay {
 		// Nothing was attempted: give back what admission took.
 		s.giveBack(o.Fault, d, true)
@@ -343,7 +366,7 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 		return Result{Job: job, Fault: d}, nil
 	}
 	s.observeFault(d)
-	return s.forward(ctx, job, p.Raw, d)
+	return s.forward(ctx, job, p.Raw, d, o.Timing)
 }
 
 // admitAttempt takes the fault decision and the quota for one attempt. The
@@ -454,8 +477,9 @@ func (s *Service) observeFault(d faultmodes.Decision) {
 }
 
 // forward calls Gmail for a job already logged as forwarding and records
-// the outcome. The call runs on its own context.
-func (s *Service) forward(ctx context.Context, job acceptlog.Job, raw []byte, d faultmodes.Decision) (Result, error) {
+// the outcome. The call runs on its own context. tm, when non-nil, gets
+// the Gmail call's and the outcome commit's durations.
+func (s *Service) forward(ctx context.Context, job acceptlog.Job, raw []byte, d faultmodes.Decision, tm *Timing) (Result, error) {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
 	if raw == nil {
@@ -470,6 +494,10 @@ func (s *Service) forward(ctx context.Context, job acceptlog.Job, raw []byte, d 
 	start := time.Now()
 	sent, err := s.provider.Send(callCtx, s.mailbox, raw, job.ThreadIDIn)
 	took := time.Since(start)
+	if tm != nil {
+		tm.Gmail = took
+		defer func(at time.Time) { tm.OutcomeCommit = time.Since(at) }(time.Now())
+	}
 	s.point(CrashAfterGmailAnswer)
 	out := Classify(err)
 	s.noteRateLimit(out)
@@ -723,7 +751,7 @@ func (s *Service) attempt(ctx context.Context, id string, from []acceptlog.State
 	if adm == admitFailed {
 		return Result{Job: job, Fault: d}, nil
 	}
-	return s.forward(ctx, job, nil, d)
+	return s.forward(ctx, job, nil, d, nil)
 }
 
 func stateIn(s acceptlog.State, set []acceptlog.State) bool {
