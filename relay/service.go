@@ -87,6 +87,7 @@ type Service struct {
 	point    func(string)
 
 	inflight sync.WaitGroup // Gmail calls in progress, for graceful shutdown
+	gate     keyGate        // one admission per Message-ID at a time
 
 	// handleChecked holds the mailboxes whose Message-ID was read back
 	// since this Service started (verify_handle: first checks once per
@@ -297,6 +298,11 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 		return Result{}, &Error{Code: CodeInvalid, Field: "channel", Message: err.Error()}
 	}
 	p.Channel = ch.Name
+	release, err := s.gate.enter(ctx, p.MessageID)
+	if err != nil {
+		return Result{}, err
+	}
+	defer release()
 	cur, err := s.log.Get(ctx, p.MessageID)
 	switch {
 	case errors.Is(err, acceptlog.ErrNotFound):
@@ -351,6 +357,7 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 	if o.Timing != nil {
 		o.Timing.FirstCommit = time.Since(t0)
 	}
+	release() // the job's state now tells a duplicate what to answer
 	if err != nil || adm == admitReplay {
 		// Nothing was attempted: give back what admission took.
 		s.giveBack(o.Fault, d, true)
