@@ -134,8 +134,6 @@ func (p *pass) classify(ctx context.Context, j acceptlog.Job) (action, error) {
 		switch {
 		case mb.HandleUntrusted && j.State == acceptlog.StateUnknown:
 			return actUntrust, nil
-		case mb.HandleUntrusted:
-			return actClear, nil // a miss proves nothing there; Gmail's answer stands
 		case j.State == acceptlog.StateUnknown:
 			if ch := p.channel(j.Channel); ch.OnUnknown == policy.Retry && j.Checks >= ch.Checks {
 				// Its last miss is recorded; the resend waited for quota
@@ -144,6 +142,9 @@ func (p *pass) classify(ctx context.Context, j acceptlog.Job) (action, error) {
 			}
 			return actSearch, nil
 		}
+		// A sent job is verified in an untrusted mailbox too: a miss
+		// proves nothing there (Gmail's answer stands), but two hits still
+		// prove that Gmail delivered it twice.
 		return actVerify, nil
 	case acceptlog.StateFailed:
 		if j.Retryable && p.channel(j.Channel).OnUnknown == policy.Retry {

@@ -415,16 +415,18 @@ func TestUntrustedHandle(t *testing.T) {
 		t.Fatalf("mark the handle untrusted: %v", err)
 	}
 	h.clock.Advance(grace)
-	wantResult(t, h.sweep(), sweeper.Result{Reviewed: 1})
+	// The unknown job goes to review without a search; the sent job is
+	// still verified (two hits would prove a duplicate even here).
+	wantResult(t, h.sweep(), sweeper.Result{Reviewed: 1, Checked: 1, Verified: 1})
 	h.wantJob(unknown, acceptlog.StateReview, 1, 0, 1)
 	if r := h.lines(unknown, acceptlog.KindReview); len(r) != 1 || r[0].Reason != sweeper.ReasonHandleUntrusted {
 		t.Errorf("review lines %+v, want one with reason %s", r, sweeper.ReasonHandleUntrusted)
 	}
-	if j := h.wantJob(sent, acceptlog.StateSent, 1, 1, 1); !j.NextCheckAt.IsZero() || j.Verified {
-		t.Errorf("sent job: next check %v, verified %v; want no check and unverified", j.NextCheckAt, j.Verified)
+	if j := h.wantJob(sent, acceptlog.StateSent, 1, 1, 1); !j.NextCheckAt.IsZero() || !j.Verified {
+		t.Errorf("sent job: next check %v, verified %v; want no check and verified", j.NextCheckAt, j.Verified)
 	}
-	if got := h.srv.Stats().Calls[gmailfake.MethodList]; got != 0 {
-		t.Errorf("list calls: %d, want 0", got)
+	if got := h.srv.Stats().Calls[gmailfake.MethodList]; got != 1 {
+		t.Errorf("list calls: %d, want 1 (the sent job's verify search)", got)
 	}
 }
 

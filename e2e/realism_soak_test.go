@@ -1,0 +1,148 @@
+package e2e_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay/e2e"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+)
+
+// realism is the Gmail-like emulator of the realism soak: a fraction of
+// Message-IDs rewritten, a long-tailed index lag (fifo), Sent copies
+// folded (--sent-dedupe), rate-limit answers with the retry time only in
+// the text (no Retry-After header) from a real per-minute quota, and a
+// "user" who trashes Sent copies while the relay works.
+type realism struct {
+	seed     int64
+	rewrite  float64
+	lag      gmailfake.LagDistribution
+	quota    int // the emulator's per-minute units (the relay's own budget stays far above)
+	trashPer int // per mille of chaos steps where the user trashes a Sent copy
+	longPer  int // per mille of chaos steps where a long stretch of time passes
+
+	relay   *relayProc // set by runSoak
+	trashed atomic.Int64
+	longs   atomic.Int64
+}
+
+// options sets the emulator's Gmail-like behaviours.
+func (re *realism) options(o *gmailfake.Options) {
+	o.Seed = re.seed
+	o.Rewrite = gmailfake.RewritePolicy{Mode: gmailfake.RewriteFraction, Fraction: re.rewrite}
+	o.IndexLagDistribution, o.IndexOrder = re.lag, gmailfake.IndexFIFO
+	o.SentDedupe = true
+	o.RateLimitHeader = false // Gmail-like: the retry time is only in the message text
+	o.QuotaPerMinute = re.quota
+}
+
+// chaos is the realism's step after each request, next to the soak's own:
+// a user trashing a random Sent copy by hand, or a long stretch of time
+// (minutes: longer than checks × grace, up to the lag tail's max) passing
+// with a sweep.
+func (re *realism) chaos(r *relayProc, rng *lockedRand) {
+	switch n := rng.IntN(1000); {
+	case n < re.trashPer:
+		var sent []string
+		for _, m := range r.Emu.Messages("") {
+			if !m.Trashed && !m.Deleted && slices.Contains(m.LabelIDs, "SENT") {
+				sent = append(sent, m.ID)
+			}
+		}
+		if len(sent) > 0 && r.Emu.Trash(sent[rng.IntN(len(sent))]) == nil {
+			re.trashed.Add(1)
+		}
+	case n < re.trashPer+re.longPer:
+		re.longs.Add(1)
+		_ = r.advance(time.Duration(2+rng.IntN(11)) * time.Minute)
+		_ = r.admin("POST", "/admin/sweep", "", 200, nil)
+	}
+}
+
+// TestRealismSoak is the randomized soak (TestSoak's callers, faults and
+// SIGKILLs) against the Gmail-like emulator: Message-IDs rewritten at
+// random, an index lag of p50=2s,p99=2m,max=10m in fifo order, Sent copies
+// folded, rate limits without a Retry-After header, and a user trashing
+// Sent copies. The ground truth is the emulator's deliveries, never its
+// copies: 0 Message-IDs delivered more than once outside review, 0 lost,
+// 0 stuck (emulator results).
+func TestRealismSoak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the soak runs real processes for tens of seconds; skipped in -short mode")
+	}
+	seeds := []int64{*soakSeed}
+	if *soakSeed == 0 {
+		seeds = []int64{fixedSoakSeed, rand.Int64N(1<<62) + 1}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(seed), 0x7ea1))
+			re := &realism{
+				seed:     seed,
+				rewrite:  0.02 + 0.03*rng.Float64(),
+				lag:      gmailfake.LagDistribution{P50: 2 * time.Second, P99: 2 * time.Minute, Max: 10 * time.Minute},
+				quota:    15_000, // Gmail's per-user default: 150 sends per emulated minute
+				trashPer: 20,
+				longPer:  8,
+			}
+			jobs := max(1, *soakJobs/2)
+			rep, line := runSoak(t, soakConfig{seed: seed, jobs: jobs, duration: *soakDuration, realism: re})
+			t.Log(line)
+			sum := re.summary(t, rep)
+			t.Log(sum)
+			recordSummary(t, sum)
+			for i, v := range rep.Violations {
+				if i == 40 {
+					t.Errorf("… and %d more violations", len(rep.Violations)-i)
+					break
+				}
+				t.Errorf("checker: %s", v)
+			}
+			if rep.Summary.Duplicates != 0 || rep.Summary.Lost != 0 {
+				t.Errorf("delivered more than once outside review = %d, lost = %d; want 0 and 0", rep.Summary.Duplicates, rep.Summary.Lost)
+			}
+		})
+	}
+}
+
+// summary is the realism soak's one emulator-result line: what the
+// Gmail-like emulator did and what the checker found, by deliveries.
+func (re *realism) summary(t *testing.T, rep e2e.Report) string {
+	t.Helper()
+	emu := re.relay.Emu
+	rewritten, copies, trashedSeen := 0, 0, 0
+	for _, m := range emu.Messages("") {
+		copies++
+		if m.OriginalMessageID != "" {
+			rewritten++
+		}
+		if m.Trashed {
+			trashedSeen++
+		}
+	}
+	st := emu.Stats()
+	stuck := 0
+	for _, v := range rep.Violations {
+		if v.Rule == e2e.RuleNotStuck {
+			stuck++
+		}
+	}
+	for _, v := range rep.Violations {
+		if v.Rule != e2e.RuleDuplicate {
+			continue
+		}
+		tr := emu.Lookup("", v.MessageID)
+		t.Logf("emulator truth of %s: %d copies, %d deliveries", v.MessageID, tr.Count, tr.Deliveries)
+		for _, m := range tr.Messages {
+			t.Logf("  copy %s labels=%v original=%q stored=%s visible=%s", m.ID, m.LabelIDs, m.OriginalMessageID, m.StoredAt.Format(time.RFC3339), m.VisibleAt.Format(time.RFC3339))
+		}
+	}
+	s := rep.Summary
+	return fmt.Sprintf("emulator result: realism soak: seed=%d jobs=%d attempts=%d rewrite=%.3f rewritten=%d trashed=%d folded=%d rate_limited=%d long_waits=%d sent=%d review=%d delivered_twice_in_review=%d delivered_twice_outside_review=%d lost=%d stuck=%d",
+		re.seed, s.Jobs, s.Attempts, re.rewrite, rewritten, trashedSeen, st.Deliveries-copies, st.RateLimited, re.longs.Load(),
+		s.Sent, s.Review, s.DuplicatesInReview, s.Duplicates, s.Lost, stuck)
+}
