@@ -85,7 +85,7 @@ func TestRealismSoak(t *testing.T) {
 				seed:     seed,
 				rewrite:  0.02 + 0.03*rng.Float64(),
 				lag:      gmailfake.LagDistribution{P50: 2 * time.Second, P99: 2 * time.Minute, Max: 10 * time.Minute},
-				quota:    15_000, // Gmail's per-user default: 150 sends per emulated minute
+				quota:    6_000, // 60 sends per emulated minute: Gmail answers 429s, the retry time only in the text
 				trashPer: 20,
 				longPer:  8,
 			}

@@ -38,3 +38,45 @@ func TestUntrustedMailboxStillVerifiesSentJobs(t *testing.T) {
 		t.Fatalf("review lines %+v, want one %q", rl, sweeper.ReasonDuplicate)
 	}
 }
+
+// Found by the realism soak too: a send Gmail stored twice and whose id it
+// rewrote (two copies under Gmail's Message-ID, none under the relay's)
+// stayed sent: the verify search by the relay's id finds nothing, and the
+// handle check only said "rewritten". The verify pass now also searches
+// the id Gmail gave, and two copies there are a duplicate in review.
+func TestRewrittenDuplicateGoesToReview(t *testing.T) {
+	h := newHarness(t, setup{})
+	h.srv.SetRewrite(gmailfake.RewritePolicy{Mode: gmailfake.RewriteAlways})
+	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionDuplicate})
+	id, res := h.send(retryChannel)
+	h.wantState(id, res.Job, acceptlog.StateSent)
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Duplicates: 1, Reviewed: 1})
+	h.wantJob(id, acceptlog.StateReview, 1, 1, 0) // no copy carries the relay's id
+	if d := h.srv.Deliveries(id); d != 2 {
+		t.Fatalf("emulator result: %d deliveries, want 2", d)
+	}
+	if hl := h.lines(id, acceptlog.KindHandle); len(hl) != 1 || hl[0].Reason != sweeper.ReasonHandleRewritten {
+		t.Fatalf("handle lines %+v, want one %q", hl, sweeper.ReasonHandleRewritten)
+	}
+	if rl := h.lines(id, acceptlog.KindReview); len(rl) != 1 || rl[0].Reason != sweeper.ReasonDuplicate {
+		t.Fatalf("review lines %+v, want one %q", rl, sweeper.ReasonDuplicate)
+	}
+	mb, err := h.log.Mailbox(h.ctx, h.job(id).Mailbox)
+	if err != nil || !mb.HandleUntrusted {
+		t.Fatalf("mailbox %+v (%v): want untrusted", mb, err)
+	}
+}
+
+// A rewritten send Gmail stored once stays sent after the extra search.
+func TestRewrittenSingleCopyStaysSent(t *testing.T) {
+	h := newHarness(t, setup{})
+	h.srv.SetRewrite(gmailfake.RewritePolicy{Mode: gmailfake.RewriteAlways})
+	id, _ := h.send(retryChannel)
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Checked: 1})
+	h.wantJob(id, acceptlog.StateSent, 1, 1, 0)
+	if d := h.srv.Deliveries(id); d != 1 {
+		t.Fatalf("emulator result: %d deliveries, want 1", d)
+	}
+}
