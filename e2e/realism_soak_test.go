@@ -89,7 +89,7 @@ func TestRealismSoak(t *testing.T) {
 				trashPer: 20,
 				longPer:  8,
 			}
-			jobs := max(1, *soakJobs/2)
+			jobs := max(1, *soakJobs*3/4) // two seeds in about a minute on 2 cores
 			rep, line := runSoak(t, soakConfig{seed: seed, jobs: jobs, duration: *soakDuration, realism: re})
 			t.Log(line)
 			sum := re.summary(t, rep)
