@@ -25,6 +25,8 @@ type pass struct {
 	// limited: Gmail answered with a rate limit during this pass;
 	// answered: Gmail answered a call without one.
 	limited, answered bool
+	// companions: the companion after: query's answer per mailbox.
+	companions map[string]companionAnswer
 }
 
 // errStopped ends a search when the pass had to stop; errChanged ends a

@@ -1,7 +1,10 @@
 package sweeper
 
 import (
+	"context"
+	"errors"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
@@ -111,17 +114,18 @@ func (p *pass) witnessFor(mailbox string, jobs []acceptlog.Job) (acceptlog.Job, 
 // the witness witnessFor added) created after the attempt ended is the
 // witness when the search found it (found), and proves the search blind
 // when it did not (missing: the index is behind, or Gmail silently could
-// not match the query). With no such send known the witness is none and
-// the time rule decides — unless a later job of the mailbox is known (any
-// state): then a confirmed send after the attempt is coming, and the
-// witness is missing until it is seen. (CONTRACT also names a companion after: query;
-// it is not made: with no later send known, its answer — found or none —
-// could not change the decision.)
-func (p *pass) witnesses(jobs []acceptlog.Job, hits map[string][]hit) map[string]string {
+// not match the query). With no such send known, the companion after:
+// query decides (see companion): any message dated after the attempt is
+// the witness (found); with none, the witness is none and the time rule
+// decides — unless a later job of the mailbox is known (any state): then a
+// confirmed send after the attempt is coming, and the witness is missing
+// until it is seen.
+func (p *pass) witnesses(ctx context.Context, mailbox string, jobs []acceptlog.Job, hits map[string][]hit) map[string]string {
 	out := map[string]string{}
 	if p.s.deps.DisableWitness {
 		return out
 	}
+	var unseen []acceptlog.Job // misses with no confirmed later send in the query
 	for _, j := range jobs {
 		if j.State != acceptlog.StateUnknown || len(hits[j.MessageID]) > 0 {
 			continue
@@ -138,13 +142,80 @@ func (p *pass) witnesses(jobs []acceptlog.Job, hits map[string][]hit) map[string
 			}
 			w = WitnessMissing
 		}
-		if w == WitnessNone && p.s.activity[j.Mailbox].After(end) {
+		out[j.MessageID] = w
+		if w == WitnessNone {
+			unseen = append(unseen, j)
+		}
+	}
+	if len(unseen) == 0 {
+		return out
+	}
+	found := p.companion(ctx, mailbox, unseen)
+	for _, j := range unseen {
+		switch {
+		case found:
+			out[j.MessageID] = WitnessFound
+		case p.s.activity[j.Mailbox].After(attemptEnd(j)):
 			// A later job exists whose send Gmail has not confirmed yet
 			// (or not to a verify pass yet): wait for it rather than fall
 			// back to the time rule.
-			w = WitnessMissing
+			out[j.MessageID] = WitnessMissing
 		}
-		out[j.MessageID] = w
 	}
 	return out
+}
+
+// companion makes the companion query (CONTRACT, "Witness before a
+// miss"): one messages.list with q=after:<epoch seconds>, maxResults=1,
+// every label and includeSpamTrash=true, 5 units. The seconds are the
+// latest attempt end of jobs rounded up, so a message stored by one of
+// those attempts (even one whose Message-ID Gmail rewrote) is never its own
+// witness, and any message it returns — sent or received — is dated after
+// every one of them. It reports whether a message came back. Without quota
+// for it, or when Gmail answers with an error, it reports false (the
+// witness stays none or missing: never a miss counted on a guess); a rate
+// limit also pauses the mailbox, as every call does.
+func (p *pass) companion(ctx context.Context, mailbox string, jobs []acceptlog.Job) bool {
+	var latest time.Time
+	for _, j := range jobs {
+		if e := attemptEnd(j); e.After(latest) {
+			latest = e
+		}
+	}
+	secs := latest.Unix()
+	if latest.After(time.Unix(secs, 0)) {
+		secs++
+	}
+	// One answer per mailbox serves the pass's later batches: a message
+	// after a later second is after this one too, and no message after an
+	// earlier second means none after this one.
+	if c, ok := p.companions[mailbox]; ok && (c.found && c.secs >= secs || !c.found && c.secs <= secs) {
+		return c.found
+	}
+	if ok, _ := p.s.deps.Quota.TakeBackground(relay.UnitsList); !ok {
+		return false
+	}
+	p.searchCost += relay.UnitsList
+	page, err := p.s.deps.Provider.List(ctx, mailbox, "after:"+strconv.FormatInt(secs, 10), nil, "", 1)
+	if err != nil {
+		if !errors.Is(p.gmailErr(err), errStopped) {
+			p.res.Errors++
+			p.s.deps.Logger.Warn().Err(err).Msg("companion after: query; the witness stays unknown")
+		}
+		return false
+	}
+	p.answered = true
+	found := len(page.IDs) > 0
+	if p.companions == nil {
+		p.companions = map[string]companionAnswer{}
+	}
+	p.companions[mailbox] = companionAnswer{secs: secs, found: found}
+	return found
+}
+
+// companionAnswer is a companion query's answer within one pass: whether a
+// message dated at or after secs (epoch seconds) came back.
+type companionAnswer struct {
+	secs  int64
+	found bool
 }
