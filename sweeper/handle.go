@@ -77,10 +77,14 @@ func (p *pass) checkHandle(ctx context.Context, j acceptlog.Job, search acceptlo
 			n.State = acceptlog.StateReview
 			c.Lines = append(c.Lines, *dup)
 		}
-		if rewritten {
-			c.EditMailbox = func(mb *acceptlog.Mailbox) {
+		c.EditMailbox = func(mb *acceptlog.Mailbox) {
+			if rewritten {
 				mb.HandleChecked, mb.HandleUntrusted = true, true
 				mb.Rewrites++
+			}
+			if mb.LastSendID == j.MessageID {
+				// Never found by its Message-ID again: no witness.
+				mb.LastSendID, mb.LastSendAt = "", time.Time{}
 			}
 		}
 		return c, nil
@@ -99,6 +103,10 @@ func (p *pass) checkHandle(ctx context.Context, j acceptlog.Job, search acceptlo
 	}
 	// Its Message-ID will never be found again: it can witness nothing.
 	p.s.sends[j.Mailbox] = slices.DeleteFunc(p.s.sends[j.Mailbox], func(r sendRef) bool { return r.id == j.MessageID })
+	if mb, ok := p.mailboxes[j.Mailbox]; ok && mb.LastSendID == j.MessageID {
+		mb.LastSendID, mb.LastSendAt = "", time.Time{}
+		p.mailboxes[j.Mailbox] = mb
+	}
 	if rewritten {
 		mb := p.mailboxes[j.Mailbox]
 		mb.Name, mb.HandleChecked, mb.HandleUntrusted = j.Mailbox, true, true

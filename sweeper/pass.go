@@ -60,7 +60,9 @@ func (p *pass) run(ctx context.Context) error {
 		return fmt.Errorf("read due jobs: %w", err)
 	}
 	p.res.Due = len(jobs)
-	p.noteSends(jobs)
+	if err := p.noteSends(ctx, jobs); err != nil {
+		return err
+	}
 	handled := 0
 	// Search batches, per mailbox, in due order.
 	batches := map[string][]acceptlog.Job{}

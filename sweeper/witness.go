@@ -3,6 +3,7 @@ package sweeper
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"time"
@@ -51,14 +52,20 @@ type sendRef struct {
 
 // noteSends remembers, per mailbox, the jobs Gmail confirmed as sent that
 // the pass sees (every sent job passes through the verify pass): the
-// witnesses later searches carry.
-func (p *pass) noteSends(jobs []acceptlog.Job) {
+// witnesses later searches carry. The newest of them is also written to
+// the mailbox's record, so that searches after a restart still carry a
+// witness (see witnessFor).
+func (p *pass) noteSends(ctx context.Context, jobs []acceptlog.Job) error {
+	newest := map[string]acceptlog.Job{}
 	for _, j := range jobs {
 		if j.CreatedAt.After(p.s.activity[j.Mailbox]) {
 			p.s.activity[j.Mailbox] = j.CreatedAt
 		}
 		if j.State != acceptlog.StateSent || j.GmailID == "" || relay.CheckMessageIDShape(j.MessageID) != nil {
 			continue
+		}
+		if n, ok := newest[j.Mailbox]; !ok || j.CreatedAt.After(n.CreatedAt) {
+			newest[j.Mailbox] = j
 		}
 		refs := p.s.sends[j.Mailbox]
 		if slices.ContainsFunc(refs, func(r sendRef) bool { return r.id == j.MessageID }) {
@@ -71,6 +78,39 @@ func (p *pass) noteSends(jobs []acceptlog.Job) {
 		}
 		p.s.sends[j.Mailbox] = refs
 	}
+	if p.s.deps.DisableWitness {
+		return nil
+	}
+	for name, j := range newest {
+		mb, err := p.mailbox(ctx, name)
+		if err != nil {
+			return err
+		}
+		if !j.CreatedAt.After(mb.LastSendAt) {
+			continue
+		}
+		var stored acceptlog.Mailbox
+		_, _, err = p.s.log.Mutate(ctx, j.MessageID, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+			if cur == nil {
+				return acceptlog.Change{}, errChanged
+			}
+			return acceptlog.Change{EditMailbox: func(m *acceptlog.Mailbox) {
+				if j.CreatedAt.After(m.LastSendAt) {
+					m.LastSendID, m.LastSendAt = j.MessageID, j.CreatedAt
+				}
+				stored = *m
+			}}, nil
+		})
+		if errors.Is(err, errChanged) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("record the newest send of mailbox %s: %w", name, err)
+		}
+		stored.Name = name
+		p.mailboxes[name] = stored
+	}
+	return nil
 }
 
 // witnessFor picks the witness a search of jobs carries: when the batch
@@ -101,7 +141,13 @@ func (p *pass) witnessFor(mailbox string, jobs []acceptlog.Job) (acceptlog.Job, 
 			return acceptlog.Job{}, false
 		}
 	}
-	for _, r := range p.s.sends[mailbox] {
+	refs := p.s.sends[mailbox]
+	if mb := p.mailboxes[mailbox]; mb.LastSendID != "" && relay.CheckMessageIDShape(mb.LastSendID) == nil {
+		// The newest send recorded in the mailbox (the one known after a
+		// restart), after those remembered since.
+		refs = append(slices.Clip(refs), sendRef{at: mb.LastSendAt, id: mb.LastSendID})
+	}
+	for _, r := range refs {
 		if r.at.After(latest) && !slices.ContainsFunc(jobs, func(j acceptlog.Job) bool { return j.MessageID == r.id }) {
 			return acceptlog.Job{MessageID: r.id, Mailbox: mailbox, State: acceptlog.StateSent, GmailID: "witness", CreatedAt: r.at}, true
 		}
