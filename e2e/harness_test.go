@@ -447,14 +447,20 @@ func (r *relayProc) SweepUntilQuiet(t testing.TB) int {
 			t.Fatal(err)
 		}
 		r.Sweep(t)
-		busy := 0
+		var busy []acceptlog.Job
 		for _, j := range r.AllJobs(t) {
 			if j.State == acceptlog.StateQueued || j.State == acceptlog.StateForwarding || j.State == acceptlog.StateUnknown || !j.NextCheckAt.IsZero() {
-				busy++
+				busy = append(busy, j)
 			}
 		}
-		if busy == 0 {
+		if len(busy) == 0 {
 			return round
+		}
+		if round == maxSweeps {
+			for _, j := range busy[:min(len(busy), 3)] {
+				b, _ := json.Marshal(r.Job(t, j.MessageID))
+				t.Logf("unresolved: %s", b)
+			}
 		}
 	}
 	t.Fatalf("jobs still unresolved after %d sweeps", maxSweeps)

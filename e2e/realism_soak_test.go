@@ -8,24 +8,34 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/e2e"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 )
 
-// realism is the Gmail-like emulator of the realism soak: a fraction of
-// Message-IDs rewritten, a long-tailed index lag (fifo), Sent copies
-// folded (--sent-dedupe), rate-limit answers with the retry time only in
-// the text (no Retry-After header) from a real per-minute quota, and a
-// "user" who trashes Sent copies while the relay works.
+// realism is the Gmail-like emulator of the realism soak: a long-tailed
+// index lag (fifo), Sent copies folded (--sent-dedupe), rate-limit answers
+// with the retry time only in the text (no Retry-After header) from a real
+// per-minute quota, a "user" who trashes Sent copies while the relay
+// works, and, for the last part of the run, a fraction of Message-IDs
+// rewritten. Rewriting starts late because its first detected rewrite
+// makes the mailbox untrusted, and from then on every ambiguous job goes
+// to review without a search: the earlier part is where the witness rule
+// and the lag tail decide.
 type realism struct {
-	seed     int64
-	rewrite  float64
-	lag      gmailfake.LagDistribution
-	quota    int // the emulator's per-minute units (the relay's own budget stays far above)
-	trashPer int // per mille of chaos steps where the user trashes a Sent copy
-	longPer  int // per mille of chaos steps where a long stretch of time passes
+	seed    int64
+	rewrite float64
+	// rewriteAfter is the chaos step (one per request) from which the
+	// fraction applies; until then Gmail rewrites only malformed ids
+	// (none: the relay's are strict).
+	rewriteAfter int64
+	lag          gmailfake.LagDistribution
+	quota        int // the emulator's per-minute units (the relay's own budget stays far above)
+	trashPer     int // per mille of chaos steps where the user trashes a Sent copy
+	longPer      int // per mille of chaos steps where a long stretch of time passes
 
 	relay   *relayProc // set by runSoak
+	steps   atomic.Int64
 	trashed atomic.Int64
 	longs   atomic.Int64
 }
@@ -33,7 +43,7 @@ type realism struct {
 // options sets the emulator's Gmail-like behaviours.
 func (re *realism) options(o *gmailfake.Options) {
 	o.Seed = re.seed
-	o.Rewrite = gmailfake.RewritePolicy{Mode: gmailfake.RewriteFraction, Fraction: re.rewrite}
+	o.Rewrite = gmailfake.RewritePolicy{Mode: gmailfake.RewriteMalformed}
 	o.IndexLagDistribution, o.IndexOrder = re.lag, gmailfake.IndexFIFO
 	o.SentDedupe = true
 	o.RateLimitHeader = false // Gmail-like: the retry time is only in the message text
@@ -45,6 +55,9 @@ func (re *realism) options(o *gmailfake.Options) {
 // (minutes: longer than checks × grace, up to the lag tail's max) passing
 // with a sweep.
 func (re *realism) chaos(r *relayProc, rng *lockedRand) {
+	if re.steps.Add(1) == re.rewriteAfter {
+		r.Emu.SetRewrite(gmailfake.RewritePolicy{Mode: gmailfake.RewriteFraction, Fraction: re.rewrite})
+	}
 	switch n := rng.IntN(1000); {
 	case n < re.trashPer:
 		var sent []string
@@ -89,7 +102,8 @@ func TestRealismSoak(t *testing.T) {
 				trashPer: 20,
 				longPer:  8,
 			}
-			jobs := max(1, *soakJobs*3/4) // two seeds in about a minute on 2 cores
+			jobs := max(1, *soakJobs*3/4)         // two seeds in about a minute on 2 cores
+			re.rewriteAfter = int64(jobs) * 2 / 3 // requests: ≥ jobs
 			rep, line := runSoak(t, soakConfig{seed: seed, jobs: jobs, duration: *soakDuration, realism: re})
 			t.Log(line)
 			sum := re.summary(t, rep)
@@ -141,8 +155,20 @@ func (re *realism) summary(t *testing.T, rep e2e.Report) string {
 			t.Logf("  copy %s labels=%v original=%q stored=%s visible=%s", m.ID, m.LabelIDs, m.OriginalMessageID, m.StoredAt.Format(time.RFC3339), m.VisibleAt.Format(time.RFC3339))
 		}
 	}
+	witness := map[string]int{}
+	unverifiable := 0
+	for _, l := range re.relay.Log(t) {
+		switch {
+		case l.Kind == acceptlog.KindSearch && l.Witness != "":
+			witness[l.Witness]++
+		case l.Kind == acceptlog.KindReview && l.Reason == acceptlog.ReasonIndexUnverifiable:
+			unverifiable++
+		}
+	}
 	s := rep.Summary
-	return fmt.Sprintf("emulator result: realism soak: seed=%d jobs=%d attempts=%d rewrite=%.3f rewritten=%d trashed=%d folded=%d rate_limited=%d long_waits=%d sent=%d review=%d delivered_twice_in_review=%d delivered_twice_outside_review=%d lost=%d stuck=%d",
-		re.seed, s.Jobs, s.Attempts, re.rewrite, rewritten, trashedSeen, st.Deliveries-copies, st.RateLimited, re.longs.Load(),
+	return fmt.Sprintf("emulator result: realism soak: seed=%d jobs=%d attempts=%d rewrite=%.3f(from request %d) rewritten=%d trashed=%d folded=%d rate_limited=%d long_waits=%d "+
+		"witness_found=%d witness_missing=%d witness_none=%d index_unverifiable=%d sent=%d review=%d delivered_twice_in_review=%d delivered_twice_outside_review=%d lost=%d stuck=%d",
+		re.seed, s.Jobs, s.Attempts, re.rewrite, re.rewriteAfter, rewritten, trashedSeen, st.Deliveries-copies, st.RateLimited, re.longs.Load(),
+		witness["found"], witness["missing"], witness["none"], unverifiable,
 		s.Sent, s.Review, s.DuplicatesInReview, s.Duplicates, s.Lost, stuck)
 }

@@ -151,8 +151,8 @@ func (p *pass) decideVerify(ctx context.Context, j acceptlog.Job, q string, hits
 	switch {
 	case len(hits) == 1:
 		search.Reason = ReasonVerified
-		if j.Attempts == 1 {
-			p.s.lags.add(j.Mailbox, p.now.Sub(j.CreatedAt))
+		if err := p.measureLag(ctx, j); err != nil {
+			return false, err
 		}
 		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
 			n.Verified, n.Checks, n.NextCheckAt = true, 0, time.Time{}
