@@ -17,8 +17,15 @@ import (
 // to now. Not from the job's creation: a job the outbox held (a spent
 // budget, a rate-limit pause, send_at) was sent long after, and a lag
 // counted from its creation would hold every miss of the mailbox back by
-// that wait. A job without such a line gives no sample.
+// that wait. A job without such a line gives no sample, nor does a
+// search that ran more than grace after it was due (a backlog, a pause for
+// Gmail's rate limit, a restart): its bound says how late the sweeper
+// looked, not how far behind the index was, and one such sample would
+// hold every later miss of the mailbox back by it.
 func (p *pass) measureLag(ctx context.Context, j acceptlog.Job) error {
+	if !j.NextCheckAt.IsZero() && p.now.Sub(j.NextCheckAt) > p.channel(j.Channel).Grace {
+		return nil
+	}
 	lines, err := p.s.log.JobLines(ctx, j.MessageID)
 	if err != nil {
 		return fmt.Errorf("read lines of %s: %w", j.MessageID, err)

@@ -247,3 +247,30 @@ func TestMeasuredLagStartsAtGmailsAnswer(t *testing.T) {
 		t.Fatalf("measured lag p99 %s from %d samples, want %s (Gmail's answer → hit) from 1", p99, n, grace)
 	}
 }
+
+// Found by the realism soak too: a verify search that runs long after it
+// was due (here an hour; in the soak a backlog of queued jobs and
+// rate-limit pauses) found the message, and its "lag" of an hour held
+// every later miss of the mailbox back. A late look gives no sample.
+func TestLateVerifyGivesNoLagSample(t *testing.T) {
+	h := newHarness(t, setup{})
+	id, _ := h.send(retryChannel)
+	h.clock.Advance(time.Hour)
+	h.sweep()
+	if !h.job(id).Verified {
+		t.Fatal("not verified")
+	}
+	if p99, n := h.sw.IndexLag("me", 0.99); n != 0 {
+		t.Fatalf("measured lag p99 %s from %d samples, want no sample from a search an hour late", p99, n)
+	}
+	// An on-time look still measures.
+	id2, _ := h.send(retryChannel)
+	h.clock.Advance(grace)
+	h.sweep()
+	if !h.job(id2).Verified {
+		t.Fatal("not verified")
+	}
+	if p99, n := h.sw.IndexLag("me", 0.99); n != 1 || p99 != grace {
+		t.Fatalf("measured lag p99 %s from %d samples, want %s from 1", p99, n, grace)
+	}
+}
