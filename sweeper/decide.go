@@ -136,6 +136,22 @@ func (p *pass) resend(ctx context.Context, j acceptlog.Job, redo int) (bool, err
 		_, err := p.toReview(ctx, j, line)
 		return true, err
 	}
+	if !p.s.deps.DisableWitness {
+		suspect, note, done, err := p.storedUnderGmailID(ctx, j)
+		switch {
+		case err != nil:
+			p.res.Errors++
+			p.s.deps.Logger.Warn().Err(err).Str("message_id", j.MessageID).Msg("list the attempt's window before a resend; tried again on a later pass")
+			return true, nil
+		case !done:
+			return false, nil
+		case suspect:
+			line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, State: acceptlog.StateReview,
+				Reason: ReasonHandleUntrusted, Note: "not found by its Message-ID, but " + note}
+			_, err := p.toReview(ctx, j, line)
+			return true, err
+		}
+	}
 	ok, err := p.attempt(ctx, j, acceptlog.StateUnknown, ReasonResend, redo)
 	if ok {
 		p.res.Resent++
