@@ -29,6 +29,13 @@ type Mailbox struct {
 	HandleUntrusted bool `json:"handle_untrusted"`
 	// Rewrites counts the sends whose Message-ID Gmail replaced.
 	Rewrites int `json:"rewrites"`
+	// LastSendID and LastSendAt are the newest send Gmail confirmed in this
+	// mailbox that the sweeper has seen: its job's Message-ID and creation
+	// time (a lower bound of when Gmail stored it). The sweeper's searches
+	// carry it as their witness after a restart, until newer sends are
+	// seen. Empty until a confirmed send reaches a verify pass.
+	LastSendID string    `json:"last_send_id,omitempty"`
+	LastSendAt time.Time `json:"last_send_at,omitzero"`
 }
 
 // Change is what a Mutate callback asks to write, all in one transaction.

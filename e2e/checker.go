@@ -70,7 +70,15 @@ type Observation struct {
 	// Jobs is every job of the log (GET /v1/jobs/{id} for each).
 	Jobs []Job
 	// Messages is every message the emulator stored: the provider's truth.
+	// A message whose Message-ID Gmail rewrote counts for the client's
+	// original id.
 	Messages []gmailfake.Message
+	// Deliveries, when not nil, is the emulator's ground truth of how many
+	// times recipients received each Message-ID (the client's id): sends
+	// folded into one Sent copy and sends whose id was rewritten included.
+	// The checker then counts effects by deliveries, never by copies; when
+	// nil, by the copies in Messages.
+	Deliveries map[string]int
 	// History is every request the callers made.
 	History []Op
 	// ReviewChannels names the channels whose policy is on_unknown: review.
@@ -92,8 +100,9 @@ const (
 	// RuleLogConsistent: the global log and each job's lines agree, and a
 	// job's state is the fold of its lines.
 	RuleLogConsistent = "log_consistent"
-	// RuleDuplicate: at most one emulator message per Message-ID unless the
-	// job is in review.
+	// RuleDuplicate: at most one emulator message (or delivery, when the
+	// observation has deliveries) per Message-ID unless the job is in
+	// review.
 	RuleDuplicate = "duplicate_outside_review"
 	// RuleSentOnce: a sent job has exactly one effect line and exactly one
 	// emulator message.
@@ -163,7 +172,15 @@ func Check(o Observation) Report {
 	}
 	msgs := map[string]int{}
 	for _, m := range o.Messages {
-		msgs[m.MessageID]++
+		id := m.MessageID
+		if m.OriginalMessageID != "" {
+			id = m.OriginalMessageID
+		}
+		msgs[id]++
+	}
+	effects := msgs
+	if o.Deliveries != nil {
+		effects = o.Deliveries
 	}
 	byLog := map[string][]uint64{}
 	for _, l := range o.Log {
@@ -173,7 +190,7 @@ func Check(o Observation) Report {
 	for i := range o.Jobs {
 		j := &o.Jobs[i]
 		jobs[j.MessageID] = j
-		checkJob(j, byLog[j.MessageID], msgs[j.MessageID], o.ReviewChannels[j.Channel], &r.Summary, add)
+		checkJob(j, byLog[j.MessageID], effects[j.MessageID], o.ReviewChannels[j.Channel], &r.Summary, add)
 	}
 	for id := range byLog {
 		if jobs[id] == nil {
@@ -195,7 +212,7 @@ func Check(o Observation) Report {
 		case op.Outcome == OK && j.State != acceptlog.StateSent && j.State != acceptlog.StateReview:
 			add(RuleAckedKept, op.MessageID, "caller %d try %d saw 200 sent; the log says %s", op.Caller, op.Try, j.State)
 			lost[op.MessageID] = true
-		case op.Outcome == OK && msgs[op.MessageID] == 0:
+		case op.Outcome == OK && effects[op.MessageID] == 0:
 			add(RuleAckedKept, op.MessageID, "caller %d try %d saw 200 sent; the emulator holds no message", op.Caller, op.Try)
 			lost[op.MessageID] = true
 		case op.Status == 202 && j == nil:
@@ -203,7 +220,7 @@ func Check(o Observation) Report {
 		}
 	}
 	for _, j := range o.Jobs {
-		if j.State == acceptlog.StateSent && msgs[j.MessageID] == 0 {
+		if j.State == acceptlog.StateSent && effects[j.MessageID] == 0 {
 			lost[j.MessageID] = true
 		}
 	}
@@ -218,7 +235,7 @@ func Check(o Observation) Report {
 }
 
 // checkJob applies the per-job invariants to j, whose global log seqs are
-// seqs and whose emulator message count is n.
+// seqs and whose emulator effect count (deliveries, or copies) is n.
 func checkJob(j *Job, seqs []uint64, n int, reviewChannel bool, s *Summary, add func(rule, id, format string, args ...any)) {
 	id := j.MessageID
 	s.Jobs++

@@ -99,6 +99,9 @@ type relayOptions struct {
 	seed     int64         // --fault-seed (0: 1)
 	timeout  time.Duration // --send-timeout (0: 5s)
 	quota    int           // --quota-per-minute (0: 10,000,000)
+	// gmail, when set, edits the emulator's options before it starts (the
+	// realism soak's Gmail-like behaviours).
+	gmail func(*gmailfake.Options)
 }
 
 // relayProc is a gmailrelay serve subprocess against an in-process Gmail
@@ -133,7 +136,11 @@ func startRelay(t testing.TB, o relayOptions) *relayProc {
 		}
 	}
 	clock := testclock.At(time.Now())
-	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{Now: clock.Now, IndexLag: o.indexLag, QuotaPerMinute: 10_000_000})
+	emuOpts := gmailfake.Options{Now: clock.Now, IndexLag: o.indexLag, QuotaPerMinute: 10_000_000}
+	if o.gmail != nil {
+		o.gmail(&emuOpts)
+	}
+	emu, emuURL := gmailfake.NewTestServer(t, emuOpts)
 	dir := t.TempDir()
 	pol := filepath.Join(dir, "policy.yaml")
 	if err := os.WriteFile(pol, []byte(testPolicy), 0o600); err != nil {
@@ -440,14 +447,20 @@ func (r *relayProc) SweepUntilQuiet(t testing.TB) int {
 			t.Fatal(err)
 		}
 		r.Sweep(t)
-		busy := 0
+		var busy []acceptlog.Job
 		for _, j := range r.AllJobs(t) {
 			if j.State == acceptlog.StateQueued || j.State == acceptlog.StateForwarding || j.State == acceptlog.StateUnknown || !j.NextCheckAt.IsZero() {
-				busy++
+				busy = append(busy, j)
 			}
 		}
-		if busy == 0 {
+		if len(busy) == 0 {
 			return round
+		}
+		if round == maxSweeps {
+			for _, j := range busy[:min(len(busy), 3)] {
+				b, _ := json.Marshal(r.Job(t, j.MessageID))
+				t.Logf("unresolved: %s", b)
+			}
 		}
 	}
 	t.Fatalf("jobs still unresolved after %d sweeps", maxSweeps)
@@ -513,9 +526,12 @@ func (r *relayProc) Log(t testing.TB) []acceptlog.Line {
 // Observe collects everything the checker needs, with history.
 func (r *relayProc) Observe(t testing.TB, history []e2e.Op) e2e.Observation {
 	t.Helper()
-	o := e2e.Observation{Log: r.Log(t), Messages: r.Emu.Messages(""), History: history, ReviewChannels: reviewChannels()}
+	o := e2e.Observation{Log: r.Log(t), Messages: r.Emu.Messages(""), History: history, ReviewChannels: reviewChannels(),
+		Deliveries: map[string]int{}}
 	for _, j := range r.AllJobs(t) {
 		o.Jobs = append(o.Jobs, r.Job(t, j.MessageID))
+		// Ground truth: deliveries, not copies.
+		o.Deliveries[j.MessageID] = r.Emu.Deliveries(j.MessageID)
 	}
 	return o
 }

@@ -43,6 +43,10 @@ type soakConfig struct {
 	// queues new sends and refuses a caller's retry of an unknown job while
 	// jobs wait, so the broken resend it must show would depend on timing.
 	noRateLimits bool
+	// realism, when set, runs the soak against the Gmail-like emulator
+	// (realism_soak_test.go): its options, its user's chaos, and no fixed
+	// index lag changes that would replace its lag distribution.
+	realism *realism
 }
 
 // soakStats counts what the load and the chaos did.
@@ -147,8 +151,15 @@ func TestCheckerCatchesBrokenRelay(t *testing.T) {
 func runSoak(t *testing.T, c soakConfig) (e2e.Report, string) {
 	t.Logf("soak: seed=%d jobs=%d duration=%s (replay with -soak.seed=%d)", c.seed, c.jobs, c.duration, c.seed)
 	rng := rand.New(rand.NewPCG(uint64(c.seed), 0x5eed))
-	r := startRelay(t, relayOptions{binary: c.binary, seed: c.seed, timeout: 2 * time.Second,
-		indexLag: time.Duration(rng.IntN(31)) * time.Second})
+	ro := relayOptions{binary: c.binary, seed: c.seed, timeout: 2 * time.Second,
+		indexLag: time.Duration(rng.IntN(31)) * time.Second}
+	if c.realism != nil {
+		ro.gmail = c.realism.options
+	}
+	r := startRelay(t, ro)
+	if c.realism != nil {
+		c.realism.relay = r
+	}
 	if c.dropRate > 0 {
 		r.AddFault(t, fmt.Sprintf(`{"mode":"forward-then-drop-response","probability":%g}`, c.dropRate))
 	}
@@ -202,7 +213,10 @@ func runSoak(t *testing.T, c soakConfig) (e2e.Report, string) {
 			st.requests.Add(1)
 			record(op)
 			st.chaos.Add(1)
-			chaos(t, r, chaosRNG, &st, c.noRateLimits)
+			chaos(t, r, chaosRNG, &st, c.noRateLimits, c.realism != nil)
+			if c.realism != nil {
+				c.realism.chaos(r, chaosRNG)
+			}
 			if op.Outcome == e2e.OK || (op.Status >= 200 && op.Status < 300) {
 				return
 			}
@@ -333,7 +347,7 @@ func (l *lockedRand) Float64() float64 {
 // probability it does one random thing to the relay or the emulator, while
 // the other callers go on. Errors of the relay's admin API are expected
 // (the process may just have died) and ignored.
-func chaos(t *testing.T, r *relayProc, rng *lockedRand, st *soakStats, noRateLimits bool) {
+func chaos(t *testing.T, r *relayProc, rng *lockedRand, st *soakStats, noRateLimits, keepLag bool) {
 	switch n := rng.IntN(1000); {
 	case n < 20: // a relay fault rule
 		modes := []string{"fail-before-forward", "fail-before-forward", "forward-then-drop-response",
@@ -376,7 +390,9 @@ func chaos(t *testing.T, r *relayProc, rng *lockedRand, st *soakStats, noRateLim
 		}
 		st.emuFault.Add(1)
 	case n < 65: // search index lag changes
-		r.Emu.SetIndexLag(time.Duration(rng.IntN(31)) * time.Second)
+		if !keepLag {
+			r.Emu.SetIndexLag(time.Duration(rng.IntN(31)) * time.Second)
+		}
 	case n < 72: // SIGKILL from outside; the supervisor restarts
 		r.Kill()
 	case n < 92: // time passes and the sweeper runs while callers work

@@ -136,6 +136,22 @@ func (p *pass) resend(ctx context.Context, j acceptlog.Job, redo int) (bool, err
 		_, err := p.toReview(ctx, j, line)
 		return true, err
 	}
+	if !p.s.deps.DisableWitness {
+		suspect, note, done, err := p.storedUnderGmailID(ctx, j)
+		switch {
+		case err != nil:
+			p.res.Errors++
+			p.s.deps.Logger.Warn().Err(err).Str("message_id", j.MessageID).Msg("list the attempt's window before a resend; tried again on a later pass")
+			return true, nil
+		case !done:
+			return false, nil
+		case suspect:
+			line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, State: acceptlog.StateReview,
+				Reason: ReasonHandleUntrusted, Note: "not found by its Message-ID, but " + note}
+			_, err := p.toReview(ctx, j, line)
+			return true, err
+		}
+	}
 	ok, err := p.attempt(ctx, j, acceptlog.StateUnknown, ReasonResend, redo)
 	if ok {
 		p.res.Resent++
@@ -151,8 +167,8 @@ func (p *pass) decideVerify(ctx context.Context, j acceptlog.Job, q string, hits
 	switch {
 	case len(hits) == 1:
 		search.Reason = ReasonVerified
-		if j.Attempts == 1 {
-			p.s.lags.add(j.Mailbox, p.now.Sub(j.CreatedAt))
+		if err := p.measureLag(ctx, j); err != nil {
+			return false, err
 		}
 		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
 			n.Verified, n.Checks, n.NextCheckAt = true, 0, time.Time{}

@@ -59,6 +59,13 @@ func (p *pass) checkHandle(ctx context.Context, j acceptlog.Job, search acceptlo
 	search.Reason = ReasonVerifyGaveUp
 	search.Note = "not found by Message-ID; the message Gmail answered with was read back (see the handle line)"
 	rewritten := handle.Reason == ReasonHandleRewritten
+	var dup *acceptlog.Line
+	if rewritten {
+		var done bool
+		if dup, done = p.rewrittenCopies(ctx, j, h.MessageID, handle); !done {
+			return false, false, nil
+		}
+	}
 	_, _, err = p.s.log.Mutate(ctx, j.MessageID, func(cur *acceptlog.Job) (acceptlog.Change, error) {
 		if cur == nil || cur.State != j.State || cur.Attempts != j.Attempts || cur.Checks != j.Checks || cur.Verified != j.Verified {
 			return acceptlog.Change{}, errChanged
@@ -66,10 +73,18 @@ func (p *pass) checkHandle(ctx context.Context, j acceptlog.Job, search acceptlo
 		n := *cur
 		n.Checks, n.NextCheckAt, n.UpdatedAt = j.Checks+1, time.Time{}, p.now
 		c := acceptlog.Change{Job: &n, Lines: []acceptlog.Line{search, handle}}
-		if rewritten {
-			c.EditMailbox = func(mb *acceptlog.Mailbox) {
+		if dup != nil {
+			n.State = acceptlog.StateReview
+			c.Lines = append(c.Lines, *dup)
+		}
+		c.EditMailbox = func(mb *acceptlog.Mailbox) {
+			if rewritten {
 				mb.HandleChecked, mb.HandleUntrusted = true, true
 				mb.Rewrites++
+			}
+			if mb.LastSendID == j.MessageID {
+				// Never found by its Message-ID again: no witness.
+				mb.LastSendID, mb.LastSendAt = "", time.Time{}
 			}
 		}
 		return c, nil
@@ -81,8 +96,17 @@ func (p *pass) checkHandle(ctx context.Context, j acceptlog.Job, search acceptlo
 		return true, true, err
 	}
 	p.res.Checked++
+	if dup != nil {
+		p.res.Duplicates++
+		p.res.Reviewed++
+		p.s.deps.Logger.Warn().Str("message_id", j.MessageID).Str("reason", string(dup.Reason)).Msg("job handed to a human for review")
+	}
 	// Its Message-ID will never be found again: it can witness nothing.
 	p.s.sends[j.Mailbox] = slices.DeleteFunc(p.s.sends[j.Mailbox], func(r sendRef) bool { return r.id == j.MessageID })
+	if mb, ok := p.mailboxes[j.Mailbox]; ok && mb.LastSendID == j.MessageID {
+		mb.LastSendID, mb.LastSendAt = "", time.Time{}
+		p.mailboxes[j.Mailbox] = mb
+	}
 	if rewritten {
 		mb := p.mailboxes[j.Mailbox]
 		mb.Name, mb.HandleChecked, mb.HandleUntrusted = j.Mailbox, true, true
@@ -94,6 +118,43 @@ func (p *pass) checkHandle(ctx context.Context, j acceptlog.Job, search acceptlo
 			Msg("a sent message is gone from the mailbox (404): its send cannot be verified")
 	}
 	return true, true, nil
+}
+
+// rewrittenCopies searches the Message-ID Gmail gave a job's message
+// instead of the relay's (stored, read back by the handle check): the
+// search by the relay's id can never show that Gmail stored the send
+// twice. Two or more copies return the review line to write with the
+// handle line; fewer (or an id that cannot be searched safely) return nil.
+// done is false when the pass had to stop first (quota, rate limit); a
+// failed search is counted and settles nothing more than before.
+func (p *pass) rewrittenCopies(ctx context.Context, j acceptlog.Job, stored string, handle acceptlog.Line) (dup *acceptlog.Line, done bool) {
+	q, err := searchQuery([]string{stored})
+	if err != nil {
+		return nil, true
+	}
+	if !p.take(relay.UnitsList, 0) {
+		return nil, false
+	}
+	page, err := p.s.deps.Provider.List(ctx, j.Mailbox, q, []string{sentLabel}, "", maxPageSize)
+	if err != nil {
+		if errors.Is(p.gmailErr(err), errStopped) {
+			return nil, false
+		}
+		p.res.Errors++
+		p.s.deps.Logger.Warn().Err(err).Msg("search the Message-ID Gmail gave; the job stays sent")
+		return nil, true
+	}
+	p.answered = true
+	if len(page.IDs) < 2 {
+		return nil, true
+	}
+	hits := make([]hit, len(page.IDs))
+	for i, id := range page.IDs {
+		hits[i] = hit{id: id, labels: []string{sentLabel}}
+	}
+	search := acceptlog.Line{Kind: acceptlog.KindSearch, Attempt: j.Attempts, Query: q, Hits: len(hits), SentHits: len(hits), Check: j.Checks + 1}
+	l := evidence(search, ReasonDuplicate, hits, "sent, and the mailbox holds it more than once under the Message-ID Gmail gave it ("+handle.StoredMessageID+")")
+	return &l, true
 }
 
 // ReasonDuplicateDelivery is the review reason for a job with two own

@@ -1,18 +1,49 @@
 package sweeper
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
 )
+
+// measureLag adds the lag sample of a sent job whose verify search just
+// found it: from Gmail's answer (its last effect line, from the response)
+// to now. Not from the job's creation: a job the outbox held (a spent
+// budget, a rate-limit pause, send_at) was sent long after, and a lag
+// counted from its creation would hold every miss of the mailbox back by
+// that wait. A job without such a line gives no sample, nor does a
+// search that ran more than grace after it was due (a backlog, a pause for
+// Gmail's rate limit, a restart): its bound says how late the sweeper
+// looked, not how far behind the index was, and one such sample would
+// hold every later miss of the mailbox back by it.
+func (p *pass) measureLag(ctx context.Context, j acceptlog.Job) error {
+	if !j.NextCheckAt.IsZero() && p.now.Sub(j.NextCheckAt) > p.channel(j.Channel).Grace {
+		return nil
+	}
+	lines, err := p.s.log.JobLines(ctx, j.MessageID)
+	if err != nil {
+		return fmt.Errorf("read lines of %s: %w", j.MessageID, err)
+	}
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := lines[i]; l.Kind == acceptlog.KindEffect && l.Source == acceptlog.SourceResponse && l.Attempt == j.Attempts {
+			p.s.lags.add(j.Mailbox, max(p.now.Sub(l.Time), 0))
+			return nil
+		}
+	}
+	return nil
+}
 
 // maxLagSamples bounds the lag samples kept per mailbox (the newest win).
 const maxLagSamples = 1024
 
-// lagBook is the measured index lag of each mailbox: send → first hit of
-// the verify pass, for first attempts. A sample is an upper bound (the
+// lagBook is the measured index lag of each mailbox: Gmail's answer to a
+// send (the time of its effect line) → first hit of the verify pass. A sample is an upper bound (the
 // verify pass looks after grace, then once more); it is what the relay has
 // seen, not what Gmail promises. Safe for concurrent use (metrics read it
 // while passes write).

@@ -9,6 +9,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/sweeper"
 )
 
@@ -215,5 +216,61 @@ func TestWitnessQuotaCost(t *testing.T) {
 		per(with), per(without), 100*extra, with.searchUnits, without.searchUnits, with.ambiguous)
 	if extra > 0.10 {
 		t.Errorf("the witness rule costs %.1f %% more quota, want under 10 %%", 100*extra)
+	}
+}
+
+// Found by the realism soak: the lag was measured from the job's creation,
+// so a job the outbox held for an hour (send_at here; a spent budget or a
+// rate-limit pause in the soak) counted an hour of "index lag", and every
+// later miss of the mailbox waited for that p99. The lag runs from Gmail's
+// answer to the first hit.
+func TestMeasuredLagStartsAtGmailsAnswer(t *testing.T) {
+	h := newHarness(t, setup{})
+	p := h.prepare(retryChannel)
+	p.SendAt = h.clock.Now().Add(time.Hour)
+	res, err := h.svc.Send(h.ctx, p, relay.SendOptions{Queue: true})
+	if err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	h.wantState(p.MessageID, res.Job, acceptlog.StateQueued)
+	h.clock.Advance(time.Hour)
+	if res, err = h.svc.Deliver(h.ctx, p.MessageID); err != nil {
+		t.Fatalf("deliver: %v", err)
+	}
+	h.wantState(p.MessageID, res.Job, acceptlog.StateSent)
+	h.clock.Advance(grace)
+	h.sweep()
+	if !h.job(p.MessageID).Verified {
+		t.Fatal("not verified")
+	}
+	if p99, n := h.sw.IndexLag("me", 0.99); n != 1 || p99 != grace {
+		t.Fatalf("measured lag p99 %s from %d samples, want %s (Gmail's answer → hit) from 1", p99, n, grace)
+	}
+}
+
+// Found by the realism soak too: a verify search that runs long after it
+// was due (here an hour; in the soak a backlog of queued jobs and
+// rate-limit pauses) found the message, and its "lag" of an hour held
+// every later miss of the mailbox back. A late look gives no sample.
+func TestLateVerifyGivesNoLagSample(t *testing.T) {
+	h := newHarness(t, setup{})
+	id, _ := h.send(retryChannel)
+	h.clock.Advance(time.Hour)
+	h.sweep()
+	if !h.job(id).Verified {
+		t.Fatal("not verified")
+	}
+	if p99, n := h.sw.IndexLag("me", 0.99); n != 0 {
+		t.Fatalf("measured lag p99 %s from %d samples, want no sample from a search an hour late", p99, n)
+	}
+	// An on-time look still measures.
+	id2, _ := h.send(retryChannel)
+	h.clock.Advance(grace)
+	h.sweep()
+	if !h.job(id2).Verified {
+		t.Fatal("not verified")
+	}
+	if p99, n := h.sw.IndexLag("me", 0.99); n != 1 || p99 != grace {
+		t.Fatalf("measured lag p99 %s from %d samples, want %s from 1", p99, n, grace)
 	}
 }

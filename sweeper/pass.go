@@ -25,6 +25,8 @@ type pass struct {
 	// limited: Gmail answered with a rate limit during this pass;
 	// answered: Gmail answered a call without one.
 	limited, answered bool
+	// companions: the companion after: query's answer per mailbox.
+	companions map[string]companionAnswer
 }
 
 // errStopped ends a search when the pass had to stop; errChanged ends a
@@ -58,7 +60,9 @@ func (p *pass) run(ctx context.Context) error {
 		return fmt.Errorf("read due jobs: %w", err)
 	}
 	p.res.Due = len(jobs)
-	p.noteSends(jobs)
+	if err := p.noteSends(ctx, jobs); err != nil {
+		return err
+	}
 	handled := 0
 	// Search batches, per mailbox, in due order.
 	batches := map[string][]acceptlog.Job{}
@@ -134,8 +138,6 @@ func (p *pass) classify(ctx context.Context, j acceptlog.Job) (action, error) {
 		switch {
 		case mb.HandleUntrusted && j.State == acceptlog.StateUnknown:
 			return actUntrust, nil
-		case mb.HandleUntrusted:
-			return actClear, nil // a miss proves nothing there; Gmail's answer stands
 		case j.State == acceptlog.StateUnknown:
 			if ch := p.channel(j.Channel); ch.OnUnknown == policy.Retry && j.Checks >= ch.Checks {
 				// Its last miss is recorded; the resend waited for quota
@@ -144,6 +146,9 @@ func (p *pass) classify(ctx context.Context, j acceptlog.Job) (action, error) {
 			}
 			return actSearch, nil
 		}
+		// A sent job is verified in an untrusted mailbox too: a miss
+		// proves nothing there (Gmail's answer stands), but two hits still
+		// prove that Gmail delivered it twice.
 		return actVerify, nil
 	case acceptlog.StateFailed:
 		if j.Retryable && p.channel(j.Channel).OnUnknown == policy.Retry {

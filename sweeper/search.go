@@ -57,7 +57,7 @@ func (p *pass) search(ctx context.Context, mailbox string, jobs []acceptlog.Job)
 		}
 		return len(jobs), nil
 	}
-	witness := p.witnesses(searched, hits)
+	witness := p.witnesses(ctx, mailbox, searched, hits)
 	// Sent jobs first: their handle checks may find that Gmail rewrites
 	// ids in this mailbox, and then a miss of an unknown job of the same
 	// batch proves nothing.

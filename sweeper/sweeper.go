@@ -94,8 +94,10 @@ type Config struct {
 	// ConfigFor on a log several replicas share).
 	Expire func(ctx context.Context) (int, error)
 	// DisableWitness turns the witness rule off: every search miss counts,
-	// as before issue 13. Only for tests and benchmarks that compare the
-	// two rules; a relay never sets it.
+	// as before issue 13 (no witness in the query, no companion after:
+	// query, no recorded witness, no lag floor, no window check before a
+	// resend). Only for tests and benchmarks that compare the two rules; a
+	// relay never sets it.
 	DisableWitness bool
 }
 

@@ -1,7 +1,11 @@
 package sweeper
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
@@ -48,14 +52,20 @@ type sendRef struct {
 
 // noteSends remembers, per mailbox, the jobs Gmail confirmed as sent that
 // the pass sees (every sent job passes through the verify pass): the
-// witnesses later searches carry.
-func (p *pass) noteSends(jobs []acceptlog.Job) {
+// witnesses later searches carry. The newest of them is also written to
+// the mailbox's record, so that searches after a restart still carry a
+// witness (see witnessFor).
+func (p *pass) noteSends(ctx context.Context, jobs []acceptlog.Job) error {
+	newest := map[string]acceptlog.Job{}
 	for _, j := range jobs {
 		if j.CreatedAt.After(p.s.activity[j.Mailbox]) {
 			p.s.activity[j.Mailbox] = j.CreatedAt
 		}
 		if j.State != acceptlog.StateSent || j.GmailID == "" || relay.CheckMessageIDShape(j.MessageID) != nil {
 			continue
+		}
+		if n, ok := newest[j.Mailbox]; !ok || j.CreatedAt.After(n.CreatedAt) {
+			newest[j.Mailbox] = j
 		}
 		refs := p.s.sends[j.Mailbox]
 		if slices.ContainsFunc(refs, func(r sendRef) bool { return r.id == j.MessageID }) {
@@ -68,6 +78,39 @@ func (p *pass) noteSends(jobs []acceptlog.Job) {
 		}
 		p.s.sends[j.Mailbox] = refs
 	}
+	if p.s.deps.DisableWitness {
+		return nil
+	}
+	for name, j := range newest {
+		mb, err := p.mailbox(ctx, name)
+		if err != nil {
+			return err
+		}
+		if !j.CreatedAt.After(mb.LastSendAt) {
+			continue
+		}
+		var stored acceptlog.Mailbox
+		_, _, err = p.s.log.Mutate(ctx, j.MessageID, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+			if cur == nil {
+				return acceptlog.Change{}, errChanged
+			}
+			return acceptlog.Change{EditMailbox: func(m *acceptlog.Mailbox) {
+				if j.CreatedAt.After(m.LastSendAt) {
+					m.LastSendID, m.LastSendAt = j.MessageID, j.CreatedAt
+				}
+				stored = *m
+			}}, nil
+		})
+		if errors.Is(err, errChanged) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("record the newest send of mailbox %s: %w", name, err)
+		}
+		stored.Name = name
+		p.mailboxes[name] = stored
+	}
+	return nil
 }
 
 // witnessFor picks the witness a search of jobs carries: when the batch
@@ -98,7 +141,13 @@ func (p *pass) witnessFor(mailbox string, jobs []acceptlog.Job) (acceptlog.Job, 
 			return acceptlog.Job{}, false
 		}
 	}
-	for _, r := range p.s.sends[mailbox] {
+	refs := p.s.sends[mailbox]
+	if mb := p.mailboxes[mailbox]; mb.LastSendID != "" && relay.CheckMessageIDShape(mb.LastSendID) == nil {
+		// The newest send recorded in the mailbox (the one known after a
+		// restart), after those remembered since.
+		refs = append(slices.Clip(refs), sendRef{at: mb.LastSendAt, id: mb.LastSendID})
+	}
+	for _, r := range refs {
 		if r.at.After(latest) && !slices.ContainsFunc(jobs, func(j acceptlog.Job) bool { return j.MessageID == r.id }) {
 			return acceptlog.Job{MessageID: r.id, Mailbox: mailbox, State: acceptlog.StateSent, GmailID: "witness", CreatedAt: r.at}, true
 		}
@@ -111,17 +160,18 @@ func (p *pass) witnessFor(mailbox string, jobs []acceptlog.Job) (acceptlog.Job, 
 // the witness witnessFor added) created after the attempt ended is the
 // witness when the search found it (found), and proves the search blind
 // when it did not (missing: the index is behind, or Gmail silently could
-// not match the query). With no such send known the witness is none and
-// the time rule decides — unless a later job of the mailbox is known (any
-// state): then a confirmed send after the attempt is coming, and the
-// witness is missing until it is seen. (CONTRACT also names a companion after: query;
-// it is not made: with no later send known, its answer — found or none —
-// could not change the decision.)
-func (p *pass) witnesses(jobs []acceptlog.Job, hits map[string][]hit) map[string]string {
+// not match the query). With no such send known, the companion after:
+// query decides (see companion): any message dated after the attempt is
+// the witness (found); with none, the witness is none and the time rule
+// decides — unless a later job of the mailbox is known (any state): then a
+// confirmed send after the attempt is coming, and the witness is missing
+// until it is seen.
+func (p *pass) witnesses(ctx context.Context, mailbox string, jobs []acceptlog.Job, hits map[string][]hit) map[string]string {
 	out := map[string]string{}
 	if p.s.deps.DisableWitness {
 		return out
 	}
+	var unseen []acceptlog.Job // misses with no confirmed later send in the query
 	for _, j := range jobs {
 		if j.State != acceptlog.StateUnknown || len(hits[j.MessageID]) > 0 {
 			continue
@@ -138,13 +188,80 @@ func (p *pass) witnesses(jobs []acceptlog.Job, hits map[string][]hit) map[string
 			}
 			w = WitnessMissing
 		}
-		if w == WitnessNone && p.s.activity[j.Mailbox].After(end) {
+		out[j.MessageID] = w
+		if w == WitnessNone {
+			unseen = append(unseen, j)
+		}
+	}
+	if len(unseen) == 0 {
+		return out
+	}
+	found := p.companion(ctx, mailbox, unseen)
+	for _, j := range unseen {
+		switch {
+		case found:
+			out[j.MessageID] = WitnessFound
+		case p.s.activity[j.Mailbox].After(attemptEnd(j)):
 			// A later job exists whose send Gmail has not confirmed yet
 			// (or not to a verify pass yet): wait for it rather than fall
 			// back to the time rule.
-			w = WitnessMissing
+			out[j.MessageID] = WitnessMissing
 		}
-		out[j.MessageID] = w
 	}
 	return out
+}
+
+// companion makes the companion query (CONTRACT, "Witness before a
+// miss"): one messages.list with q=after:<epoch seconds>, maxResults=1,
+// every label and includeSpamTrash=true, 5 units. The seconds are the
+// latest attempt end of jobs rounded up, so a message stored by one of
+// those attempts (even one whose Message-ID Gmail rewrote) is never its own
+// witness, and any message it returns — sent or received — is dated after
+// every one of them. It reports whether a message came back. Without quota
+// for it, or when Gmail answers with an error, it reports false (the
+// witness stays none or missing: never a miss counted on a guess); a rate
+// limit also pauses the mailbox, as every call does.
+func (p *pass) companion(ctx context.Context, mailbox string, jobs []acceptlog.Job) bool {
+	var latest time.Time
+	for _, j := range jobs {
+		if e := attemptEnd(j); e.After(latest) {
+			latest = e
+		}
+	}
+	secs := latest.Unix()
+	if latest.After(time.Unix(secs, 0)) {
+		secs++
+	}
+	// One answer per mailbox serves the pass's later batches: a message
+	// after a later second is after this one too, and no message after an
+	// earlier second means none after this one.
+	if c, ok := p.companions[mailbox]; ok && (c.found && c.secs >= secs || !c.found && c.secs <= secs) {
+		return c.found
+	}
+	if ok, _ := p.s.deps.Quota.TakeBackground(relay.UnitsList); !ok {
+		return false
+	}
+	p.searchCost += relay.UnitsList
+	page, err := p.s.deps.Provider.List(ctx, mailbox, "after:"+strconv.FormatInt(secs, 10), nil, "", 1)
+	if err != nil {
+		if !errors.Is(p.gmailErr(err), errStopped) {
+			p.res.Errors++
+			p.s.deps.Logger.Warn().Err(err).Msg("companion after: query; the witness stays unknown")
+		}
+		return false
+	}
+	p.answered = true
+	found := len(page.IDs) > 0
+	if p.companions == nil {
+		p.companions = map[string]companionAnswer{}
+	}
+	p.companions[mailbox] = companionAnswer{secs: secs, found: found}
+	return found
+}
+
+// companionAnswer is a companion query's answer within one pass: whether a
+// message dated at or after secs (epoch seconds) came back.
+type companionAnswer struct {
+	secs  int64
+	found bool
 }

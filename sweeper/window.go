@@ -1,0 +1,112 @@
+package sweeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// Before a resend: was the ambiguous attempt stored under a Message-ID
+// Gmail made? A send whose id Gmail replaced is invisible to every search
+// by the relay's id, so its misses look like a lost send — and the verify
+// pass only finds a mailbox rewriting ids through sends whose gmail_id
+// Gmail gave (never through an ambiguous one). So the last miss before a
+// resend also lists the Sent messages dated in the attempt's window (a
+// few seconds around it); one whose Message-ID Gmail made (…@mail.gmail.com)
+// may be this very send, and the job goes to review instead of being sent
+// again. A message a person sent by hand in that window sends the job to
+// review too: the safe side.
+
+// windowPad widens the attempt's window on both sides: Gmail's
+// internalDate and the relay's clock need not agree to the second.
+const windowPad = 2 * time.Second
+
+// maxWindowReads bounds the messages.get calls one window check may make;
+// a window with more unread messages than that is not read, and the job
+// goes to review.
+const maxWindowReads = 50
+
+// gmailMadeID reports whether a Message-ID has the shape of one Gmail
+// generated (…@mail.gmail.com), as it does when it replaces a client's.
+func gmailMadeID(id string) bool {
+	return strings.HasSuffix(strings.ToLower(strings.TrimSpace(id)), "@mail.gmail.com>")
+}
+
+// storedUnderGmailID lists the Sent messages dated in the window of j's
+// last attempt and reports whether one carries a Message-ID Gmail made
+// (with a note saying which). done is false when the pass had to stop
+// first (quota, rate limit).
+func (p *pass) storedUnderGmailID(ctx context.Context, j acceptlog.Job) (suspect bool, note string, done bool, err error) {
+	lines, err := p.s.log.JobLines(ctx, j.MessageID)
+	if err != nil {
+		return false, "", true, fmt.Errorf("read lines of %s: %w", j.MessageID, err)
+	}
+	end := attemptEnd(j)
+	start := end
+	for _, l := range lines {
+		if l.Kind == acceptlog.KindForwarding && l.Attempt == j.Attempts && l.Time.Before(start) {
+			start = l.Time
+		}
+	}
+	from, to := start.Add(-windowPad).Unix(), end.Add(windowPad).Unix()+1
+	q := fmt.Sprintf("after:%d before:%d", from, to)
+	prov := p.s.deps.Provider
+	var ids []string
+	token, spent := "", 0
+	for {
+		if !p.take(relay.UnitsList, spent) {
+			return false, "", false, nil
+		}
+		spent += relay.UnitsList
+		page, err := prov.List(ctx, j.Mailbox, q, []string{sentLabel}, token, maxPageSize)
+		if err != nil {
+			if errors.Is(p.gmailErr(err), errStopped) {
+				return false, "", false, nil
+			}
+			return false, "", true, err
+		}
+		p.answered = true
+		ids = append(ids, page.IDs...)
+		if page.NextPageToken == "" {
+			break
+		}
+		token = page.NextPageToken
+	}
+	var unread []string
+	for _, id := range ids {
+		if _, ok := p.s.headers[id]; !ok {
+			unread = append(unread, id)
+		}
+	}
+	if len(unread) > maxWindowReads {
+		return true, fmt.Sprintf("%d Sent messages of the attempt's window (%s) are unread; not read, to spare the quota", len(unread), q), true, nil
+	}
+	if len(unread) > 0 && !p.take(relay.UnitsGet*len(unread), spent) {
+		return false, "", false, nil
+	}
+	p.searchCost += spent + relay.UnitsGet*len(unread)
+	for _, id := range unread {
+		h, err := prov.GetHeader(ctx, j.Mailbox, id)
+		if errors.Is(err, relay.ErrMessageNotFound) {
+			continue
+		}
+		if err != nil {
+			if errors.Is(p.gmailErr(err), errStopped) {
+				return false, "", false, nil
+			}
+			return false, "", true, err
+		}
+		p.s.headers[id] = h.MessageID
+	}
+	for _, id := range ids {
+		if mid, ok := p.s.headers[id]; ok && gmailMadeID(mid) {
+			return true, fmt.Sprintf("Sent message %s of the attempt's window (%s) carries a Message-ID Gmail made: it may be this send, stored under another id", id, q), true, nil
+		}
+	}
+	return false, "", true, nil
+}
