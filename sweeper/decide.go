@@ -146,7 +146,7 @@ func (p *pass) resend(ctx context.Context, j acceptlog.Job, redo int) (bool, err
 		case !done:
 			return false, nil
 		case suspect:
-			line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, State: acceptlog.StateReview,
+			line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts,
 				Reason: ReasonHandleUntrusted, Note: "not found by its Message-ID, but " + note}
 			_, err := p.toReview(ctx, j, line)
 			return true, err

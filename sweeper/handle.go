@@ -74,8 +74,7 @@ func (p *pass) checkHandle(ctx context.Context, j acceptlog.Job, search acceptlo
 		n.Checks, n.NextCheckAt, n.UpdatedAt = j.Checks+1, time.Time{}, p.now
 		c := acceptlog.Change{Job: &n, Lines: []acceptlog.Line{search, handle}}
 		if dup != nil {
-			n.State = acceptlog.StateReview
-			c.Lines = append(c.Lines, *dup)
+			c.Lines = append(c.Lines, acceptlog.Move(&n, acceptlog.StateReview, *dup))
 		}
 		c.EditMailbox = func(mb *acceptlog.Mailbox) {
 			if rewritten {
