@@ -1,14 +1,10 @@
 package e2e_test
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	mrand "math/rand/v2"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -16,12 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/e2e"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/pglog/pgtest"
 )
 
 var (
@@ -31,46 +26,11 @@ var (
 )
 
 // testDatabaseURL returns the URL of a fresh schema (dropped at the end)
-// on GMAILRELAY_TEST_DATABASE: skipped when unset, failed when unset with
-// CI=true (CI never skips PostgreSQL silently).
+// on the PostgreSQL test server (pgtest: skipped when none, failed with CI=true).
 func testDatabaseURL(t *testing.T) string {
 	t.Helper()
-	base := os.Getenv("GMAILRELAY_TEST_DATABASE")
-	if base == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("GMAILRELAY_TEST_DATABASE is not set: with CI=true the PostgreSQL tests must run (.ci/run starts a server)")
-		}
-		t.Skip("GMAILRELAY_TEST_DATABASE is not set (postgres://…); skipping the PostgreSQL tests")
-	}
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	schema := "gmailrelay_e2e_" + hex.EncodeToString(b)
-	ctx := context.Background()
-	exec := func(sql string) error {
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			return err
-		}
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, sql)
-		return err
-	}
-	if err := exec("CREATE SCHEMA " + pgx.Identifier{schema}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := exec("DROP SCHEMA " + pgx.Identifier{schema}.Sanitize() + " CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
+	u, _ := pgtest.SchemaURL(t)
+	return u
 }
 
 // replicaSet is several `gmailrelay serve --database` processes on one
@@ -381,22 +341,12 @@ func TestSoakThreeReplicasOnePostgres(t *testing.T) {
 
 	// Quiescence: no fault rules (cleared through one replica, for all),
 	// no emulator faults, every replica swept.
-	if err := rs.procs[0].admin(http.MethodDelete, "/admin/faults", "", http.StatusOK, nil); err != nil {
-		// A crash fault fired by the last request: dead, not yet reaped
-		// when the loop above looked.
-		select {
-		case <-rs.procs[0].Exited():
-			deaths.Add(1)
-			if err := rs.start(rs.procs[0]); err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%v (and the replica did not exit)", err)
-		}
-		if err := rs.procs[0].admin(http.MethodDelete, "/admin/faults", "", http.StatusOK, nil); err != nil {
+	clearFaults(t, rs.procs[0], func() {
+		deaths.Add(1)
+		if err := rs.start(rs.procs[0]); err != nil {
 			t.Fatal(err)
 		}
-	}
+	})
 	emuHits := 0
 	for _, f := range rs.Emu.Faults() {
 		emuHits += f.Hits

@@ -289,20 +289,7 @@ func runSoak(t *testing.T, c soakConfig) (e2e.Report, string) {
 		r.Restart(t)
 	default:
 	}
-	if err := r.admin(http.MethodDelete, "/admin/faults", "", http.StatusOK, nil); err != nil {
-		// The last request may have fired a crash fault: the process is
-		// dead but not yet reaped when the select above looked.
-		select {
-		case <-r.Exited():
-			st.kills.Add(1)
-			r.Restart(t)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%v (and the relay did not exit)", err)
-		}
-		if err := r.admin(http.MethodDelete, "/admin/faults", "", http.StatusOK, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	clearFaults(t, r, func() { st.kills.Add(1); r.Restart(t) })
 	emuHits := 0
 	for _, f := range r.Emu.Faults() {
 		emuHits += f.Hits
@@ -484,4 +471,25 @@ func recordSummary(t *testing.T, line string) {
 	}
 	defer f.Close()
 	fmt.Fprintln(f, line+" (emulator results)")
+}
+
+// clearFaults deletes every relay fault rule through r. The last request
+// of a load may have fired a crash fault: then r is dead but perhaps not
+// yet reaped when the caller looked, so a refused request waits for the
+// exit, calls restart and tries once more.
+func clearFaults(t *testing.T, r *relayProc, restart func()) {
+	t.Helper()
+	err := r.admin(http.MethodDelete, "/admin/faults", "", http.StatusOK, nil)
+	if err == nil {
+		return
+	}
+	select {
+	case <-r.Exited():
+		restart()
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%v (and the relay did not exit)", err)
+	}
+	if err := r.admin(http.MethodDelete, "/admin/faults", "", http.StatusOK, nil); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -2,56 +2,30 @@ package pglog_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
 	"github.com/gmailrelay/gmailrelay/pglog"
+	"github.com/gmailrelay/gmailrelay/pglog/pgtest"
 )
 
-// databaseURL is the server the tests use: GMAILRELAY_TEST_DATABASE. Unset,
-// the tests skip, except under CI=true, where they fail: CI never skips
-// PostgreSQL silently.
+// databaseURL is the PostgreSQL test server (pgtest: skipped when none,
+// failed with CI=true).
 func databaseURL(t testing.TB) string {
 	t.Helper()
-	url := os.Getenv("GMAILRELAY_TEST_DATABASE")
-	if url == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("GMAILRELAY_TEST_DATABASE is not set: with CI=true the PostgreSQL tests must run (.ci/run starts a server)")
-		}
-		t.Skip("GMAILRELAY_TEST_DATABASE is not set (postgres://…); skipping the PostgreSQL tests")
-	}
-	return url
+	return pgtest.URL(t)
 }
 
 // freshSchema returns a new schema's name, dropped when the test ends, so
-// tests can run in parallel on one database.
+// tests can run in parallel on one database (Open creates it).
 func freshSchema(t testing.TB, url string) string {
 	t.Helper()
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	schema := "gmailrelay_test_" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	return schema
+	return pgtest.Schema(t, url, false)
 }
 
 // open opens a log in schema and registers its Check and Close.

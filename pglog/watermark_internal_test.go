@@ -2,46 +2,29 @@ package pglog
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/pglog/pgtest"
 )
 
-// openFresh opens a log in a fresh schema on GMAILRELAY_TEST_DATABASE
-// (skipped when unset, failed when unset with CI=true), dropped at the end.
+// openFresh opens a log in a fresh schema on the PostgreSQL test server
+// (pgtest: skipped when none, failed with CI=true), dropped at the end.
 func openFresh(t *testing.T) *Log {
 	t.Helper()
-	url := os.Getenv("GMAILRELAY_TEST_DATABASE")
-	if url == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("GMAILRELAY_TEST_DATABASE is not set: with CI=true the PostgreSQL tests must run")
-		}
-		t.Skip("GMAILRELAY_TEST_DATABASE is not set (postgres://…); skipping the PostgreSQL tests")
-	}
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	schema := "gmailrelay_test_" + hex.EncodeToString(b)
+	url := pgtest.URL(t)
+	schema := pgtest.Schema(t, url, false)
 	ctx := context.Background()
 	l, err := Open(ctx, url, Options{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	t.Cleanup(func() { // runs before the schema's drop
 		if err := l.Check(ctx); err != nil {
 			t.Errorf("acceptance log invariants: %v", err)
 		}
 		_ = l.Close()
-		conn, err := pgx.Connect(ctx, url)
-		if err == nil {
-			_, _ = conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-			_ = conn.Close(ctx)
-		}
 	})
 	return l
 }

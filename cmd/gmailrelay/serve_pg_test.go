@@ -2,65 +2,25 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/pglog"
+	"github.com/gmailrelay/gmailrelay/pglog/pgtest"
 )
 
 // testDatabase returns the URL of a fresh schema (dropped at the end) on
-// GMAILRELAY_TEST_DATABASE: skipped when unset, failed when unset with
-// CI=true.
+// the PostgreSQL test server (pgtest: skipped when none, failed with CI=true).
 func testDatabase(t *testing.T) (dbURL, schema string) {
 	t.Helper()
-	base := os.Getenv("GMAILRELAY_TEST_DATABASE")
-	if base == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("GMAILRELAY_TEST_DATABASE is not set: with CI=true the PostgreSQL tests must run")
-		}
-		t.Skip("GMAILRELAY_TEST_DATABASE is not set (postgres://…); skipping the PostgreSQL tests")
-	}
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	schema = "gmailrelay_test_" + hex.EncodeToString(b)
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer conn.Close(ctx)
-		_, _ = conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String(), schema
+	return pgtest.SchemaURL(t)
 }
 
 // Three relays started at once on one PostgreSQL (each applying the
