@@ -76,6 +76,17 @@ type Shared interface {
 	Shared() bool
 }
 
+// QueueClaimer is implemented by a shared Store (PostgreSQL) so that the
+// delivery loops of several replicas split the outbox instead of all
+// walking the same queued jobs: ClaimQueued returns the queued jobs no
+// other live replica has claimed, in no particular order, and claims them
+// for this Store until the job is next written, this Store closes, its
+// process dies or a short TTL runs out. Claims only save work: a job's
+// row lock and the transition table already allow one attempt.
+type QueueClaimer interface {
+	ClaimQueued(ctx context.Context) ([]Job, error)
+}
+
 // IsShared reports whether s is a log several processes may share.
 func IsShared(s Store) bool {
 	sh, ok := s.(Shared)

@@ -85,6 +85,28 @@ func Queued(ctx context.Context, log acceptlog.Store) ([]acceptlog.Job, error) {
 	if err != nil {
 		return nil, err
 	}
+	sortQueued(jobs)
+	return jobs, nil
+}
+
+// claimQueued is Queued for a delivery pass: on a shared log (PostgreSQL)
+// it holds only the queued jobs this replica claimed, so replicas' passes
+// do not walk the same jobs (acceptlog.QueueClaimer); on bbolt, Queued.
+func claimQueued(ctx context.Context, log acceptlog.Store) ([]acceptlog.Job, error) {
+	c, ok := log.(acceptlog.QueueClaimer)
+	if !ok {
+		return Queued(ctx, log)
+	}
+	jobs, err := c.ClaimQueued(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sortQueued(jobs)
+	return jobs, nil
+}
+
+// sortQueued puts jobs in delivery order (see Queued).
+func sortQueued(jobs []acceptlog.Job) {
 	sort.SliceStable(jobs, func(i, k int) bool {
 		a, b := jobs[i], jobs[k]
 		if a.Mailbox != b.Mailbox {
@@ -98,7 +120,6 @@ func Queued(ctx context.Context, log acceptlog.Store) ([]acceptlog.Job, error) {
 		}
 		return a.MessageID < b.MessageID
 	})
-	return jobs, nil
 }
 
 func readyAt(j acceptlog.Job) time.Time {
@@ -115,7 +136,7 @@ func (o *Outbox) RunOnce(ctx context.Context) (Result, error) {
 	o.passMu.Lock()
 	defer o.passMu.Unlock()
 	var res Result
-	jobs, err := Queued(ctx, o.log)
+	jobs, err := claimQueued(ctx, o.log)
 	if err != nil {
 		return res, err
 	}

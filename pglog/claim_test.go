@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
@@ -233,4 +234,54 @@ func TestTwoReplicasSweepersSearchEachDueJobOnce(t *testing.T) {
 		t.Errorf("emulator results: %d list calls for %d due jobs in batches of 5, want %d (a job searched by both replicas)", lists, n, n/5)
 	}
 	t.Logf("emulator results: 2 replicas' sweepers, %d due jobs: %d searched, %d list calls", n, len(searches), lists)
+}
+
+// Two replicas' delivery loops split the outbox: ClaimQueued hands each
+// queued job to one live replica; a write of the job or its claimer's
+// Close releases it to the other.
+func TestClaimQueuedSplitsTheOutboxBetweenReplicas(t *testing.T) {
+	url := databaseURL(t)
+	schema := freshSchema(t, url)
+	clock := testclock.New()
+	a, b := open(t, url, schema, clock.Now), open(t, url, schema, clock.Now)
+	ctx := context.Background()
+	const n = 10
+	for i := range n {
+		logtest.Create(t, a, fmt.Sprintf("<queued-%02d@x>", i), "default", acceptlog.StateQueued)
+	}
+	logtest.Create(t, a, "<sent@x>", "default", acceptlog.StateSent)
+	mine, err := a.ClaimQueued(ctx)
+	if err != nil || len(mine) != n {
+		t.Fatalf("A claims %d queued jobs, %v; want all %d (and not the sent one)", len(mine), err, n)
+	}
+	if got, err := b.ClaimQueued(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("B while A holds the claims: %d jobs, %v; want none", len(got), err)
+	}
+	if again, _ := a.ClaimQueued(ctx); len(again) != n {
+		t.Errorf("A asked again: %d jobs, want its own %d", len(again), n)
+	}
+	if _, _, err := a.Mutate(ctx, mine[0].MessageID, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		j := *cur
+		j.UpdatedAt = clock.Now()
+		return acceptlog.Change{Job: &j}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := b.ClaimQueued(ctx); len(got) != 1 || got[0].MessageID != mine[0].MessageID {
+		t.Errorf("B after A wrote %s: %v, want that one job", mine[0].MessageID, ids(got))
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := b.ClaimQueued(ctx); len(got) != n {
+		t.Errorf("B after A closed: %d jobs, want all %d", len(got), n)
+	}
+}
+
+func ids(jobs []acceptlog.Job) []string {
+	out := make([]string, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.MessageID
+	}
+	return out
 }

@@ -263,6 +263,30 @@ func (l *Log) Due(ctx context.Context, now time.Time, limit int) ([]acceptlog.Jo
 	return jobs, nil
 }
 
+// ClaimQueued implements acceptlog.QueueClaimer with the claim columns Due
+// uses (FOR UPDATE SKIP LOCKED, claimTTL, a dead owner's claims void).
+func (l *Log) ClaimQueued(ctx context.Context) ([]acceptlog.Job, error) {
+	if err := l.ready(ctx, "claim queued"); err != nil {
+		return nil, err
+	}
+	at := l.now()
+	rows, err := l.pool.Query(ctx, `WITH c AS (
+			SELECT message_id FROM jobs
+			WHERE state = $1
+				AND (claimed_by IS NULL OR claimed_by = $3 OR claimed_until_ns <= $2
+					OR NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $5 || claimed_by))
+			FOR UPDATE SKIP LOCKED)
+		UPDATE jobs j SET claimed_by = $3, claimed_until_ns = $4 FROM c WHERE j.message_id = c.message_id
+		RETURNING j.data`, string(acceptlog.StateQueued), *nanos(at), l.owner, *nanos(at.Add(claimTTL)), appPrefix)
+	if err != nil {
+		return nil, l.wrapErr("claim queued", err)
+	}
+	jobs, err := collectJobs(rows)
+	return jobs, l.wrapErr("claim queued", err)
+}
+
+var _ acceptlog.QueueClaimer = (*Log)(nil)
+
 // sqlLimit turns "limit <= 0 means all" into a LIMIT argument (NULL: none).
 func sqlLimit(limit int) *int {
 	if limit <= 0 {
