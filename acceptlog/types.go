@@ -154,6 +154,10 @@ type Job struct {
 	NextCheckAt time.Time `json:"next_check_at,omitzero"`
 	Checks      int       `json:"checks,omitempty"` // consecutive search misses
 	Verified    bool      `json:"verified,omitempty"`
+	// VerifyLooks counts the verify searches that found exactly one copy;
+	// a job is Verified after the second, a late look (see the sweeper's
+	// lateLook), so a second copy Gmail indexed late is still seen.
+	VerifyLooks int       `json:"verify_looks,omitempty"`
 	AmbiguousAt time.Time `json:"ambiguous_at,omitzero"`
 
 	// SendAt is the caller's "not before" (send_at); zero means at once.

@@ -48,9 +48,10 @@ func TestVerifyFindsTrashedCopy(t *testing.T) {
 	}
 	h.clock.Advance(grace)
 	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Verified: 1})
-	if j := h.wantJob(id, acceptlog.StateSent, 1, 1, 1); !j.Verified {
+	if j := h.wantJob(id, acceptlog.StateSent, 1, 1, 1); !confirmedOnce(j) {
 		t.Fatal("trashed sent copy not verified")
 	}
+	h.lateLookDone(id)
 }
 
 // A sent job whose copy the user deleted for good: the verify pass's

@@ -168,7 +168,7 @@ func TestMeasuredLagDelaysMisses(t *testing.T) {
 	h.sweep() // verify miss (lag 90s > grace)
 	h.clock.Advance(grace)
 	h.sweep() // verify hit at 2m
-	if !h.job(sent).Verified {
+	if !confirmedOnce(h.job(sent)) {
 		t.Fatal("not verified")
 	}
 	p99, n := h.sw.IndexLag("me", 0.99)
@@ -240,7 +240,7 @@ func TestMeasuredLagStartsAtGmailsAnswer(t *testing.T) {
 	h.wantState(p.MessageID, res.Job, acceptlog.StateSent)
 	h.clock.Advance(grace)
 	h.sweep()
-	if !h.job(p.MessageID).Verified {
+	if !confirmedOnce(h.job(p.MessageID)) {
 		t.Fatal("not verified")
 	}
 	if p99, n := h.sw.IndexLag("me", 0.99); n != 1 || p99 != grace {
@@ -257,7 +257,7 @@ func TestLateVerifyGivesNoLagSample(t *testing.T) {
 	id, _ := h.send(retryChannel)
 	h.clock.Advance(time.Hour)
 	h.sweep()
-	if !h.job(id).Verified {
+	if !confirmedOnce(h.job(id)) {
 		t.Fatal("not verified")
 	}
 	if p99, n := h.sw.IndexLag("me", 0.99); n != 0 {
@@ -267,7 +267,7 @@ func TestLateVerifyGivesNoLagSample(t *testing.T) {
 	id2, _ := h.send(retryChannel)
 	h.clock.Advance(grace)
 	h.sweep()
-	if !h.job(id2).Verified {
+	if !confirmedOnce(h.job(id2)) {
 		t.Fatal("not verified")
 	}
 	if p99, n := h.sw.IndexLag("me", 0.99); n != 1 || p99 != grace {
