@@ -307,21 +307,19 @@ func (p *pass) beforeLagP99(j acceptlog.Job) bool {
 }
 
 // lateLookGraces is how many graces after a verify search that found one
-// copy the late look comes (at least; see lateLook).
+// copy the late look comes (see lateLook).
 const lateLookGraces = 10
 
-// lateLook is how long after a verify search that found exactly one copy
-// the sweeper looks once more: Gmail may have stored the send twice (or
-// the relay sent it twice) with the second copy indexed later than the
-// first. Ten graces, or twice the longest index lag measured in the
-// mailbox when that is longer, but never more than max_unwitnessed (past
-// which the relay trusts no index anyway).
-func (p *pass) lateLook(mailbox string, ch policy.Channel) time.Duration {
-	d := lateLookGraces * ch.Grace
-	if longest, n := p.s.lags.quantile(mailbox, 1); n > 0 {
-		d = max(d, 2*longest)
-	}
-	return min(d, ch.Unwitnessed())
+// lateLook is how long after a search that found exactly one copy of a
+// sent job's message the sweeper looks once more: Gmail may have stored
+// the send twice (or the relay sent it twice) with the second copy indexed
+// later than the first. Ten graces, but never more than max_unwitnessed
+// (past which the relay trusts no index anyway). Not the measured lag:
+// its samples are upper bounds set by the verify schedule (a look delayed
+// by a backlog counts as lag), and one long one would push every late look
+// to max_unwitnessed.
+func lateLook(ch policy.Channel) time.Duration {
+	return min(lateLookGraces*ch.Grace, ch.Unwitnessed())
 }
 
 // oneCopy records, on n, a search that found exactly one copy of the
@@ -334,5 +332,5 @@ func (p *pass) oneCopy(n *acceptlog.Job, ch policy.Channel) {
 		n.Verified, n.NextCheckAt = true, time.Time{}
 		return
 	}
-	n.Verified, n.NextCheckAt = false, p.now.Add(p.lateLook(n.Mailbox, ch))
+	n.Verified, n.NextCheckAt = false, p.now.Add(lateLook(ch))
 }

@@ -67,17 +67,24 @@ func (p *pass) checkHandle(ctx context.Context, j acceptlog.Job, search acceptlo
 		}
 	}
 	_, _, err = p.s.log.Mutate(ctx, j.MessageID, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		if cur == nil || cur.State != j.State || cur.Attempts != j.Attempts || cur.Checks != j.Checks || cur.Verified != j.Verified {
+		if cur == nil || cur.State != j.State || cur.Attempts != j.Attempts || cur.Checks != j.Checks || cur.Verified != j.Verified || cur.VerifyLooks != j.VerifyLooks {
 			return acceptlog.Change{}, errChanged
 		}
 		n := *cur
 		n.Checks, n.NextCheckAt, n.UpdatedAt = j.Checks+1, time.Time{}, p.now
 		c := acceptlog.Change{Job: &n, Lines: []acceptlog.Line{search, handle}}
-		if dup != nil {
+		switch {
+		case dup != nil:
 			c.Lines = append(c.Lines, acceptlog.Move(&n, acceptlog.StateReview, *dup))
+		case rewritten && j.VerifyLooks == 0:
+			// One copy under Gmail's id so far: like a verify search that
+			// saw one, look once more later (see lateLook) for a second
+			// copy Gmail indexed late.
+			n.VerifyLooks = 1
+			n.NextCheckAt = p.now.Add(lateLook(p.channel(j.Channel)))
 		}
 		c.EditMailbox = func(mb *acceptlog.Mailbox) {
-			if rewritten {
+			if rewritten && j.VerifyLooks == 0 { // the late look counts no second rewrite
 				mb.HandleChecked, mb.HandleUntrusted = true, true
 				mb.Rewrites++
 			}
@@ -110,6 +117,9 @@ func (p *pass) checkHandle(ctx context.Context, j acceptlog.Job, search acceptlo
 		mb := p.mailboxes[j.Mailbox]
 		mb.Name, mb.HandleChecked, mb.HandleUntrusted = j.Mailbox, true, true
 		p.mailboxes[j.Mailbox] = mb
+		if j.VerifyLooks > 0 {
+			return true, true, nil // the late look: alarmed already
+		}
 		p.s.deps.Logger.Error().Str("message_id", j.MessageID).Str("stored_message_id", h.MessageID).Str("mailbox", j.Mailbox).
 			Msg("ALARM: Gmail replaced our Message-ID (found by the verify pass); ambiguous jobs of this mailbox now go to review (a search miss proves nothing)")
 	} else {

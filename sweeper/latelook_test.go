@@ -1,6 +1,7 @@
 package sweeper_test
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
@@ -58,5 +59,51 @@ func TestLateLookCatchesASecondCopyIndexedLate(t *testing.T) {
 	}
 	if r := h.lines(id, acceptlog.KindReview); len(r) != 1 || r[0].Reason != sweeper.ReasonDuplicate {
 		t.Errorf("review lines %+v, want one with reason %s", r, sweeper.ReasonDuplicate)
+	}
+}
+
+// A send Gmail stored under a Message-ID of its own, and stored twice with
+// the second copy indexed late: the verify pass finds the rewrite, sees one
+// copy under Gmail's id, and looks once more later, where the second copy
+// sends the job to review. Before, the one search under Gmail's id settled
+// the job for good (a residual of the realism soak).
+func TestLateLookCatchesALateSecondCopyOfARewrittenSend(t *testing.T) {
+	h := newHarness(t, setup{})
+	h.srv.SetRewriteMessageID(true)
+	id, res := h.send(retryChannel)
+	h.srv.SetRewriteMessageID(false)
+	hdr, err := h.prov.GetHeader(h.ctx, "me", res.Job.GmailID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := hdr.MessageID
+	if stored == id || stored == "" {
+		t.Fatalf("stored Message-ID %q: the emulator did not rewrite %s", stored, id)
+	}
+	h.clock.Advance(grace)
+	h.sweep()
+	j := h.job(id)
+	if j.State != acceptlog.StateSent || j.NextCheckAt.IsZero() || j.VerifyLooks != 1 {
+		t.Fatalf("after the rewrite was found: state %s, next check %v, looks %d; want sent with a late look scheduled", j.State, j.NextCheckAt, j.VerifyLooks)
+	}
+	raw, err := h.log.Raw(h.ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := bytes.ReplaceAll(raw, []byte(id), []byte(stored)) // Gmail's second copy, under its id, indexed late
+	if _, err := h.prov.Send(h.ctx, "me", second, ""); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(j.NextCheckAt.Sub(h.clock.Now()))
+	h.sweep()
+	if got := h.job(id).State; got != acceptlog.StateReview {
+		t.Fatalf("state after the late look = %s, want review (two copies under Gmail's id)", got)
+	}
+	if r := h.lines(id, acceptlog.KindReview); len(r) != 1 || r[0].Reason != sweeper.ReasonDuplicate {
+		t.Errorf("review lines %+v, want one with reason %s", r, sweeper.ReasonDuplicate)
+	}
+	mb, err := h.log.Mailbox(h.ctx, "me")
+	if err != nil || mb.Rewrites != 1 {
+		t.Errorf("mailbox rewrites = %d, %v; want 1 (the late look counts none)", mb.Rewrites, err)
 	}
 }
