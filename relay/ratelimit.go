@@ -152,13 +152,10 @@ func (q *Quota) SharePauses(store acceptlog.MailboxPauses, mailbox string) {
 
 // syncPause takes the shared pause into pauseUntil when it is later.
 func (q *Quota) syncPause() {
-	q.mu.Lock()
-	store, mailbox := q.pauses, q.mailbox
-	q.mu.Unlock()
+	store, mailbox, ctx, cancel := q.sharedPauses()
 	if store == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), pauseDBTimeout)
 	defer cancel()
 	until, err := store.PausedUntil(ctx, mailbox)
 	if err != nil {
@@ -173,13 +170,24 @@ func (q *Quota) syncPause() {
 
 // publishPause writes a pause to the shared record (when there is one).
 func (q *Quota) publishPause(until time.Time) {
-	q.mu.Lock()
-	store, mailbox := q.pauses, q.mailbox
-	q.mu.Unlock()
+	store, mailbox, ctx, cancel := q.sharedPauses()
 	if store == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), pauseDBTimeout)
 	defer cancel()
 	_ = store.PauseUntil(ctx, mailbox, until)
+}
+
+// sharedPauses returns the shared pause record (nil when there is none)
+// and a context bounded by pauseDBTimeout for one call to it; cancel is
+// nil when store is.
+func (q *Quota) sharedPauses() (store acceptlog.MailboxPauses, mailbox string, ctx context.Context, cancel context.CancelFunc) {
+	q.mu.Lock()
+	store, mailbox = q.pauses, q.mailbox
+	q.mu.Unlock()
+	if store == nil {
+		return nil, "", nil, nil
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), pauseDBTimeout)
+	return store, mailbox, ctx, cancel
 }

@@ -63,6 +63,18 @@ func (e *env) lines(id string) []acceptlog.Line { return e.te.Lines(id) }
 
 func count(lines []acceptlog.Line, k acceptlog.Kind) int { return testenv.Count(lines, k) }
 
+// wantOne checks that the emulator holds one message with Message-ID id
+// and that the job has exactly one line of kind k.
+func (e *env) wantOne(t *testing.T, id string, k acceptlog.Kind) {
+	t.Helper()
+	if got := e.emu.Count(id); got != 1 {
+		t.Errorf("emulator holds %d messages with %s, want 1", got, id)
+	}
+	if got := count(e.lines(id), k); got != 1 {
+		t.Errorf("%s lines = %d, want 1", k, got)
+	}
+}
+
 func TestEmulatorSendThenResendSameKeyReplays(t *testing.T) {
 	e := newEnv(t, gmailfake.Options{})
 	ctx := context.Background()
@@ -81,12 +93,7 @@ func TestEmulatorSendThenResendSameKeyReplays(t *testing.T) {
 	if !second.Replayed || second.Job.GmailID != first.Job.GmailID {
 		t.Errorf("second send: replayed %v gmail id %q, want replayed with %q", second.Replayed, second.Job.GmailID, first.Job.GmailID)
 	}
-	if got := e.emu.Count(p.MessageID); got != 1 {
-		t.Errorf("emulator holds %d messages, want 1", got)
-	}
-	if got := count(e.lines(p.MessageID), acceptlog.KindEffect); got != 1 {
-		t.Errorf("effect lines = %d, want 1", got)
-	}
+	e.wantOne(t, p.MessageID, acceptlog.KindEffect)
 }
 
 func TestEmulatorSameKeyDifferentContentIsMismatch(t *testing.T) {
@@ -138,12 +145,7 @@ func TestEmulatorConcurrentIdenticalSendsForwardOnce(t *testing.T) {
 	if outcomes["sent"] != 1 || outcomes["sent"]+outcomes["replayed"]+outcomes[string(relay.CodeInFlight)] != 20 {
 		t.Errorf("outcomes = %v, want exactly one sent and the rest in_flight or replayed", outcomes)
 	}
-	if got := e.emu.Count(p.MessageID); got != 1 {
-		t.Errorf("emulator holds %d messages, want 1", got)
-	}
-	if got := count(e.lines(p.MessageID), acceptlog.KindForwarding); got != 1 {
-		t.Errorf("forwarding lines = %d, want 1", got)
-	}
+	e.wantOne(t, p.MessageID, acceptlog.KindForwarding)
 }
 
 // TestEmulatorClassificationRows drives each row of the outcome table with
@@ -269,12 +271,7 @@ func TestEmulatorDropResponseLeavesUnknownAndRetryDoesNotForward(t *testing.T) {
 	if err != nil || !res.Replayed || res.Job.State != acceptlog.StateUnknown {
 		t.Fatalf("retry: replayed=%v state=%s err=%v, want a replay of unknown", res.Replayed, res.Job.State, err)
 	}
-	if got := e.emu.Count(p.MessageID); got != 1 {
-		t.Errorf("emulator holds %d, want 1", got)
-	}
-	if got := count(e.lines(p.MessageID), acceptlog.KindForwarding); got != 1 {
-		t.Errorf("forwarding lines = %d, want 1", got)
-	}
+	e.wantOne(t, p.MessageID, acceptlog.KindForwarding)
 }
 
 func TestRestartTurnsForwardingIntoUnknown(t *testing.T) {

@@ -254,18 +254,7 @@ func TestServeFaultRuleSharedAcrossReplicas(t *testing.T) {
 
 	// Concurrency: one count: 1 rule, 30 sends over both replicas at once.
 	call(t, http.MethodPost, b.URL+"/admin/faults", adminTok, `{"mode":"fail-before-forward","count":1}`)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	statuses := map[int]int{}
-	for i := range 30 {
-		wg.Go(func() {
-			st, _ := call(t, http.MethodPost, rs[i%2].URL+"/v1/send", apiTok, sendBody("cus_2:fault:"+string(rune('a'+i))))
-			mu.Lock()
-			statuses[st]++
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
+	statuses := sendSpread(t, rs[:2], 30, "cus_2:fault:")
 	if statuses[http.StatusServiceUnavailable] != 1 || statuses[http.StatusOK] != 29 {
 		t.Errorf("30 sends over 2 replicas with one count: 1 rule answered %v; want one 503 and 29 200", statuses)
 	}
@@ -291,18 +280,7 @@ func TestServeDailyBudgetSharedAcrossReplicas(t *testing.T) {
 			t.Fatalf("send %d through A: %d %s", i, st, body)
 		}
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	statuses := map[int]int{}
-	for i := range 12 {
-		wg.Go(func() {
-			st, _ := call(t, http.MethodPost, rs[i%3].URL+"/v1/send", apiTok, sendBody("cus_3:c:"+string(rune('a'+i))))
-			mu.Lock()
-			statuses[st]++
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
+	statuses := sendSpread(t, rs[:3], 12, "cus_3:c:")
 	if statuses[http.StatusOK] != 3 || statuses[http.StatusTooManyRequests] != 9 {
 		t.Errorf("12 sends over 3 replicas with 3 of 5 left: %v; want 3 × 200 and 9 × 429", statuses)
 	}
@@ -335,4 +313,23 @@ func TestServeGmailPauseSharedAcrossReplicas(t *testing.T) {
 	if got := emu.Stats().Calls["send"]; got != before {
 		t.Errorf("emulator results: B called Gmail's send %d times during the pause, want 0", got-before)
 	}
+}
+
+// sendSpread makes n concurrent sends with keys prefix+a, prefix+b, …,
+// round-robin over the relays, and counts the answers by status.
+func sendSpread(t *testing.T, relays []*relayServer, n int, prefix string) map[int]int {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	for i := range n {
+		wg.Go(func() {
+			st, _ := call(t, http.MethodPost, relays[i%len(relays)].URL+"/v1/send", apiTok, sendBody(prefix+string(rune('a'+i))))
+			mu.Lock()
+			statuses[st]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return statuses
 }
