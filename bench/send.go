@@ -96,15 +96,8 @@ func SendOverhead(ctx context.Context, cfg SendConfig) (Metrics, error) {
 	}
 	defer rel.stop()
 
-	direct, err := newGmailClient(ctx, emu.URL, cfg.Concurrency)
+	direct, viaRelay, err := warmClients(ctx, emu.URL, rel.URL, cfg.Concurrency)
 	if err != nil {
-		return nil, err
-	}
-	viaRelay, err := newGmailClient(ctx, rel.URL, cfg.Concurrency)
-	if err != nil {
-		return nil, err
-	}
-	if err := warmUp(ctx, direct, viaRelay, cfg.Concurrency); err != nil {
 		return nil, err
 	}
 
@@ -237,15 +230,8 @@ func sendInProcess(ctx context.Context, cfg SendConfig) (Metrics, error) {
 	relaySrv := httptest.NewServer(api.New(api.Config{Service: svc, MsgIDDomain: MsgIDDomain, Logger: zerolog.Nop()}))
 	defer relaySrv.Close()
 
-	direct, err := newGmailClient(ctx, emuSrv.URL, cfg.Concurrency)
+	direct, viaRelay, err := warmClients(ctx, emuSrv.URL, relaySrv.URL, cfg.Concurrency)
 	if err != nil {
-		return nil, err
-	}
-	viaRelay, err := newGmailClient(ctx, relaySrv.URL, cfg.Concurrency)
-	if err != nil {
-		return nil, err
-	}
-	if err := warmUp(ctx, direct, viaRelay, cfg.Concurrency); err != nil {
 		return nil, err
 	}
 	m := Metrics{}
@@ -272,6 +258,21 @@ func sendInProcess(ctx context.Context, cfg SendConfig) (Metrics, error) {
 		return nil, fmt.Errorf("send overhead: emulator holds %d messages, want %d", got, want)
 	}
 	return m, nil
+}
+
+// warmClients returns Google's Gmail client pointed at the emulator
+// (direct) and at the relay, both warmed up (see warmUp).
+func warmClients(ctx context.Context, emuURL, relayURL string, conc int) (direct, viaRelay *gmail.Service, err error) {
+	if direct, err = newGmailClient(ctx, emuURL, conc); err != nil {
+		return nil, nil, err
+	}
+	if viaRelay, err = newGmailClient(ctx, relayURL, conc); err != nil {
+		return nil, nil, err
+	}
+	if err := warmUp(ctx, direct, viaRelay, conc); err != nil {
+		return nil, nil, err
+	}
+	return direct, viaRelay, nil
 }
 
 // newGmailClient is Google's Gmail client pointed at base, with a

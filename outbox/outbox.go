@@ -211,28 +211,13 @@ func (o *Outbox) Start(ctx context.Context) { o.life.Start(ctx, o.loop) }
 func (o *Outbox) Stop() { o.life.Stop() }
 
 func (o *Outbox) loop(ctx context.Context) {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		case <-o.wake:
-		}
+	lifecycle.Repeat(ctx, o.wake, func(ctx context.Context) time.Duration {
 		res, err := o.RunOnce(ctx)
-		next := o.interval
 		if err != nil {
 			o.logger.Error().Err(err).Msg("outbox pass")
 		} else if res.Left > 0 && res.Next > 0 {
-			next = min(res.Next, o.interval)
+			return min(res.Next, o.interval)
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(next)
-	}
+		return o.interval
+	})
 }

@@ -29,17 +29,8 @@ import (
 func dueJob(t *testing.T, l acceptlog.Store, id string, at time.Time) {
 	t.Helper()
 	ctx := context.Background()
-	_, _, err := l.Mutate(ctx, id, func(*acceptlog.Job) (acceptlog.Change, error) {
-		return acceptlog.Change{
-			Job: &acceptlog.Job{MessageID: id, Channel: "default", Mailbox: "me", State: acceptlog.StateForwarding, Attempts: 1},
-			Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, Attempt: 1},
-				{Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding}},
-		}, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _, err = l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	logtest.Forward(t, l, id, "me", time.Time{})
+	_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
 		j := *cur
 		j.State, j.NextCheckAt, j.AmbiguousAt = acceptlog.StateUnknown, at, at
 		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{{Kind: acceptlog.KindAmbiguous, Attempt: 1,

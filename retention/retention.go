@@ -169,14 +169,7 @@ func (p *Pass) Start(ctx context.Context) {
 func (p *Pass) Stop() { p.life.Stop() }
 
 func (p *Pass) loop(ctx context.Context) {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
+	lifecycle.Repeat(ctx, nil, func(ctx context.Context) time.Duration {
 		res, err := p.RunOnce(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled):
@@ -185,6 +178,6 @@ func (p *Pass) loop(ctx context.Context) {
 			p.cfg.Logger.Info().Int("jobs", res.Jobs).Int("lines", res.Lines).Int("sends", res.Sends).
 				Int64("raw_bytes", res.RawBytes).Time("cutoff", res.Cutoff).Msg("retention pass pruned the log")
 		}
-		timer.Reset(p.cfg.Interval)
-	}
+		return p.cfg.Interval
+	})
 }

@@ -275,22 +275,13 @@ func (s *Sweeper) Start(ctx context.Context) { s.life.Start(ctx, s.loop) }
 func (s *Sweeper) Stop() { s.life.Stop() }
 
 func (s *Sweeper) loop(ctx context.Context) {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	logger := s.deps.Logger
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		case <-s.wake:
-		}
+	lifecycle.Repeat(ctx, s.wake, func(ctx context.Context) time.Duration {
 		res, err := s.RunOnce(ctx)
 		if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
-			logger.Error().Err(err).Msg("sweeper pass")
+			s.deps.Logger.Error().Err(err).Msg("sweeper pass")
 		}
-		timer.Reset(s.nextDelay(res))
-	}
+		return s.nextDelay(res)
+	})
 }
 
 // nextDelay is how long the loop waits after a pass that returned res.

@@ -8,8 +8,10 @@ import (
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 )
 
-// forward writes a forwarding line for a new attempt of id in mailbox at t.
-func forward(t *testing.T, l acceptlog.Store, id, mailbox string, at time.Time) {
+// Forward writes a new attempt of id in mailbox at at (a received and a
+// forwarding line; the job is created on channel default when new), as the
+// relay does before calling Gmail. A zero at leaves the times to the log.
+func Forward(t *testing.T, l acceptlog.Store, id, mailbox string, at time.Time) {
 	t.Helper()
 	_, _, err := l.Mutate(context.Background(), id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
 		var j acceptlog.Job
@@ -33,8 +35,8 @@ func forward(t *testing.T, l acceptlog.Store, id, mailbox string, at time.Time) 
 func testSendTimesCountsEveryAttemptPerMailbox(t *testing.T, b Backend) {
 	l, reopen := b.openReopen(t)
 	ctx := context.Background()
-	forward(t, l, "<a@x>", "me", t0)
-	forward(t, l, "<b@x>", "me", t0.Add(time.Hour))
+	Forward(t, l, "<a@x>", "me", t0)
+	Forward(t, l, "<b@x>", "me", t0.Add(time.Hour))
 	// A resend of a: unknown → forwarding again.
 	_, _, err := l.Mutate(ctx, "<a@x>", func(cur *acceptlog.Job) (acceptlog.Change, error) {
 		j := *cur
@@ -44,8 +46,8 @@ func testSendTimesCountsEveryAttemptPerMailbox(t *testing.T, b Backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	forward(t, l, "<a@x>", "me", t0.Add(2*time.Hour))
-	forward(t, l, "<c@x>", "other", t0.Add(2*time.Hour))
+	Forward(t, l, "<a@x>", "me", t0.Add(2*time.Hour))
+	Forward(t, l, "<c@x>", "other", t0.Add(2*time.Hour))
 
 	got, err := l.SendTimes(ctx, "me", t0.Add(time.Minute))
 	if err != nil {

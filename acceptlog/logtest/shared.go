@@ -80,17 +80,7 @@ func testSendBudgetHolds(t *testing.T, be SharedBackend) {
 	}
 	forwarded := int(grantedA.Load())
 	for i := range forwarded {
-		id := fmt.Sprintf("<h%d@x>", i)
-		_, _, err := a.Mutate(ctx, id, func(*acceptlog.Job) (acceptlog.Change, error) {
-			return acceptlog.Change{
-				Job: &acceptlog.Job{MessageID: id, Channel: "default", Mailbox: "me", State: acceptlog.StateForwarding, Attempts: 1},
-				Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, Attempt: 1},
-					{Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding}},
-			}, nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		Forward(t, a, fmt.Sprintf("<h%d@x>", i), "me", time.Time{})
 	}
 	if ans, _ := bb.SendBudget(ctx, "me", 10, since, now, false); ans.Used != 10 {
 		t.Errorf("after %d forwarding lines: used %d, want 10 (each took its hold over)", forwarded, ans.Used)

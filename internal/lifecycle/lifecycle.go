@@ -1,11 +1,13 @@
 // Package lifecycle is the Start/Stop of a background loop, shared by the
-// sweeper and the retention pass: started once, stopped by cancelling its
-// context, Stop waiting for the loop to return.
+// sweeper, the outbox and the retention pass: started once, stopped by
+// cancelling its context, Stop waiting for the loop to return; and Repeat,
+// the timer loop they run.
 package lifecycle
 
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Loop runs one background function. The zero value is ready to use and
@@ -45,4 +47,21 @@ func (l *Loop) Stop() {
 	}
 	cancel()
 	<-done
+}
+
+// Repeat runs pass at once and then again after the delay pass returns,
+// or sooner when wake delivers (a nil wake never does), until ctx ends. A
+// wake while a delay runs replaces it.
+func Repeat(ctx context.Context, wake <-chan struct{}, pass func(ctx context.Context) time.Duration) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-wake:
+		}
+		timer.Reset(pass(ctx)) // Go ≥ 1.23: Reset never leaves a stale tick behind
+	}
 }
