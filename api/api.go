@@ -17,7 +17,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -65,8 +64,12 @@ type Config struct {
 	FaultHeader bool
 	// Mode is "sandbox" (embedded emulator) or "gmail"; shown on /readyz.
 	Mode string
-	// Probe checks that the provider answers; nil: not checked.
+	// Probe checks that the provider answers; nil: not checked. For a
+	// relay of several mailboxes, Probes has one per mailbox instead.
 	Probe func(ctx context.Context) error
+	// Probes checks each mailbox's Gmail (by name): /readyz reports each,
+	// and the relay is ready while the log is open and some mailbox is.
+	Probes map[string]func(ctx context.Context) error
 	// AdvanceClock, when set (serve --clock manual), is exposed as
 	// POST /admin/clock {"advance": "5m"} so end-to-end tests move time
 	// instead of sleeping.
@@ -143,11 +146,7 @@ type Server struct {
 	adminHash [32]byte
 	router    chi.Router
 	inflight  inflight // request bytes in flight (guard.go)
-
-	probeMu  sync.Mutex
-	probing  bool // a probe is running; guarded by probeMu
-	probeAt  time.Time
-	probeErr error
+	probes    []*probe // readyz.go
 }
 
 type role int
@@ -167,6 +166,7 @@ func New(cfg Config) *Server {
 	s.apiHash = sha256.Sum256([]byte(cfg.APIToken))
 	s.adminHash = sha256.Sum256([]byte(cfg.AdminToken))
 	s.inflight.max = cmp.Or(cfg.MaxInflightBytes, DefaultMaxInflightBytes)
+	s.probes = newProbes(cfg.Probe, cfg.Probes)
 	r := chi.NewRouter()
 	r.Use(closeUnread) // guard.go, like sameOrigin and bodyGuard below
 	r.Use(hlog.NewHandler(cfg.Logger))
@@ -818,63 +818,6 @@ func (s *Server) sweep(w http.ResponseWriter, r *http.Request) {
 		out.Retention = &rr
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	body := map[string]any{"mode": s.cfg.Mode}
-	if s.cfg.Mode == "sandbox" {
-		body["warning"] = "SANDBOX: sends go to the embedded Gmail emulator, not to Gmail"
-	}
-	ok := true
-	if _, err := s.cfg.Log.Stats(r.Context()); err != nil {
-		ok = false
-		body["log"] = err.Error()
-	} else {
-		body["log"] = "open"
-	}
-	if err := s.probe(r.Context()); err != nil {
-		ok = false
-		body["provider"] = err.Error()
-	} else {
-		body["provider"] = "reachable"
-	}
-	status := http.StatusOK
-	if !ok {
-		status = http.StatusServiceUnavailable
-	}
-	body["ready"] = ok
-	writeJSON(w, status, body)
-}
-
-// probe checks the provider at most every 15 seconds. The probe runs on
-// its own context (5 s), not the caller's, and without holding probeMu, so
-// a caller that goes away neither cancels it nor has its
-// context.Canceled cached as the provider's health, and concurrent
-// readiness checks never queue behind a slow probe: while one runs, the
-// others get the last result.
-func (s *Server) probe(ctx context.Context) error {
-	if s.cfg.Probe == nil {
-		return nil
-	}
-	s.probeMu.Lock()
-	fresh := !s.probeAt.IsZero() && time.Since(s.probeAt) < 15*time.Second
-	if fresh || s.probing {
-		err := s.probeErr
-		s.probeMu.Unlock()
-		return err
-	}
-	s.probing = true
-	s.probeMu.Unlock()
-
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	err := s.cfg.Probe(pctx)
-	cancel()
-
-	s.probeMu.Lock()
-	defer s.probeMu.Unlock()
-	s.probing = false
-	s.probeErr, s.probeAt = err, time.Now()
-	return err
 }
 
 func (s *Server) advanceClock(w http.ResponseWriter, r *http.Request) {

@@ -98,6 +98,8 @@ func DecodeSendRequest(data []byte) (relay.SendRequest, error) {
 			err = decodeString(name, raw, &req.SendAt)
 		case "when_busy":
 			err = decodeString(name, raw, &req.WhenBusy)
+		case "mailbox":
+			err = decodeString(name, raw, &req.Mailbox)
 		case "to":
 			err = decodeAddressList(name, raw, &req.To)
 		case "cc":

@@ -9,16 +9,15 @@ import (
 )
 
 // FromService adapts the relay's send path to Relay. mode is "sandbox" or
-// "gmail"; quotaPerMinute is the --quota-per-minute budget (0: unknown).
+// "gmail". Each mailbox reports its own quota.
 // This file is the only place that knows the relay's own signatures.
-func FromService(svc *relay.Service, mode string, quotaPerMinute int) Relay {
-	return &service{svc: svc, mode: mode, quota: quotaPerMinute}
+func FromService(svc *relay.Service, mode string) Relay {
+	return &service{svc: svc, mode: mode}
 }
 
 type service struct {
-	svc   *relay.Service
-	mode  string
-	quota int
+	svc  *relay.Service
+	mode string
 }
 
 func (s *service) Now() time.Time { return s.svc.Now() }
@@ -55,13 +54,16 @@ func (s *service) Resolve(ctx context.Context, id, action, note, actor string) (
 }
 
 func (s *service) Mailboxes(ctx context.Context) ([]Mailbox, error) {
-	name := s.svc.Mailbox()
-	mb, err := s.svc.Log().Mailbox(ctx, name)
-	if err != nil {
-		return nil, err
+	var out []Mailbox
+	for _, m := range s.svc.Mailboxes() {
+		mb, err := s.svc.Log().Mailbox(ctx, m.Name())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Mailbox{Name: m.Name(), HandleChecked: mb.HandleChecked, HandleUntrusted: mb.HandleUntrusted,
+			Rewrites: mb.Rewrites, QuotaPerMinute: m.Quota().PerMinute(), QuotaSpent: m.Quota().Spent()})
 	}
-	return []Mailbox{{Name: name, HandleChecked: mb.HandleChecked, HandleUntrusted: mb.HandleUntrusted,
-		Rewrites: mb.Rewrites, QuotaPerMinute: s.quota, QuotaSpent: s.svc.Quota().Spent()}}, nil
+	return out, nil
 }
 
 func (s *service) Channels() []string { return s.svc.Policy().Names() }

@@ -157,7 +157,7 @@ func BenchmarkPages(b *testing.B) {
 		b.Fatal(err)
 	}
 	newConsole := func() http.Handler {
-		return console.New(console.Config{Relay: console.FromService(svc, "sandbox", 6000), APIToken: apiToken, AdminToken: adminToken})
+		return console.New(console.Config{Relay: console.FromService(svc, "sandbox"), APIToken: apiToken, AdminToken: adminToken})
 	}
 	st, _ := lg.Stats(context.Background())
 	if st.Jobs != benchJobs {

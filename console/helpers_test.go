@@ -54,7 +54,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if o.noTokens {
 		api1, admin1 = "", ""
 	}
-	ui := console.New(console.Config{Relay: console.FromService(e.Service, "sandbox", 6000),
+	ui := console.New(console.Config{Relay: console.FromService(e.Service, "sandbox"),
 		APIToken: api1, AdminToken: admin1, Now: e.Clock.Now, Logger: zerolog.Nop()})
 	srv := httptest.NewServer(api.New(api.Config{Service: e.Service, Sweeper: e.sw, APIToken: api1, AdminToken: admin1,
 		MsgIDDomain: domain, Mode: "sandbox", Console: ui, Logger: zerolog.Nop()}))

@@ -129,9 +129,10 @@ func readyAt(j acceptlog.Job) time.Time {
 	return j.CreatedAt
 }
 
-// RunOnce delivers every queued job that may go now, in order, and stops
-// at the first that must wait (its send_at, the quota or the daily
-// budget): nothing overtakes it.
+// RunOnce delivers every queued job that may go now, in order per
+// mailbox. In each mailbox it stops at the first job that must wait (its
+// send_at, the mailbox's quota, daily budget or a Gmail pause): nothing of
+// that mailbox overtakes it, while the other mailboxes carry on.
 func (o *Outbox) RunOnce(ctx context.Context) (Result, error) {
 	o.passMu.Lock()
 	defer o.passMu.Unlock()
@@ -140,21 +141,39 @@ func (o *Outbox) RunOnce(ctx context.Context) (Result, error) {
 	if err != nil {
 		return res, err
 	}
+	waiting := map[*relay.Mailbox]bool{} // mailboxes done for this pass
+	hold := func(m *relay.Mailbox, wait time.Duration) {
+		waiting[m] = true
+		if res.Next == 0 || wait < res.Next {
+			res.Next = wait
+		}
+	}
 	for i, j := range jobs {
+		m, err := o.svc.MailboxOf(j.Mailbox)
+		if err != nil {
+			res.Left++
+			o.logger.Error().Err(err).Str("message_id", j.MessageID).Msg("queued job of a mailbox the policy no longer has: it stays queued")
+			continue
+		}
+		if waiting[m] {
+			res.Left++
+			continue
+		}
 		now := o.now()
 		wait := time.Duration(0)
 		if !j.SendAt.IsZero() && j.SendAt.After(now) {
 			wait = j.SendAt.Sub(now)
 		}
-		if ok, in := o.svc.Budget().Available(); !ok {
+		if ok, in := m.Budget().Available(); !ok {
 			wait = max(wait, in)
 		}
-		if ok, in := o.svc.Quota().AvailableDelivery(relay.UnitsSend); !ok {
+		if ok, in := m.Quota().AvailableDelivery(relay.UnitsSend); !ok {
 			wait = max(wait, in)
 		}
 		if wait > 0 {
-			res.Left, res.Next = len(jobs)-i, wait
-			break
+			res.Left++
+			hold(m, wait)
+			continue
 		}
 		r, err := o.svc.Deliver(ctx, j.MessageID)
 		switch {
@@ -164,13 +183,13 @@ func (o *Outbox) RunOnce(ctx context.Context) (Result, error) {
 			if errors.As(err, &re) && re.RetryAfter > 0 {
 				wait = time.Duration(re.RetryAfter) * time.Second
 			}
-			res.Left, res.Next = len(jobs)-i, wait
-			o.logPass(res)
-			return res, nil
+			res.Left++
+			hold(m, wait)
+			continue
 		case relay.ErrorCode(err) == relay.CodeConflict:
 			continue // cancelled meanwhile
 		case err != nil:
-			res.Left = len(jobs) - i
+			res.Left += len(jobs) - i
 			return res, fmt.Errorf("deliver %s: %w", j.MessageID, err)
 		}
 		res.Delivered++

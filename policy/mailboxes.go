@@ -1,10 +1,16 @@
 package policy
 
 import (
+	"fmt"
+	"net/mail"
+	"slices"
+	"strings"
+
 	"gopkg.in/yaml.v3"
 )
 
-// DefaultMailbox is the one mailbox a relay has today (CONTRACT, "Several
+// DefaultMailbox is the mailbox a relay has when the policy names none, and
+// the one --credentials / --subject configure (CONTRACT, "Several
 // mailboxes").
 const DefaultMailbox = "default"
 
@@ -12,13 +18,40 @@ const DefaultMailbox = "default"
 // sets none: Workspace's 2000 sends per rolling 24 h.
 const DefaultDailySendLimit = 2000
 
-// Mailbox is the policy of one mailbox. Only the default mailbox and its
-// daily_send_limit are read so far; other keys are refused.
+// Mailbox is the policy of one mailbox (file key mailboxes.<name>).
 type Mailbox struct {
+	// Name is the map key: what a send's "mailbox" field, the log's jobs,
+	// metrics and ?mailbox= filters call it.
 	Name string
+	// Address is the mailbox's own address (lower-case). Required for every
+	// mailbox but the default one, whose address may stay unknown (any
+	// From then goes to it, as with one mailbox before).
+	Address string
+	// SendAs lists the other From addresses (Gmail's send-as aliases) a
+	// send may carry to pick this mailbox (lower-case).
+	SendAs []string
+	// Credentials is the path of this mailbox's Google JSON (authorized
+	// user token or service account); empty means the relay's
+	// --credentials.
+	Credentials string
+	// Subject is the user a service account acts for (domain-wide
+	// delegation); empty means none (or --subject for the default mailbox).
+	Subject string
+	// QuotaPerMinute is the mailbox's own Gmail quota budget in units per
+	// minute; zero means the relay's --quota-per-minute.
+	QuotaPerMinute int
 	// DailySendLimit is the number of attempts handed to Gmail per rolling
 	// 24 h (resends count).
 	DailySendLimit int
+}
+
+// Addresses returns the From addresses that pick the mailbox: its address
+// and its send_as aliases, lower-case.
+func (m Mailbox) Addresses() []string {
+	if m.Address == "" {
+		return m.SendAs
+	}
+	return append([]string{m.Address}, m.SendAs...)
 }
 
 // DailySendLimit returns the named mailbox's daily sending budget
@@ -30,39 +63,145 @@ func (p *Policy) DailySendLimit(name string) int {
 	return DefaultDailySendLimit
 }
 
-// mailboxes parses the mailboxes mapping: only "default", with only
-// daily_send_limit (a whole number ≥ 1).
+// MailboxList returns the policy's mailboxes, the default one first and the
+// others by name. A policy without mailboxes has one: the default, with no
+// address, no credentials of its own and the default limits.
+func (p *Policy) MailboxList() []Mailbox {
+	if len(p.Mailboxes) == 0 {
+		return []Mailbox{{Name: DefaultMailbox, DailySendLimit: DefaultDailySendLimit}}
+	}
+	out := make([]Mailbox, 0, len(p.Mailboxes))
+	for _, m := range p.Mailboxes {
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b Mailbox) int {
+		switch {
+		case a.Name == DefaultMailbox:
+			return -1
+		case b.Name == DefaultMailbox:
+			return 1
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return out
+}
+
+// mailboxes parses the mailboxes mapping. Names follow the channel-name
+// rules; every address appears in one mailbox only.
 func mailboxes(n *yaml.Node, path string) (map[string]Mailbox, error) {
 	entries, err := mapping(n, path+".")
 	if err != nil {
 		return nil, err
 	}
+	if len(entries) == 0 {
+		return nil, &FieldError{Field: path, Line: line(resolve(n)), Message: "at least one mailbox, or leave mailboxes out"}
+	}
 	out := map[string]Mailbox{}
+	owner := map[string]string{} // address → the mailbox that has it
 	for _, e := range entries {
-		if e.name != DefaultMailbox {
-			return nil, &FieldError{Field: e.path, Line: e.key.Line, Message: "only the mailbox \"default\" can be configured in this version"}
+		if msg := checkName("mailbox", e.name); msg != "" {
+			return nil, &FieldError{Field: e.path, Line: e.key.Line, Message: msg}
 		}
-		m := Mailbox{Name: e.name, DailySendLimit: DefaultDailySendLimit}
-		fields, err := mapping(e.value, e.path+".")
+		m, err := mailbox(e)
 		if err != nil {
 			return nil, err
 		}
-		for _, f := range fields {
-			switch f.name {
-			case "daily_send_limit":
-				v, err := integer(f.value, f.path)
-				if err != nil {
-					return nil, err
-				}
-				if v < 1 {
-					return nil, &FieldError{Field: f.path, Line: f.value.Line, Message: "must be at least 1"}
-				}
-				m.DailySendLimit = v
-			default:
-				return nil, &FieldError{Field: f.path, Line: f.key.Line, Message: "unknown key (this version reads only daily_send_limit)"}
+		for _, a := range m.Addresses() {
+			if other, dup := owner[a]; dup {
+				return nil, &FieldError{Field: e.path, Line: e.key.Line,
+					Message: fmt.Sprintf("address %s is already mailbox %s's; a From must pick one mailbox", a, other)}
 			}
+			owner[a] = e.name
 		}
 		out[e.name] = m
+	}
+	return out, nil
+}
+
+// mailbox parses one mailbox's mapping.
+func mailbox(mb entry) (Mailbox, error) {
+	m := Mailbox{Name: mb.name, DailySendLimit: DefaultDailySendLimit}
+	fields, err := mapping(mb.value, mb.path+".")
+	if err != nil {
+		return m, err
+	}
+	for _, f := range fields {
+		switch f.name {
+		case "address", "subject":
+			s, err := address(f.value, f.path)
+			if err != nil {
+				return m, err
+			}
+			if f.name == "address" {
+				m.Address = s
+			} else {
+				m.Subject = s
+			}
+		case "send_as":
+			if m.SendAs, err = addressList(f.value, f.path); err != nil {
+				return m, err
+			}
+		case "credentials":
+			if m.Credentials, err = str(f.value, f.path); err != nil {
+				return m, err
+			}
+			if strings.ContainsAny(m.Credentials, "\r\n\x00") {
+				return m, &FieldError{Field: f.path, Line: f.value.Line, Message: "must be a file path"}
+			}
+		case "quota_per_minute", "daily_send_limit":
+			v, err := integer(f.value, f.path)
+			if err != nil {
+				return m, err
+			}
+			if v < 1 {
+				return m, &FieldError{Field: f.path, Line: f.value.Line, Message: fmt.Sprintf("must be at least 1, got %d", v)}
+			}
+			if f.name == "quota_per_minute" {
+				m.QuotaPerMinute = v
+			} else {
+				m.DailySendLimit = v
+			}
+		default:
+			return m, unknownKey(f)
+		}
+	}
+	if m.Address == "" && (mb.name != DefaultMailbox || len(m.SendAs) > 0) {
+		return m, &FieldError{Field: mb.path + ".address", Line: line(resolve(mb.value)),
+			Message: "required: the mailbox's own address (only the default mailbox without send_as may leave it out)"}
+	}
+	return m, nil
+}
+
+// address reads one bare e-mail address (no display name), lower-case.
+func address(n *yaml.Node, path string) (string, error) {
+	s, err := str(n, path)
+	if err != nil {
+		return "", err
+	}
+	a, err := mail.ParseAddress(s)
+	if err != nil || a.Name != "" || a.Address != s {
+		return "", &FieldError{Field: path, Line: resolve(n).Line, Message: fmt.Sprintf("not a bare e-mail address such as support@example.com: %q", s)}
+	}
+	return strings.ToLower(a.Address), nil
+}
+
+// addressList reads a list of bare addresses (or one address).
+func addressList(n *yaml.Node, path string) ([]string, error) {
+	n = resolve(n)
+	if n != nil && n.Kind == yaml.ScalarNode {
+		a, err := address(n, path)
+		return []string{a}, err
+	}
+	if n == nil || n.Kind != yaml.SequenceNode {
+		return nil, &FieldError{Field: path, Line: line(n), Message: "must be a list of addresses"}
+	}
+	var out []string
+	for i, item := range n.Content {
+		a, err := address(item, fmt.Sprintf("%s[%d]", path, i))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
 	}
 	return out, nil
 }

@@ -111,8 +111,8 @@ type Policy struct {
 	// lines (file key retention, e.g. "90d"); zero keeps them forever. A
 	// pruned job keeps its record, so its key still replays.
 	Retention time.Duration
-	// Mailboxes holds the mailboxes' policies (file key mailboxes); only
-	// "default" so far. See DailySendLimit.
+	// Mailboxes holds the mailboxes' policies (file key mailboxes), keyed
+	// by name; empty means one, DefaultMailbox. See MailboxList.
 	Mailboxes map[string]Mailbox
 }
 
@@ -244,13 +244,17 @@ func onUnknownMessage(v string) string {
 
 // checkChannelName returns why name is not a valid channel name
 // ([a-z0-9_-]+), or "".
-func checkChannelName(name string) string {
+func checkChannelName(name string) string { return checkName("channel", name) }
+
+// checkName returns why name is not a valid name of a kind of thing
+// (channel, mailbox): [a-z0-9_-]+, or "".
+func checkName(kind, name string) string {
 	if name == "" {
-		return "channel name must not be empty"
+		return kind + " name must not be empty"
 	}
 	for _, r := range name {
 		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
-			return fmt.Sprintf("invalid channel name %q: use lower-case letters, digits, _ and -", name)
+			return fmt.Sprintf("invalid %s name %q: use lower-case letters, digits, _ and -", kind, name)
 		}
 	}
 	return ""

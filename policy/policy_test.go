@@ -353,28 +353,6 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-func TestParseMailboxesDailySendLimit(t *testing.T) {
-	p, err := policy.Parse([]byte("mailboxes:\n  default: {daily_send_limit: 50}\nchannels:\n  default: {on_unknown: retry}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := p.DailySendLimit(policy.DefaultMailbox); got != 50 {
-		t.Errorf("daily limit = %d, want 50", got)
-	}
-	if got := policy.Default().DailySendLimit(policy.DefaultMailbox); got != policy.DefaultDailySendLimit {
-		t.Errorf("default policy's daily limit = %d, want %d", got, policy.DefaultDailySendLimit)
-	}
-	for _, bad := range []string{
-		"mailboxes:\n  support: {daily_send_limit: 5}\nchannels:\n  default: {}\n",
-		"mailboxes:\n  default: {quota_per_minute: 5}\nchannels:\n  default: {}\n",
-		"mailboxes:\n  default: {daily_send_limit: 0}\nchannels:\n  default: {}\n",
-	} {
-		if _, err := policy.Parse([]byte(bad)); err == nil || !strings.Contains(err.Error(), "mailboxes.") {
-			t.Errorf("policy.Parse(%q) = %v, want an error naming the mailboxes field", bad, err)
-		}
-	}
-}
-
 func TestMaxUnwitnessed(t *testing.T) {
 	p, err := policy.Parse([]byte("channels:\n  a: {on_unknown: retry, max_unwitnessed: 20m}\n  b: {on_unknown: review}\n"))
 	if err != nil {

@@ -30,7 +30,7 @@ func TestConcurrentRecordHandleNeverForgetsARewrite(t *testing.T) {
 		}
 		ids[i] = p.MessageID
 	}
-	before, err := e.log.Mailbox(ctx, "me")
+	before, err := e.log.Mailbox(ctx, "default")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestConcurrentRecordHandleNeverForgetsARewrite(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	mb, err := e.log.Mailbox(ctx, "me")
+	mb, err := e.log.Mailbox(ctx, "default")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,6 +65,9 @@ type SendRequest struct {
 	// WhenBusy is what a send does when the mailbox's budget is spent:
 	// "queue" (the default: 202 queued) or "reject" (429 + Retry-After).
 	WhenBusy string
+	// Mailbox names the mailbox to send as (the policy's mailboxes); ""
+	// picks it by the From address. Not part of the fingerprint (From is).
+	Mailbox string
 }
 
 // fieldName bounds a client-chosen name before it is echoed as an error's
@@ -93,6 +96,12 @@ type Prepared struct {
 	// SendAt is the caller's "not before" (zero: at once); set by the
 	// caller of Prepare from SendRequest.Schedule.
 	SendAt time.Time
+	// From is the message's From address, bare and lower-case ("" when
+	// the message has none: Gmail fills in the mailbox's own).
+	From string
+	// Mailbox is the mailbox the caller named (SendRequest.Mailbox), ""
+	// for none; Service.Send picks the mailbox from it or from From.
+	Mailbox string
 }
 
 // Prepare validates a send request and builds the message it asks for.
@@ -137,7 +146,7 @@ func Prepare(req SendRequest, headerKey, domain string, now time.Time) (Prepared
 		if err != nil {
 			return Prepared{}, err
 		}
-		p.ThreadID = threadID
+		p.ThreadID, p.Mailbox = threadID, req.Mailbox
 		return p, nil
 	}
 	if key == "" {
@@ -169,6 +178,8 @@ func Prepare(req SendRequest, headerKey, domain string, now time.Time) (Prepared
 		ThreadID:    threadID,
 		Raw:         raw,
 		Fingerprint: structuredFingerprint(v, channel, threadID),
+		From:        bareAddress(v.from),
+		Mailbox:     req.Mailbox,
 	}, nil
 }
 
@@ -402,7 +413,7 @@ func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 			return Prepared{}, Invalid("raw", "raw has %d %s headers; at most one is allowed", n, name)
 		}
 	}
-	recipients := 0
+	recipients, from := 0, ""
 	for _, name := range []string{"To", "Cc", "Bcc", "Reply-To", "From"} {
 		values, ok := h[name]
 		if !ok {
@@ -412,8 +423,11 @@ func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 		if err != nil {
 			return Prepared{}, Invalid("raw", "raw %s header: %s", name, errMessage(err))
 		}
-		if name == "From" && len(addrs) != 1 {
-			return Prepared{}, Invalid("raw", "raw From header must hold exactly one address")
+		if name == "From" {
+			if len(addrs) != 1 {
+				return Prepared{}, Invalid("raw", "raw From header must hold exactly one address")
+			}
+			from = bareAddress(addrs[0])
 		}
 		if name != "Reply-To" && name != "From" {
 			recipients += len(addrs)
@@ -422,7 +436,7 @@ func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 	if recipients == 0 {
 		return Prepared{}, Invalid("raw", "raw has no recipients (To, Cc or Bcc)")
 	}
-	p := Prepared{Key: key, Channel: channel}
+	p := Prepared{Key: key, Channel: channel, From: from}
 	if values, ok := h["Message-Id"]; ok {
 		if err := CheckMessageIDShape(strings.TrimSpace(values[0])); err != nil {
 			return Prepared{}, err
@@ -539,4 +553,13 @@ func ReadMessageID(raw []byte) (string, error) {
 		return "", Invalid("raw", "raw Message-ID header: %s", errMessage(err))
 	}
 	return id, nil
+}
+
+// bareAddress is a's address, lower-case ("" for nil): what picks a
+// mailbox by From.
+func bareAddress(a *mail.Address) string {
+	if a == nil {
+		return ""
+	}
+	return strings.ToLower(a.Address)
 }

@@ -7,31 +7,28 @@ import (
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
-	"github.com/gmailrelay/gmailrelay/policy"
 )
 
-// initOutbox sets up the daily budget when the Config gave none.
-// It also charges the quota with the sends the log shows in the last
-// minute: a restart does not find a full bucket Gmail has already spent.
-func (s *Service) initOutbox(ctx context.Context) error {
-	recent, err := s.log.SendTimes(ctx, s.mailbox, s.now().Add(-time.Minute))
+// initMailbox sets up a mailbox's daily budget when the Config gave none,
+// counted from the log, and charges its quota with the sends the log shows
+// in the last minute: a restart does not find a full bucket Gmail has
+// already spent.
+func (s *Service) initMailbox(ctx context.Context, m *Mailbox) error {
+	recent, err := s.log.SendTimes(ctx, m.name, s.now().Add(-time.Minute))
 	if err != nil {
 		return fmt.Errorf("count the last minute's sends from the log: %w", err)
 	}
-	s.quota.Charge(len(recent) * UnitsSend)
-	if s.budget != nil {
+	m.quota.Charge(len(recent) * UnitsSend)
+	if m.budget != nil {
 		return nil
 	}
-	b, err := NewBudget(ctx, s.log, s.mailbox, s.policy.DailySendLimit(policy.DefaultMailbox), s.now)
+	b, err := NewBudget(ctx, s.log, m.name, s.policy.DailySendLimit(m.name), s.now)
 	if err != nil {
 		return fmt.Errorf("count the daily sending budget from the log: %w", err)
 	}
-	s.budget = b
+	m.budget = b
 	return nil
 }
-
-// Budget returns the mailbox's daily sending budget.
-func (s *Service) Budget() *Budget { return s.budget }
 
 // IsRateLimited reports whether err is a CodeRateLimited refusal.
 func IsRateLimited(err error) bool { return ErrorCode(err) == CodeRateLimited }
@@ -46,11 +43,13 @@ func (s *Service) QueueDepth(ctx context.Context) (int, error) {
 }
 
 // mustQueue says whether a new send is queued without trying: its send_at
-// is ahead, or the caller accepts queueing and other jobs wait (a new send
-// never overtakes the queue).
-// It asks the log for one queued job (an index read), not for the
-// log's counters, since it runs on every send.
-func (s *Service) mustQueue(ctx context.Context, p Prepared, o SendOptions) bool {
+// is ahead, or the caller accepts queueing and other jobs of its mailbox
+// wait (a new send never overtakes its mailbox's queue).
+// It asks the log for one queued job (an index read), not for the log's
+// counters, since it runs on every send; only when some job is queued
+// and the relay has several mailboxes does it read the queue to find one
+// of box's.
+func (s *Service) mustQueue(ctx context.Context, box *Mailbox, p Prepared, o SendOptions) bool {
 	if !p.SendAt.IsZero() && p.SendAt.After(s.now()) {
 		return true
 	}
@@ -58,14 +57,28 @@ func (s *Service) mustQueue(ctx context.Context, p Prepared, o SendOptions) bool
 		return false
 	}
 	queued, err := s.log.ByState(ctx, acceptlog.StateQueued, 1)
-	return err == nil && len(queued) > 0
+	if err != nil || len(queued) == 0 {
+		return false
+	}
+	if len(s.boxes) == 1 {
+		return true
+	}
+	if queued, err = s.log.ByState(ctx, acceptlog.StateQueued, 0); err != nil {
+		return false
+	}
+	for _, j := range queued {
+		if m, err := s.MailboxOf(j.Mailbox); err == nil && m == box {
+			return true
+		}
+	}
+	return false
 }
 
 // enqueue logs a new job as queued (fsynced) and wakes the outbox. An
 // existing job is answered by the front door as Send does; a retryable
 // failed job cannot be queued (not in the transition table) and gets the
 // refusal instead.
-func (s *Service) enqueue(ctx context.Context, p Prepared, o SendOptions) (Result, error) {
+func (s *Service) enqueue(ctx context.Context, box *Mailbox, p Prepared, o SendOptions) (Result, error) {
 	var front *Result
 	var frontErr error
 	job, _, err := s.log.Mutate(ctx, p.MessageID, func(cur *acceptlog.Job) (acceptlog.Change, error) {
@@ -84,7 +97,7 @@ func (s *Service) enqueue(ctx context.Context, p Prepared, o SendOptions) (Resul
 		if p.SendAt.After(now) {
 			reason = acceptlog.ReasonSendAt
 		}
-		j := acceptlog.Job{MessageID: p.MessageID, Key: p.Key, Channel: p.Channel, Mailbox: s.mailbox,
+		j := acceptlog.Job{MessageID: p.MessageID, Key: p.Key, Channel: p.Channel, Mailbox: box.name,
 			Fingerprint: p.Fingerprint, ThreadIDIn: p.ThreadID, SendAt: p.SendAt, CreatedAt: now, UpdatedAt: now}
 		lines := []acceptlog.Line{
 			{Kind: acceptlog.KindReceived, Channel: p.Channel},

@@ -14,23 +14,37 @@ import (
 	"github.com/gmailrelay/gmailrelay/policy"
 )
 
-// Config wires a Service. Log, Provider and Policy are required.
+// Config wires a Service. Log, Policy and a Provider (Provider, or one
+// per mailbox in Mailboxes) are required.
+//
+// The Service has one Mailbox per mailbox of the policy (policy.MailboxList:
+// just "default" when the policy names none). Provider, Quota, Budget and
+// UserID are the default mailbox's (and Provider every mailbox's that
+// Mailboxes gives none).
 type Config struct {
 	Log      acceptlog.Store
 	Provider Provider
 	Policy   *policy.Policy
 	// Faults holds the runtime fault rules; nil means none.
 	Faults *faultmodes.Set
-	// Quota is the shared Gmail budget; nil means NewQuota(6000, Now).
+	// Quota is the default mailbox's Gmail budget; nil means
+	// NewQuota(QuotaPerMinute, Now).
 	Quota *Quota
-	// Budget is the mailbox's daily sending budget; nil means one counted
-	// from the log with the policy's daily_send_limit.
+	// QuotaPerMinute is the quota of a mailbox whose policy sets no
+	// quota_per_minute (default 6000).
+	QuotaPerMinute int
+	// Budget is the default mailbox's daily sending budget; nil means one
+	// counted from the log with the policy's daily_send_limit.
 	Budget *Budget
+	// Mailboxes overrides, per mailbox name, its client, quota, budget,
+	// userId and health (see MailboxConfig).
+	Mailboxes map[string]MailboxConfig
 	// OnQueued, when set, is called after a job was queued (the outbox's
 	// wake-up). It must not block.
 	OnQueued func()
-	// Mailbox is the Gmail userId every call uses ("me" by default).
-	Mailbox string
+	// UserID is the default mailbox's Gmail userId when the policy gives
+	// it no address ("me" by default).
+	UserID string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger receives structured logs (never bodies, tokens or recipients).
@@ -72,13 +86,10 @@ type Observer interface {
 // call, the recording of its outcome, and human resolutions.
 type Service struct {
 	log      acceptlog.Store
-	provider Provider
 	policy   *policy.Policy
 	faults   *faultmodes.Set
-	quota    *Quota
-	budget   *Budget
+	boxes    []*Mailbox // the default mailbox (or the first by name) first
 	onQueued func()
-	mailbox  string
 	now      func() time.Time
 	logger   zerolog.Logger
 	timeout  time.Duration
@@ -88,11 +99,6 @@ type Service struct {
 
 	inflight sync.WaitGroup // Gmail calls in progress, for graceful shutdown
 	gate     keyGate        // one admission per Message-ID at a time
-
-	// handleChecked holds the mailboxes whose Message-ID was read back
-	// since this Service started (verify_handle: first checks once per
-	// mailbox per start, as the policy documents, not once ever).
-	handleChecked sync.Map
 }
 
 // SendOptions adjust one Send.
@@ -137,12 +143,12 @@ type Result struct {
 // forwarding becomes unknown with an ambiguous line (reason
 // recovered_after_restart), its check scheduled after its channel's grace.
 func New(ctx context.Context, cfg Config) (*Service, error) {
-	if cfg.Log == nil || cfg.Provider == nil || cfg.Policy == nil {
-		return nil, errors.New("relay: Log, Provider and Policy are required")
+	if cfg.Log == nil || cfg.Policy == nil {
+		return nil, errors.New("relay: Log and Policy are required")
 	}
 	s := &Service{
-		log: cfg.Log, provider: cfg.Provider, policy: cfg.Policy, faults: cfg.Faults,
-		quota: cfg.Quota, budget: cfg.Budget, onQueued: cfg.OnQueued, mailbox: cfg.Mailbox, now: cfg.Now, logger: cfg.Logger,
+		log: cfg.Log, policy: cfg.Policy, faults: cfg.Faults,
+		onQueued: cfg.OnQueued, now: cfg.Now, logger: cfg.Logger,
 		timeout: cfg.SendTimeout, crash: cfg.Crash, obs: cfg.Observer, point: cfg.CrashPoint,
 	}
 	if s.point == nil {
@@ -151,17 +157,16 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	if s.quota == nil {
-		s.quota = NewQuota(6000, s.now)
-	}
-	if s.mailbox == "" {
-		s.mailbox = "me"
-	}
 	if s.timeout <= 0 {
 		s.timeout = 60 * time.Second
 	}
-	if err := s.initOutbox(ctx); err != nil {
+	if err := s.buildMailboxes(ctx, cfg); err != nil {
 		return nil, err
+	}
+	for _, m := range s.boxes {
+		if m.provider == nil {
+			return nil, fmt.Errorf("relay: mailbox %s has no Provider", m.name)
+		}
 	}
 	if acceptlog.IsShared(s.log) {
 		// Other replicas' attempts in flight are theirs until their lease
@@ -241,17 +246,8 @@ func (s *Service) RecoverExpired(ctx context.Context) (int, error) {
 // Log returns the acceptance log.
 func (s *Service) Log() acceptlog.Store { return s.log }
 
-// Provider returns the Gmail provider.
-func (s *Service) Provider() Provider { return s.provider }
-
 // Policy returns the channel policy.
 func (s *Service) Policy() *policy.Policy { return s.policy }
-
-// Quota returns the shared Gmail quota budget.
-func (s *Service) Quota() *Quota { return s.quota }
-
-// Mailbox returns the Gmail userId the relay sends as.
-func (s *Service) Mailbox() string { return s.mailbox }
 
 // Now returns the service's clock reading.
 func (s *Service) Now() time.Time { return s.now() }
@@ -298,6 +294,10 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 		return Result{}, &Error{Code: CodeInvalid, Field: "channel", Message: err.Error()}
 	}
 	p.Channel = ch.Name
+	box, err := s.pick(p)
+	if err != nil {
+		return Result{}, err
+	}
 	release, err := s.gate.enter(ctx, p.MessageID)
 	if err != nil {
 		return Result{}, err
@@ -313,13 +313,13 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 			return res, err
 		}
 	}
-	if s.mustQueue(ctx, p, o) {
-		return s.enqueue(ctx, p, o)
+	if s.mustQueue(ctx, box, p, o) {
+		return s.enqueue(ctx, box, p, o)
 	}
-	d, err := s.admitAttempt(o.Fault, p.Channel, p.Key, p.MessageID, takeForeground)
+	d, err := s.admitAttempt(box, o.Fault, p.Channel, p.Key, p.MessageID, takeForeground)
 	if err != nil {
 		if o.Queue && IsRateLimited(err) {
-			return s.enqueue(ctx, p, o)
+			return s.enqueue(ctx, box, p, o)
 		}
 		return Result{}, err
 	}
@@ -345,7 +345,7 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 		if cur != nil {
 			j = *cur
 		} else {
-			j = acceptlog.Job{MessageID: p.MessageID, Key: p.Key, Channel: p.Channel, Mailbox: s.mailbox,
+			j = acceptlog.Job{MessageID: p.MessageID, Key: p.Key, Channel: p.Channel, Mailbox: box.name,
 				Fingerprint: p.Fingerprint, ThreadIDIn: p.ThreadID, CreatedAt: now}
 			raw = p.Raw
 		}
@@ -360,7 +360,7 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 	release() // the job's state now tells a duplicate what to answer
 	if err != nil || adm == admitReplay {
 		// Nothing was attempted: give back what admission took.
-		s.giveBack(o.Fault, d, true)
+		s.giveBack(box, o.Fault, d, true)
 	}
 	if err != nil {
 		return Result{}, err
@@ -373,23 +373,26 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 		return Result{Job: job, Fault: d}, nil
 	}
 	s.observeFault(d)
-	return s.forward(ctx, job, p.Raw, d, o.Timing)
+	return s.forward(ctx, box, job, p.Raw, d, o.Timing)
 }
 
 // admitAttempt takes the fault decision and the quota for one attempt. The
 // quota is checked before a fault rule is consumed, so an attempt refused
 // for quota never uses up a counted rule; fail-before-forward spends no
 // quota. forced, when set, replaces the rule-based decision.
-func (s *Service) admitAttempt(forced faultmodes.Decision, channel, key, id string, mode takeMode) (faultmodes.Decision, error) {
+func (s *Service) admitAttempt(box *Mailbox, forced faultmodes.Decision, channel, key, id string, mode takeMode) (faultmodes.Decision, error) {
 	refused := func(in time.Duration) error {
 		return &Error{Code: CodeRateLimited, RetryAfter: seconds(in),
-			Message: "the relay's Gmail quota budget is spent for now; nothing was sent"}
+			Message: "mailbox " + box.name + ": the relay's Gmail quota budget is spent for now; nothing was sent"}
 	}
-	if ok, in := s.budget.Available(); !ok {
-		return faultmodes.Decision{}, &Error{Code: CodeRateLimited, RetryAfter: seconds(in),
-			Message: "the mailbox's daily sending budget is spent; nothing was sent"}
+	spent := func(in time.Duration) error {
+		return &Error{Code: CodeRateLimited, RetryAfter: seconds(in),
+			Message: "mailbox " + box.name + ": the daily sending budget is spent; nothing was sent"}
 	}
-	if ok, in := s.quota.availableFor(UnitsSend, mode); !ok {
+	if ok, in := box.budget.Available(); !ok {
+		return faultmodes.Decision{}, spent(in)
+	}
+	if ok, in := box.quota.availableFor(UnitsSend, mode); !ok {
 		return faultmodes.Decision{}, refused(in)
 	}
 	d := forced
@@ -399,12 +402,11 @@ func (s *Service) admitAttempt(forced faultmodes.Decision, channel, key, id stri
 	if d.Mode == faultmodes.FailBeforeForward {
 		return d, nil
 	}
-	if ok, in := s.budget.Take(); !ok {
-		return faultmodes.Decision{}, &Error{Code: CodeRateLimited, RetryAfter: seconds(in),
-			Message: "the mailbox's daily sending budget is spent; nothing was sent"}
+	if ok, in := box.budget.Take(); !ok {
+		return faultmodes.Decision{}, spent(in)
 	}
-	if ok, in := s.quota.takeFor(UnitsSend, mode); !ok {
-		s.budget.Refund()
+	if ok, in := box.quota.takeFor(UnitsSend, mode); !ok {
+		box.budget.Refund()
 		return faultmodes.Decision{}, refused(in)
 	}
 	return d, nil
@@ -413,10 +415,10 @@ func (s *Service) admitAttempt(forced faultmodes.Decision, channel, key, id stri
 // giveBack returns the quota units and the fault rule's count that
 // admitAttempt took for an attempt that was then not made. A forced
 // decision (the X-Relay-Fault header) consumed no rule.
-func (s *Service) giveBack(forced, d faultmodes.Decision, tookQuota bool) {
+func (s *Service) giveBack(box *Mailbox, forced, d faultmodes.Decision, tookQuota bool) {
 	if d.Mode != faultmodes.FailBeforeForward && tookQuota {
-		s.quota.Refund(UnitsSend)
-		s.budget.Refund()
+		box.quota.Refund(UnitsSend)
+		box.budget.Refund()
 	}
 	if forced.Mode == "" && s.faults != nil {
 		s.faults.Refund(d)
@@ -486,7 +488,7 @@ func (s *Service) observeFault(d faultmodes.Decision) {
 // forward calls Gmail for a job already logged as forwarding and records
 // the outcome. The call runs on its own context. tm, when non-nil, gets
 // the Gmail call's and the outcome commit's durations.
-func (s *Service) forward(ctx context.Context, job acceptlog.Job, raw []byte, d faultmodes.Decision, tm *Timing) (Result, error) {
+func (s *Service) forward(ctx context.Context, box *Mailbox, job acceptlog.Job, raw []byte, d faultmodes.Decision, tm *Timing) (Result, error) {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
 	if raw == nil {
@@ -499,7 +501,7 @@ func (s *Service) forward(ctx context.Context, job acceptlog.Job, raw []byte, d 
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
 	start := time.Now()
-	sent, err := s.provider.Send(callCtx, s.mailbox, raw, job.ThreadIDIn)
+	sent, err := box.provider.Send(callCtx, box.userID, raw, job.ThreadIDIn)
 	took := time.Since(start)
 	if tm != nil {
 		tm.Gmail = took
@@ -507,7 +509,7 @@ func (s *Service) forward(ctx context.Context, job acceptlog.Job, raw []byte, d 
 	}
 	s.point(CrashAfterGmailAnswer)
 	out := Classify(err)
-	s.noteRateLimit(out)
+	s.noteRateLimit(box, out)
 	if s.obs != nil {
 		s.obs.Attempted(job.Channel, out, took)
 	}
@@ -529,16 +531,16 @@ func (s *Service) forward(ctx context.Context, job acceptlog.Job, raw []byte, d 
 	case Sent:
 		j, err = s.markSent(rec, job.MessageID, job.Attempts, sent)
 		if err == nil {
-			s.verifyHandle(rec, j)
+			s.verifyHandle(rec, box, j)
 		}
 	case Failed:
 		j, err = s.markFailed(rec, job.MessageID, job.Attempts, out)
 		if out.Reason == acceptlog.ReasonRateLimited {
-			retryIn = max(s.quota.PausedFor(), time.Second)
+			retryIn = max(box.quota.PausedFor(), time.Second)
 		}
 		if out.Alarm {
-			s.logger.Error().Str("message_id", job.MessageID).Int("status", out.Status).Str("reason", string(out.Reason)).
-				Msg("ALARM: Gmail refused the relay's credentials (or their refresh failed); sends fail until an operator fixes them")
+			s.logger.Error().Str("message_id", job.MessageID).Str("mailbox", box.name).Int("status", out.Status).Str("reason", string(out.Reason)).
+				Msg("ALARM: Gmail refused the mailbox's credentials (or their refresh failed); its sends fail until an operator fixes them")
 		}
 	default:
 		j, err = s.markUnknown(rec, job.MessageID, job.Attempts, out, "")
@@ -555,14 +557,14 @@ func (s *Service) forward(ctx context.Context, job acceptlog.Job, raw []byte, d 
 // rate limit: a rate limit pauses sends and searches until Gmail's retry
 // time (or the next backoff step); any other answer from Gmail resets the
 // backoff. No answer at all (not reached, timeout) changes nothing.
-func (s *Service) noteRateLimit(out Outcome) {
+func (s *Service) noteRateLimit(box *Mailbox, out Outcome) {
 	switch {
 	case out.Reason == acceptlog.ReasonRateLimited:
-		d := s.quota.RateLimited(out.RetryIn)
-		s.logger.Warn().Int("status", out.Status).Dur("pause", d).Bool("gmail_retry_time", out.RetryIn > 0).
+		d := box.quota.RateLimited(out.RetryIn)
+		s.logger.Warn().Str("mailbox", box.name).Int("status", out.Status).Dur("pause", d).Bool("gmail_retry_time", out.RetryIn > 0).
 			Msg("Gmail rate limit: the mailbox's sends and searches pause")
 	case out.Verdict == Sent || out.Status != 0:
-		s.quota.Answered()
+		box.quota.Answered()
 	}
 }
 
@@ -634,21 +636,21 @@ func (s *Service) grace(channel string) time.Duration {
 // verifyHandle reads the stored Message-ID back per the policy's
 // verify_handle setting and records a handle line. A rewritten id marks
 // the mailbox untrusted: from then on its ambiguous jobs go to review.
-func (s *Service) verifyHandle(ctx context.Context, j acceptlog.Job) {
+func (s *Service) verifyHandle(ctx context.Context, box *Mailbox, j acceptlog.Job) {
 	mode := s.policy.VerifyHandle
 	if mode == policy.VerifyNever || j.GmailID == "" {
 		return
 	}
-	if _, done := s.handleChecked.Load(j.Mailbox); mode == policy.VerifyFirst && done {
+	if mode == policy.VerifyFirst && box.handleChecked.Load() {
 		return
 	}
-	if ok, _ := s.quota.TakeForeground(UnitsGet); !ok {
+	if ok, _ := box.quota.TakeForeground(UnitsGet); !ok {
 		return // try again on a later send
 	}
 	callCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	h, err := s.provider.GetHeader(callCtx, j.Mailbox, j.GmailID)
-	s.noteRateLimit(Classify(err))
+	h, err := box.provider.GetHeader(callCtx, box.userID, j.GmailID)
+	s.noteRateLimit(box, Classify(err))
 	if err != nil {
 		s.logger.Warn().Err(err).Str("message_id", j.MessageID).Msg("read the Message-ID back")
 		return
@@ -657,7 +659,7 @@ func (s *Service) verifyHandle(ctx context.Context, j acceptlog.Job) {
 		s.logger.Error().Err(err).Str("message_id", j.MessageID).Msg("record handle check")
 		return
 	}
-	s.handleChecked.Store(j.Mailbox, true)
+	box.handleChecked.Store(true)
 }
 
 // RecordHandle writes a handle line for a job whose stored Message-ID was
@@ -726,7 +728,11 @@ func (s *Service) attempt(ctx context.Context, id string, from []acceptlog.State
 	if err != nil {
 		return Result{}, err
 	}
-	d, err := s.admitAttempt(faultmodes.Decision{}, cur.Channel, cur.Key, cur.MessageID, mode)
+	box, err := s.jobMailbox(cur)
+	if err != nil {
+		return Result{}, err
+	}
+	d, err := s.admitAttempt(box, faultmodes.Decision{}, cur.Channel, cur.Key, cur.MessageID, mode)
 	if err != nil {
 		return Result{}, err
 	}
@@ -751,14 +757,14 @@ func (s *Service) attempt(ctx context.Context, id string, from []acceptlog.State
 		return change, nil
 	})
 	if err != nil {
-		s.giveBack(faultmodes.Decision{}, d, true)
+		s.giveBack(box, faultmodes.Decision{}, d, true)
 		return Result{}, err
 	}
 	s.observeFault(d)
 	if adm == admitFailed {
 		return Result{Job: job, Fault: d}, nil
 	}
-	return s.forward(ctx, job, nil, d, nil)
+	return s.forward(ctx, box, job, nil, d, nil)
 }
 
 func stateIn(s acceptlog.State, set []acceptlog.State) bool {

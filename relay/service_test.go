@@ -322,7 +322,7 @@ func TestEmulatorRewrittenMessageIDMarksHandleUntrusted(t *testing.T) {
 	if handle == nil || handle.HandleKept == nil || *handle.HandleKept || handle.StoredMessageID == p.MessageID {
 		t.Fatalf("handle line = %+v, want one saying the id was not kept", handle)
 	}
-	mb, err := e.log.Mailbox(ctx, "me")
+	mb, err := e.log.Mailbox(ctx, "default")
 	if err != nil || !mb.HandleUntrusted || mb.Rewrites != 1 {
 		t.Errorf("mailbox = %+v (%v), want untrusted with 1 rewrite", mb, err)
 	}
@@ -343,7 +343,7 @@ func TestEmulatorHandleKeptIsCheckedOncePerMailbox(t *testing.T) {
 	if got := e.emu.Stats().Calls["get"]; got != 1 {
 		t.Errorf("messages.get calls = %d, want 1 (verify_handle: first)", got)
 	}
-	mb, _ := e.log.Mailbox(ctx, "me")
+	mb, _ := e.log.Mailbox(ctx, "default")
 	if !mb.HandleChecked || mb.HandleUntrusted {
 		t.Errorf("mailbox = %+v, want checked and trusted", mb)
 	}

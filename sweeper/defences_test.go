@@ -103,7 +103,7 @@ func TestRewriteFractionNeverResends(t *testing.T) {
 	}
 	h.clock.Advance(grace)
 	h.sweep() // the first verify pass
-	mb, err := h.log.Mailbox(h.ctx, "me")
+	mb, err := h.log.Mailbox(h.ctx, "default")
 	if err != nil {
 		t.Fatalf("mailbox: %v", err)
 	}

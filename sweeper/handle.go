@@ -33,11 +33,12 @@ func (p *pass) checkHandle(ctx context.Context, j acceptlog.Job, search acceptlo
 	if !p.take(relay.UnitsGet, 0) {
 		return false, false, nil
 	}
-	h, gerr := p.s.deps.Provider.GetHeader(ctx, j.Mailbox, j.GmailID)
+	prov, user := p.gmail()
+	h, gerr := prov.GetHeader(ctx, user, j.GmailID)
 	var handle acceptlog.Line
 	switch {
 	case errors.Is(gerr, relay.ErrMessageNotFound):
-		p.answered = true
+		p.cur.answered = true
 		handle = acceptlog.Line{Kind: acceptlog.KindHandle, Attempt: j.Attempts, Reason: ReasonHandleDeleted, GmailID: j.GmailID,
 			Note: "the message Gmail answered with is gone (404): the send cannot be verified; this is not a rewrite"}
 	case gerr != nil:
@@ -48,10 +49,10 @@ func (p *pass) checkHandle(ctx context.Context, j acceptlog.Job, search acceptlo
 		p.s.deps.Logger.Warn().Err(gerr).Msg("read a sent message's Message-ID back; checked again on the next verify")
 		return true, false, nil
 	case h.MessageID == j.MessageID:
-		p.answered = true
+		p.cur.answered = true
 		return true, false, nil // the index is behind
 	default:
-		p.answered = true
+		p.cur.answered = true
 		kept := false
 		handle = acceptlog.Line{Kind: acceptlog.KindHandle, Attempt: j.Attempts, Reason: ReasonHandleRewritten, GmailID: j.GmailID,
 			StoredMessageID: h.MessageID, HandleKept: &kept}
@@ -144,7 +145,8 @@ func (p *pass) rewrittenCopies(ctx context.Context, j acceptlog.Job, stored stri
 	if !p.take(relay.UnitsList, 0) {
 		return nil, false
 	}
-	page, err := p.s.deps.Provider.List(ctx, j.Mailbox, q, []string{sentLabel}, "", maxPageSize)
+	prov, user := p.gmail()
+	page, err := prov.List(ctx, user, q, []string{sentLabel}, "", maxPageSize)
 	if err != nil {
 		if errors.Is(p.gmailErr(err), errStopped) {
 			return nil, false
@@ -153,7 +155,7 @@ func (p *pass) rewrittenCopies(ctx context.Context, j acceptlog.Job, stored stri
 		p.s.deps.Logger.Warn().Err(err).Msg("search the Message-ID Gmail gave; the job stays sent")
 		return nil, true
 	}
-	p.answered = true
+	p.cur.answered = true
 	if len(page.IDs) < 2 {
 		return nil, true
 	}

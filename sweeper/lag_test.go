@@ -171,7 +171,7 @@ func TestMeasuredLagDelaysMisses(t *testing.T) {
 	if !confirmedOnce(h.job(sent)) {
 		t.Fatal("not verified")
 	}
-	p99, n := h.sw.IndexLag("me", 0.99)
+	p99, n := h.sw.IndexLag("default", 0.99)
 	if n != 1 || p99 != 2*grace {
 		t.Fatalf("measured lag p99 %s from %d samples, want 2m from 1", p99, n)
 	}
@@ -243,7 +243,7 @@ func TestMeasuredLagStartsAtGmailsAnswer(t *testing.T) {
 	if !confirmedOnce(h.job(p.MessageID)) {
 		t.Fatal("not verified")
 	}
-	if p99, n := h.sw.IndexLag("me", 0.99); n != 1 || p99 != grace {
+	if p99, n := h.sw.IndexLag("default", 0.99); n != 1 || p99 != grace {
 		t.Fatalf("measured lag p99 %s from %d samples, want %s (Gmail's answer → hit) from 1", p99, n, grace)
 	}
 }
@@ -260,7 +260,7 @@ func TestLateVerifyGivesNoLagSample(t *testing.T) {
 	if !confirmedOnce(h.job(id)) {
 		t.Fatal("not verified")
 	}
-	if p99, n := h.sw.IndexLag("me", 0.99); n != 0 {
+	if p99, n := h.sw.IndexLag("default", 0.99); n != 0 {
 		t.Fatalf("measured lag p99 %s from %d samples, want no sample from a search an hour late", p99, n)
 	}
 	// An on-time look still measures.
@@ -270,7 +270,7 @@ func TestLateVerifyGivesNoLagSample(t *testing.T) {
 	if !confirmedOnce(h.job(id2)) {
 		t.Fatal("not verified")
 	}
-	if p99, n := h.sw.IndexLag("me", 0.99); n != 1 || p99 != grace {
+	if p99, n := h.sw.IndexLag("default", 0.99); n != 1 || p99 != grace {
 		t.Fatalf("measured lag p99 %s from %d samples, want %s from 1", p99, n, grace)
 	}
 }

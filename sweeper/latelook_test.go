@@ -102,7 +102,7 @@ func TestLateLookCatchesALateSecondCopyOfARewrittenSend(t *testing.T) {
 	if r := h.lines(id, acceptlog.KindReview); len(r) != 1 || r[0].Reason != sweeper.ReasonDuplicate {
 		t.Errorf("review lines %+v, want one with reason %s", r, sweeper.ReasonDuplicate)
 	}
-	mb, err := h.log.Mailbox(h.ctx, "me")
+	mb, err := h.log.Mailbox(h.ctx, "default")
 	if err != nil || mb.Rewrites != 1 {
 		t.Errorf("mailbox rewrites = %d, %v; want 1 (the late look counts none)", mb.Rewrites, err)
 	}

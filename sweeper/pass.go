@@ -17,16 +17,81 @@ type pass struct {
 	now       time.Time
 	res       Result
 	mailboxes map[string]acceptlog.Mailbox
-	// stopped: the quota or Gmail asked to wait; nothing more that costs
-	// quota is tried in this pass.
-	stopped bool
+	// boxes: each mailbox's state in this pass, by the name jobs carry;
+	// cur is the one of the job or batch being dealt with (every Gmail
+	// call and quota take of the pass goes through it).
+	boxes map[string]*boxPass
+	cur   *boxPass
 	// searchCost is the quota the last search spent.
 	searchCost int
-	// limited: Gmail answered with a rate limit during this pass;
-	// answered: Gmail answered a call without one.
-	limited, answered bool
 	// companions: the companion after: query's answer per mailbox.
 	companions map[string]companionAnswer
+}
+
+// boxPass is one mailbox's state in a pass.
+type boxPass struct {
+	m *relay.Mailbox
+	// stopped: the mailbox's quota or Gmail asked to wait; nothing more
+	// that costs its quota is tried in this pass (other mailboxes carry
+	// on). wait is how long.
+	stopped bool
+	wait    time.Duration
+	// limited: Gmail answered this mailbox with a rate limit during the
+	// pass; answered: Gmail answered one of its calls without one.
+	limited, answered bool
+	// missing: the job's mailbox is not in the policy (err says why).
+	err error
+}
+
+// use makes the mailbox a job names the pass's current one.
+func (p *pass) use(name string) *boxPass {
+	b, ok := p.boxes[name]
+	if !ok {
+		b = &boxPass{}
+		b.m, b.err = p.s.deps.Mailboxes.MailboxOf(name)
+		if b.err != nil {
+			p.s.deps.Logger.Error().Err(b.err).Str("mailbox", name).
+				Msg("due jobs of a mailbox the policy no longer has: left as they are until it comes back or an operator resolves them")
+		}
+		p.boxes[name] = b
+	}
+	p.cur = b
+	return b
+}
+
+// halted says whether the current mailbox can do nothing more this pass.
+func (p *pass) halted() bool { return p.cur == nil || p.cur.stopped || p.cur.err != nil }
+
+// gmail returns the current mailbox's Gmail client and userId.
+func (p *pass) gmail() (relay.Provider, string) { return p.cur.m.Provider(), p.cur.m.UserID() }
+
+// finish sets the pass result's wait from the mailboxes that stopped: the
+// shortest, and partial when some mailbox did not have to wait.
+func (p *pass) finish() {
+	stopped, going := 0, 0
+	for _, b := range p.boxes {
+		switch {
+		case b.err != nil:
+		case b.stopped:
+			if stopped == 0 || b.wait < p.res.Wait {
+				p.res.Wait = b.wait
+			}
+			stopped++
+		default:
+			going++
+		}
+	}
+	p.res.partial = stopped > 0 && going > 0
+}
+
+// anyStopped says whether some mailbox had to stop (or is unknown).
+func (p *pass) anyStopped() bool {
+	for _, b := range p.boxes {
+		if b.stopped || b.err != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // errStopped ends a search when the pass had to stop; errChanged ends a
@@ -70,13 +135,16 @@ func (p *pass) run(ctx context.Context) error {
 	flush := func(mailbox string) error {
 		b := batches[mailbox]
 		batches[mailbox] = nil
+		if p.use(mailbox); p.halted() {
+			return nil
+		}
 		n, err := p.searchBatch(ctx, mailbox, b)
 		handled += n
 		return err
 	}
 	for _, j := range jobs {
-		if p.stopped {
-			break
+		if p.use(j.Mailbox); p.halted() {
+			continue
 		}
 		act, err := p.classify(ctx, j)
 		if err != nil {
@@ -103,16 +171,13 @@ func (p *pass) run(ctx context.Context) error {
 		}
 	}
 	for _, mb := range order {
-		if p.stopped {
-			break
-		}
 		if len(batches[mb]) > 0 {
 			if err := flush(mb); err != nil {
 				return err
 			}
 		}
 	}
-	if p.stopped {
+	if p.anyStopped() {
 		p.res.Deferred = len(jobs) - handled
 	}
 	return nil
@@ -252,7 +317,7 @@ func (p *pass) attemptsUsed(ctx context.Context, j acceptlog.Job, ch policy.Chan
 // search that led to it): the wait reported covers it too, or a pass would
 // spend the refill on the search and find the send refused again.
 func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.State, reason acceptlog.Reason, redo int) (ok bool, err error) {
-	if p.stopped {
+	if p.halted() {
 		return false, nil
 	}
 	res, err := p.s.deps.Attempter.Attempt(ctx, j.MessageID, []acceptlog.State{from}, reason, false)
@@ -261,7 +326,7 @@ func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.Stat
 	case errors.As(err, &rerr) && rerr.Code == relay.CodeRateLimited:
 		wait := time.Duration(max(rerr.RetryAfter, 1)) * time.Second
 		// How long until send and search both fit (takes nothing).
-		if ok, w := p.s.deps.Quota.Available(relay.UnitsSend+redo, true); !ok {
+		if ok, w := p.cur.m.Quota().Available(relay.UnitsSend+redo, true); !ok {
 			wait = max(wait, w)
 		}
 		p.stop(wait)
@@ -278,7 +343,7 @@ func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.Stat
 	if res.Job.State == acceptlog.StateFailed && res.Job.LastReason == acceptlog.ReasonRateLimited {
 		p.rateLimited(0) // Gmail said 429 to the send: nothing more this pass
 	} else {
-		p.answered = true
+		p.cur.answered = true
 	}
 	return true, nil
 }

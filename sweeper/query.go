@@ -94,7 +94,7 @@ func (p *pass) refused(ctx context.Context, mailbox string, jobs []acceptlog.Job
 	if len(jobs) > 1 {
 		half := len(jobs) / 2
 		n, err := p.search(ctx, mailbox, jobs[:half])
-		if err != nil || p.stopped {
+		if err != nil || p.halted() {
 			return n, err
 		}
 		m, err := p.search(ctx, mailbox, jobs[half:])

@@ -88,7 +88,7 @@ func (p *pass) search(ctx context.Context, mailbox string, jobs []acceptlog.Job)
 // hit to a job: directly for a one-id query, by reading the hit's
 // Message-ID otherwise. It returns errStopped when the pass must stop.
 func (p *pass) find(ctx context.Context, mailbox, q string, jobs []acceptlog.Job) (map[string][]hit, error) {
-	prov := p.s.deps.Provider
+	prov, user := p.gmail()
 	spent := 0
 	var ids []string
 	token := ""
@@ -97,11 +97,11 @@ func (p *pass) find(ctx context.Context, mailbox, q string, jobs []acceptlog.Job
 			return nil, errStopped
 		}
 		spent += relay.UnitsList
-		page, err := prov.List(ctx, mailbox, q, []string{sentLabel}, token, maxPageSize)
+		page, err := prov.List(ctx, user, q, []string{sentLabel}, token, maxPageSize)
 		if err != nil {
 			return nil, p.gmailErr(err)
 		}
-		p.answered = true
+		p.cur.answered = true
 		ids = append(ids, page.IDs...)
 		if page.NextPageToken == "" {
 			break
@@ -125,7 +125,7 @@ func (p *pass) find(ctx context.Context, mailbox, q string, jobs []acceptlog.Job
 	}
 	var unread []string
 	for _, id := range ids {
-		if _, ok := p.s.headers[id]; !ok {
+		if _, ok := p.header(id); !ok {
 			unread = append(unread, id)
 		}
 	}
@@ -136,29 +136,29 @@ func (p *pass) find(ctx context.Context, mailbox, q string, jobs []acceptlog.Job
 	}
 	p.searchCost += relay.UnitsGet * len(unread)
 	for _, id := range unread {
-		h, err := prov.GetHeader(ctx, mailbox, id)
+		h, err := prov.GetHeader(ctx, user, id)
 		if errors.Is(err, relay.ErrMessageNotFound) {
 			continue // deleted between list and get
 		}
 		if err != nil {
 			return nil, p.gmailErr(err)
 		}
-		p.s.headers[id] = h.MessageID
+		p.setHeader(id, h.MessageID)
 	}
 	for _, id := range ids {
-		if mid, ok := p.s.headers[id]; ok && want[mid] {
+		if mid, ok := p.header(id); ok && want[mid] {
 			hits[mid] = append(hits[mid], hit{id: id, labels: []string{sentLabel}})
 		}
 	}
 	return hits, nil
 }
 
-// take takes units from the shared budget as background work. When the
-// budget says wait, the pass stops; the wait it reports covers the units
-// this search already spent too, since the next pass starts the search
-// again.
+// take takes units from the current mailbox's budget (shared with the
+// send path) as background work. When the budget says wait, the mailbox
+// stops for this pass; the wait it reports covers the units this search
+// already spent too, since the next pass starts the search again.
 func (p *pass) take(units, spent int) bool {
-	quota := p.s.deps.Quota
+	quota := p.cur.m.Quota()
 	ok, wait := quota.TakeBackground(units)
 	if ok {
 		return true
@@ -188,15 +188,25 @@ func (p *pass) gmailErr(err error) error {
 // rate reason) until Gmail's retry time, or else for the next step of the
 // mailbox's backoff (relay.Quota.RateLimited). The pass stops.
 func (p *pass) rateLimited(retryIn time.Duration) {
-	p.limited = true
+	p.cur.limited = true
 	// Gmail's retry time when it gave one, else the mailbox's backoff
 	// (1 s doubling to 15 min, with jitter), shared with the send path.
-	d := p.s.deps.Quota.RateLimited(retryIn)
-	p.s.deps.Logger.Warn().Dur("pause", d).Msg("Gmail rate limit: the sweeper backs off")
+	d := p.cur.m.Quota().RateLimited(retryIn)
+	p.s.deps.Logger.Warn().Str("mailbox", p.cur.m.Name()).Dur("pause", d).Msg("Gmail rate limit: the sweeper backs off this mailbox")
 	p.stop(d)
 }
 
+// stop ends the current mailbox's work in this pass.
 func (p *pass) stop(wait time.Duration) {
-	p.stopped = true
-	p.res.Wait = max(p.res.Wait, wait)
+	p.cur.stopped = true
+	p.cur.wait = max(p.cur.wait, wait)
 }
+
+// header returns the Message-ID read back for a Gmail id of the current
+// mailbox (Gmail's ids are the mailbox's own, so the cache is per mailbox).
+func (p *pass) header(id string) (string, bool) {
+	mid, ok := p.s.headers[p.cur.m.Name()+"\x00"+id]
+	return mid, ok
+}
+
+func (p *pass) setHeader(id, messageID string) { p.s.headers[p.cur.m.Name()+"\x00"+id] = messageID }

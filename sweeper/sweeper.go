@@ -70,12 +70,12 @@ const maxHeaders = 10000
 type Config struct {
 	// Log is the acceptance log whose due jobs the sweeper settles.
 	Log acceptlog.Store
-	// Provider searches the mailbox and reads stored Message-IDs.
-	Provider relay.Provider
+	// Mailboxes gives each job's mailbox: the Gmail client that searches
+	// it and reads stored Message-IDs, and its quota (shared with the send
+	// path). Every Gmail call for a job goes to its own mailbox.
+	Mailboxes Mailboxes
 	// Policy gives each job's channel rules.
 	Policy *policy.Policy
-	// Quota is the Gmail budget shared with the send path.
-	Quota *relay.Quota
 	// Attempter makes the sweeper's resends and retries through the normal
 	// send path.
 	Attempter Attempter
@@ -107,11 +107,20 @@ type Attempter interface {
 	Attempt(ctx context.Context, id string, from []acceptlog.State, reason acceptlog.Reason, foreground bool) (relay.Result, error)
 }
 
+// Mailboxes is the relay's set of mailboxes as the sweeper uses it
+// (relay.Service).
+type Mailboxes interface {
+	// MailboxOf returns the mailbox a job's Mailbox names.
+	MailboxOf(name string) (*relay.Mailbox, error)
+	// Mailboxes returns every mailbox.
+	Mailboxes() []*relay.Mailbox
+}
+
 // ConfigFor returns a Config whose dependencies are svc's (its log,
-// provider, policy, quota, logger, clock and Attempt): the wiring a relay
+// mailboxes, policy, logger, clock and Attempt): the wiring a relay
 // process uses.
 func ConfigFor(svc *relay.Service) Config {
-	c := Config{Log: svc.Log(), Provider: svc.Provider(), Policy: svc.Policy(), Quota: svc.Quota(),
+	c := Config{Log: svc.Log(), Mailboxes: svc, Policy: svc.Policy(),
 		Attempter: svc, Logger: svc.Logger(), Now: svc.Now}
 	if acceptlog.IsShared(c.Log) {
 		c.Expire = svc.RecoverExpired
@@ -156,6 +165,9 @@ type Result struct {
 	// the pass was cut short (quota or backoff); zero otherwise. In Totals
 	// it is the last pass's.
 	Wait time.Duration `json:"wait"`
+	// partial: only some mailboxes had to wait (Wait is the shortest
+	// wait); the others carried on.
+	partial bool
 }
 
 func (r *Result) add(o Result) {
@@ -287,6 +299,9 @@ func (s *Sweeper) loop(ctx context.Context) {
 // nextDelay is how long the loop waits after a pass that returned res.
 func (s *Sweeper) nextDelay(res Result) time.Duration {
 	switch {
+	case res.Deferred > 0 && res.Wait > 0 && res.partial:
+		// Some mailbox must wait, others carry on at the usual pace.
+		return min(max(res.Wait, 10*time.Millisecond), s.interval)
 	case res.Deferred > 0 && res.Wait > 0:
 		// Asking again earlier only spends a pass finding the budget empty.
 		return max(res.Wait, 10*time.Millisecond)
@@ -304,13 +319,16 @@ func (s *Sweeper) nextDelay(res Result) time.Duration {
 func (s *Sweeper) RunOnce(ctx context.Context) (Result, error) {
 	s.passMu.Lock()
 	defer s.passMu.Unlock()
-	p := &pass{s: s, now: s.now(), mailboxes: map[string]acceptlog.Mailbox{}}
+	p := &pass{s: s, now: s.now(), mailboxes: map[string]acceptlog.Mailbox{}, boxes: map[string]*boxPass{}}
 	err := p.run(ctx)
-	if !p.limited && p.answered {
-		// Gmail answered without a rate limit: the mailbox's backoff
-		// (shared with the send path, in the Quota) starts again at 1 s.
-		s.deps.Quota.Answered()
+	for _, b := range p.boxes {
+		if !b.limited && b.answered {
+			// Gmail answered without a rate limit: the mailbox's backoff
+			// (shared with the send path, in its Quota) starts again at 1 s.
+			b.m.Quota().Answered()
+		}
 	}
+	p.finish()
 	if len(s.headers) > maxHeaders {
 		s.headers = map[string]string{}
 	}

@@ -413,7 +413,7 @@ func TestUntrustedHandle(t *testing.T) {
 	h.wantState(sent, res.Job, acceptlog.StateSent)
 	unknown := h.sendAmbiguous(retryChannel)
 	if _, _, err := h.log.Mutate(h.ctx, sent, func(*acceptlog.Job) (acceptlog.Change, error) {
-		return acceptlog.Change{Mailbox: &acceptlog.Mailbox{Name: "me", HandleChecked: true, HandleUntrusted: true, Rewrites: 1}}, nil
+		return acceptlog.Change{Mailbox: &acceptlog.Mailbox{Name: "default", HandleChecked: true, HandleUntrusted: true, Rewrites: 1}}, nil
 	}); err != nil {
 		t.Fatalf("mark the handle untrusted: %v", err)
 	}

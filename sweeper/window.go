@@ -55,7 +55,7 @@ func (p *pass) storedUnderGmailID(ctx context.Context, j acceptlog.Job) (suspect
 	}
 	from, to := start.Add(-windowPad).Unix(), end.Add(windowPad).Unix()+1
 	q := fmt.Sprintf("after:%d before:%d", from, to)
-	prov := p.s.deps.Provider
+	prov, user := p.gmail()
 	var ids []string
 	token, spent := "", 0
 	for {
@@ -63,14 +63,14 @@ func (p *pass) storedUnderGmailID(ctx context.Context, j acceptlog.Job) (suspect
 			return false, "", false, nil
 		}
 		spent += relay.UnitsList
-		page, err := prov.List(ctx, j.Mailbox, q, []string{sentLabel}, token, maxPageSize)
+		page, err := prov.List(ctx, user, q, []string{sentLabel}, token, maxPageSize)
 		if err != nil {
 			if errors.Is(p.gmailErr(err), errStopped) {
 				return false, "", false, nil
 			}
 			return false, "", true, err
 		}
-		p.answered = true
+		p.cur.answered = true
 		ids = append(ids, page.IDs...)
 		if page.NextPageToken == "" {
 			break
@@ -79,7 +79,7 @@ func (p *pass) storedUnderGmailID(ctx context.Context, j acceptlog.Job) (suspect
 	}
 	var unread []string
 	for _, id := range ids {
-		if _, ok := p.s.headers[id]; !ok {
+		if _, ok := p.header(id); !ok {
 			unread = append(unread, id)
 		}
 	}
@@ -91,7 +91,7 @@ func (p *pass) storedUnderGmailID(ctx context.Context, j acceptlog.Job) (suspect
 	}
 	p.searchCost += spent + relay.UnitsGet*len(unread)
 	for _, id := range unread {
-		h, err := prov.GetHeader(ctx, j.Mailbox, id)
+		h, err := prov.GetHeader(ctx, user, id)
 		if errors.Is(err, relay.ErrMessageNotFound) {
 			continue
 		}
@@ -101,10 +101,10 @@ func (p *pass) storedUnderGmailID(ctx context.Context, j acceptlog.Job) (suspect
 			}
 			return false, "", true, err
 		}
-		p.s.headers[id] = h.MessageID
+		p.setHeader(id, h.MessageID)
 	}
 	for _, id := range ids {
-		if mid, ok := p.s.headers[id]; ok && gmailMadeID(mid) {
+		if mid, ok := p.header(id); ok && gmailMadeID(mid) {
 			return true, fmt.Sprintf("Sent message %s of the attempt's window (%s) carries a Message-ID Gmail made: it may be this send, stored under another id", id, q), true, nil
 		}
 	}

@@ -238,11 +238,12 @@ func (p *pass) companion(ctx context.Context, mailbox string, jobs []acceptlog.J
 	if c, ok := p.companions[mailbox]; ok && (c.found && c.secs >= secs || !c.found && c.secs <= secs) {
 		return c.found
 	}
-	if ok, _ := p.s.deps.Quota.TakeBackground(relay.UnitsList); !ok {
+	if ok, _ := p.cur.m.Quota().TakeBackground(relay.UnitsList); !ok {
 		return false
 	}
 	p.searchCost += relay.UnitsList
-	page, err := p.s.deps.Provider.List(ctx, mailbox, "after:"+strconv.FormatInt(secs, 10), nil, "", 1)
+	prov, user := p.gmail()
+	page, err := prov.List(ctx, user, "after:"+strconv.FormatInt(secs, 10), nil, "", 1)
 	if err != nil {
 		if !errors.Is(p.gmailErr(err), errStopped) {
 			p.res.Errors++
@@ -250,7 +251,7 @@ func (p *pass) companion(ctx context.Context, mailbox string, jobs []acceptlog.J
 		}
 		return false
 	}
-	p.answered = true
+	p.cur.answered = true
 	found := len(page.IDs) > 0
 	if p.companions == nil {
 		p.companions = map[string]companionAnswer{}

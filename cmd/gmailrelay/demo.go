@@ -333,7 +333,7 @@ func (d *demo) rowRewrittenID() demoRow {
 			rewritten = true
 		}
 	}
-	mb, err := d.rs.log.Mailbox(d.ctx, "me")
+	mb, err := d.rs.log.Mailbox(d.ctx, policy.DefaultMailbox)
 	switch {
 	case !rewritten:
 		r.OK, r.Why = false, "no handle line \"rewritten\""

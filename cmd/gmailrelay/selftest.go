@@ -169,7 +169,7 @@ func selftest(ctx context.Context, o selftestOptions, w io.Writer) (selftestRepo
 	pol := &policy.Policy{MsgIDDomain: o.MsgIDDomain, VerifyHandle: policy.VerifyAlways, Channels: map[string]policy.Channel{
 		"selftest": {Name: "selftest", OnUnknown: policy.Retry, Grace: o.Poll, Checks: checks, MaxAttempts: 1},
 	}}
-	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: gm, Policy: pol, Mailbox: o.Mailbox, Now: o.now,
+	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: gm, Policy: pol, UserID: o.Mailbox, Now: o.now,
 		Logger: zerolog.Nop(), Quota: relay.NewQuota(6000, o.now)})
 	if err != nil {
 		return rep, err

@@ -199,9 +199,11 @@ func (c *serveConfig) validate() error {
 	return nil
 }
 
-// sandbox reports whether serve uses the embedded emulator.
+// sandbox reports whether serve uses the embedded emulator: asked for,
+// or no Gmail credentials (no --credentials, none in the policy's
+// mailboxes) and no --gmail-endpoint.
 func (c *serveConfig) sandbox() bool {
-	return c.Sandbox || (c.Credentials == "" && c.GmailEndpoint == "")
+	return c.Sandbox || (c.Credentials == "" && c.GmailEndpoint == "" && !c.policyCredentials())
 }
 
 // minPublicToken is the shortest token accepted when the relay listens
@@ -273,7 +275,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		mode = "sandbox"
 		rs.Emulator = c.emulator
 		if rs.Emulator == nil {
-			rs.Emulator = gmailfake.New(gmailfake.Options{Now: now})
+			rs.Emulator = c.sandboxEmulator(now)
 		}
 		url, stop, err := serveEmulator(rs.Emulator)
 		if err != nil {
@@ -281,16 +283,6 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		}
 		rs.EmulatorURL, rs.stopEmulator = url, stop
 		gcfg.Endpoint = rs.EmulatorURL
-	} else if c.Credentials != "" {
-		data, err := os.ReadFile(c.Credentials)
-		if err != nil {
-			return nil, fmt.Errorf("--credentials: %w", err)
-		}
-		gcfg.CredentialsJSON, gcfg.Subject = data, c.Subject
-	}
-	gm, err := gmailapi.New(ctx, gcfg)
-	if err != nil {
-		return nil, err
 	}
 	if c.crashPoint == nil {
 		c.crashPoint = crashPoint(c.AllowCrashFaults, os.Getenv("GMAILRELAY_CRASH_AT"), logger)
@@ -302,20 +294,16 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	rs.log = lg
 	fopts := faultmodes.Options{Seed: c.FaultSeed, AllowCrash: c.AllowCrashFaults, Now: now}
 	metrics := api.NewMetrics()
-	mailbox := c.Mailbox
-	if c.Subject != "" && mailbox == "me" {
-		mailbox = c.Subject
-	}
-	quota := relay.NewQuota(c.QuotaPerMinute, now)
 	if acceptlog.IsShared(lg) {
 		// Several replicas: fault rules and Gmail's pauses live in the
 		// database (the daily budget follows the log by itself).
 		if fs, ok := lg.(faultmodes.Store); ok {
 			fopts.Store = fs
 		}
-		if mp, ok := lg.(acceptlog.MailboxPauses); ok {
-			quota.SharePauses(mp, mailbox)
-		}
+	}
+	boxes, err := c.buildMailboxes(ctx, gcfg, lg, now, func(p relay.Provider, _ string) relay.Provider { return metrics.Provider(p) })
+	if err != nil {
+		return nil, err
 	}
 	faults := faultmodes.New(fopts)
 	var box atomic.Pointer[outbox.Outbox] // set below; OnQueued wakes it
@@ -325,8 +313,8 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 				b.Wake()
 			}
 		},
-		Log: lg, Provider: metrics.Provider(gm), Policy: c.policy, Faults: faults,
-		Quota: quota, Mailbox: mailbox, Logger: logger, Now: now,
+		Log: lg, Policy: c.policy, Faults: faults, Mailboxes: boxes.configs,
+		QuotaPerMinute: c.QuotaPerMinute, Logger: logger, Now: now,
 		SendTimeout: c.SendTimeout, Observer: metrics,
 		Crash:      crash,
 		CrashPoint: c.crashPoint,
@@ -354,19 +342,13 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		}
 		logger.Warn().Msg("MANUAL CLOCK: time moves only through POST /admin/clock (testing mode)")
 	}
-	ui := console.New(console.Config{Relay: console.FromService(svc, mode, c.QuotaPerMinute),
+	ui := console.New(console.Config{Relay: console.FromService(svc, mode),
 		APIToken: c.APIToken, AdminToken: c.AdminToken, Logger: logger})
 	handler := api.New(api.Config{
 		Service: svc, Sweeper: rs.sweeper, Outbox: rs.outbox, Retention: rs.retention, APIToken: c.APIToken, AdminToken: c.AdminToken, Console: ui,
 		MsgIDDomain: c.policy.MsgIDDomain, FaultHeader: c.FaultHeader, Mode: mode, Metrics: metrics, Logger: logger,
 		AdvanceClock: clockAdvance, MaxInflightBytes: c.MaxInflightBytes,
-		Probe: func(ctx context.Context) error {
-			if t := gm.TokenError(); t != "" {
-				return errors.New("token refresh failing: " + t)
-			}
-			_, err := gm.List(ctx, mailbox, "rfc822msgid:<readyz@gmailrelay.invalid>", nil, "", 1)
-			return err
-		},
+		Probes: boxes.probes,
 	})
 	ln, err := net.Listen("tcp", c.Addr)
 	if err != nil {

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/gmailapi"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// mailboxTokenPath is where `auth --mailbox NAME` stores a mailbox's token
+// when the policy gives the mailbox no credentials path, and where serve
+// looks for it. The default mailbox keeps defaultTokenPath.
+func mailboxTokenPath(name string) string {
+	if name == policy.DefaultMailbox {
+		return defaultTokenPath()
+	}
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "gmailrelay", "token-"+name+".json")
+}
+
+// mailboxCredentials returns the credentials file and subject a mailbox's
+// Gmail client uses: the policy's credentials (else the token `auth
+// --mailbox` stored, else --credentials), and the policy's subject (else
+// --subject for the default mailbox). "" for both: no authentication (an
+// emulator or the sandbox).
+func (c *serveConfig) mailboxCredentials(m policy.Mailbox) (path, subject string) {
+	path, subject = m.Credentials, m.Subject
+	if path == "" && m.Name != policy.DefaultMailbox && !c.Sandbox {
+		if p := mailboxTokenPath(m.Name); p != "" {
+			if _, err := os.Stat(p); err == nil {
+				path = p
+			}
+		}
+	}
+	if path == "" {
+		path = c.Credentials
+	}
+	if subject == "" && m.Name == policy.DefaultMailbox {
+		subject = c.Subject
+	}
+	return path, subject
+}
+
+// policyCredentials says whether some mailbox of the policy has
+// credentials of its own (then serve talks to Gmail, not the sandbox).
+func (c *serveConfig) policyCredentials() bool {
+	for _, m := range c.policy.MailboxList() {
+		if m.Credentials != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// sandboxEmulator makes the embedded emulator, serving every mailbox's
+// address as an account of its own (the default mailbox without an
+// address is the emulator's primary account).
+func (c *serveConfig) sandboxEmulator(now func() time.Time) *gmailfake.Server {
+	opts := gmailfake.Options{Now: now}
+	for _, m := range c.policy.MailboxList() {
+		if m.Address == "" {
+			opts.Account = gmailfake.DefaultAccount
+			continue
+		}
+		opts.Accounts = append(opts.Accounts, m.Address)
+	}
+	return gmailfake.New(opts)
+}
+
+// mailboxSet is what serve builds per mailbox: the relay's overrides and
+// the readiness probes.
+type mailboxSet struct {
+	configs map[string]relay.MailboxConfig
+	probes  map[string]func(context.Context) error
+}
+
+// buildMailboxes makes one Gmail client per mailbox (its own token source;
+// one service account may serve several subjects), its quota (sharing its
+// Gmail pauses through a shared log) and its probe. wrap adds metrics to
+// a client. A credentials file that cannot be read or parsed is an error
+// naming the mailbox; a token that fails to refresh later only makes that
+// mailbox not ready.
+func (c *serveConfig) buildMailboxes(ctx context.Context, base gmailapi.Config, lg acceptlog.Store,
+	now func() time.Time, wrap func(relay.Provider, string) relay.Provider) (mailboxSet, error) {
+	set := mailboxSet{configs: map[string]relay.MailboxConfig{}, probes: map[string]func(context.Context) error{}}
+	mp, shared := lg.(acceptlog.MailboxPauses)
+	shared = shared && acceptlog.IsShared(lg)
+	for _, m := range c.policy.MailboxList() {
+		gcfg := base
+		if !c.sandbox() {
+			path, subject := c.mailboxCredentials(m)
+			if path != "" {
+				data, err := os.ReadFile(path)
+				if err != nil {
+					return set, fmt.Errorf("mailbox %s: credentials: %w", m.Name, err)
+				}
+				gcfg.CredentialsJSON, gcfg.Subject = data, subject
+			} else if subject != "" {
+				return set, fmt.Errorf("mailbox %s: subject %s needs a service-account key (credentials, or --credentials)", m.Name, subject)
+			}
+		}
+		gm, err := gmailapi.New(ctx, gcfg)
+		if err != nil {
+			return set, fmt.Errorf("mailbox %s: %w", m.Name, err)
+		}
+		quota := relay.NewQuota(orDefault(m.QuotaPerMinute, c.QuotaPerMinute), now)
+		if shared {
+			quota.SharePauses(mp, m.Name)
+		}
+		userID := m.Address
+		if userID == "" {
+			userID = c.Mailbox
+			if c.Subject != "" && userID == "me" {
+				userID = c.Subject
+			}
+		}
+		health := func() error {
+			if t := gm.TokenError(); t != "" {
+				return errors.New("token refresh failing: " + t)
+			}
+			return nil
+		}
+		set.configs[m.Name] = relay.MailboxConfig{UserID: userID, Provider: wrap(gm, m.Name), Quota: quota, Health: health}
+		set.probes[m.Name] = func(ctx context.Context) error {
+			if err := health(); err != nil {
+				return err
+			}
+			_, err := gm.List(ctx, userID, "rfc822msgid:<readyz@gmailrelay.invalid>", nil, "", 1)
+			return err
+		}
+	}
+	return set, nil
+}
+
+func orDefault(v, def int) int {
+	if v > 0 {
+		return v
+	}
+	return def
+}
