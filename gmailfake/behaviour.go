@@ -35,6 +35,10 @@ const (
 type RewritePolicy struct {
 	Mode     RewriteMode
 	Fraction float64 // for RewriteFraction, in [0, 1]
+	// Accounts, when not empty, limits Mode to the sends of these
+	// accounts; the others rewrite only malformed ids (as Gmail does
+	// everywhere). Go option only, for tests of several mailboxes.
+	Accounts []string
 }
 
 // String returns the policy as --rewrite-message-id spells it.

@@ -84,9 +84,14 @@ type sendResult struct {
 	LabelIDs []string
 }
 
-// rewriteLocked decides whether the client's Message-ID is replaced.
-func (s *Server) rewriteLocked(clientID string) bool {
-	switch s.rewrite.Mode {
+// rewriteLocked decides whether the client's Message-ID is replaced in a
+// send of account a.
+func (s *Server) rewriteLocked(a *account, clientID string) bool {
+	mode := s.rewrite.Mode
+	if len(s.rewrite.Accounts) > 0 && !slices.ContainsFunc(s.rewrite.Accounts, func(x string) bool { return strings.EqualFold(x, a.addr) }) {
+		mode = RewriteMalformed
+	}
+	switch mode {
 	case RewriteNever:
 		return false
 	case RewriteAlways:
@@ -133,7 +138,7 @@ func (s *Server) storeMessage(a *account, raw []byte, threadID string, duplicate
 		msgID = s.gmailMessageIDLocked(now, a)
 		m.set("Message-ID", msgID)
 		changed = true
-	} else if s.rewriteLocked(clientID) {
+	} else if s.rewriteLocked(a, clientID) {
 		msgID, original = s.gmailMessageIDLocked(now, a), clientID
 		m.set("Message-ID", msgID)
 		changed = true

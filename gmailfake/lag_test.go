@@ -3,6 +3,7 @@ package gmailfake
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -94,7 +95,7 @@ func TestParseBehaviourFlags(t *testing.T) {
 		"malformed": {}, "never": {Mode: RewriteNever}, "always": {Mode: RewriteAlways}, "true": {Mode: RewriteAlways},
 		"0.05": {Mode: RewriteFraction, Fraction: 0.05},
 	} {
-		if got, err := ParseRewritePolicy(in); err != nil || got != want {
+		if got, err := ParseRewritePolicy(in); err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("ParseRewritePolicy(%q) = %+v, %v", in, got, err)
 		}
 	}
