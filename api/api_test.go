@@ -590,32 +590,7 @@ func TestEmulatorReviewResolveAndSweep(t *testing.T) {
 
 func TestEmulatorMetricsMoveWithSends(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	scrape := func() map[string]float64 {
-		r := e.must("GET", "/metrics", "", nil)
-		parser := expfmt.NewTextParser(model.UTF8Validation)
-		fams, err := parser.TextToMetricFamilies(bytes.NewReader(r.raw))
-		if err != nil {
-			t.Fatalf("parse /metrics: %v", err)
-		}
-		out := map[string]float64{}
-		for name, f := range fams {
-			for _, m := range f.Metric {
-				key := name
-				for _, l := range m.Label {
-					key += "," + l.GetName() + "=" + l.GetValue()
-				}
-				switch {
-				case m.Counter != nil:
-					out[key] = m.Counter.GetValue()
-				case m.Gauge != nil:
-					out[key] = m.Gauge.GetValue()
-				case m.Histogram != nil:
-					out[key] = float64(m.Histogram.GetSampleCount())
-				}
-			}
-		}
-		return out
-	}
+	scrape := func() map[string]float64 { return e.scrape() }
 	before := scrape()
 	e.must("POST", "/v1/send", apiToken, sendBody("m1"))
 	e.addFault(map[string]any{"mode": "fail-before-forward", "count": 1})
@@ -623,7 +598,7 @@ func TestEmulatorMetricsMoveWithSends(t *testing.T) {
 	after := scrape()
 	checks := []string{
 		"gmailrelay_sends_total,channel=default,outcome=sent,reason=",
-		"gmailrelay_gmail_call_seconds,method=send,result=ok",
+		"gmailrelay_gmail_call_seconds,mailbox=default,method=send,result=ok",
 		"gmailrelay_jobs,state=sent",
 		"gmailrelay_jobs,state=failed",
 		"gmailrelay_quota_units_spent_total",
@@ -866,4 +841,35 @@ func TestObsoleteHeaderNamesRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// scrape reads /metrics into name,label=value… → value (histograms: their
+// sample count).
+func (e *env) scrape() map[string]float64 {
+	t := e.t
+	t.Helper()
+	r := e.must("GET", "/metrics", "", nil)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(r.raw))
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	out := map[string]float64{}
+	for name, f := range fams {
+		for _, m := range f.Metric {
+			key := name
+			for _, l := range m.Label {
+				key += "," + l.GetName() + "=" + l.GetValue()
+			}
+			switch {
+			case m.Counter != nil:
+				out[key] = m.Counter.GetValue()
+			case m.Gauge != nil:
+				out[key] = m.Gauge.GetValue()
+			case m.Histogram != nil:
+				out[key] = float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return out
 }
