@@ -27,6 +27,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
+	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/retention"
 	"github.com/gmailrelay/gmailrelay/sweeper"
@@ -55,19 +56,39 @@ type envOpts struct {
 	retention   time.Duration
 	emuQuota    int // the emulator's per-minute quota; 0: Gmail's default
 	configure   func(*api.Config)
+	// mailboxes, when set, is a policy's mailboxes: section; the emulator
+	// serves each mailbox's address as an account, and each mailbox's
+	// Gmail calls are observed under its name.
+	mailboxes string
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
 	pol := testenv.DefaultPolicy()
+	emu := gmailfake.Options{QuotaPerMinute: o.emuQuota}
+	if o.mailboxes != "" {
+		var err error
+		if pol, err = policy.Parse([]byte(o.mailboxes)); err != nil {
+			t.Fatalf("policy: %v", err)
+		}
+		for _, m := range pol.MailboxList() {
+			emu.Accounts = append(emu.Accounts, m.Address)
+		}
+	}
 	pol.MsgIDDomain = domain
 	metrics := api.NewMetrics()
 	logger := zerolog.Nop()
 	if o.logs != nil {
 		logger = zerolog.New(o.logs).Level(zerolog.DebugLevel)
 	}
-	te := testenv.New(t, testenv.Options{Emulator: gmailfake.Options{QuotaPerMinute: o.emuQuota}, Policy: pol,
+	te := testenv.New(t, testenv.Options{Emulator: emu, Policy: pol,
 		QuotaPerMinute: o.quota, Logger: &logger, Configure: func(c *relay.Config) {
+			if o.mailboxes != "" {
+				c.Mailboxes = map[string]relay.MailboxConfig{}
+				for _, m := range pol.MailboxList() {
+					c.Mailboxes[m.Name] = relay.MailboxConfig{Provider: metrics.MailboxProvider(c.Provider, m.Name)}
+				}
+			}
 			c.Provider, c.Observer = metrics.Provider(c.Provider), metrics
 		}})
 	e := &env{Env: te, t: t}
