@@ -464,7 +464,8 @@ func failureError(j acceptlog.Job, res relay.Result) *relay.Error {
 		return &relay.Error{Code: relay.CodeRateLimited, RetryAfter: retry, Message: "Gmail's rate limit: nothing was sent; retry later"}
 	case j.LastReason == acceptlog.ReasonTokenRefresh:
 		return &relay.Error{Code: relay.CodeUnavailable, RetryAfter: 30,
-			Message: "the relay could not refresh its Gmail token: nothing was sent; an operator must fix the credentials (see /readyz)"}
+			Message: "the relay could not refresh its Gmail token (mailbox " + cmp.Or(j.Mailbox, "default") +
+				"): nothing was sent; an operator must fix the credentials (see /readyz)"}
 	case j.Retryable:
 		return &relay.Error{Code: relay.CodeUnavailable, RetryAfter: 5, Message: "Gmail was not reached: nothing was sent; safe to retry"}
 	case j.LastReason == acceptlog.ReasonAuth:

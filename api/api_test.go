@@ -60,6 +60,9 @@ type envOpts struct {
 	// serves each mailbox's address as an account, and each mailbox's
 	// Gmail calls are observed under its name.
 	mailboxes string
+	// wrapMailbox, when set, wraps a mailbox's Gmail client (a broken
+	// credential, for one).
+	wrapMailbox func(name string, p relay.Provider) relay.MailboxConfig
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -86,7 +89,12 @@ func newEnv(t *testing.T, o envOpts) *env {
 			if o.mailboxes != "" {
 				c.Mailboxes = map[string]relay.MailboxConfig{}
 				for _, m := range pol.MailboxList() {
-					c.Mailboxes[m.Name] = relay.MailboxConfig{Provider: metrics.MailboxProvider(c.Provider, m.Name)}
+					mc := relay.MailboxConfig{Provider: c.Provider}
+					if o.wrapMailbox != nil {
+						mc = o.wrapMailbox(m.Name, c.Provider)
+					}
+					mc.Provider = metrics.MailboxProvider(mc.Provider, m.Name)
+					c.Mailboxes[m.Name] = mc
 				}
 			}
 			c.Provider, c.Observer = metrics.Provider(c.Provider), metrics

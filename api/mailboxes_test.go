@@ -1,12 +1,16 @@
 package api_test
 
 import (
+	"context"
 	"encoding/base64"
+	"errors"
+	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -320,5 +324,75 @@ func TestEmulatorStatsAndMetricsPerMailbox(t *testing.T) {
 	}
 	if got := m["gmailrelay_mailbox_quota_units_spent_total,mailbox=shop"]; got != box("shop")["quota_units_spent"] {
 		t.Errorf("shop quota metric %v, stats %v", got, box("shop")["quota_units_spent"])
+	}
+}
+
+// brokenProvider is a mailbox whose OAuth token no longer refreshes: no
+// call leaves the process.
+type brokenProvider struct{}
+
+var errBroken = &relay.NotReachedError{Err: fmt.Errorf("%w: %w", relay.ErrTokenRefresh, errors.New("oauth2: invalid_grant"))}
+
+func (brokenProvider) Send(context.Context, string, []byte, string) (relay.SentMessage, error) {
+	return relay.SentMessage{}, errBroken
+}
+
+func (brokenProvider) List(context.Context, string, string, []string, string, int64) (relay.ListPage, error) {
+	return relay.ListPage{}, errBroken
+}
+
+func (brokenProvider) GetHeader(context.Context, string, string) (relay.StoredHeader, error) {
+	return relay.StoredHeader{}, errBroken
+}
+
+// A broken credential in billing: its sends are 503 naming billing,
+// nothing reaches the emulator; support and shop send; stats, metrics and
+// /readyz say billing is the one not ready.
+func TestEmulatorBrokenMailboxCredential(t *testing.T) {
+	e := newEnv(t, envOpts{mailboxes: threeMailboxes,
+		wrapMailbox: func(name string, p relay.Provider) relay.MailboxConfig {
+			if name != "billing" {
+				return relay.MailboxConfig{Provider: p}
+			}
+			return relay.MailboxConfig{Provider: brokenProvider{}, Health: func() error { return errors.New("token refresh failing: invalid_grant") }}
+		},
+		configure: func(c *api.Config) {
+			c.Probes = map[string]func(context.Context) error{}
+			for name := range boxAddress {
+				c.Probes[name] = func(context.Context) error {
+					if name == "billing" {
+						return errors.New("token refresh failing: invalid_grant")
+					}
+					return nil
+				}
+			}
+		}})
+	r := e.must("POST", "/v1/send", apiToken, mailboxSend("b1", "billing@example.com", ""))
+	if r.status != 503 || r.header.Get("Retry-After") == "" || !strings.Contains(string(r.raw), "mailbox billing") {
+		t.Errorf("billing send: %d %s, want 503 + Retry-After naming mailbox billing", r.status, r.raw)
+	}
+	e.wantOnlyIn(relay.MessageID("b1", domain), "")
+	for _, box := range []string{"support", "shop"} {
+		if r := e.must("POST", "/v1/send", apiToken, mailboxSend(box+"1", "", box)); r.status != 200 {
+			t.Errorf("%s send: %d %s, want 200", box, r.status, r.raw)
+		}
+		e.wantOnlyIn(relay.MessageID(box+"1", domain), box)
+	}
+	rz := e.must("GET", "/readyz", "", nil)
+	boxes, _ := rz.body["mailboxes"].(map[string]any)
+	if rz.status != 200 || !strings.HasPrefix(fmt.Sprint(boxes["billing"]), "not ready") || boxes["support"] != "ready" || boxes["shop"] != "ready" {
+		t.Errorf("/readyz: %d %s, want 200 with billing not ready and the others ready", rz.status, rz.raw)
+	}
+	st := e.must("GET", "/v1/stats", apiToken, nil)
+	mbs, _ := st.body["mailboxes"].(map[string]any)
+	for name := range boxAddress {
+		m, _ := mbs[name].(map[string]any)
+		if ready := m["ready"] == true; ready == (name == "billing") {
+			t.Errorf("stats %s: ready %v (%v), want ready for all but billing", name, m["ready"], m["not_ready"])
+		}
+	}
+	m := e.scrape()
+	if m["gmailrelay_mailbox_ready,mailbox=billing"] != 0 || m["gmailrelay_mailbox_ready,mailbox=support"] != 1 {
+		t.Errorf("ready gauges: billing %v support %v, want 0 and 1", m["gmailrelay_mailbox_ready,mailbox=billing"], m["gmailrelay_mailbox_ready,mailbox=support"])
 	}
 }
