@@ -262,6 +262,23 @@ func TestEmulatorStatsAndMetricsPerMailbox(t *testing.T) {
 	if r := e.must("POST", "/v1/send", apiToken, mailboxSend("b1", "", "billing")); r.status != 429 {
 		t.Fatalf("billing send under a 429: %d %s, want 429", r.status, r.raw)
 	}
+	// billing is paused; the other two keep sending at full rate, and
+	// billing refuses (nothing sent) instead of slowing them.
+	for i := range 20 {
+		for _, box := range []string{"support", "shop"} {
+			key := box + "-more-" + strconv.Itoa(i)
+			if r := e.must("POST", "/v1/send", apiToken, mailboxSend(key, "", box)); r.status != 200 {
+				t.Fatalf("%s send %d while billing is paused: %d %s", box, i, r.status, r.raw)
+			}
+			e.wantOnlyIn(relay.MessageID(key, domain), box)
+		}
+	}
+	b2 := mailboxSend("b2", "", "billing")
+	b2["when_busy"] = "reject"
+	if r := e.must("POST", "/v1/send", apiToken, b2); r.status != 429 || r.header.Get("Retry-After") == "" {
+		t.Errorf("billing send while paused: %d %s, want 429 + Retry-After", r.status, r.raw)
+	}
+	e.wantOnlyIn(relay.MessageID("b2", domain), "")
 	st := e.must("GET", "/v1/stats", apiToken, nil)
 	mbs, _ := st.body["mailboxes"].(map[string]any)
 	if len(mbs) != 3 {
@@ -310,8 +327,9 @@ func TestEmulatorStatsAndMetricsPerMailbox(t *testing.T) {
 				t.Errorf("metric %s{mailbox=%q} missing", k, name)
 			}
 		}
-		if got := m["gmailrelay_gmail_call_seconds,mailbox="+name+",method=send,result="+map[bool]string{true: "error", false: "ok"}[name == "billing"]]; got != 1 {
-			t.Errorf("Gmail send calls observed for %s: %v, want 1", name, got)
+		want := map[string]float64{"support": 21, "shop": 21, "billing": 1}[name]
+		if got := m["gmailrelay_gmail_call_seconds,mailbox="+name+",method=send,result="+map[bool]string{true: "error", false: "ok"}[name == "billing"]]; got != want {
+			t.Errorf("Gmail send calls observed for %s: %v, want %v", name, got, want)
 		}
 	}
 	if m["gmailrelay_mailbox_handle_untrusted,mailbox=support"] != 1 || m["gmailrelay_mailbox_handle_untrusted,mailbox=shop"] != 0 {
@@ -394,5 +412,32 @@ func TestEmulatorBrokenMailboxCredential(t *testing.T) {
 	m := e.scrape()
 	if m["gmailrelay_mailbox_ready,mailbox=billing"] != 0 || m["gmailrelay_mailbox_ready,mailbox=support"] != 1 {
 		t.Errorf("ready gauges: billing %v support %v, want 0 and 1", m["gmailrelay_mailbox_ready,mailbox=billing"], m["gmailrelay_mailbox_ready,mailbox=support"])
+	}
+}
+
+// A relay without a mailboxes policy has one mailbox, default: its jobs
+// and stats name it, and ?mailbox= knows only it.
+func TestEmulatorDefaultMailboxNamed(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	r := e.must("POST", "/v1/send", apiToken, sendBody("d1"))
+	if r.status != 200 || r.body["mailbox"] != "default" {
+		t.Fatalf("send: %d %s, want 200 in mailbox default", r.status, r.raw)
+	}
+	if jobs := jobsOf(t, e.must("GET", "/v1/jobs?mailbox=default", apiToken, nil)); len(jobs) != 1 || jobs[0]["mailbox"] != "default" {
+		t.Errorf("?mailbox=default: %v, want the one job", jobs)
+	}
+	if r := e.must("GET", "/v1/jobs?mailbox=billing", apiToken, nil); r.status != 400 || !strings.Contains(string(r.raw), "mailboxes: default") {
+		t.Errorf("?mailbox=billing: %d %s, want 400 naming default", r.status, r.raw)
+	}
+	st := e.must("GET", "/v1/stats", apiToken, nil)
+	mbs, _ := st.body["mailboxes"].(map[string]any)
+	d, _ := mbs["default"].(map[string]any)
+	if len(mbs) != 1 || d == nil || d["quota_units_spent"] != st.body["quota_units_spent"] || d["ready"] != true {
+		t.Errorf("stats mailboxes: %v, want default alone with the relay's quota", mbs)
+	}
+	// A userId address on the Gmail path of such a relay sends as before.
+	id := "<d2@example.com>"
+	if r := e.must("POST", "/gmail/v1/users/"+url.PathEscape("someone@example.com")+"/messages/send", apiToken, gmailRaw("me@example.org", id)); r.status != 200 {
+		t.Errorf("compat with an address userId on a one-mailbox relay: %d %s, want 200", r.status, r.raw)
 	}
 }
