@@ -293,15 +293,17 @@ func (s *Server) faultOverride(r *http.Request) (faultmodes.Decision, error) {
 
 // sendAnswer is the 200/202 body of POST /v1/send.
 type sendAnswer struct {
-	MessageID string   `json:"message_id"`
-	State     string   `json:"state"`
-	GmailID   string   `json:"gmail_id,omitempty"`
-	ThreadID  string   `json:"thread_id,omitempty"`
-	LabelIDs  []string `json:"label_ids,omitempty"`
-	Attempts  int      `json:"attempts"`
-	Channel   string   `json:"channel"`
-	URL       string   `json:"url,omitempty"`
-	Replayed  bool     `json:"replayed,omitempty"`
+	MessageID string `json:"message_id"`
+	State     string `json:"state"`
+	// Mailbox is the name of the mailbox the job sends as.
+	Mailbox  string   `json:"mailbox"`
+	GmailID  string   `json:"gmail_id,omitempty"`
+	ThreadID string   `json:"thread_id,omitempty"`
+	LabelIDs []string `json:"label_ids,omitempty"`
+	Attempts int      `json:"attempts"`
+	Channel  string   `json:"channel"`
+	URL      string   `json:"url,omitempty"`
+	Replayed bool     `json:"replayed,omitempty"`
 	// ETA is a queued job's estimated delivery time.
 	ETA *time.Time `json:"eta,omitempty"`
 }
@@ -429,7 +431,8 @@ func (s *Server) writeSendAnswer(w http.ResponseWriter, r *http.Request, res rel
 	if res.Replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
-	a := sendAnswer{MessageID: j.MessageID, State: string(j.State), Attempts: j.Attempts, Channel: j.Channel, Replayed: res.Replayed}
+	a := sendAnswer{MessageID: j.MessageID, State: string(j.State), Mailbox: s.viewMailbox(j), Attempts: j.Attempts,
+		Channel: j.Channel, Replayed: res.Replayed}
 	switch j.State {
 	case acceptlog.StateSent:
 		a.GmailID, a.ThreadID, a.LabelIDs = j.GmailID, j.ThreadID, j.LabelIDs
@@ -461,7 +464,8 @@ func failureError(j acceptlog.Job, res relay.Result) *relay.Error {
 		return &relay.Error{Code: relay.CodeRateLimited, RetryAfter: retry, Message: "Gmail's rate limit: nothing was sent; retry later"}
 	case j.LastReason == acceptlog.ReasonTokenRefresh:
 		return &relay.Error{Code: relay.CodeUnavailable, RetryAfter: 30,
-			Message: "the relay could not refresh its Gmail token: nothing was sent; an operator must fix the credentials (see /readyz)"}
+			Message: "the relay could not refresh its Gmail token (mailbox " + cmp.Or(j.Mailbox, "default") +
+				"): nothing was sent; an operator must fix the credentials (see /readyz)"}
 	case j.Retryable:
 		return &relay.Error{Code: relay.CodeUnavailable, RetryAfter: 5, Message: "Gmail was not reached: nothing was sent; safe to retry"}
 	case j.LastReason == acceptlog.ReasonAuth:
@@ -523,7 +527,18 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		o.Limit = n
 	}
-	jobs, next, err := s.cfg.Log.List(r.Context(), o)
+	mailbox, err := s.mailboxParam(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var jobs []acceptlog.Job
+	var next string
+	if mailbox == "" {
+		jobs, next, err = s.cfg.Log.List(r.Context(), o)
+	} else {
+		jobs, next, err = s.listMailboxJobs(r.Context(), o, mailbox)
+	}
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -559,6 +574,7 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	j.Mailbox = s.viewMailbox(j)
 	writeJSON(w, http.StatusOK, jobView{Job: j, URL: jobURL(id), Lines: lines})
 }
 
@@ -582,7 +598,18 @@ func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	lines, next, err := s.cfg.Log.Lines(r.Context(), after, limit)
+	mailbox, err := s.mailboxParam(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var lines []acceptlog.Line
+	var next uint64
+	if mailbox == "" {
+		lines, next, err = s.cfg.Log.Lines(r.Context(), after, limit)
+	} else {
+		lines, next, err = s.mailboxLines(r.Context(), after, limit, mailbox)
+	}
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -618,12 +645,21 @@ type Stats struct {
 	// Pruned sums the retention passes since start (absent when retention
 	// is off).
 	Pruned *acceptlog.PruneResult `json:"pruned,omitempty"`
-	// Outbox is the queue and the daily budget of the mailbox.
+	// Outbox is the queue and the daily budgets, over the mailboxes.
 	Outbox outbox.Snapshot `json:"outbox"`
+	// Mailboxes holds each mailbox's figures by name (only the one
+	// ?mailbox= names, when given).
+	Mailboxes map[string]MailboxStats `json:"mailboxes"`
 }
 
 // CollectStats gathers /v1/stats; /metrics reads the same numbers.
-func (s *Server) CollectStats(ctx context.Context) (Stats, error) {
+func (s *Server) CollectStats(ctx context.Context) (Stats, error) { return s.collectStats(ctx, "") }
+
+// collectStats is CollectStats narrowed to mailbox when it is not "": the
+// mailboxes map holds that mailbox only, and the outbox and
+// quota_units_spent are its own. The log's counters (jobs, by_state, …)
+// stay the relay's totals: the log counts them per relay, not per mailbox.
+func (s *Server) collectStats(ctx context.Context, mailbox string) (Stats, error) {
 	st, err := s.cfg.Log.Stats(ctx)
 	if err != nil {
 		return Stats{}, err
@@ -655,11 +691,29 @@ func (s *Server) CollectStats(ctx context.Context) (Stats, error) {
 	if out.Outbox, _, err = outbox.Estimate(ctx, s.svc); err != nil {
 		return Stats{}, err
 	}
+	if out.Mailboxes, err = s.mailboxStats(ctx, out.Outbox, mailbox); err != nil {
+		return Stats{}, err
+	}
+	switch {
+	case mailbox != "":
+		out.Outbox = narrow(out.Outbox, mailbox)
+		out.QuotaUnitsSpent = out.Mailboxes[mailbox].QuotaUnitsSpent
+	case len(out.Mailboxes) > 1: // the total over the mailboxes' own quotas
+		out.QuotaUnitsSpent = 0
+		for _, m := range out.Mailboxes {
+			out.QuotaUnitsSpent += m.QuotaUnitsSpent
+		}
+	}
 	return out, nil
 }
 
 func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
-	st, err := s.CollectStats(r.Context())
+	mailbox, err := s.mailboxParam(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	st, err := s.collectStats(r.Context(), mailbox)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -692,6 +746,7 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lines, _ := s.cfg.Log.JobLines(r.Context(), id)
+	res.Job.Mailbox = s.viewMailbox(res.Job)
 	writeJSON(w, http.StatusOK, jobView{Job: res.Job, URL: jobURL(id), Lines: lines})
 }
 

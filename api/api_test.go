@@ -27,6 +27,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
+	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/retention"
 	"github.com/gmailrelay/gmailrelay/sweeper"
@@ -55,19 +56,47 @@ type envOpts struct {
 	retention   time.Duration
 	emuQuota    int // the emulator's per-minute quota; 0: Gmail's default
 	configure   func(*api.Config)
+	// mailboxes, when set, is a policy's mailboxes: section; the emulator
+	// serves each mailbox's address as an account, and each mailbox's
+	// Gmail calls are observed under its name.
+	mailboxes string
+	// wrapMailbox, when set, wraps a mailbox's Gmail client (a broken
+	// credential, for one).
+	wrapMailbox func(name string, p relay.Provider) relay.MailboxConfig
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
 	pol := testenv.DefaultPolicy()
+	emu := gmailfake.Options{QuotaPerMinute: o.emuQuota}
+	if o.mailboxes != "" {
+		var err error
+		if pol, err = policy.Parse([]byte(o.mailboxes)); err != nil {
+			t.Fatalf("policy: %v", err)
+		}
+		for _, m := range pol.MailboxList() {
+			emu.Accounts = append(emu.Accounts, m.Address)
+		}
+	}
 	pol.MsgIDDomain = domain
 	metrics := api.NewMetrics()
 	logger := zerolog.Nop()
 	if o.logs != nil {
 		logger = zerolog.New(o.logs).Level(zerolog.DebugLevel)
 	}
-	te := testenv.New(t, testenv.Options{Emulator: gmailfake.Options{QuotaPerMinute: o.emuQuota}, Policy: pol,
+	te := testenv.New(t, testenv.Options{Emulator: emu, Policy: pol,
 		QuotaPerMinute: o.quota, Logger: &logger, Configure: func(c *relay.Config) {
+			if o.mailboxes != "" {
+				c.Mailboxes = map[string]relay.MailboxConfig{}
+				for _, m := range pol.MailboxList() {
+					mc := relay.MailboxConfig{Provider: c.Provider}
+					if o.wrapMailbox != nil {
+						mc = o.wrapMailbox(m.Name, c.Provider)
+					}
+					mc.Provider = metrics.MailboxProvider(mc.Provider, m.Name)
+					c.Mailboxes[m.Name] = mc
+				}
+			}
 			c.Provider, c.Observer = metrics.Provider(c.Provider), metrics
 		}})
 	e := &env{Env: te, t: t}
@@ -590,32 +619,7 @@ func TestEmulatorReviewResolveAndSweep(t *testing.T) {
 
 func TestEmulatorMetricsMoveWithSends(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	scrape := func() map[string]float64 {
-		r := e.must("GET", "/metrics", "", nil)
-		parser := expfmt.NewTextParser(model.UTF8Validation)
-		fams, err := parser.TextToMetricFamilies(bytes.NewReader(r.raw))
-		if err != nil {
-			t.Fatalf("parse /metrics: %v", err)
-		}
-		out := map[string]float64{}
-		for name, f := range fams {
-			for _, m := range f.Metric {
-				key := name
-				for _, l := range m.Label {
-					key += "," + l.GetName() + "=" + l.GetValue()
-				}
-				switch {
-				case m.Counter != nil:
-					out[key] = m.Counter.GetValue()
-				case m.Gauge != nil:
-					out[key] = m.Gauge.GetValue()
-				case m.Histogram != nil:
-					out[key] = float64(m.Histogram.GetSampleCount())
-				}
-			}
-		}
-		return out
-	}
+	scrape := func() map[string]float64 { return e.scrape() }
 	before := scrape()
 	e.must("POST", "/v1/send", apiToken, sendBody("m1"))
 	e.addFault(map[string]any{"mode": "fail-before-forward", "count": 1})
@@ -623,7 +627,7 @@ func TestEmulatorMetricsMoveWithSends(t *testing.T) {
 	after := scrape()
 	checks := []string{
 		"gmailrelay_sends_total,channel=default,outcome=sent,reason=",
-		"gmailrelay_gmail_call_seconds,method=send,result=ok",
+		"gmailrelay_gmail_call_seconds,mailbox=default,method=send,result=ok",
 		"gmailrelay_jobs,state=sent",
 		"gmailrelay_jobs,state=failed",
 		"gmailrelay_quota_units_spent_total",
@@ -866,4 +870,35 @@ func TestObsoleteHeaderNamesRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// scrape reads /metrics into name,label=value… → value (histograms: their
+// sample count).
+func (e *env) scrape() map[string]float64 {
+	t := e.t
+	t.Helper()
+	r := e.must("GET", "/metrics", "", nil)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(r.raw))
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	out := map[string]float64{}
+	for name, f := range fams {
+		for _, m := range f.Metric {
+			key := name
+			for _, l := range m.Label {
+				key += "," + l.GetName() + "=" + l.GetValue()
+			}
+			switch {
+			case m.Counter != nil:
+				out[key] = m.Counter.GetValue()
+			case m.Gauge != nil:
+				out[key] = m.Gauge.GetValue()
+			case m.Histogram != nil:
+				out[key] = float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return out
 }

@@ -7,6 +7,7 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -164,6 +165,10 @@ func (s *Server) gmailSendRaw(w http.ResponseWriter, r *http.Request, start time
 	if threadID != "" {
 		p.ThreadID = threadID
 	}
+	if p.Mailbox, err = s.userMailbox(r); err != nil {
+		writeGmailError(w, r, err)
+		return
+	}
 	queue, err := whenBusyHeader(r, false)
 	if err != nil {
 		writeGmailError(w, r, err)
@@ -187,6 +192,38 @@ func (s *Server) writeGmailAnswer(w http.ResponseWriter, r *http.Request, res re
 	default:
 		w.Header().Set("Location", jobURL(j.MessageID))
 		writeJSON(w, http.StatusAccepted, gmailMessage{Relay: &sendAnswer{MessageID: j.MessageID, State: string(j.State),
-			Attempts: j.Attempts, Channel: j.Channel, URL: jobURL(j.MessageID)}})
+			Mailbox: s.viewMailbox(j), Attempts: j.Attempts, Channel: j.Channel, URL: jobURL(j.MessageID)}})
 	}
+}
+
+// userMailbox is the mailbox the path's userId picks: "" (pick by the raw
+// message's From) for "me"; else the mailbox whose address, send_as or
+// Gmail userId it is. An address no mailbox has is 400 naming it, except
+// on a relay whose default mailbox has no address of its own (one mailbox
+// without a mailboxes policy), which sends whatever the userId says, as
+// before mailboxes had names.
+func (s *Server) userMailbox(r *http.Request) (string, error) {
+	uid, err := pathParam(r, "userId")
+	if err != nil {
+		return "", relay.Invalid("userId", "bad path escape in userId")
+	}
+	if uid == "me" || uid == "" || s.svc == nil {
+		return "", nil
+	}
+	open := false
+	for _, m := range s.svc.Mailboxes() {
+		if strings.EqualFold(m.UserID(), uid) || slices.ContainsFunc(m.Addresses(), func(a string) bool { return strings.EqualFold(a, uid) }) {
+			return m.Name(), nil
+		}
+		open = open || len(m.Addresses()) == 0
+	}
+	if open {
+		return "", nil
+	}
+	var addrs []string
+	for _, m := range s.svc.Mailboxes() {
+		addrs = append(addrs, m.Addresses()...)
+	}
+	return "", relay.Invalid("userId", "no mailbox of this relay is %s (its addresses: %s; or use me to pick by From)",
+		clipText(uid), strings.Join(addrs, ", "))
 }

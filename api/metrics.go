@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -37,9 +38,9 @@ func NewMetrics() *Metrics {
 		Name: "gmailrelay_sends_total", Help: "Gmail send attempts by channel and outcome (sent, failed, unknown).",
 	}, []string{"channel", "outcome", "reason"})
 	m.calls = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "gmailrelay_gmail_call_seconds", Help: "Latency of Gmail API calls by method.",
+		Name: "gmailrelay_gmail_call_seconds", Help: "Latency of Gmail API calls by mailbox and method.",
 		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
-	}, []string{"method", "result"})
+	}, []string{"mailbox", "method", "result"})
 	m.handle = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gmailrelay_handle_checks_total", Help: "Message-IDs read back after a send, by whether Gmail kept ours.",
 	}, []string{"kept"})
@@ -65,12 +66,22 @@ func (m *Metrics) HandleChecked(kept bool) {
 	}
 }
 
-// Provider wraps p so every Gmail call's latency is observed.
-func (m *Metrics) Provider(p relay.Provider) relay.Provider { return &timedProvider{p: p, m: m} }
+// Provider wraps p so every Gmail call's latency is observed, labelled
+// with the default mailbox (a relay of one mailbox).
+func (m *Metrics) Provider(p relay.Provider) relay.Provider {
+	return m.MailboxProvider(p, policy.DefaultMailbox)
+}
+
+// MailboxProvider wraps mailbox's Gmail client p so every call's latency
+// is observed with the label mailbox.
+func (m *Metrics) MailboxProvider(p relay.Provider, mailbox string) relay.Provider {
+	return &timedProvider{p: p, m: m, mailbox: mailbox}
+}
 
 type timedProvider struct {
-	p relay.Provider
-	m *Metrics
+	p       relay.Provider
+	m       *Metrics
+	mailbox string
 }
 
 func (t *timedProvider) observe(method string, start time.Time, err error) {
@@ -78,7 +89,7 @@ func (t *timedProvider) observe(method string, start time.Time, err error) {
 	if err != nil {
 		result = "error"
 	}
-	t.m.calls.WithLabelValues(method, result).Observe(time.Since(start).Seconds())
+	t.m.calls.WithLabelValues(t.mailbox, method, result).Observe(time.Since(start).Seconds())
 }
 
 func (t *timedProvider) Send(ctx context.Context, mailbox string, raw []byte, threadID string) (relay.SentMessage, error) {
@@ -119,12 +130,18 @@ var (
 	descPruned   = prometheus.NewDesc("gmailrelay_retention_pruned_jobs_total", "Jobs whose raw message and detail lines the retention pass removed, since start.", nil, nil)
 
 	descQueueDepth  = prometheus.NewDesc("gmailrelay_outbox_queue_depth", "Queued jobs waiting for the mailbox's budget or their send_at.", []string{"mailbox"}, nil)
-	descQueueOldest = prometheus.NewDesc("gmailrelay_outbox_oldest_queued_age_seconds", "Age of the oldest queued job (0 when none).", []string{"mailbox"}, nil)
+	descQueueOldest = prometheus.NewDesc("gmailrelay_outbox_oldest_queued_age_seconds", "Age of the mailbox's oldest queued job (0 when none).", []string{"mailbox"}, nil)
 	descBudgetLeft  = prometheus.NewDesc("gmailrelay_daily_send_budget_left", "Sends the mailbox's daily budget still allows over the rolling 24 h.", []string{"mailbox"}, nil)
+
+	descMailboxQuota     = prometheus.NewDesc("gmailrelay_mailbox_quota_units_spent_total", "Gmail quota units the relay has spent in the mailbox.", []string{"mailbox"}, nil)
+	descMailboxUntrusted = prometheus.NewDesc("gmailrelay_mailbox_handle_untrusted", "1 when Gmail was seen replacing our Message-ID in the mailbox (a search miss proves nothing there), else 0.", []string{"mailbox"}, nil)
+	descMailboxPaused    = prometheus.NewDesc("gmailrelay_mailbox_paused_seconds", "How long the mailbox's sends and searches stay paused after a Gmail rate-limit answer (0: not paused).", []string{"mailbox"}, nil)
+	descMailboxReady     = prometheus.NewDesc("gmailrelay_mailbox_ready", "1 when the mailbox's credentials refresh and its last readiness probe answered, else 0.", []string{"mailbox"}, nil)
 )
 
 func (c statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descJobs, descReview, descOldest, descQuota, descEffects, descDups, descRewrites, descFaults, descSweeper, descLogBytes, descPruned, descQueueDepth, descQueueOldest, descBudgetLeft} {
+	for _, d := range []*prometheus.Desc{descJobs, descReview, descOldest, descQuota, descEffects, descDups, descRewrites, descFaults, descSweeper, descLogBytes, descPruned, descQueueDepth, descQueueOldest, descBudgetLeft,
+		descMailboxQuota, descMailboxUntrusted, descMailboxPaused, descMailboxReady} {
 		ch <- d
 	}
 }
@@ -145,9 +162,15 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descReview, prometheus.GaugeValue, float64(st.ReviewDepth))
 	ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, st.OldestUnknownAge)
-	ch <- prometheus.MustNewConstMetric(descQueueDepth, prometheus.GaugeValue, float64(st.Outbox.Depth), "default")
-	ch <- prometheus.MustNewConstMetric(descQueueOldest, prometheus.GaugeValue, st.Outbox.OldestAge, "default")
-	ch <- prometheus.MustNewConstMetric(descBudgetLeft, prometheus.GaugeValue, float64(st.Outbox.BudgetLeft), "default")
+	for name, mb := range st.Mailboxes {
+		ch <- prometheus.MustNewConstMetric(descQueueDepth, prometheus.GaugeValue, float64(mb.Depth), name)
+		ch <- prometheus.MustNewConstMetric(descQueueOldest, prometheus.GaugeValue, mb.OldestAge, name)
+		ch <- prometheus.MustNewConstMetric(descBudgetLeft, prometheus.GaugeValue, float64(mb.BudgetLeft), name)
+		ch <- prometheus.MustNewConstMetric(descMailboxQuota, prometheus.CounterValue, float64(mb.QuotaUnitsSpent), name)
+		ch <- prometheus.MustNewConstMetric(descMailboxUntrusted, prometheus.GaugeValue, boolGauge(mb.HandleUntrusted), name)
+		ch <- prometheus.MustNewConstMetric(descMailboxPaused, prometheus.GaugeValue, mb.PausedFor, name)
+		ch <- prometheus.MustNewConstMetric(descMailboxReady, prometheus.GaugeValue, boolGauge(mb.Ready), name)
+	}
 	ch <- prometheus.MustNewConstMetric(descQuota, prometheus.CounterValue, float64(st.QuotaUnitsSpent))
 	ch <- prometheus.MustNewConstMetric(descEffects, prometheus.CounterValue, float64(st.EffectLines))
 	ch <- prometheus.MustNewConstMetric(descDups, prometheus.CounterValue, float64(st.DuplicatesFound))
@@ -166,6 +189,13 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descSweeper, prometheus.CounterValue, float64(v), name)
 		}
 	}
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Register adds c to the relay's registry (the sweeper's measured index

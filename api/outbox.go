@@ -53,6 +53,7 @@ func (s *Server) withETAs(ctx context.Context, jobs []acceptlog.Job) []queuedJob
 	var etas map[string]time.Time
 	for i, j := range jobs {
 		out[i].Job = j
+		out[i].Mailbox = s.viewMailbox(j)
 		if j.State != acceptlog.StateQueued {
 			continue
 		}
@@ -82,7 +83,7 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j := res.Job
-	writeJSON(w, http.StatusOK, sendAnswer{MessageID: j.MessageID, State: string(j.State), Attempts: j.Attempts,
+	writeJSON(w, http.StatusOK, sendAnswer{MessageID: j.MessageID, State: string(j.State), Mailbox: s.viewMailbox(j), Attempts: j.Attempts,
 		Channel: j.Channel, URL: jobURL(j.MessageID)})
 }
 

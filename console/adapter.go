@@ -60,7 +60,11 @@ func (s *service) Mailboxes(ctx context.Context) ([]Mailbox, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Mailbox{Name: m.Name(), HandleChecked: mb.HandleChecked, HandleUntrusted: mb.HandleUntrusted,
+		var addr string
+		if a := m.Addresses(); len(a) > 0 {
+			addr = a[0]
+		}
+		out = append(out, Mailbox{Name: m.Name(), Address: addr, HandleChecked: mb.HandleChecked, HandleUntrusted: mb.HandleUntrusted,
 			Rewrites: mb.Rewrites, QuotaPerMinute: m.Quota().PerMinute(), QuotaSpent: m.Quota().Spent()})
 	}
 	return out, nil

@@ -20,6 +20,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
+	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/sweeper"
 )
@@ -41,13 +42,26 @@ type env struct {
 
 type envOpts struct {
 	noTokens bool
+	// mailboxes, when set, is the policy (with a mailboxes: section); the
+	// emulator serves each mailbox's address as an account.
+	mailboxes string
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
 	pol := testenv.DefaultPolicy()
+	var emu gmailfake.Options
+	if o.mailboxes != "" {
+		var err error
+		if pol, err = policy.Parse([]byte(o.mailboxes)); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range pol.MailboxList() {
+			emu.Accounts = append(emu.Accounts, m.Address)
+		}
+	}
 	pol.MsgIDDomain = domain
-	te := testenv.New(t, testenv.Options{Policy: pol})
+	te := testenv.New(t, testenv.Options{Policy: pol, Emulator: emu})
 	e := &env{Env: te, t: t}
 	e.sw = sweeper.New(sweeper.ConfigFor(e.Service))
 	api1, admin1 := apiToken, adminToken

@@ -57,6 +57,9 @@ type Faults interface {
 // Mailbox is what the overview shows about one mailbox.
 type Mailbox struct {
 	Name string
+	// Address is the mailbox's address ("": the default mailbox of a
+	// relay without a mailboxes policy, which sends as any From).
+	Address string
 	// HandleChecked: a Message-ID was read back at least once.
 	HandleChecked bool
 	// HandleUntrusted: Gmail replaced one of our Message-IDs here, so a

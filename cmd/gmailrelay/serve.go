@@ -301,7 +301,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 			fopts.Store = fs
 		}
 	}
-	boxes, err := c.buildMailboxes(ctx, gcfg, lg, now, func(p relay.Provider, _ string) relay.Provider { return metrics.Provider(p) })
+	boxes, err := c.buildMailboxes(ctx, gcfg, lg, now, metrics.MailboxProvider)
 	if err != nil {
 		return nil, err
 	}
