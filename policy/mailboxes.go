@@ -148,18 +148,13 @@ func mailbox(mb entry) (Mailbox, error) {
 			if strings.ContainsAny(m.Credentials, "\r\n\x00") {
 				return m, &FieldError{Field: f.path, Line: f.value.Line, Message: "must be a file path"}
 			}
-		case "quota_per_minute", "daily_send_limit":
-			v, err := integer(f.value, f.path)
-			if err != nil {
+		case "quota_per_minute":
+			if m.QuotaPerMinute, err = atLeastOne(f); err != nil {
 				return m, err
 			}
-			if v < 1 {
-				return m, &FieldError{Field: f.path, Line: f.value.Line, Message: fmt.Sprintf("must be at least 1, got %d", v)}
-			}
-			if f.name == "quota_per_minute" {
-				m.QuotaPerMinute = v
-			} else {
-				m.DailySendLimit = v
+		case "daily_send_limit":
+			if m.DailySendLimit, err = atLeastOne(f); err != nil {
+				return m, err
 			}
 		default:
 			return m, unknownKey(f)

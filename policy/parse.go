@@ -290,18 +290,13 @@ func channel(ch entry) (Channel, error) {
 				return c, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("must be positive, got %s", s)}
 			}
 			c.MaxUnwitnessed = d
-		case "checks", "max_attempts":
-			i, err := integer(e.value, e.path)
-			if err != nil {
+		case "checks":
+			if c.Checks, err = atLeastOne(e); err != nil {
 				return c, err
 			}
-			if i < 1 {
-				return c, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("must be at least 1, got %d", i)}
-			}
-			if e.name == "checks" {
-				c.Checks = i
-			} else {
-				c.MaxAttempts = i
+		case "max_attempts":
+			if c.MaxAttempts, err = atLeastOne(e); err != nil {
+				return c, err
 			}
 		default:
 			return c, unknownKey(e)
@@ -311,6 +306,18 @@ func channel(ch entry) (Channel, error) {
 		return c, &FieldError{Field: ch.path + ".on_unknown", Line: line(resolve(ch.value)), Message: "required: retry or review"}
 	}
 	return c, nil
+}
+
+// atLeastOne reads a whole number of at least 1.
+func atLeastOne(e entry) (int, error) {
+	i, err := integer(e.value, e.path)
+	if err != nil {
+		return 0, err
+	}
+	if i < 1 {
+		return 0, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("must be at least 1, got %d", i)}
+	}
+	return i, nil
 }
 
 // ParseRetention reads a retention period: a number of days ("90d") or a Go

@@ -44,10 +44,26 @@ func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gmailrelay auth", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	secret := fs.String("client-secret", "", "OAuth client JSON downloaded from Google Cloud (Desktop app)")
-	out := fs.String("out", defaultTokenPath(), "where to write the token (authorized-user JSON, mode 0600)")
+	out := fs.String("out", defaultTokenPath(), "where to write the token (authorized-user JSON, mode 0600); default: the mailbox's credentials path, or the config dir")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long to wait for the browser")
+	mailbox := fs.String("mailbox", "", "the policy's mailbox this token is for (signs in as its address; stored where serve looks for that mailbox)")
+	policyPath := fs.String("policy", os.Getenv("GMAILRELAY_POLICY"), "the policy file naming the mailboxes (with --mailbox)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
+	}
+	hint := ""
+	if *mailbox != "" {
+		outSet := false
+		fs.Visit(func(f *flag.Flag) { outSet = outSet || f.Name == "out" })
+		path, address, err := mailboxTokenTarget(*mailbox, *policyPath)
+		if err != nil {
+			fmt.Fprintf(stderr, "gmailrelay auth: %v\n", err)
+			return 2
+		}
+		if !outSet {
+			*out = path
+		}
+		hint = address
 	}
 	if *secret == "" || *out == "" {
 		fmt.Fprintln(stderr, "gmailrelay auth: --client-secret is required (and --out when no config dir is known)")
@@ -60,7 +76,10 @@ func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	tok, cfg, err := loopbackFlow(ctx, data, func(url string) {
+	if hint != "" {
+		fmt.Fprintf(stdout, "Sign in as %s (mailbox %s).\n", hint, *mailbox)
+	}
+	tok, cfg, err := loopbackFlow(ctx, data, hint, func(url string) {
 		fmt.Fprintf(stdout, "Open this URL in a browser on this machine and allow access:\n\n  %s\n\nWaiting for Google to redirect back...\n", url)
 	})
 	if err != nil {
@@ -72,13 +91,18 @@ func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gmailrelay auth: %v\n", err)
 		return 1
 	}
+	if *mailbox != "" {
+		fmt.Fprintf(stdout, "Token stored in %s (mode 0600). `gmailrelay serve` uses it for mailbox %s.\n", *out, *mailbox)
+		return 0
+	}
 	fmt.Fprintf(stdout, "Token stored in %s (mode 0600). `gmailrelay serve` uses it when --credentials is not given.\n", *out)
 	return 0
 }
 
 // loopbackFlow runs the OAuth installed-app flow with a loopback redirect
-// on a random port, state and PKCE, and returns the token.
-func loopbackFlow(ctx context.Context, clientJSON []byte, show func(url string)) (*oauth2.Token, *oauth2.Config, error) {
+// on a random port, state and PKCE, and returns the token. loginHint, when
+// set, is the address Google's sign-in page proposes.
+func loopbackFlow(ctx context.Context, clientJSON []byte, loginHint string, show func(url string)) (*oauth2.Token, *oauth2.Config, error) {
 	cfg, err := google.ConfigFromJSON(clientJSON, gmailapi.Scopes...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--client-secret: %w", err)
@@ -135,8 +159,11 @@ func loopbackFlow(ctx context.Context, clientJSON []byte, show func(url string))
 		_ = srv.Shutdown(ctx)
 	}()
 
-	show(cfg.AuthCodeURL(state, oauth2.AccessTypeOffline, oauth2.SetAuthURLParam("prompt", "consent"),
-		oauth2.S256ChallengeOption(verifier)))
+	opts := []oauth2.AuthCodeOption{oauth2.AccessTypeOffline, oauth2.SetAuthURLParam("prompt", "consent"), oauth2.S256ChallengeOption(verifier)}
+	if loginHint != "" {
+		opts = append(opts, oauth2.SetAuthURLParam("login_hint", loginHint))
+	}
+	show(cfg.AuthCodeURL(state, opts...))
 	var res result
 	select {
 	case res = <-got:

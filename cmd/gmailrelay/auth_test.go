@@ -90,32 +90,8 @@ func TestAuthLoopbackFlowStoresToken0600(t *testing.T) {
 	}
 
 	// Again, the right way.
-	pr, pw = io.Pipe()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		code = runAuth(context.Background(), []string{"--client-secret", secret, "--out", out, "--timeout", "30s"}, pw, &stderr)
-		pw.Close()
-	}()
-	printed = ""
-	for !strings.Contains(printed, "Waiting") {
-		n, err := pr.Read(buf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		printed += string(buf[:n])
-	}
-	u, _ = url.Parse(regexp.MustCompile(`https?://\S+`).FindString(printed))
-	q = u.Query()
-	resp, err = client.Get(q.Get("redirect_uri") + "?state=" + url.QueryEscape(q.Get("state")) + "&code=the-code")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	go io.Copy(io.Discard, pr)
-	wg.Wait()
-	if code != 0 {
-		t.Fatalf("auth exit %d: %s", code, stderr.String())
+	if code, _, printed := authAsBrowser(t, "--client-secret", secret, "--out", out); code != 0 {
+		t.Fatalf("auth exit %d: %s", code, printed)
 	}
 	st, err := os.Stat(out)
 	if err != nil {

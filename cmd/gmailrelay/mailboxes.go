@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
@@ -148,4 +149,38 @@ func orDefault(v, def int) int {
 		return v
 	}
 	return def
+}
+
+// mailboxTokenTarget returns where `auth --mailbox NAME` stores the token
+// (the mailbox's credentials path in the policy, else mailboxTokenPath)
+// and the address to sign in as. A name the policy does not have, or a
+// mailbox served by a service account (subject), is an error naming it.
+func mailboxTokenTarget(name, policyPath string) (path, address string, err error) {
+	pol := policy.Default()
+	if policyPath != "" {
+		if pol, err = policy.Load(policyPath); err != nil {
+			return "", "", fmt.Errorf("--policy: %w", err)
+		}
+	}
+	var found *policy.Mailbox
+	var names []string
+	for _, m := range pol.MailboxList() {
+		names = append(names, m.Name)
+		if m.Name == name {
+			found = &m
+		}
+	}
+	switch {
+	case found == nil && policyPath == "":
+		return "", "", fmt.Errorf("--mailbox %s: give --policy, the file that names the mailboxes", name)
+	case found == nil:
+		return "", "", fmt.Errorf("--mailbox %s: not a mailbox of %s (mailboxes: %s)", name, policyPath, strings.Join(names, ", "))
+	case found.Subject != "":
+		return "", "", fmt.Errorf("--mailbox %s: it sends through a service account (subject %s); auth is for OAuth user accounts", name, found.Subject)
+	}
+	path = found.Credentials
+	if path == "" {
+		path = mailboxTokenPath(name)
+	}
+	return path, found.Address, nil
 }
