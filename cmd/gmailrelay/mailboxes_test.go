@@ -220,3 +220,21 @@ func mustPolicy(t *testing.T, path string) *policy.Policy {
 	}
 	return p
 }
+
+// A mailbox whose credentials file is missing, or whose subject has no
+// key, is a bad policy: serve refuses to start (exit 2), naming the field.
+func TestServeRefusesMailboxWithoutUsableCredentials(t *testing.T) {
+	dir := t.TempDir()
+	for body, want := range map[string]string{
+		"  billing: {address: b@x.test, credentials: " + filepath.Join(dir, "missing.json") + "}\n": "mailboxes.billing.credentials",
+		"  shop: {address: s@x.test, subject: s@x.test}\n":                                             "mailboxes.shop.subject",
+	} {
+		pol := filepath.Join(dir, "p.yaml")
+		os.WriteFile(pol, []byte("mailboxes:\n"+body+"channels:\n  default: {on_unknown: retry}\n"), 0o600)
+		_, err := parseServeFlags([]string{"--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "r.db"), "--policy", pol,
+			"--gmail-endpoint", "http://127.0.0.1:1"}, env(nil), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("policy %q: %v, want an error naming %s", body, err, want)
+		}
+	}
+}

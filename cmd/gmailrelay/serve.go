@@ -196,6 +196,16 @@ func (c *serveConfig) validate() error {
 	if c.Subject != "" && c.Credentials == "" {
 		return errors.New("--subject needs --credentials (a service-account key)")
 	}
+	for _, m := range c.policy.MailboxList() {
+		if m.Credentials != "" {
+			if _, err := os.Stat(m.Credentials); err != nil {
+				return fmt.Errorf("--policy: mailboxes.%s.credentials: %w", m.Name, err)
+			}
+		}
+		if m.Subject != "" && m.Credentials == "" && c.Credentials == "" && !c.Sandbox {
+			return fmt.Errorf("--policy: mailboxes.%s.subject needs a service-account key: its credentials, or --credentials", m.Name)
+		}
+	}
 	return nil
 }
 
