@@ -110,20 +110,20 @@ func TestRealismSoak(t *testing.T) {
 			sum := re.summary(t, rep, len(double))
 			t.Log(sum)
 			recordSummary(t, sum)
-			shown := 0
-			for _, v := range rep.Violations {
-				if double[v.MessageID] && (v.Rule == e2e.RuleDuplicate || v.Rule == e2e.RuleSentOnce) {
-					t.Logf("residual (reported, not a relay resend): %s", v)
-					continue
-				}
-				if shown++; shown > 40 {
-					t.Errorf("… and more violations")
+			for i, v := range rep.Violations {
+				if i == 40 {
+					t.Errorf("… and %d more violations", len(rep.Violations)-i)
 					break
 				}
 				t.Errorf("checker: %s", v)
 			}
-			if relayTwice := rep.Summary.Duplicates - len(double); relayTwice != 0 || rep.Summary.Lost != 0 {
-				t.Errorf("delivered more than once outside review by the relay's attempts = %d, lost = %d; want 0 and 0", relayTwice, rep.Summary.Lost)
+			// Every delivery twice outside review fails the soak, one send
+			// Gmail stored twice included: the relay can see both copies
+			// (the verify pass keeps looking while the index is behind,
+			// and the late look comes after the lag tail's max).
+			if rep.Summary.Duplicates != 0 || rep.Summary.Lost != 0 {
+				t.Errorf("delivered more than once outside review = %d (%d of them one attempt Gmail stored twice), lost = %d; want 0 and 0",
+					rep.Summary.Duplicates, len(double), rep.Summary.Lost)
 			}
 		})
 	}
@@ -131,11 +131,9 @@ func TestRealismSoak(t *testing.T) {
 
 // doubleStored names the jobs delivered more than once outside review by
 // a single attempt: Gmail stored that one send twice (the emulator's
-// duplicate fault), and under the lag tail the second copy was not yet
-// searchable when the verify pass looked (or, for an id Gmail rewrote,
-// neither copy was). The relay cannot see a copy the index does not show;
-// this residual is counted and reported in the summary line, not hidden,
-// and it is not a resend of the relay's.
+// duplicate fault) and the verify pass never saw the second copy. The soak
+// fails on them as on any other; they are named apart in the summary line
+// because the cause differs (a look missed, not a resend).
 func (re *realism) doubleStored(t *testing.T, rep e2e.Report) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
@@ -187,6 +185,7 @@ func (re *realism) summary(t *testing.T, rep e2e.Report, doubleStored int) strin
 		for _, m := range tr.Messages {
 			t.Logf("  copy %s labels=%v original=%q stored=%s visible=%s", m.ID, m.LabelIDs, m.OriginalMessageID, m.StoredAt.Format(time.RFC3339), m.VisibleAt.Format(time.RFC3339))
 		}
+		re.logOtherSends(t, v.MessageID)
 	}
 	witness := map[string]int{}
 	unverifiable := 0
@@ -204,4 +203,31 @@ func (re *realism) summary(t *testing.T, rep e2e.Report, doubleStored int) strin
 		re.seed, s.Jobs, s.Attempts, re.rewrite, re.rewriteAfter, rewritten, trashedSeen, st.Deliveries-copies, st.RateLimited, re.longs.Load(),
 		witness["found"], witness["missing"], witness["none"], unverifiable,
 		s.Sent, s.Review, s.DuplicatesInReview, s.Duplicates, doubleStored, s.Lost, stuck)
+}
+
+// logOtherSends logs, for a job the sweeper resent, how many attempts of
+// other jobs were handed to Gmail between its ambiguous outcome and the
+// resend: with any, the witness should have been missing, not none.
+func (re *realism) logOtherSends(t *testing.T, id string) {
+	t.Helper()
+	var ambiguous, resent time.Time
+	for _, l := range re.relay.Job(t, id).Lines {
+		switch {
+		case l.Kind == acceptlog.KindAmbiguous && resent.IsZero():
+			ambiguous = l.Time
+		case l.Kind == acceptlog.KindReceived && l.Reason == acceptlog.ReasonSweeperResend && !ambiguous.IsZero() && resent.IsZero():
+			resent = l.Time
+		}
+	}
+	if resent.IsZero() {
+		return
+	}
+	others := 0
+	for _, l := range re.relay.Log(t) {
+		if l.Kind == acceptlog.KindForwarding && l.MessageID != id && l.Time.After(ambiguous) && !l.Time.After(resent) {
+			others++
+		}
+	}
+	t.Logf("  resent at %s after the ambiguous outcome at %s; %d attempts of other jobs handed to Gmail in between",
+		resent.Format(time.RFC3339), ambiguous.Format(time.RFC3339), others)
 }

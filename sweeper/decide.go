@@ -163,6 +163,7 @@ func (p *pass) decideVerify(ctx context.Context, j acceptlog.Job, q string, hits
 	ch := p.channel(j.Channel)
 	check := j.Checks + 1
 	search := searchLine(j, q, hits, check)
+	looks := 2 // verify searches before giving up on a miss
 	switch {
 	case len(hits) == 1:
 		search.Reason = ReasonVerified
@@ -196,9 +197,14 @@ func (p *pass) decideVerify(ctx context.Context, j acceptlog.Job, q string, hits
 		if err != nil || settled || !done {
 			return done, err
 		}
+		// Gmail holds the message under our Message-ID and its index does
+		// not show it yet: keep looking, up to the late look's graces, so
+		// that a send Gmail stored twice is seen once the index catches
+		// up (two looks were shorter than a lag tail).
+		looks = lateLookGraces
 	}
 	switch {
-	case check < 2:
+	case check < looks:
 		// The index is behind: look once more.
 		search.Reason = ReasonVerifyMiss
 		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {

@@ -163,9 +163,10 @@ func (p *pass) witnessFor(mailbox string, jobs []acceptlog.Job) (acceptlog.Job, 
 // not match the query). With no such send known, the companion after:
 // query decides (see companion): any message dated after the attempt is
 // the witness (found); with none, the witness is none and the time rule
-// decides — unless a later job of the mailbox is known (any state): then a
-// confirmed send after the attempt is coming, and the witness is missing
-// until it is seen.
+// decides — unless a later job of the mailbox is known (any state), or the
+// log holds a later attempt handed to Gmail (see lastHandedToGmail): then a
+// message after the attempt is coming, and the witness is missing until it
+// is seen.
 func (p *pass) witnesses(ctx context.Context, mailbox string, jobs []acceptlog.Job, hits map[string][]hit) map[string]string {
 	out := map[string]string{}
 	if p.s.deps.DisableWitness {
@@ -196,19 +197,51 @@ func (p *pass) witnesses(ctx context.Context, mailbox string, jobs []acceptlog.J
 	if len(unseen) == 0 {
 		return out
 	}
-	found := p.companion(ctx, mailbox, unseen)
+	found, answered := p.companion(ctx, mailbox, unseen)
+	var handed time.Time
+	if !found && answered {
+		// Gmail's index shows nothing after the attempts; the log may
+		// still know a later send the index does not show yet.
+		handed = p.lastHandedToGmail(ctx, mailbox, unseen)
+	}
 	for _, j := range unseen {
 		switch {
 		case found:
 			out[j.MessageID] = WitnessFound
-		case p.s.activity[j.Mailbox].After(attemptEnd(j)):
+		case p.s.activity[j.Mailbox].After(attemptEnd(j)), handed.After(attemptEnd(j)):
 			// A later job exists whose send Gmail has not confirmed yet
-			// (or not to a verify pass yet): wait for it rather than fall
-			// back to the time rule.
+			// (or not to a verify pass yet), or the log holds a later
+			// attempt handed to Gmail: wait for it rather than fall back
+			// to the time rule.
 			out[j.MessageID] = WitnessMissing
 		}
 	}
 	return out
+}
+
+// lastHandedToGmail is when the mailbox's newest attempt after the
+// earliest attempt end of jobs was handed to Gmail (its forwarding line,
+// from the log's send index: it survives restarts and includes sends no
+// pass has seen yet, such as a confirmed send whose verify is not due).
+// The zero time means none. When the log cannot be read it returns the
+// far future: no miss is counted on a guess.
+func (p *pass) lastHandedToGmail(ctx context.Context, mailbox string, jobs []acceptlog.Job) time.Time {
+	earliest := attemptEnd(jobs[0])
+	for _, j := range jobs[1:] {
+		if e := attemptEnd(j); e.Before(earliest) {
+			earliest = e
+		}
+	}
+	times, err := p.s.log.SendTimes(ctx, mailbox, earliest.Add(time.Nanosecond))
+	if err != nil {
+		p.res.Errors++
+		p.s.deps.Logger.Warn().Err(err).Msg("read the mailbox's later sends; the witness stays missing")
+		return time.Date(9999, time.December, 31, 0, 0, 0, 0, time.UTC)
+	}
+	if len(times) == 0 {
+		return time.Time{}
+	}
+	return times[len(times)-1]
 }
 
 // companion makes the companion query (CONTRACT, "Witness before a
@@ -220,8 +253,9 @@ func (p *pass) witnesses(ctx context.Context, mailbox string, jobs []acceptlog.J
 // every one of them. It reports whether a message came back. Without quota
 // for it, or when Gmail answers with an error, it reports false (the
 // witness stays none or missing: never a miss counted on a guess); a rate
-// limit also pauses the mailbox, as every call does.
-func (p *pass) companion(ctx context.Context, mailbox string, jobs []acceptlog.Job) bool {
+// limit also pauses the mailbox, as every call does. answered says whether
+// Gmail answered the query (in this pass).
+func (p *pass) companion(ctx context.Context, mailbox string, jobs []acceptlog.Job) (found, answered bool) {
 	var latest time.Time
 	for _, j := range jobs {
 		if e := attemptEnd(j); e.After(latest) {
@@ -236,10 +270,10 @@ func (p *pass) companion(ctx context.Context, mailbox string, jobs []acceptlog.J
 	// after a later second is after this one too, and no message after an
 	// earlier second means none after this one.
 	if c, ok := p.companions[mailbox]; ok && (c.found && c.secs >= secs || !c.found && c.secs <= secs) {
-		return c.found
+		return c.found, true
 	}
 	if ok, _ := p.cur.m.Quota().TakeBackground(relay.UnitsList); !ok {
-		return false
+		return false, false
 	}
 	p.searchCost += relay.UnitsList
 	prov, user := p.gmail()
@@ -249,15 +283,15 @@ func (p *pass) companion(ctx context.Context, mailbox string, jobs []acceptlog.J
 			p.res.Errors++
 			p.s.deps.Logger.Warn().Err(err).Msg("companion after: query; the witness stays unknown")
 		}
-		return false
+		return false, false
 	}
 	p.cur.answered = true
-	found := len(page.IDs) > 0
+	found = len(page.IDs) > 0
 	if p.companions == nil {
 		p.companions = map[string]companionAnswer{}
 	}
 	p.companions[mailbox] = companionAnswer{secs: secs, found: found}
-	return found
+	return found, true
 }
 
 // companionAnswer is a companion query's answer within one pass: whether a
