@@ -23,10 +23,7 @@ func TestWitnessSurvivesRestart(t *testing.T) {
 	h.clock.Advance(10 * time.Second)
 	later, res := h.send(retryChannel)
 	h.wantState(later, res.Job, acceptlog.StateSent)
-	for range 2 { // both searched; the later one's verify gives up after two misses
-		h.clock.Advance(grace)
-		h.sweep()
-	}
+	h.sweeps(2) // both searched; the later one's verify gives up after two misses
 	if j := h.job(later); !j.NextCheckAt.IsZero() {
 		t.Fatalf("the later send is still due (%v); the test needs it settled before the restart", j.NextCheckAt)
 	}
@@ -36,14 +33,9 @@ func TestWitnessSurvivesRestart(t *testing.T) {
 	}
 
 	h.restart()
-	for range 6 {
-		h.clock.Advance(grace)
-		h.sweep()
-	}
+	h.sweeps(6)
 	h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
-	if d := h.srv.Deliveries(id); d != 1 {
-		t.Fatalf("emulator result: %d deliveries, want 1 (not resent)", d)
-	}
+	h.wantDeliveries(id, 1, "not resent")
 	missing := 0
 	for _, l := range h.lines(id, acceptlog.KindSearch) {
 		if l.Witness == sweeper.WitnessMissing {
