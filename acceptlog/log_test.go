@@ -7,13 +7,13 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
+	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -61,36 +61,28 @@ func TestMutateErrorsInABatchDoNotDisturbOthers(t *testing.T) {
 	const n = 20
 	errRefused := errors.New("refused")
 	var calls atomic.Int64
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			id := fmt.Sprintf("<%02d@x>", i)
-			_, _, err := l.Mutate(ctx, id, func(*acceptlog.Job) (acceptlog.Change, error) {
-				calls.Add(1)
-				ch := acceptlog.Change{
-					Job:   &acceptlog.Job{MessageID: id, State: acceptlog.StateSent},
-					Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, State: acceptlog.StateSent}},
-				}
-				switch i % 3 {
-				case 1:
-					return ch, errRefused
-				case 2:
-					ch.Job.State = acceptlog.StateFailed // breaks the fold invariant
-				}
-				return ch, nil
-			})
-			switch want := []error{nil, errRefused, acceptlog.ErrInvalidChange}[i%3]; {
-			case want == nil && err != nil:
-				t.Errorf("Mutate %s: %v", id, err)
-			case want != nil && !errors.Is(err, want):
-				t.Errorf("Mutate %s error = %v, want %v", id, err, want)
+	logtest.AtOnce(n, func(i int, id string) {
+		_, _, err := l.Mutate(ctx, id, func(*acceptlog.Job) (acceptlog.Change, error) {
+			calls.Add(1)
+			ch := acceptlog.Change{
+				Job:   &acceptlog.Job{MessageID: id, State: acceptlog.StateSent},
+				Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, State: acceptlog.StateSent}},
 			}
+			switch i % 3 {
+			case 1:
+				return ch, errRefused
+			case 2:
+				ch.Job.State = acceptlog.StateFailed // breaks the fold invariant
+			}
+			return ch, nil
 		})
-	}
-	close(start)
-	wg.Wait()
+		switch want := []error{nil, errRefused, acceptlog.ErrInvalidChange}[i%3]; {
+		case want == nil && err != nil:
+			t.Errorf("Mutate %s: %v", id, err)
+		case want != nil && !errors.Is(err, want):
+			t.Errorf("Mutate %s error = %v, want %v", id, err, want)
+		}
+	})
 	jobs, _, err := l.List(ctx, acceptlog.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -147,35 +139,27 @@ func TestGroupCommitCounters(t *testing.T) {
 	ctx := context.Background()
 	l, _ := mustOpen(t)
 	const n = 64
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			id := fmt.Sprintf("<%02d@x>", i)
-			_, _, err := l.Mutate(ctx, id, func(*acceptlog.Job) (acceptlog.Change, error) {
-				return acceptlog.Change{
-					Job:   &acceptlog.Job{MessageID: id, Channel: "c", State: acceptlog.StateForwarding, Attempts: 1},
-					Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, Attempt: 1}, {Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding}},
-				}, nil
-			})
-			if err != nil {
-				t.Errorf("create %s: %v", id, err)
-				return
-			}
-			_, _, err = l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-				j := *cur
-				j.Effects++
-				line := acceptlog.Move(&j, acceptlog.StateSent, acceptlog.Line{Kind: acceptlog.KindEffect, Attempt: 1, Source: acceptlog.SourceResponse})
-				return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{line}}, nil
-			})
-			if err != nil {
-				t.Errorf("move %s: %v", id, err)
-			}
+	logtest.AtOnce(n, func(i int, id string) {
+		_, _, err := l.Mutate(ctx, id, func(*acceptlog.Job) (acceptlog.Change, error) {
+			return acceptlog.Change{
+				Job:   &acceptlog.Job{MessageID: id, Channel: "c", State: acceptlog.StateForwarding, Attempts: 1},
+				Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, Attempt: 1}, {Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding}},
+			}, nil
 		})
-	}
-	close(start)
-	wg.Wait()
+		if err != nil {
+			t.Errorf("create %s: %v", id, err)
+			return
+		}
+		_, _, err = l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+			j := *cur
+			j.Effects++
+			line := acceptlog.Move(&j, acceptlog.StateSent, acceptlog.Line{Kind: acceptlog.KindEffect, Attempt: 1, Source: acceptlog.SourceResponse})
+			return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{line}}, nil
+		})
+		if err != nil {
+			t.Errorf("move %s: %v", id, err)
+		}
+	})
 	st, err := l.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -159,6 +159,15 @@ const (
 
 type roleKey struct{}
 
+// route is one authenticated endpoint: the role its caller's token must
+// hold, and its method, chi pattern and handler.
+type route struct {
+	role    role
+	method  string
+	pattern string
+	handler http.HandlerFunc
+}
+
 // New builds the router.
 func New(cfg Config) *Server {
 	cfg = cfg.withDeps()
@@ -189,32 +198,33 @@ func New(cfg Config) *Server {
 		r.Handle("/ui", cfg.Console)
 		r.Handle("/ui/*", cfg.Console)
 	}
-	r.Group(func(r chi.Router) {
-		r.Use(s.authenticate(roleAPI), s.bodyGuard)
-		r.Post("/v1/send", s.send)
-		r.Post("/gmail/v1/users/{userId}/messages/send", s.gmailSend)
-		r.Post("/upload/gmail/v1/users/{userId}/messages/send", s.gmailUpload)
-		r.Get("/v1/jobs", s.listJobs)
-		r.Get("/v1/jobs/{id}", s.getJob)
-		r.Delete("/v1/jobs/{id}", s.cancelJob)
-		r.Get("/v1/log", s.readLog)
-		r.Get("/v1/stats", s.stats)
-		r.Get("/v1/msgid", s.msgid)
-	})
-	r.Group(func(r chi.Router) {
-		r.Use(s.authenticate(roleAdmin), s.bodyGuard)
-		r.Post("/v1/jobs/{id}/resolve", s.resolve)
-		r.Get("/admin/faults", s.listFaults)
-		r.Post("/admin/faults", s.addFault)
-		r.Delete("/admin/faults", s.clearFaults)
-		r.Delete("/admin/faults/{id}", s.deleteFault)
-		r.Post("/admin/sweep", s.sweep)
-		r.Post("/admin/outbox", s.outboxPass)
-		r.Get("/admin/backup", s.backup)
-		if cfg.AdvanceClock != nil {
-			r.Post("/admin/clock", s.advanceClock)
-		}
-	})
+	// Every /v1 and /admin route: the caller's token must hold the role,
+	// and the body guard applies.
+	routes := []route{
+		{roleAPI, http.MethodPost, "/v1/send", s.send},
+		{roleAPI, http.MethodPost, "/gmail/v1/users/{userId}/messages/send", s.gmailSend},
+		{roleAPI, http.MethodPost, "/upload/gmail/v1/users/{userId}/messages/send", s.gmailUpload},
+		{roleAPI, http.MethodGet, "/v1/jobs", s.listJobs},
+		{roleAPI, http.MethodGet, "/v1/jobs/{id}", s.getJob},
+		{roleAPI, http.MethodDelete, "/v1/jobs/{id}", s.cancelJob},
+		{roleAPI, http.MethodGet, "/v1/log", s.readLog},
+		{roleAPI, http.MethodGet, "/v1/stats", s.stats},
+		{roleAPI, http.MethodGet, "/v1/msgid", s.msgid},
+		{roleAdmin, http.MethodPost, "/v1/jobs/{id}/resolve", s.resolve},
+		{roleAdmin, http.MethodGet, "/admin/faults", s.listFaults},
+		{roleAdmin, http.MethodPost, "/admin/faults", s.addFault},
+		{roleAdmin, http.MethodDelete, "/admin/faults", s.clearFaults},
+		{roleAdmin, http.MethodDelete, "/admin/faults/{id}", s.deleteFault},
+		{roleAdmin, http.MethodPost, "/admin/sweep", s.sweep},
+		{roleAdmin, http.MethodPost, "/admin/outbox", s.outboxPass},
+		{roleAdmin, http.MethodGet, "/admin/backup", s.backup},
+	}
+	if cfg.AdvanceClock != nil {
+		routes = append(routes, route{roleAdmin, http.MethodPost, "/admin/clock", s.advanceClock})
+	}
+	for _, rt := range routes {
+		r.With(s.authenticate(rt.role), s.bodyGuard).Method(rt.method, rt.pattern, rt.handler)
+	}
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, relay.Errorf(relay.CodeNotFound, "no such endpoint: %s %s", r.Method, clipText(r.URL.Path)))
 	})

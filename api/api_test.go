@@ -184,6 +184,18 @@ func effects(lines []acceptlog.Line) int {
 	return n
 }
 
+// wantOneEffect checks that the emulator holds one message with Message-ID
+// id and that its job has exactly one effect line.
+func (e *env) wantOneEffect(id string) {
+	e.t.Helper()
+	if got := e.Emulator.Count(id); got != 1 {
+		e.t.Errorf("emulator holds %d, want 1", got)
+	}
+	if _, lines := e.job(id); effects(lines) != 1 {
+		e.t.Errorf("effect lines = %d, want 1", effects(lines))
+	}
+}
+
 func sendBody(key string) map[string]any {
 	return map[string]any{"key": key, "to": "customer@example.org", "subject": "Shipped", "body": "Your order shipped."}
 }
@@ -205,12 +217,7 @@ func TestEmulatorSendAndReplay(t *testing.T) {
 	if first.body["message_id"] != id {
 		t.Errorf("message_id = %v, want %s", first.body["message_id"], id)
 	}
-	if got := e.Emulator.Count(id); got != 1 {
-		t.Errorf("emulator holds %d, want 1", got)
-	}
-	if _, lines := e.job(id); effects(lines) != 1 {
-		t.Errorf("effect lines = %d, want 1", effects(lines))
-	}
+	e.wantOneEffect(id)
 }
 
 func TestEmulatorKeySourcesGiveSameMessageID(t *testing.T) {
@@ -328,12 +335,7 @@ func TestEmulatorFailBeforeForwardThenRetry(t *testing.T) {
 	if r.status != 200 {
 		t.Fatalf("retry: %d %s", r.status, r.raw)
 	}
-	if got := e.Emulator.Count(id); got != 1 {
-		t.Errorf("emulator holds %d, want 1", got)
-	}
-	if _, lines := e.job(id); effects(lines) != 1 {
-		t.Errorf("effect lines = %d, want 1", effects(lines))
-	}
+	e.wantOneEffect(id)
 }
 
 func TestEmulatorDropResponseCutsConnection(t *testing.T) {
@@ -499,12 +501,7 @@ func TestEmulatorQuotaSpentIs429AndSendsNothing(t *testing.T) {
 
 func TestEmulatorGmailCompatiblePathWithGoogleClient(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	ctx := context.Background()
-	svc, err := gmail.NewService(ctx, option.WithEndpoint(e.url+"/"), option.WithHTTPClient(&http.Client{
-		Transport: bearer{token: apiToken}}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := e.gmailClient()
 	id := "<compat-1@example.org>"
 	raw := "To: a@example.org\r\nSubject: compat\r\nMessage-ID: " + id + "\r\n\r\nhi\r\n"
 	m, err := svc.Users.Messages.Send("me", &gmail.Message{Raw: base64.URLEncoding.EncodeToString([]byte(raw))}).Do()
@@ -542,6 +539,18 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return http.DefaultTransport.RoundTrip(r)
+}
+
+// gmailClient is Google's own Gmail client pointed at the relay's
+// Gmail-compatible path, sending the API token.
+func (e *env) gmailClient() *gmail.Service {
+	e.t.Helper()
+	svc, err := gmail.NewService(context.Background(), option.WithEndpoint(e.url+"/"), option.WithHTTPClient(&http.Client{
+		Transport: bearer{token: apiToken}}))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return svc
 }
 
 func TestEmulatorReadingTheLog(t *testing.T) {
@@ -726,13 +735,9 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 func TestEmulatorGmailPathDrop504IsGatewayTimeout(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	e.addFault(map[string]any{"mode": "forward-then-drop-response", "drop": "504"})
-	svc, err := gmail.NewService(context.Background(), option.WithEndpoint(e.url+"/"), option.WithHTTPClient(&http.Client{
-		Transport: bearer{token: apiToken}}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := e.gmailClient()
 	raw := "To: a@example.org\r\nSubject: drop\r\nMessage-ID: <drop-504@example.org>\r\n\r\nhi\r\n"
-	_, err = svc.Users.Messages.Send("me", &gmail.Message{Raw: base64.URLEncoding.EncodeToString([]byte(raw))}).Do()
+	_, err := svc.Users.Messages.Send("me", &gmail.Message{Raw: base64.URLEncoding.EncodeToString([]byte(raw))}).Do()
 	var gerr *googleapi.Error
 	if !errors.As(err, &gerr) || gerr.Code != 504 {
 		t.Fatalf("err = %v, want a googleapi 504", err)
@@ -802,11 +807,7 @@ func TestJobIDDecodedOnce(t *testing.T) {
 // Gmail-compatible path, and nothing reaches Gmail or the log.
 func TestSearchInjectionIDsRefusedAtIntake(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	svc, err := gmail.NewService(context.Background(), option.WithEndpoint(e.url+"/"), option.WithHTTPClient(&http.Client{
-		Transport: bearer{token: apiToken}}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := e.gmailClient()
 	for _, id := range []string{"<p}q@attacker.example>", "<x@[}OR(in:sent)OR{in:x]>"} {
 		raw := "From: me@example.org\r\nTo: a@example.org\r\nSubject: s\r\nMessage-ID: " + id + "\r\n\r\nhi\r\n"
 		r := e.must("POST", "/v1/send", apiToken, []byte(raw))
@@ -840,11 +841,7 @@ func TestSearchInjectionIDsRefusedAtIntake(t *testing.T) {
 // cannot slip past the one-of-each checks; nothing reaches Gmail.
 func TestObsoleteHeaderNamesRefused(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	svc, err := gmail.NewService(context.Background(), option.WithEndpoint(e.url+"/"), option.WithHTTPClient(&http.Client{
-		Transport: bearer{token: apiToken}}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := e.gmailClient()
 	tests := []struct{ name, id, raw, header string }{
 		{"second Message-ID", "<obs-1@x.example>", "From: me@example.org\r\nTo: a@example.org\r\nMessage-ID: <obs-1@x.example>\r\nMessage-ID : <obs-other@x.example>\r\n\r\nhi\r\n", "Message-ID"},
 		{"only Message-ID", "<obs-2@x.example>", "From: me@example.org\r\nTo: a@example.org\r\nMessage-ID : <obs-2@x.example>\r\n\r\nhi\r\n", "Message-ID"},

@@ -115,14 +115,21 @@ func TestPostNeedsCSRFToken(t *testing.T) {
 			}
 		}
 	})
+	e.wantUntouched(t, id, "refused")
+}
+
+// wantUntouched checks that the POSTs described by what changed nothing:
+// job id is still in review with no resolved line, and no fault rule exists.
+func (e *env) wantUntouched(t *testing.T, id, what string) {
+	t.Helper()
 	if got := e.state(id); got != acceptlog.StateReview {
-		t.Errorf("state after refused POSTs: got %s, want review", got)
+		t.Errorf("state after %s POSTs: got %s, want review", what, got)
 	}
 	if r := resolvedLines(e.lines(id)); len(r) != 0 {
-		t.Errorf("resolved lines after refused POSTs: %+v", r)
+		t.Errorf("resolved lines after %s POSTs: %+v", what, r)
 	}
 	if f := e.Service.Faults().List(); len(f) != 0 {
-		t.Errorf("fault rules after a refused POST: %+v", f)
+		t.Errorf("fault rules after a %s POST: %+v", what, f)
 	}
 }
 
@@ -181,15 +188,7 @@ func TestViewerLooksButCannotAct(t *testing.T) {
 	if p := c.do(http.MethodPost, "/ui/faults", url.Values{"csrf": {tok}, "mode": {"fail-before-forward"}}); p.status != http.StatusForbidden {
 		t.Errorf("viewer POST fault: got %d, want 403", p.status)
 	}
-	if got := e.state(id); got != acceptlog.StateReview {
-		t.Errorf("state: got %s, want review", got)
-	}
-	if r := resolvedLines(e.lines(id)); len(r) != 0 {
-		t.Errorf("resolved lines after forged POSTs: %+v", r)
-	}
-	if f := e.Service.Faults().List(); len(f) != 0 {
-		t.Errorf("fault rules after a forged POST: %+v", f)
-	}
+	e.wantUntouched(t, id, "forged")
 }
 
 func TestSignOutEndsSession(t *testing.T) {

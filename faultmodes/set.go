@@ -29,23 +29,20 @@ type Rule struct {
 // clone returns a copy of r that shares no pointers with it.
 func (r Rule) clone() Rule {
 	c := r
-	if r.Count != nil {
-		v := *r.Count
-		c.Count = &v
-	}
-	if r.Probability != nil {
-		v := *r.Probability
-		c.Probability = &v
-	}
-	if r.Remaining != nil {
-		v := *r.Remaining
-		c.Remaining = &v
-	}
-	if r.ExpiresAt != nil {
-		v := *r.ExpiresAt
-		c.ExpiresAt = &v
-	}
+	c.Count = copyOf(r.Count)
+	c.Probability = copyOf(r.Probability)
+	c.Remaining = copyOf(r.Remaining)
+	c.ExpiresAt = copyOf(r.ExpiresAt)
 	return c
+}
+
+// copyOf returns a pointer to a copy of *p, or nil for nil.
+func copyOf[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
 }
 
 // active reports whether r may still match at now: not expired

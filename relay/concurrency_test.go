@@ -116,14 +116,7 @@ func TestConcurrentDuplicatesSpendQuotaAndFaultCountOnce(t *testing.T) {
 func TestResolveRetryRefusedForQuotaWritesNoResolvedLine(t *testing.T) {
 	e := newEnv(t, gmailfake.Options{})
 	ctx := context.Background()
-	if _, err := e.emu.AddFault(gmailfake.Fault{Method: "send", Action: "accept-then-error", Status: 500}); err != nil {
-		t.Fatal(err)
-	}
-	p := e.prepare("resolve-quota", "x")
-	p.Channel = "billing"
-	if _, err := e.svc.Send(ctx, p, relay.SendOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	p := e.inReview(ctx, "resolve-quota")
 	before := len(e.lines(p.MessageID))
 	e.svc.Quota().Pause(time.Hour)
 	_, err := e.svc.Resolve(ctx, p.MessageID, relay.ActionRetry, "try again", "op")

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/mail"
 	"regexp"
 	"slices"
@@ -507,12 +508,7 @@ func normalizeLineEndings(raw []byte) ([]byte, error) {
 // than "Name", so a second Message-ID or To would pass the one-of-each
 // checks and reach Gmail, which may read it as the real one.
 func checkHeaderNames(h mail.Header) error {
-	names := make([]string, 0, len(h))
-	for name := range h {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(h)) {
 		for i := 0; i < len(name); i++ {
 			c := name[i]
 			if c == ' ' || c == '\t' {

@@ -25,6 +25,27 @@ func gmailCalls(emu *gmailfake.Server) int {
 	return n
 }
 
+// unknownFastJob turns handle verification off, adds a channel "fast" that
+// retries an unknown outcome after 1 s, and sends one job through a fault
+// that forwards it and drops Gmail's answer, so the job is unknown and the
+// sweeper returned will want to search for it in 1 s.
+func (e *env) unknownFastJob(ctx context.Context) *sweeper.Sweeper {
+	e.t.Helper()
+	e.policy.VerifyHandle = policy.VerifyNever
+	e.policy.Channels["fast"] = policy.Channel{Name: "fast", OnUnknown: policy.Retry, Grace: time.Second, Checks: 1, MaxAttempts: 3}
+	sw := sweeper.New(sweeper.ConfigFor(e.svc))
+	pu, err := relay.Prepare(relay.SendRequest{Key: "k-unknown", Channel: "fast", To: relay.AddressList{"customer@example.org"},
+		Subject: "Dropped", Text: "x"}, "", svcDomain, e.clock.Now())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	res, err := e.svc.Send(ctx, pu, relay.SendOptions{Fault: faultmodes.Decision{Mode: faultmodes.ForwardThenDropResponse}})
+	if err != nil || res.Job.State != acceptlog.StateUnknown {
+		e.t.Fatalf("dropped send: state %s, err %v; want unknown", res.Job.State, err)
+	}
+	return sw
+}
+
 // Issue 13 (g), emulator results: the emulator answers a send over its
 // per-minute quota the Gmail way — 429 rateLimitExceeded, or 403
 // userRateLimitExceeded — with the retry time only in the message text
@@ -38,25 +59,12 @@ func TestEmulatorRateLimitTextOnlyPausesEveryGmailCall(t *testing.T) {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
 			// 150 units a minute: one send (100), not two.
 			e := newEnv(t, gmailfake.Options{QuotaPerMinute: 150, QuotaStatus: status})
-			e.policy.VerifyHandle = policy.VerifyNever
-			e.policy.Channels["fast"] = policy.Channel{Name: "fast", OnUnknown: policy.Retry, Grace: time.Second, Checks: 1, MaxAttempts: 3}
 			ctx := context.Background()
-			sw := sweeper.New(sweeper.ConfigFor(e.svc))
-
-			// An unknown job the sweeper will want to search in 1 s.
-			pu, err := relay.Prepare(relay.SendRequest{Key: "k-unknown", Channel: "fast", To: relay.AddressList{"customer@example.org"},
-				Subject: "Dropped", Text: "x"}, "", svcDomain, e.clock.Now())
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := e.svc.Send(ctx, pu, relay.SendOptions{Fault: faultmodes.Decision{Mode: faultmodes.ForwardThenDropResponse}})
-			if err != nil || res.Job.State != acceptlog.StateUnknown {
-				t.Fatalf("dropped send: state %s, err %v; want unknown", res.Job.State, err)
-			}
+			sw := e.unknownFastJob(ctx)
 
 			// The next send meets Gmail's quota.
 			p := e.prepare("k-limited", "hello")
-			res, err = e.svc.Send(ctx, p, relay.SendOptions{})
+			res, err := e.svc.Send(ctx, p, relay.SendOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -186,18 +194,8 @@ func TestEmulatorRateLimitedSearchPausesSends(t *testing.T) {
 	// 100 units a minute, a search costing 100 like a send: after the
 	// send, Gmail's retry time for the search is about a minute away.
 	e := newEnv(t, gmailfake.Options{QuotaPerMinute: 100, Costs: map[string]int{gmailfake.MethodList: 100}})
-	e.policy.VerifyHandle = policy.VerifyNever
-	e.policy.Channels["fast"] = policy.Channel{Name: "fast", OnUnknown: policy.Retry, Grace: time.Second, Checks: 1, MaxAttempts: 3}
 	ctx := context.Background()
-	sw := sweeper.New(sweeper.ConfigFor(e.svc))
-	pu, err := relay.Prepare(relay.SendRequest{Key: "k-unknown", Channel: "fast", To: relay.AddressList{"customer@example.org"},
-		Subject: "Dropped", Text: "x"}, "", svcDomain, e.clock.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res, err := e.svc.Send(ctx, pu, relay.SendOptions{Fault: faultmodes.Decision{Mode: faultmodes.ForwardThenDropResponse}}); err != nil || res.Job.State != acceptlog.StateUnknown {
-		t.Fatalf("dropped send: %s %v, want unknown", res.Job.State, err)
-	}
+	sw := e.unknownFastJob(ctx)
 	e.clock.Advance(time.Second)
 	if _, err := sw.RunOnce(ctx); err != nil {
 		t.Fatal(err)

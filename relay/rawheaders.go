@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"maps"
 	"net/mail"
 	"slices"
 	"unicode/utf8"
@@ -16,12 +17,7 @@ import (
 // one of these characters once decoded as UTF-8. Errors are CodeInvalid
 // *Error with field raw, naming the header.
 func checkRawHeaderValues(h mail.Header) error {
-	names := make([]string, 0, len(h))
-	for name := range h {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(h)) {
 		for _, v := range h[name] {
 			if r, bad := badRawRune(v); bad {
 				return Invalid("raw", "raw %s header holds the control or line-breaking character %U", fieldName(name), r)

@@ -59,6 +59,22 @@ func (e *env) prepare(key, text string) relay.Prepared {
 	return p
 }
 
+// inReview sends a billing message through a fault that accepts the
+// message and then answers 500, so the job ends in review (billing never
+// retries an unknown outcome); it returns the prepared message.
+func (e *env) inReview(ctx context.Context, key string) relay.Prepared {
+	e.t.Helper()
+	if _, err := e.emu.AddFault(gmailfake.Fault{Method: "send", Action: "accept-then-error", Status: 500}); err != nil {
+		e.t.Fatal(err)
+	}
+	p := e.prepare(key, "x")
+	p.Channel = "billing"
+	if _, err := e.svc.Send(ctx, p, relay.SendOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
 func (e *env) lines(id string) []acceptlog.Line { return e.te.Lines(id) }
 
 func count(lines []acceptlog.Line, k acceptlog.Kind) int { return testenv.Count(lines, k) }
@@ -363,14 +379,7 @@ func TestUnknownChannelIsInvalid(t *testing.T) {
 func TestEmulatorResolveReview(t *testing.T) {
 	e := newEnv(t, gmailfake.Options{})
 	ctx := context.Background()
-	if _, err := e.emu.AddFault(gmailfake.Fault{Method: "send", Action: "accept-then-error", Status: 500}); err != nil {
-		t.Fatal(err)
-	}
-	p := e.prepare("resolve-me", "x")
-	p.Channel = "billing"
-	if _, err := e.svc.Send(ctx, p, relay.SendOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	p := e.inReview(ctx, "resolve-me")
 	if _, err := e.svc.Resolve(ctx, p.MessageID, "frobnicate", "", "op"); relay.ErrorCode(err) != relay.CodeInvalid {
 		t.Errorf("bad action: %v, want invalid_argument", err)
 	}

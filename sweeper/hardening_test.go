@@ -81,10 +81,7 @@ func TestInjectedQueryNeverMarksAJobSent(t *testing.T) {
 	h.send(retryChannel) // one sent message for an injected query to match
 	inj := "<x@[}OR(in:sent)OR{in:x]>"
 	h.sendLegacy(inj, false)
-	for range 3 {
-		h.clock.Advance(grace)
-		h.sweep()
-	}
+	h.sweeps(3)
 	j := h.wantJob(inj, acceptlog.StateReview, 1, 0, 0)
 	if j.Effects != 0 {
 		t.Fatalf("never-sent job has %d effects", j.Effects)

@@ -144,20 +144,39 @@ func (h *harness) send(channel string) (string, relay.Result) {
 // real ambiguous send. It returns the Message-ID.
 func (h *harness) sendAmbiguous(channel string) string {
 	h.t.Helper()
-	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionAcceptThenError, Status: 500})
-	id, res := h.send(channel)
-	h.wantState(id, res.Job, acceptlog.StateUnknown)
-	return id
+	return h.sendUnknown(channel, gmailfake.ActionAcceptThenError)
 }
 
 // sendLost sends a message that Gmail answers 500 for without storing it:
 // unknown to the relay, really not sent.
 func (h *harness) sendLost(channel string) string {
 	h.t.Helper()
-	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionError, Status: 500})
+	return h.sendUnknown(channel, gmailfake.ActionError)
+}
+
+// sendUnknown sends a message through an emulator fault answering 500 with
+// action, checks that the job is unknown and returns its Message-ID.
+func (h *harness) sendUnknown(channel string, action string) string {
+	h.t.Helper()
+	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: action, Status: 500})
 	id, res := h.send(channel)
 	h.wantState(id, res.Job, acceptlog.StateUnknown)
 	return id
+}
+
+// wantDuplicateReview moves the clock on by grace and checks that the pass
+// finds job id twice in Sent (emulator: 2 messages) and sends it to review
+// with one review line, reason duplicate, after 1 attempt and effects
+// effect lines.
+func (h *harness) wantDuplicateReview(id string, effects int) {
+	h.t.Helper()
+	h.clock.Advance(grace)
+	wantResult(h.t, h.sweep(), sweeper.Result{Checked: 1, Duplicates: 1, Reviewed: 1})
+	h.wantJob(id, acceptlog.StateReview, 1, effects, 2)
+	reviews := h.lines(id, acceptlog.KindReview)
+	if len(reviews) != 1 || reviews[0].Reason != sweeper.ReasonDuplicate || reviews[0].SentHits != 2 {
+		h.t.Errorf("review lines %+v, want one with reason duplicate and 2 SENT hits", reviews)
+	}
 }
 
 func (h *harness) emulatorFault(f gmailfake.Fault) {
@@ -175,6 +194,27 @@ func (h *harness) sweep() sweeper.Result {
 		h.t.Fatalf("RunOnce: %v", err)
 	}
 	return r
+}
+
+// sweeps moves the clock on by grace and runs a pass, n times.
+func (h *harness) sweeps(n int) {
+	h.t.Helper()
+	for range n {
+		h.clock.Advance(grace)
+		h.sweep()
+	}
+}
+
+// wantDeliveries stops the test unless the emulator delivered the message
+// id exactly want times (why, when not empty, says what that means).
+func (h *harness) wantDeliveries(id string, want int, why string) {
+	h.t.Helper()
+	if d := h.srv.Deliveries(id); d != want {
+		if why != "" {
+			why = " (" + why + ")"
+		}
+		h.t.Fatalf("emulator result: %d deliveries of %s, want %d%s", d, id, want, why)
+	}
 }
 
 func (h *harness) job(id string) acceptlog.Job {

@@ -190,14 +190,9 @@ func TestMeasuredLagDelaysMisses(t *testing.T) {
 	if j := h.job(lost); j.Checks != 0 || !j.NextCheckAt.Equal(j.AmbiguousAt.Add(2*grace)) {
 		t.Fatalf("checks %d, next check %s: want no miss counted and a look at attempt + p99", j.Checks, j.NextCheckAt)
 	}
-	for range 4 {
-		h.clock.Advance(grace)
-		h.sweep()
-	}
+	h.sweeps(4)
 	h.wantJob(lost, acceptlog.StateSent, 2, 1, 1)
-	if d := h.srv.Deliveries(lost); d != 1 {
-		t.Fatalf("emulator result: %d deliveries, want 1", d)
-	}
+	h.wantDeliveries(lost, 1, "")
 }
 
 // The quota the witness rule costs: search units (lists and gets, of the

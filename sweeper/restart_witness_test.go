@@ -39,14 +39,9 @@ func TestWitnessSurvivesRestart(t *testing.T) {
 	}
 
 	h.restart()
-	for range 8 {
-		h.clock.Advance(grace)
-		h.sweep()
-	}
+	h.sweeps(8)
 	h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
-	if d := h.srv.Deliveries(id); d != 1 {
-		t.Fatalf("emulator result: %d deliveries, want 1 (not resent)", d)
-	}
+	h.wantDeliveries(id, 1, "not resent")
 	missing := 0
 	for _, l := range h.lines(id, acceptlog.KindSearch) {
 		if l.Witness == sweeper.WitnessMissing {

@@ -196,13 +196,7 @@ func TestDuplicateGoesToReview(t *testing.T) {
 		id := p.MessageID
 		h.wantState(id, res.Job, acceptlog.StateUnknown)
 
-		h.clock.Advance(grace)
-		wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Duplicates: 1, Reviewed: 1})
-		h.wantJob(id, acceptlog.StateReview, 1, 0, 2)
-		reviews := h.lines(id, acceptlog.KindReview)
-		if len(reviews) != 1 || reviews[0].Reason != sweeper.ReasonDuplicate || reviews[0].SentHits != 2 {
-			t.Errorf("review lines %+v, want one with reason duplicate and 2 SENT hits", reviews)
-		}
+		h.wantDuplicateReview(id, 0)
 		h.clock.Advance(24 * time.Hour)
 		wantResult(t, h.sweep(), sweeper.Result{})
 		if got := h.srv.Count(id); got != 2 {
@@ -216,13 +210,7 @@ func TestDuplicateGoesToReview(t *testing.T) {
 		h.wantState(id, res.Job, acceptlog.StateSent)
 
 		wantResult(t, h.sweep(), sweeper.Result{}) // the verify pass waits for grace too
-		h.clock.Advance(grace)
-		wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Duplicates: 1, Reviewed: 1})
-		h.wantJob(id, acceptlog.StateReview, 1, 1, 2)
-		reviews := h.lines(id, acceptlog.KindReview)
-		if len(reviews) != 1 || reviews[0].Reason != sweeper.ReasonDuplicate || reviews[0].SentHits != 2 {
-			t.Errorf("review lines %+v, want one with reason duplicate and 2 SENT hits", reviews)
-		}
+		h.wantDuplicateReview(id, 1)
 	})
 }
 

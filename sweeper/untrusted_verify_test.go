@@ -31,9 +31,7 @@ func TestUntrustedMailboxStillVerifiesSentJobs(t *testing.T) {
 	h.clock.Advance(grace)
 	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Duplicates: 1, Reviewed: 1})
 	h.wantJob(twice, acceptlog.StateReview, 1, 1, 2)
-	if d := h.srv.Deliveries(twice); d != 2 {
-		t.Fatalf("emulator result: %d deliveries, want 2 (the duplicate the review is about)", d)
-	}
+	h.wantDeliveries(twice, 2, "the duplicate the review is about")
 	if rl := h.lines(twice, acceptlog.KindReview); len(rl) != 1 || rl[0].Reason != sweeper.ReasonDuplicate {
 		t.Fatalf("review lines %+v, want one %q", rl, sweeper.ReasonDuplicate)
 	}
@@ -53,9 +51,7 @@ func TestRewrittenDuplicateGoesToReview(t *testing.T) {
 	h.clock.Advance(grace)
 	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Duplicates: 1, Reviewed: 1})
 	h.wantJob(id, acceptlog.StateReview, 1, 1, 0) // no copy carries the relay's id
-	if d := h.srv.Deliveries(id); d != 2 {
-		t.Fatalf("emulator result: %d deliveries, want 2", d)
-	}
+	h.wantDeliveries(id, 2, "")
 	if hl := h.lines(id, acceptlog.KindHandle); len(hl) != 1 || hl[0].Reason != sweeper.ReasonHandleRewritten {
 		t.Fatalf("handle lines %+v, want one %q", hl, sweeper.ReasonHandleRewritten)
 	}
@@ -76,7 +72,5 @@ func TestRewrittenSingleCopyStaysSent(t *testing.T) {
 	h.clock.Advance(grace)
 	wantResult(t, h.sweep(), sweeper.Result{Checked: 1})
 	h.wantJob(id, acceptlog.StateSent, 1, 1, 0)
-	if d := h.srv.Deliveries(id); d != 1 {
-		t.Fatalf("emulator result: %d deliveries, want 1", d)
-	}
+	h.wantDeliveries(id, 1, "")
 }

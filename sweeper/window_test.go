@@ -23,14 +23,9 @@ func TestRewrittenAmbiguousSendNotResent(t *testing.T) {
 	h.srv.SetRewrite(gmailfake.RewritePolicy{})
 	h.clock.Advance(10 * time.Second)
 	h.send(retryChannel) // the witness: later, confirmed, searchable
-	for range 4 {
-		h.clock.Advance(grace)
-		h.sweep()
-	}
+	h.sweeps(4)
 	h.wantJob(id, acceptlog.StateReview, 1, 0, 0)
-	if d := h.srv.Deliveries(id); d != 1 {
-		t.Fatalf("emulator result: %d deliveries, want 1 (not resent)", d)
-	}
+	h.wantDeliveries(id, 1, "not resent")
 	rl := h.lines(id, acceptlog.KindReview)
 	if len(rl) != 1 || rl[0].Reason != sweeper.ReasonHandleUntrusted || !strings.Contains(rl[0].Note, "Gmail made") {
 		t.Fatalf("review lines %+v, want one %q naming the Gmail-made id", rl, sweeper.ReasonHandleUntrusted)
@@ -49,12 +44,7 @@ func TestLostSendResentDespiteNeighbours(t *testing.T) {
 	h.send(retryChannel)
 	lost := h.sendLost(retryChannel)
 	h.send(retryChannel)
-	for range 4 {
-		h.clock.Advance(grace)
-		h.sweep()
-	}
+	h.sweeps(4)
 	h.wantJob(lost, acceptlog.StateSent, 2, 1, 1)
-	if d := h.srv.Deliveries(lost); d != 1 {
-		t.Fatalf("emulator result: %d deliveries, want 1", d)
-	}
+	h.wantDeliveries(lost, 1, "")
 }

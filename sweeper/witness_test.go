@@ -47,9 +47,7 @@ func TestSilentlyUnmatchedQueryNeverResends(t *testing.T) {
 	if got := reviewReason(h, lost); got != sweeper.ReasonIndexUnverifiable {
 		t.Fatalf("review reason %q, want %q", got, sweeper.ReasonIndexUnverifiable)
 	}
-	if d := h.srv.Deliveries(lost); d != 0 {
-		t.Fatalf("emulator result: %d deliveries of the lost job, want 0 (never resent)", d)
-	}
+	h.wantDeliveries(lost, 0, "never resent")
 	if waited := j.UpdatedAt.Sub(j.AmbiguousAt); waited < time.Hour || waited > time.Hour+2*grace {
 		t.Errorf("review after %s, want just after max_unwitnessed (1h)", waited)
 	}
@@ -77,10 +75,7 @@ func TestSilentlyUnmatchedQueryOldRuleResends(t *testing.T) {
 	cfg.DisableWitness = true
 	h.sw = sweeper.New(cfg)
 	id := h.sendAmbiguous(retryChannel) // Gmail has it
-	for range 3 {
-		h.clock.Advance(grace)
-		h.sweep()
-	}
+	h.sweeps(3)
 	if d := h.srv.Deliveries(id); d != 2 {
 		t.Fatalf("emulator result with the old rule: %d deliveries, want 2 (the resend this issue prevents)", d)
 	}
@@ -94,14 +89,9 @@ func TestWitnessFoundCountsTheMiss(t *testing.T) {
 	lost := h.sendLost(retryChannel)
 	h.clock.Advance(10 * time.Second)
 	h.send(retryChannel)
-	for range 3 {
-		h.clock.Advance(grace)
-		h.sweep()
-	}
+	h.sweeps(3)
 	h.wantJob(lost, acceptlog.StateSent, 2, 1, 1)
-	if d := h.srv.Deliveries(lost); d != 1 {
-		t.Fatalf("emulator result: %d deliveries, want 1", d)
-	}
+	h.wantDeliveries(lost, 1, "")
 	for _, l := range h.lines(lost, acceptlog.KindSearch) {
 		if l.Hits == 0 && l.Witness != sweeper.WitnessFound {
 			t.Errorf("search line %+v: want witness found", l)

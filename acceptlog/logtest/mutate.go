@@ -13,6 +13,21 @@ import (
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 )
 
+// AtOnce runs fn in n goroutines released together and returns when all
+// have returned; goroutine i gets i and the Message-ID "<ii@x>" (two digits).
+func AtOnce(n int, fn func(i int, id string)) {
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			fn(i, fmt.Sprintf("<%02d@x>", i))
+		})
+	}
+	close(start)
+	wg.Wait()
+}
+
 // Create writes a new job in state s with a received line carrying s.
 func Create(t *testing.T, l acceptlog.Store, id, channel string, s acceptlog.State) acceptlog.Job {
 	t.Helper()
@@ -272,23 +287,16 @@ func testMutateConcurrentSameIDSerialises(t *testing.T, be Backend) {
 	Create(t, l, id, "default", acceptlog.StateForwarding)
 	commitsBefore := l.Commits()
 
-	start := make(chan struct{})
 	errs := make(chan error, n)
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() {
-			<-start
-			_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-				cur.Attempts++
-				return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{{
-					Kind: acceptlog.KindForwarding, Attempt: cur.Attempts, State: acceptlog.StateForwarding,
-				}}}, nil
-			})
-			errs <- err
+	AtOnce(n, func(int, string) {
+		_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+			cur.Attempts++
+			return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{{
+				Kind: acceptlog.KindForwarding, Attempt: cur.Attempts, State: acceptlog.StateForwarding,
+			}}}, nil
 		})
-	}
-	close(start)
-	wg.Wait()
+		errs <- err
+	})
 	close(errs)
 	for err := range errs {
 		if err != nil {
@@ -320,25 +328,17 @@ func testMutateConcurrentDifferentIDsAllLand(t *testing.T, be Backend) {
 	ctx := context.Background()
 	l := be.open(t)
 	const n = 50
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			id := fmt.Sprintf("<%02d@x>", i)
-			_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-				return acceptlog.Change{
-					Job:   &acceptlog.Job{MessageID: id, Channel: "default", State: acceptlog.StateForwarding},
-					Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, State: acceptlog.StateForwarding}},
-				}, nil
-			})
-			if err != nil {
-				t.Errorf("Mutate %s: %v", id, err)
-			}
+	AtOnce(n, func(_ int, id string) {
+		_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+			return acceptlog.Change{
+				Job:   &acceptlog.Job{MessageID: id, Channel: "default", State: acceptlog.StateForwarding},
+				Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, State: acceptlog.StateForwarding}},
+			}, nil
 		})
-	}
-	close(start)
-	wg.Wait()
+		if err != nil {
+			t.Errorf("Mutate %s: %v", id, err)
+		}
+	})
 	jobs, err := l.ByState(ctx, acceptlog.StateForwarding, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,30 +20,19 @@ import (
 // opened and checked. Exit 2 for bad flags, 1 when the copy failed or does
 // not pass the log's check.
 func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("gmailrelay backup", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("backup", stderr, "gmailrelay backup (--url URL [--token ADMIN] | --data FILE) --to OUT",
+		"Saves a consistent copy of the acceptance log and checks it. PostgreSQL logs are",
+		"backed up with PostgreSQL's own tools (pg_dump, base backups).")
 	from := fs.String("url", "", "base URL of a running relay (e.g. http://127.0.0.1:8080)")
 	token := fs.String("token", os.Getenv("GMAILRELAY_ADMIN_TOKEN"), "the relay's admin token (default: $GMAILRELAY_ADMIN_TOKEN)")
 	data := fs.String("data", "", "a bbolt log file no relay has open")
 	to := fs.String("to", "", "where to write the copy (must not exist)")
 	timeout := fs.Duration("timeout", time.Hour, "give up on a --url backup after this long")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gmailrelay backup (--url URL [--token ADMIN] | --data FILE) --to OUT")
-		fmt.Fprintln(stderr, "\nSaves a consistent copy of the acceptance log and checks it. PostgreSQL logs are")
-		fmt.Fprintln(stderr, "backed up with PostgreSQL's own tools (pg_dump, base backups).")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
-	}
-	fail := func(code int, format string, a ...any) int {
-		fmt.Fprintf(stderr, "gmailrelay backup: "+format+"\n", a...)
+	fail := failer(stderr, "backup")
+	if code, ok := parseNoArgs(fs, args, fail); !ok {
 		return code
 	}
 	switch {
-	case fs.NArg() > 0:
-		return fail(2, "unexpected argument %q", fs.Arg(0))
 	case *to == "":
 		return fail(2, "--to is required")
 	case (*from == "") == (*data == ""):
@@ -130,31 +118,21 @@ func checkCopy(ctx context.Context, path string) (string, error) {
 // runCompact writes a compacted copy of a log no relay has open, with
 // bbolt's own compaction, giving back the space pruned jobs left.
 func runCompact(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("gmailrelay compact", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("compact", stderr, "gmailrelay compact --data FILE --to OUT",
+		"Writes a compacted copy of a stopped relay's log; move it into place while the relay is stopped.")
 	data := fs.String("data", "", "a bbolt log file no relay has open")
 	to := fs.String("to", "", "where to write the compacted copy (must not exist)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gmailrelay compact --data FILE --to OUT")
-		fmt.Fprintln(stderr, "\nWrites a compacted copy of a stopped relay's log; move it into place while the relay is stopped.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
-	if code, ok := parseFlags(fs, args); !ok {
+	fail := failer(stderr, "compact")
+	if code, ok := parseNoArgs(fs, args, fail); !ok {
 		return code
 	}
 	switch {
-	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "gmailrelay compact: unexpected argument %q\n", fs.Arg(0))
-		return 2
 	case *data == "" || *to == "":
-		fmt.Fprintln(stderr, "gmailrelay compact: --data and --to are required")
-		return 2
+		return fail(2, "--data and --to are required")
 	}
 	before, after, err := acceptlog.Compact(*data, *to)
 	if err != nil {
-		fmt.Fprintf(stderr, "gmailrelay compact: %v\n", err)
-		return 1
+		return fail(1, "%v", err)
 	}
 	fmt.Fprintf(stdout, "compact: %s %d bytes → %s %d bytes\n", *data, before, *to, after)
 	return 0

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,8 +15,7 @@ import (
 // exit 0 and a one-line summary when every invariant holds, 1 naming each
 // violation, 2 for bad flags or a file that cannot be opened.
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("check", stderr, "")
 	data := fs.String("data", "", "the acceptance log file to check (the relay must not be running on it)")
 	database := fs.String("database", "", "or: the postgres://… URL of a log in PostgreSQL (relays may go on running)")
 	if code, ok := parseFlags(fs, args); !ok {

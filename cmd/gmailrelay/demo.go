@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -47,8 +46,7 @@ type demo struct {
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("gmailrelay demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("demo", stderr, "")
 	verbose := fs.Bool("v", false, "show the relay's logs")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -18,8 +17,8 @@ import (
 // runFakeGmail runs the Gmail emulator alone until ctx is done. Bad flags
 // exit 2; a listen or serve error exits 1; a clean shutdown exits 0.
 func runFakeGmail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("gmailrelay fakegmail", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("fakegmail", stderr, "gmailrelay fakegmail [flags]",
+		"Runs the Gmail API emulator. Results against it are emulator results, not a Gmail guarantee.")
 	addr := fs.String("addr", "127.0.0.1:8089", "address to listen on (port 0 picks a free port)")
 	indexLag := fs.String("index-lag", "0", "how long before a sent message is searchable: 0, a duration (30s) or a distribution p50=2s,p99=2m,max=20m drawn per message (get by id works at once)")
 	indexOrder := fs.String("index-order", "fifo", "fifo: never searchable before an earlier send of the account; random: each message on its own draw")
@@ -36,18 +35,9 @@ func runFakeGmail(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var accounts, tokens listFlag
 	fs.Var(&accounts, "account", "a mailbox address the emulator serves (repeatable; the first is the primary; default "+gmailfake.DefaultAccount+")")
 	fs.Var(&tokens, "token", "TOKEN=ADDRESS: a bearer token for an account (repeatable; TOKEN alone is the primary account's; none: no auth)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gmailrelay fakegmail [flags]")
-		fmt.Fprintln(stderr, "\nRuns the Gmail API emulator. Results against it are emulator results, not a Gmail guarantee.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
-	if code, ok := parseFlags(fs, bareRewriteFlag(args)); !ok {
+	bad := failer(stderr, "fakegmail")
+	if code, ok := parseNoArgs(fs, bareRewriteFlag(args), bad); !ok {
 		return code
-	}
-	bad := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "gmailrelay fakegmail: "+format+"\n", a...)
-		return 2
 	}
 	opts := gmailfake.Options{
 		SentDedupe:      *sentDedupe,
@@ -62,28 +52,26 @@ func runFakeGmail(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	var err error
 	switch {
-	case fs.NArg() > 0:
-		return bad("unexpected argument %q", fs.Arg(0))
 	case *latency < 0:
-		return bad("--latency must not be negative, got %s", *latency)
+		return bad(2, "--latency must not be negative, got %s", *latency)
 	case *quota <= 0:
-		return bad("--quota-per-minute must be positive, got %d", *quota)
+		return bad(2, "--quota-per-minute must be positive, got %d", *quota)
 	case *rateStatus != http.StatusTooManyRequests && *rateStatus != http.StatusForbidden:
-		return bad("--rate-limit-status must be 429 or 403, got %d", *rateStatus)
+		return bad(2, "--rate-limit-status must be 429 or 403, got %d", *rateStatus)
 	case *daily < 0:
-		return bad("--daily-send-limit must not be negative, got %d", *daily)
+		return bad(2, "--daily-send-limit must not be negative, got %d", *daily)
 	}
 	if opts.IndexLag, opts.IndexLagDistribution, err = gmailfake.ParseIndexLag(*indexLag); err != nil {
-		return bad("--index-lag: %v", err)
+		return bad(2, "--index-lag: %v", err)
 	}
 	if opts.IndexOrder, err = gmailfake.ParseIndexOrder(*indexOrder); err != nil {
-		return bad("--index-order: %v", err)
+		return bad(2, "--index-order: %v", err)
 	}
 	if opts.Rewrite, err = gmailfake.ParseRewritePolicy(*rewrite); err != nil {
-		return bad("--rewrite-message-id: %v", err)
+		return bad(2, "--rewrite-message-id: %v", err)
 	}
 	if opts.Costs, err = gmailfake.ParseCosts(*cost); err != nil {
-		return bad("--cost: %v", err)
+		return bad(2, "--cost: %v", err)
 	}
 	if len(accounts) == 0 {
 		accounts = listFlag{gmailfake.DefaultAccount}
@@ -91,18 +79,18 @@ func runFakeGmail(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	for _, a := range accounts {
 		if p, err := mail.ParseAddress(a); err != nil || p.Address != a {
-			return bad("--account must be a bare email address, got %q", a)
+			return bad(2, "--account must be a bare email address, got %q", a)
 		}
 	}
 	for _, tv := range tokens {
 		tok, address, hasAddr := strings.Cut(tv, "=")
 		switch {
 		case tok == "":
-			return bad("--token must be TOKEN=ADDRESS (or TOKEN alone), got %q", tv)
+			return bad(2, "--token must be TOKEN=ADDRESS (or TOKEN alone), got %q", tv)
 		case !hasAddr:
 			address = accounts[0]
 		case !slices.ContainsFunc(accounts, func(a string) bool { return strings.EqualFold(a, address) }):
-			return bad("--token %s: %q is not an --account", tok, address)
+			return bad(2, "--token %s: %q is not an --account", tok, address)
 		}
 		if opts.Tokens == nil {
 			opts.Tokens = map[string]string{}

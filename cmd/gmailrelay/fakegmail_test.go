@@ -40,13 +40,7 @@ func TestFakeGmailBadFlags(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			if got := runFakeGmail(context.Background(), tc.args, &stdout, &stderr); got != 2 {
-				t.Errorf("exit code: got %d, want 2", got)
-			}
-			if !strings.Contains(stderr.String(), tc.want) {
-				t.Errorf("stderr %q does not name %q", stderr.String(), tc.want)
-			}
+			wantExit2(t, runFakeGmail, tc.args, tc.want)
 		})
 	}
 }

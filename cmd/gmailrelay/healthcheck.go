@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,8 +11,7 @@ import (
 // runHealthcheck asks a running relay's /healthz, for container
 // HEALTHCHECKs in images without curl or wget. Exit 0 when it answers 200.
 func runHealthcheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("gmailrelay healthcheck", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("healthcheck", stderr, "")
 	url := fs.String("url", "http://127.0.0.1:8080/healthz", "health endpoint to ask")
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for an answer")
 	if code, ok := parseFlags(fs, args); !ok {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -67,6 +68,46 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.help)
 	}
 	fmt.Fprintln(w, "\nRun 'gmailrelay <command> -h' for a command's flags.")
+}
+
+// newFlagSet is subcommand name's flag set (errors and -h go to stderr).
+// With a usage line, -h prints "usage: " and it, then the about lines after
+// a blank line, a blank line and the flags.
+func newFlagSet(name string, stderr io.Writer, usage string, about ...string) *flag.FlagSet {
+	fs := flag.NewFlagSet("gmailrelay "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if usage != "" {
+		fs.Usage = func() {
+			fmt.Fprintln(stderr, "usage: "+usage)
+			if len(about) > 0 {
+				fmt.Fprintln(stderr, "\n"+strings.Join(about, "\n"))
+			}
+			fmt.Fprintln(stderr)
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+// failer returns subcommand name's way out: it writes "gmailrelay name: "
+// and the message to stderr and returns the exit code it is given.
+func failer(stderr io.Writer, name string) func(code int, format string, a ...any) int {
+	return func(code int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "gmailrelay "+name+": "+format+"\n", a...)
+		return code
+	}
+}
+
+// parseNoArgs is parseFlags for a subcommand that takes flags only: an
+// argument left after them exits 2 through fail, naming it.
+func parseNoArgs(fs *flag.FlagSet, args []string, fail func(code int, format string, a ...any) int) (code int, ok bool) {
+	if code, ok := parseFlags(fs, args); !ok {
+		return code, false
+	}
+	if fs.NArg() > 0 {
+		return fail(2, "unexpected argument %q", fs.Arg(0)), false
+	}
+	return 0, true
 }
 
 // parseFlags parses a subcommand's flags. When it returns ok false, the

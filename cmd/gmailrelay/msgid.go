@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -22,34 +21,22 @@ func runMsgID(_ context.Context, args []string, stdout, stderr io.Writer) int {
 
 // msgID is runMsgID with the environment passed in.
 func msgID(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("gmailrelay msgid", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("msgid", stderr, "gmailrelay msgid (--key KEY | --customer-id ID --event-type TYPE --order-id ID) --domain DOMAIN",
+		"Prints <job-hex(sha256(key))[:32]@domain>, the Message-ID the relay gives the job.")
 	key := fs.String("key", "", "the job key (or give --customer-id, --event-type and --order-id)")
 	customerID := fs.String("customer-id", "", "the job's customer id")
 	eventType := fs.String("event-type", "", "the job's event type")
 	orderID := fs.String("order-id", "", "the job's order id")
 	domain := fs.String("domain", getenv(msgidDomainEnv), "the Message-ID domain (default: $"+msgidDomainEnv+")")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gmailrelay msgid (--key KEY | --customer-id ID --event-type TYPE --order-id ID) --domain DOMAIN")
-		fmt.Fprintln(stderr, "\nPrints <job-hex(sha256(key))[:32]@domain>, the Message-ID the relay gives the job.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
-	if code, ok := parseFlags(fs, args); !ok {
+	fail := failer(stderr, "msgid")
+	if code, ok := parseNoArgs(fs, args, fail); !ok {
 		return code
-	}
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "gmailrelay msgid: "+format+"\n", a...)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		return fail("unexpected argument %q", fs.Arg(0))
 	}
 	jobGiven := *customerID != "" || *eventType != "" || *orderID != ""
 	var k string
 	switch {
 	case *key != "" && jobGiven:
-		return fail("give --key or --customer-id/--event-type/--order-id, not both")
+		return fail(2, "give --key or --customer-id/--event-type/--order-id, not both")
 	case *key != "":
 		k = *key
 	case jobGiven:
@@ -57,22 +44,22 @@ func msgID(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 		if k, err = relay.JobKey(*customerID, *eventType, *orderID); err != nil {
 			var e *relay.Error
 			if errors.As(err, &e) {
-				return fail("--%s is required", flagOf(e.Field))
+				return fail(2, "--%s is required", flagOf(e.Field))
 			}
-			return fail("%v", err)
+			return fail(2, "%v", err)
 		}
 	default:
-		return fail("--key (or --customer-id, --event-type and --order-id) is required")
+		return fail(2, "--key (or --customer-id, --event-type and --order-id) is required")
 	}
 	if *domain == "" {
-		return fail("--domain is required (or set %s)", msgidDomainEnv)
+		return fail(2, "--domain is required (or set %s)", msgidDomainEnv)
 	}
 	if err := relay.ValidDomain(*domain); err != nil {
 		var e *relay.Error
 		if errors.As(err, &e) {
-			return fail("--domain: %s", e.Message)
+			return fail(2, "--domain: %s", e.Message)
 		}
-		return fail("--domain: %v", err)
+		return fail(2, "--domain: %v", err)
 	}
 	fmt.Fprintln(stdout, relay.MessageID(k, *domain))
 	return 0

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -52,8 +51,7 @@ type selftestReport struct {
 }
 
 func runSelftest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("gmailrelay selftest", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("selftest", stderr, "")
 	live := fs.Bool("live", false, "run against a real mailbox (needs --to and credentials), not the embedded emulator")
 	to := fs.String("to", "", "the mailbox's OWN address: the only recipient the self-test ever sends to")
 	creds := fs.String("credentials", "", "Google credentials JSON (default: the token `gmailrelay auth` stored)")

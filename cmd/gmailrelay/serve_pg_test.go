@@ -31,33 +31,8 @@ func testDatabase(t *testing.T) (dbURL, schema string) {
 func TestServeThreeReplicasOnePostgresOneDelivery(t *testing.T) {
 	dbURL, schema := testDatabase(t)
 	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{})
-	relays := make([]*relayServer, 3)
+	relays := startReplicas(t, 3, dbURL, emuURL)
 	var wg sync.WaitGroup
-	for i := range relays {
-		wg.Go(func() {
-			c, err := parseServeFlags([]string{"--addr", "127.0.0.1:0", "--database", dbURL, "--gmail-endpoint", emuURL,
-				"--api-token", "api-token-0123456789", "--admin-token", "admin-token-0123456789"}, env(nil), io.Discard)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			rs, err := startRelay(context.Background(), c, newLogger(io.Discard, "json", "info"))
-			if err != nil {
-				t.Errorf("replica %d: %v", i, err)
-				return
-			}
-			relays[i] = rs
-		})
-	}
-	wg.Wait()
-	for _, rs := range relays {
-		if rs != nil {
-			defer rs.close(context.Background())
-		}
-	}
-	if t.Failed() {
-		t.FailNow()
-	}
 
 	const n = 50
 	body := `{"key":"cus_9:order.paid:ord_9","to":"a@example.org","subject":"paid","body":"thanks"}`

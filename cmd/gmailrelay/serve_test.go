@@ -61,13 +61,7 @@ func TestServeBadConfigurationExits2(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var out, errb bytes.Buffer
-			if code := runServe(context.Background(), tt.args, &out, &errb); code != 2 {
-				t.Errorf("exit %d, want 2", code)
-			}
-			if !strings.Contains(errb.String(), tt.want) {
-				t.Errorf("message %q does not name %q", errb.String(), tt.want)
-			}
+			wantExit2(t, runServe, tt.args, tt.want)
 		})
 	}
 }
