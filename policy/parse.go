@@ -262,34 +262,18 @@ func channel(ch entry) (Channel, error) {
 			}
 			c.OnUnknown = OnUnknown(s)
 		case "grace":
-			s, err := str(e.value, e.path)
+			d, err := positiveDuration(e, "90s or 3m")
 			if err != nil {
 				return c, err
 			}
-			d, err := time.ParseDuration(s)
-			if err != nil {
-				return c, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("not a Go duration such as 90s or 3m: %q", s)}
-			}
-			if d <= 0 {
-				return c, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("must be positive, got %s", s)}
-			}
 			if d < MinGrace {
-				return c, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("must be at least %s (Gmail's index needs time), got %s", MinGrace, s)}
+				return c, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("must be at least %s (Gmail's index needs time), got %s", MinGrace, e.value.Value)}
 			}
 			c.Grace = d
 		case "max_unwitnessed":
-			s, err := str(e.value, e.path)
-			if err != nil {
+			if c.MaxUnwitnessed, err = positiveDuration(e, "30m or 1h"); err != nil {
 				return c, err
 			}
-			d, err := time.ParseDuration(s)
-			if err != nil {
-				return c, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("not a Go duration such as 30m or 1h: %q", s)}
-			}
-			if d <= 0 {
-				return c, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("must be positive, got %s", s)}
-			}
-			c.MaxUnwitnessed = d
 		case "checks":
 			if c.Checks, err = atLeastOne(e); err != nil {
 				return c, err
@@ -306,6 +290,23 @@ func channel(ch entry) (Channel, error) {
 		return c, &FieldError{Field: ch.path + ".on_unknown", Line: line(resolve(ch.value)), Message: "required: retry or review"}
 	}
 	return c, nil
+}
+
+// positiveDuration reads a Go duration above zero; examples go in the
+// message of a value that is not one.
+func positiveDuration(e entry, examples string) (time.Duration, error) {
+	s, err := str(e.value, e.path)
+	if err != nil {
+		return 0, err
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("not a Go duration such as %s: %q", examples, s)}
+	}
+	if d <= 0 {
+		return 0, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("must be positive, got %s", s)}
+	}
+	return d, nil
 }
 
 // atLeastOne reads a whole number of at least 1.

@@ -168,24 +168,18 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 			return nil, fmt.Errorf("relay: mailbox %s has no Provider", m.name)
 		}
 	}
+	recover, what := s.recover, "recovered jobs left in forwarding by a crash"
 	if acceptlog.IsShared(s.log) {
 		// Other replicas' attempts in flight are theirs until their lease
 		// runs out; the sweeper takes over expired ones (RecoverExpired).
-		n, err := s.RecoverExpired(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("recover: %w", err)
-		}
-		if n > 0 {
-			s.logger.Warn().Int("jobs", n).Msg("jobs left in forwarding past their lease: now unknown, the sweeper will resolve them")
-		}
-		return s, nil
+		recover, what = s.RecoverExpired, "jobs left in forwarding past their lease"
 	}
-	n, err := s.recover(ctx)
+	n, err := recover(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("recover: %w", err)
 	}
 	if n > 0 {
-		s.logger.Warn().Int("jobs", n).Msg("recovered jobs left in forwarding by a crash: now unknown, the sweeper will resolve them")
+		s.logger.Warn().Int("jobs", n).Msg(what + ": now unknown, the sweeper will resolve them")
 	}
 	return s, nil
 }
