@@ -11,9 +11,9 @@ import (
 
 // Bucket names. Every key layout is described next to its bucket.
 var (
-	// message id → JSON Job.
+	// message id → Job record (codec.go).
 	bucketJobs = []byte("jobs")
-	// big-endian seq → JSON Line.
+	// big-endian seq → Line record (codec.go).
 	bucketLines = []byte("lines")
 	// message id + 0x00 + big-endian seq → nothing.
 	bucketJobLines = []byte("joblines")

@@ -366,11 +366,7 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 			return Job{}, nil, nil, fmt.Errorf("next line seq: %w", err)
 		}
 		ln.Seq = seq
-		v, err := json.Marshal(ln)
-		if err != nil {
-			return Job{}, nil, nil, fmt.Errorf("encode line: %w", err)
-		}
-		if err := lb.Put(seqKey(seq), v); err != nil {
+		if err := lb.Put(seqKey(seq), encodeLine(ln)); err != nil {
 			return Job{}, nil, nil, fmt.Errorf("put line %d: %w", seq, err)
 		}
 		if err := jlb.Put(jobLineKey(id, seq), nil); err != nil {
@@ -539,11 +535,7 @@ func putJob(tx *bolt.Tx, cur, j *Job, counts map[string]int64) error {
 	for _, k := range jobCounters(j) {
 		counts[k]++
 	}
-	v, err := json.Marshal(j)
-	if err != nil {
-		return fmt.Errorf("encode job %s: %w", j.MessageID, err)
-	}
-	if err := tx.Bucket(bucketJobs).Put([]byte(j.MessageID), v); err != nil {
+	if err := tx.Bucket(bucketJobs).Put([]byte(j.MessageID), encodeJob(j)); err != nil {
 		return fmt.Errorf("put job %s: %w", j.MessageID, err)
 	}
 	return nil
@@ -598,7 +590,7 @@ func getJob(tx *bolt.Tx, id string) (*Job, error) {
 		return nil, ErrNotFound
 	}
 	var j Job
-	if err := json.Unmarshal(v, &j); err != nil {
+	if err := decodeJob(v, &j); err != nil {
 		return nil, fmt.Errorf("decode job %s: %w", id, err)
 	}
 	return &j, nil
