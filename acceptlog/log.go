@@ -209,30 +209,40 @@ func (l *Log) Mutate(ctx context.Context, messageID string, fn func(cur *Job) (C
 	if l.closed.Load() {
 		return Job{}, nil, fmt.Errorf("mutate %s: %w", messageID, ErrClosed)
 	}
-	var (
-		job   Job
-		lines []Line
-		fnErr error
-	)
-	txFn := func(tx *bolt.Tx) error {
-		// Reset: a batch retry runs this again, and only the last run is
-		// the one that commits.
-		job, lines, fnErr = Job{}, nil, nil
-		if l.lastTx != tx {
-			l.lastTx = tx
-			tx.OnCommit(func() { l.commits.Add(1) })
-		}
-		var err error
-		job, lines, fnErr, err = l.apply(tx, messageID, fn)
-		return err
-	}
-	if err := l.commit(txFn); err != nil {
+	m := &mutation{l: l, id: messageID, fn: fn}
+	if err := l.commit(m.run); err != nil {
 		return Job{}, nil, l.wrapErr("mutate "+messageID, err)
 	}
-	if fnErr != nil {
-		return Job{}, nil, fnErr
+	if m.fnErr != nil {
+		return Job{}, nil, m.fnErr
 	}
-	return job, lines, nil
+	return m.job, m.lines, nil
+}
+
+// mutation is one Mutate's run inside a write transaction and what it
+// produced: one allocation for what would otherwise be four captured
+// variables.
+type mutation struct {
+	l     *Log
+	id    string
+	fn    func(cur *Job) (Change, error)
+	job   Job
+	lines []Line
+	fnErr error
+}
+
+func (m *mutation) run(tx *bolt.Tx) error {
+	// Reset: a batch retry runs this again, and only the last run is the
+	// one that commits.
+	l := m.l
+	m.job, m.lines, m.fnErr = Job{}, nil, nil
+	if l.lastTx != tx {
+		l.lastTx = tx
+		tx.OnCommit(func() { l.commits.Add(1) })
+	}
+	var err error
+	m.job, m.lines, m.fnErr, err = l.apply(tx, m.id, m.fn)
+	return err
 }
 
 // commit runs txFn in a group commit: the first Mutate to arrive when no
@@ -247,13 +257,14 @@ func (l *Log) commit(txFn func(*bolt.Tx) error) error {
 	if l.alwaysBatch {
 		return l.db.Batch(txFn)
 	}
-	w := &waiter{fn: txFn, wake: make(chan []*waiter, 1)}
+	w := &waiter{fn: txFn, wake: make(chan struct{}, 1)}
 	l.group.mu.Lock()
 	l.group.queue = append(l.group.queue, w)
 	if l.group.leading {
 		l.group.mu.Unlock()
-		if batch := <-w.wake; batch != nil {
-			return l.lead(batch, w)
+		<-w.wake
+		if w.next != nil {
+			return l.lead(w.next, w)
 		}
 		return w.err
 	}
@@ -271,12 +282,14 @@ type groupCommit struct {
 	leading bool
 }
 
-// waiter is one queued Mutate. wake receives nil when its group has been
-// committed (err says how), or the next group when it is to lead it.
+// waiter is one queued Mutate. wake is signalled when its group has been
+// committed (err says how) or, with next set, when it is to lead the next
+// group.
 type waiter struct {
 	fn   func(*bolt.Tx) error
 	err  error
-	wake chan []*waiter
+	next []*waiter
+	wake chan struct{}
 }
 
 // lead commits batch (which holds self), wakes its members and hands the
@@ -330,11 +343,12 @@ func (l *Log) handOver(batch []*waiter, self *waiter) {
 	l.group.mu.Unlock()
 	for _, w := range batch {
 		if w != self {
-			w.wake <- nil
+			w.wake <- struct{}{}
 		}
 	}
 	if len(next) > 0 {
-		next[0].wake <- next
+		next[0].next = next
+		next[0].wake <- struct{}{}
 	}
 }
 
