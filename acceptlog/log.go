@@ -366,7 +366,17 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 		return Job{}, nil, err, nil
 	}
 
-	counts := map[string]int64{}
+	// A group commit's Mutates add their counter deltas into the group's
+	// map (written once by counted); a lone transaction (bbolt's Batch)
+	// writes its own.
+	grouped := l.countsTx == tx
+	counts := l.counts
+	if !grouped || counts == nil {
+		counts = map[string]int64{}
+		if grouped {
+			l.counts = counts
+		}
+	}
 	if p.Job != nil {
 		if err := putJob(tx, cur, p.Job, counts); err != nil {
 			return Job{}, nil, nil, err
@@ -411,8 +421,10 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 			return Job{}, nil, nil, fmt.Errorf("put mailbox %s: %w", mb.Name, err)
 		}
 	}
-	if err := l.addCounts(tx, counts); err != nil {
-		return Job{}, nil, nil, err
+	if !grouped {
+		if err := addCounts(tx.Bucket(bucketCounters), counts); err != nil {
+			return Job{}, nil, nil, err
+		}
 	}
 	return p.Result, p.Lines, nil, nil
 }
@@ -426,23 +438,6 @@ func (l *Log) counted(tx *bolt.Tx, run func() error) error {
 		return err
 	}
 	return addCounts(tx.Bucket(bucketCounters), l.counts)
-}
-
-// addCounts adds a Mutate's counter deltas to its group's (written by
-// counted before the commit), or writes them at once in a
-// transaction that is not a group commit's (bbolt's Batch).
-func (l *Log) addCounts(tx *bolt.Tx, deltas map[string]int64) error {
-	if l.countsTx != tx {
-		return addCounts(tx.Bucket(bucketCounters), deltas)
-	}
-	if l.counts == nil {
-		l.counts = deltas // apply's own map: nothing else holds it
-		return nil
-	}
-	for k, d := range deltas {
-		l.counts[k] += d
-	}
-	return nil
 }
 
 // validateChange checks ch against the log's invariants before anything is
