@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -76,7 +75,7 @@ func check(tx *bolt.Tx, v *violations) error {
 
 	err := tx.Bucket(bucketLines).ForEach(func(k, val []byte) error {
 		var ln Line
-		if err := json.Unmarshal(val, &ln); err != nil {
+		if err := decodeLine(val, &ln); err != nil {
 			v.add("line %x: undecodable: %v", k, err)
 			return nil
 		}
@@ -97,7 +96,7 @@ func check(tx *bolt.Tx, v *violations) error {
 	err = tx.Bucket(bucketJobs).ForEach(func(k, val []byte) error {
 		id := string(k)
 		var j Job
-		if err := json.Unmarshal(val, &j); err != nil {
+		if err := decodeJob(val, &j); err != nil {
 			v.add("job %s: undecodable: %v", id, err)
 			return nil
 		}

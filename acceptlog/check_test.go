@@ -204,11 +204,11 @@ func TestCheckDetectsCorruption(t *testing.T) {
 func rewriteJob(tx *bolt.Tx, id string, edit func(*acceptlog.Job)) error {
 	b := tx.Bucket([]byte("jobs"))
 	var j acceptlog.Job
-	if err := json.Unmarshal(b.Get([]byte(id)), &j); err != nil {
+	if err := acceptlog.DecodeJob(b.Get([]byte(id)), &j); err != nil {
 		return err
 	}
 	edit(&j)
-	v, err := json.Marshal(&j)
+	v, err := json.Marshal(&j) // written back in the old JSON form, which the log still reads
 	if err != nil {
 		return err
 	}

@@ -9,3 +9,7 @@ func SetBatching(l *Log, alwaysBatch bool, delay time.Duration) {
 	l.alwaysBatch = alwaysBatch
 	l.db.MaxBatchDelay = delay
 }
+
+// DecodeJob reads a stored job record (binary or, from an older log, JSON),
+// for tests that edit records behind the log's back.
+var DecodeJob = decodeJob

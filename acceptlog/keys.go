@@ -11,9 +11,9 @@ import (
 
 // Bucket names. Every key layout is described next to its bucket.
 var (
-	// message id → JSON Job.
+	// message id → Job record (codec.go).
 	bucketJobs = []byte("jobs")
-	// big-endian seq → JSON Line.
+	// big-endian seq → Line record (codec.go).
 	bucketLines = []byte("lines")
 	// message id + 0x00 + big-endian seq → nothing.
 	bucketJobLines = []byte("joblines")
@@ -152,11 +152,37 @@ const (
 	prefixReason  = "reason\x00"
 )
 
-func counterKeyState(s State) string { return prefixState + string(s) }
+// The counter keys of the known states and kinds, built once: a Mutate
+// counts several, and building each anew was an allocation.
+var (
+	stateCounterKeys = map[State]string{}
+	kindCounterKeys  = map[Kind]string{}
+)
+
+func init() {
+	for _, s := range States {
+		stateCounterKeys[s] = prefixState + string(s)
+	}
+	for k := range knownKinds {
+		kindCounterKeys[k] = prefixKind + string(k)
+	}
+}
+
+func counterKeyState(s State) string {
+	if k, ok := stateCounterKeys[s]; ok {
+		return k
+	}
+	return prefixState + string(s)
+}
 func counterKeyChannel(ch string, s State) string {
 	return prefixChannel + string(s) + "\x00" + ch
 }
-func counterKeyKind(k Kind) string { return prefixKind + string(k) }
+func counterKeyKind(k Kind) string {
+	if key, ok := kindCounterKeys[k]; ok {
+		return key
+	}
+	return prefixKind + string(k)
+}
 func counterKeyReason(k Kind, reason string) string {
 	return prefixReason + string(k) + "\x00" + reason
 }

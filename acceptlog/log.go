@@ -209,30 +209,40 @@ func (l *Log) Mutate(ctx context.Context, messageID string, fn func(cur *Job) (C
 	if l.closed.Load() {
 		return Job{}, nil, fmt.Errorf("mutate %s: %w", messageID, ErrClosed)
 	}
-	var (
-		job   Job
-		lines []Line
-		fnErr error
-	)
-	txFn := func(tx *bolt.Tx) error {
-		// Reset: a batch retry runs this again, and only the last run is
-		// the one that commits.
-		job, lines, fnErr = Job{}, nil, nil
-		if l.lastTx != tx {
-			l.lastTx = tx
-			tx.OnCommit(func() { l.commits.Add(1) })
-		}
-		var err error
-		job, lines, fnErr, err = l.apply(tx, messageID, fn)
-		return err
-	}
-	if err := l.commit(txFn); err != nil {
+	m := &mutation{l: l, id: messageID, fn: fn}
+	if err := l.commit(m.run); err != nil {
 		return Job{}, nil, l.wrapErr("mutate "+messageID, err)
 	}
-	if fnErr != nil {
-		return Job{}, nil, fnErr
+	if m.fnErr != nil {
+		return Job{}, nil, m.fnErr
 	}
-	return job, lines, nil
+	return m.job, m.lines, nil
+}
+
+// mutation is one Mutate's run inside a write transaction and what it
+// produced: one allocation for what would otherwise be four captured
+// variables.
+type mutation struct {
+	l     *Log
+	id    string
+	fn    func(cur *Job) (Change, error)
+	job   Job
+	lines []Line
+	fnErr error
+}
+
+func (m *mutation) run(tx *bolt.Tx) error {
+	// Reset: a batch retry runs this again, and only the last run is the
+	// one that commits.
+	l := m.l
+	m.job, m.lines, m.fnErr = Job{}, nil, nil
+	if l.lastTx != tx {
+		l.lastTx = tx
+		tx.OnCommit(func() { l.commits.Add(1) })
+	}
+	var err error
+	m.job, m.lines, m.fnErr, err = l.apply(tx, m.id, m.fn)
+	return err
 }
 
 // commit runs txFn in a group commit: the first Mutate to arrive when no
@@ -247,13 +257,14 @@ func (l *Log) commit(txFn func(*bolt.Tx) error) error {
 	if l.alwaysBatch {
 		return l.db.Batch(txFn)
 	}
-	w := &waiter{fn: txFn, wake: make(chan []*waiter, 1)}
+	w := &waiter{fn: txFn, wake: make(chan struct{}, 1)}
 	l.group.mu.Lock()
 	l.group.queue = append(l.group.queue, w)
 	if l.group.leading {
 		l.group.mu.Unlock()
-		if batch := <-w.wake; batch != nil {
-			return l.lead(batch, w)
+		<-w.wake
+		if w.next != nil {
+			return l.lead(w.next, w)
 		}
 		return w.err
 	}
@@ -271,12 +282,14 @@ type groupCommit struct {
 	leading bool
 }
 
-// waiter is one queued Mutate. wake receives nil when its group has been
-// committed (err says how), or the next group when it is to lead it.
+// waiter is one queued Mutate. wake is signalled when its group has been
+// committed (err says how) or, with next set, when it is to lead the next
+// group.
 type waiter struct {
 	fn   func(*bolt.Tx) error
 	err  error
-	wake chan []*waiter
+	next []*waiter
+	wake chan struct{}
 }
 
 // lead commits batch (which holds self), wakes its members and hands the
@@ -330,11 +343,12 @@ func (l *Log) handOver(batch []*waiter, self *waiter) {
 	l.group.mu.Unlock()
 	for _, w := range batch {
 		if w != self {
-			w.wake <- nil
+			w.wake <- struct{}{}
 		}
 	}
 	if len(next) > 0 {
-		next[0].wake <- next
+		next[0].next = next
+		next[0].wake <- struct{}{}
 	}
 }
 
@@ -352,7 +366,17 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 		return Job{}, nil, err, nil
 	}
 
-	counts := map[string]int64{}
+	// A group commit's Mutates add their counter deltas into the group's
+	// map (written once by counted); a lone transaction (bbolt's Batch)
+	// writes its own.
+	grouped := l.countsTx == tx
+	counts := l.counts
+	if !grouped || counts == nil {
+		counts = map[string]int64{}
+		if grouped {
+			l.counts = counts
+		}
+	}
 	if p.Job != nil {
 		if err := putJob(tx, cur, p.Job, counts); err != nil {
 			return Job{}, nil, nil, err
@@ -366,11 +390,7 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 			return Job{}, nil, nil, fmt.Errorf("next line seq: %w", err)
 		}
 		ln.Seq = seq
-		v, err := json.Marshal(ln)
-		if err != nil {
-			return Job{}, nil, nil, fmt.Errorf("encode line: %w", err)
-		}
-		if err := lb.Put(seqKey(seq), v); err != nil {
+		if err := lb.Put(seqKey(seq), encodeLine(ln)); err != nil {
 			return Job{}, nil, nil, fmt.Errorf("put line %d: %w", seq, err)
 		}
 		if err := jlb.Put(jobLineKey(id, seq), nil); err != nil {
@@ -401,8 +421,10 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 			return Job{}, nil, nil, fmt.Errorf("put mailbox %s: %w", mb.Name, err)
 		}
 	}
-	if err := l.addCounts(tx, counts); err != nil {
-		return Job{}, nil, nil, err
+	if !grouped {
+		if err := addCounts(tx.Bucket(bucketCounters), counts); err != nil {
+			return Job{}, nil, nil, err
+		}
 	}
 	return p.Result, p.Lines, nil, nil
 }
@@ -416,23 +438,6 @@ func (l *Log) counted(tx *bolt.Tx, run func() error) error {
 		return err
 	}
 	return addCounts(tx.Bucket(bucketCounters), l.counts)
-}
-
-// addCounts adds a Mutate's counter deltas to its group's (written by
-// counted before the commit), or writes them at once in a
-// transaction that is not a group commit's (bbolt's Batch).
-func (l *Log) addCounts(tx *bolt.Tx, deltas map[string]int64) error {
-	if l.countsTx != tx {
-		return addCounts(tx.Bucket(bucketCounters), deltas)
-	}
-	if l.counts == nil {
-		l.counts = deltas // apply's own map: nothing else holds it
-		return nil
-	}
-	for k, d := range deltas {
-		l.counts[k] += d
-	}
-	return nil
 }
 
 // validateChange checks ch against the log's invariants before anything is
@@ -539,11 +544,7 @@ func putJob(tx *bolt.Tx, cur, j *Job, counts map[string]int64) error {
 	for _, k := range jobCounters(j) {
 		counts[k]++
 	}
-	v, err := json.Marshal(j)
-	if err != nil {
-		return fmt.Errorf("encode job %s: %w", j.MessageID, err)
-	}
-	if err := tx.Bucket(bucketJobs).Put([]byte(j.MessageID), v); err != nil {
+	if err := tx.Bucket(bucketJobs).Put([]byte(j.MessageID), encodeJob(j)); err != nil {
 		return fmt.Errorf("put job %s: %w", j.MessageID, err)
 	}
 	return nil
@@ -598,7 +599,7 @@ func getJob(tx *bolt.Tx, id string) (*Job, error) {
 		return nil, ErrNotFound
 	}
 	var j Job
-	if err := json.Unmarshal(v, &j); err != nil {
+	if err := decodeJob(v, &j); err != nil {
 		return nil, fmt.Errorf("decode job %s: %w", id, err)
 	}
 	return &j, nil

@@ -3,7 +3,6 @@ package acceptlog
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"time"
@@ -82,7 +81,7 @@ func jobLines(tx *bolt.Tx, id string) ([]Line, error) {
 			return nil, fmt.Errorf("job line %x of %s has no line", seqk, id)
 		}
 		var ln Line
-		if err := json.Unmarshal(v, &ln); err != nil {
+		if err := decodeLine(v, &ln); err != nil {
 			return nil, fmt.Errorf("decode line %x: %w", seqk, err)
 		}
 		lines = append(lines, ln)
@@ -139,7 +138,7 @@ func (l *Log) List(ctx context.Context, o ListOptions) (jobs []Job, next string,
 		}
 		for ; k != nil; k, v = c.Next() {
 			var j Job
-			if err := json.Unmarshal(v, &j); err != nil {
+			if err := decodeJob(v, &j); err != nil {
 				return fmt.Errorf("decode job %s: %w", k, err)
 			}
 			if !each(&j) {
@@ -196,7 +195,7 @@ func (l *Log) Lines(ctx context.Context, after uint64, limit int) (lines []Line,
 				break
 			}
 			var ln Line
-			if err := json.Unmarshal(v, &ln); err != nil {
+			if err := decodeLine(v, &ln); err != nil {
 				return fmt.Errorf("decode line %x: %w", k, err)
 			}
 			lines = append(lines, ln)

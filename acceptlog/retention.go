@@ -3,7 +3,6 @@ package acceptlog
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -156,7 +155,7 @@ func backfillPrunable(tx *bolt.Tx) error {
 	idx := tx.Bucket(bucketPrunable)
 	return tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
 		var j Job
-		if err := json.Unmarshal(v, &j); err != nil {
+		if err := decodeJob(v, &j); err != nil {
 			return fmt.Errorf("decode job %s: %w", k, err)
 		}
 		if pk := keysOf(&j).prunable; pk != nil {

@@ -64,8 +64,22 @@ func TestCheckBadFlagsOrFileExitTwo(t *testing.T) {
 
 // plant edits the stored job <a@x> behind the log's back (bbolt directly)
 // and, when extra is set, appends a raw line with seq 99.
+// The job is read through the log (its records are binary) and written
+// back as JSON, the older form the log still reads.
 func plant(t *testing.T, path string, edit func(j map[string]any), extra map[string]any) {
 	t.Helper()
+	l, err := acceptlog.Open(path, acceptlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := l.Get(context.Background(), "<a@x>")
+	if cerr := l.Close(); err != nil || cerr != nil {
+		t.Fatal(err, cerr)
+	}
+	storedJSON, err := json.Marshal(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
 	db, err := bolt.Open(path, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +88,7 @@ func plant(t *testing.T, path string, edit func(j map[string]any), extra map[str
 	err = db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket([]byte("jobs"))
 		var j map[string]any
-		if err := json.Unmarshal(b.Get([]byte("<a@x>")), &j); err != nil {
+		if err := json.Unmarshal(storedJSON, &j); err != nil {
 			return err
 		}
 		if edit != nil {
