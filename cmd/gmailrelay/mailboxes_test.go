@@ -227,7 +227,7 @@ func TestServeRefusesMailboxWithoutUsableCredentials(t *testing.T) {
 	dir := t.TempDir()
 	for body, want := range map[string]string{
 		"  billing: {address: b@x.test, credentials: " + filepath.Join(dir, "missing.json") + "}\n": "mailboxes.billing.credentials",
-		"  shop: {address: s@x.test, subject: s@x.test}\n":                                             "mailboxes.shop.subject",
+		"  shop: {address: s@x.test, subject: s@x.test}\n":                                          "mailboxes.shop.subject",
 	} {
 		pol := filepath.Join(dir, "p.yaml")
 		os.WriteFile(pol, []byte("mailboxes:\n"+body+"channels:\n  default: {on_unknown: retry}\n"), 0o600)
