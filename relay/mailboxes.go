@@ -115,6 +115,11 @@ func (s *Service) buildMailboxes(ctx context.Context, cfg Config) error {
 		if m.budget == nil && def {
 			m.budget = cfg.Budget
 		}
+		if def {
+			if err := s.adoptLegacyRecord(ctx, m); err != nil {
+				return fmt.Errorf("mailbox %s: %w", m.name, err)
+			}
+		}
 		if err := s.initMailbox(ctx, m); err != nil {
 			return fmt.Errorf("mailbox %s: %w", m.name, err)
 		}
@@ -225,3 +230,42 @@ func (s *Service) Quota() *Quota { return s.boxes[0].quota }
 
 // Budget returns the first mailbox's daily sending budget (see Quota).
 func (s *Service) Budget() *Budget { return s.boxes[0].budget }
+
+// legacyRecordKey is the Message-ID the record move of adoptLegacyRecord
+// runs under: no job ever has it (its domain is reserved), so the move
+// writes the mailbox record alone.
+const legacyRecordKey = "<mailbox-record-move@gmailrelay.invalid>"
+
+// adoptLegacyRecord carries the default mailbox's record over from the
+// name jobs carried before mailboxes had names (its Gmail userId, "me" by
+// default): a log whose mailbox Gmail was found to rewrite stays
+// untrusted, and its last confirmed send stays a witness, after the
+// upgrade. It does nothing once the default mailbox has a record of its
+// own.
+func (s *Service) adoptLegacyRecord(ctx context.Context, m *Mailbox) error {
+	cur, err := s.log.Mailbox(ctx, m.name)
+	if err != nil {
+		return err
+	}
+	if cur != (acceptlog.Mailbox{Name: m.name}) {
+		return nil
+	}
+	for _, old := range []string{m.userID, "me"} {
+		if old == m.name || old == "" {
+			continue
+		}
+		rec, err := s.log.Mailbox(ctx, old)
+		if err != nil {
+			return err
+		}
+		if rec == (acceptlog.Mailbox{Name: old}) {
+			continue
+		}
+		rec.Name = m.name
+		_, _, err = s.log.Mutate(ctx, legacyRecordKey, func(*acceptlog.Job) (acceptlog.Change, error) {
+			return acceptlog.Change{Mailbox: &rec}, nil
+		})
+		return err
+	}
+	return nil
+}
