@@ -473,23 +473,36 @@ func recordSummary(t *testing.T, line string) {
 	fmt.Fprintln(f, line+" (emulator results)")
 }
 
-// clearFaults deletes every relay fault rule through r. The last request
-// of a load may have fired a crash fault: then r is dead but perhaps not
-// yet reaped when the caller looked, so a refused request waits for the
-// exit, calls restart and tries once more.
+// clearFaults deletes every relay fault rule through r and waits for the
+// outbox and sweeper passes in flight. The last request of a load, or an
+// attempt those passes decided before the clear, may fire a crash fault:
+// then r is dead (perhaps not yet reaped when the caller looked), so a
+// refused request waits for the exit, calls restart and tries again.
 func clearFaults(t *testing.T, r *relayProc, restart func()) {
 	t.Helper()
-	err := r.admin(http.MethodDelete, "/admin/faults", "", http.StatusOK, nil)
-	if err == nil {
-		return
-	}
-	select {
-	case <-r.Exited():
-		restart()
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%v (and the relay did not exit)", err)
-	}
-	if err := r.admin(http.MethodDelete, "/admin/faults", "", http.StatusOK, nil); err != nil {
-		t.Fatal(err)
+	for try := 0; ; try++ {
+		// Clear the rules, then let the passes in flight finish (an outbox
+		// and a sweep pass wait for the background ones): an attempt decided
+		// under a crash rule before the clear kills the relay when its Gmail
+		// call returns, and that must happen here, not in the checks after.
+		err := r.admin(http.MethodDelete, "/admin/faults", "", http.StatusOK, nil)
+		if err == nil {
+			err = r.admin(http.MethodPost, "/admin/outbox", "", http.StatusOK, nil)
+		}
+		if err == nil {
+			err = r.admin(http.MethodPost, "/admin/sweep", "", http.StatusOK, nil)
+		}
+		if err == nil {
+			return
+		}
+		if try == 3 {
+			t.Fatal(err)
+		}
+		select {
+		case <-r.Exited():
+			restart()
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%v (and the relay did not exit)", err)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -85,4 +86,36 @@ func TestEmulatorDailyLimitHoldsTheRestForTheNextDay(t *testing.T) {
 		t.Errorf("emulator refused %d sends for the daily limit and %d for quota, want 0", st.DailyLimited, st.RateLimited)
 	}
 	t.Logf("emulator results: 100 delivered on day one, %d on day two, 0 refused", total-today)
+}
+
+// A fail-before-forward fault on a delivery is Gmail out of reach before
+// anything was sent: the job stays queued (queued → failed is not in the
+// table) and the next pass delivers it, once.
+func TestEmulatorFailBeforeForwardOnDeliveryKeepsTheJobQueued(t *testing.T) {
+	e := newEnv(t, 1_000_000, 100)
+	ctx := context.Background()
+	p := e.prepare(0)
+	p.SendAt = e.clock.Now().Add(time.Minute)
+	if res, err := e.svc.Send(ctx, p, relay.SendOptions{Queue: true}); err != nil || res.Job.State != acceptlog.StateQueued {
+		t.Fatalf("send_at send: %+v, %v", res.Job, err)
+	}
+	one := 1
+	if _, err := e.faults.Add(faultmodes.Spec{Mode: faultmodes.FailBeforeForward, Count: &one}); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Minute)
+	res, err := e.box.RunOnce(ctx)
+	if err != nil {
+		t.Fatalf("outbox pass with a fail-before-forward fault: %v", err)
+	}
+	if st := e.state(p); st != acceptlog.StateQueued || res.Left != 1 || res.Next <= 0 || e.emu.Deliveries(p.MessageID) != 0 {
+		t.Fatalf("after the faulted delivery: %s, pass %+v, %d deliveries; want still queued, nothing sent", st, res, e.emu.Deliveries(p.MessageID))
+	}
+	e.clock.Advance(res.Next)
+	if _, err := e.box.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, n := e.state(p), e.emu.Deliveries(p.MessageID); st != acceptlog.StateSent || n != 1 {
+		t.Errorf("next pass: %s with %d deliveries, want sent once", st, n)
+	}
 }

@@ -730,6 +730,14 @@ func (s *Service) attempt(ctx context.Context, id string, from []acceptlog.State
 	if err != nil {
 		return Result{}, err
 	}
+	if d.Mode == faultmodes.FailBeforeForward && cur.State == acceptlog.StateQueued {
+		// Gmail "unreachable" before anything was sent: a queued job stays
+		// queued (queued → failed is not in the table); the outbox tries
+		// again shortly. No attempt was made, so nothing is logged.
+		s.observeFault(d)
+		return Result{Job: cur, Fault: d}, &Error{Code: CodeRateLimited, RetryAfter: 1,
+			Message: "fault fail-before-forward injected (rule " + d.RuleID + ") on delivery: nothing was sent; the job stays queued"}
+	}
 	var adm admission
 	job, _, err := s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
 		if cur == nil {
