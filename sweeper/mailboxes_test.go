@@ -340,3 +340,31 @@ func hasReview(lines []acceptlog.Line, reason acceptlog.Reason) bool {
 	}
 	return false
 }
+
+// A mailbox paused for hours with more due jobs than a pass takes must not
+// hold the other mailboxes' jobs out of every pass until it resumes.
+func TestEmulatorPausedMailboxDoesNotCrowdOutTheOthersDueJobs(t *testing.T) {
+	const gmailDaily = 8
+	tb := newThreeBoxes(t, gmailfake.Options{DailySendLimit: gmailDaily}, 1000)
+	ctx := context.Background()
+	for range gmailDaily + 1 { // the last one meets Gmail's daily refusal: billing pauses for hours
+		tb.mustSend(billingAddr, "", relay.SendOptions{})
+	}
+	tb.te.Clock.Advance(30 * time.Second)
+	res := tb.mustSend(supportAddr, "", ambiguous) // due after billing's nine
+	cfg := sweeper.ConfigFor(tb.te.Service)
+	cfg.Interval, cfg.Limit = time.Hour, 5
+	sw := sweeper.New(cfg)
+	tb.te.Clock.Advance(grace + time.Second)
+	for range 3 {
+		if _, err := sw.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if j := tb.te.Job(res.Job.MessageID); j.State != acceptlog.StateSent {
+		t.Errorf("support's ambiguous job is %s after three passes of 5, want sent: billing's paused jobs took every slot", j.State)
+	}
+	if n := tb.te.Emulator.Deliveries(res.Job.MessageID); n != 1 {
+		t.Errorf("support's job delivered %d times", n)
+	}
+}

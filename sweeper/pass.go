@@ -180,6 +180,36 @@ func (p *pass) run(ctx context.Context) error {
 	if p.anyStopped() {
 		p.res.Deferred = len(jobs) - handled
 	}
+	if len(jobs) >= p.s.limit {
+		return p.makeRoom(ctx, jobs)
+	}
+	return nil
+}
+
+// makeRoom is for a full pass (as many due jobs as a pass takes) in which
+// a mailbox had to wait longer than the loop's interval: its jobs still
+// due would come first again in every pass until it resumes, and hold the
+// other mailboxes' jobs out of the pass. Their next check moves to when
+// their mailbox may go again.
+func (p *pass) makeRoom(ctx context.Context, jobs []acceptlog.Job) error {
+	for _, j := range jobs {
+		b := p.boxes[j.Mailbox]
+		if b == nil || !b.stopped || b.wait <= p.s.interval {
+			continue
+		}
+		resume := p.now.Add(b.wait)
+		_, _, err := p.s.log.Mutate(ctx, j.MessageID, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+			if cur == nil || cur.NextCheckAt.IsZero() || cur.NextCheckAt.After(p.now) {
+				return acceptlog.Change{}, nil // dealt with in this pass, or not due
+			}
+			n := *cur
+			n.NextCheckAt = resume
+			return acceptlog.Change{Job: &n}, nil
+		})
+		if err != nil {
+			return fmt.Errorf("move the check of %s past its mailbox's wait: %w", j.MessageID, err)
+		}
+	}
 	return nil
 }
 
