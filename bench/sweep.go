@@ -46,10 +46,12 @@ const maxPasses = 1_000_000
 // Figures: jobs, resolved (jobs now sent), pending (never-sent jobs still
 // unknown awaiting a check), wrong (a really-sent job not sent with exactly
 // one emulator message and one effect, or a never-sent job resent other
-// than exactly once), units (quota units the emulator charged), units/job
-// (per resolved job), rate_limited (429 answers), storms (passes with two
-// or more 429s, i.e. without backoff between them), passes, virtual_min
-// (clock time of the run), ideal_min ((units − one minute's burst) ÷ the
+// than exactly once), units (quota units the emulator charged until the
+// jobs settled: none unknown any more), units/job (per resolved job),
+// rate_limited (429 answers), storms (passes with two or more 429s, i.e.
+// without backoff between them), passes, virtual_min (clock time until the
+// jobs settled), tail_min and units_total (clock time and units of the
+// whole run, the verify pass's later looks at sent jobs included), ideal_min ((units − one minute's burst) ÷ the
 // budget rate) and ideal_pct (ideal_min ÷ virtual_min), ideal_lb_min and
 // ideal_lb_pct (the same from a lower bound of the units the strategy
 // needs: one list call per batch for every search the policy requires,
@@ -74,6 +76,9 @@ func Sweep(ctx context.Context, cfg SweepConfig) (Metrics, error) {
 	defer log.Close()
 	pol := policy.Default()
 	pol.MsgIDDomain = MsgIDDomain
+	// The row measures the quota-limited rate: the daily sending budget
+	// (2000 by default) would hold half the resends for a day.
+	pol.Mailboxes = map[string]policy.Mailbox{policy.DefaultMailbox: {Name: policy.DefaultMailbox, DailySendLimit: 1 << 30}}
 	ch, err := pol.Channel(policy.DefaultChannel)
 	if err != nil {
 		return nil, err
@@ -122,10 +127,25 @@ func Sweep(ctx context.Context, cfg SweepConfig) (Metrics, error) {
 
 	start, realStart := clock.Now(), time.Now()
 	passes, storms, prevRL := 0, 0, base.RateLimited
+	// settled: when no job is unknown (or forwarding) any more — every
+	// ambiguous send decided. The verify pass's later looks at sent jobs
+	// (late look, index behind) go on after it; they are the tail, not
+	// the resolution the ideal measures.
+	var settledAt time.Time
+	settledUnits := 0
 	for ; passes < maxPasses; passes++ {
 		res, err := sw.RunOnce(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("sweep pass %d: %w", passes, err)
+		}
+		if settledAt.IsZero() {
+			st, err := log.Stats(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if st.ByState[acceptlog.StateUnknown]+st.ByState[acceptlog.StateForwarding] == 0 {
+				settledAt, settledUnits = clock.Now(), emu.Stats().QuotaUnits
+			}
 		}
 		rl := emu.Stats().RateLimited
 		if rl-prevRL >= 2 {
@@ -157,14 +177,17 @@ func Sweep(ctx context.Context, cfg SweepConfig) (Metrics, error) {
 		clock.Advance(max(next[0].NextCheckAt.Sub(clock.Now()), time.Second))
 	}
 	realTook := time.Since(realStart)
-	virtual := clock.Now().Sub(start)
+	tail := clock.Now().Sub(start)
 	stats := emu.Stats()
+	virtual, units := tail, stats.QuotaUnits-base.QuotaUnits
+	if !settledAt.IsZero() {
+		virtual, units = settledAt.Sub(start), settledUnits-base.QuotaUnits
+	}
 
 	resolved, pending, wrong, err := judge(ctx, log, emu, ids)
 	if err != nil {
 		return nil, err
 	}
-	units := stats.QuotaUnits - base.QuotaUnits
 	perSec := float64(cfg.QuotaPerMinute) / 60
 	ideal := time.Duration(float64(max(units-cfg.QuotaPerMinute, 0)) / perSec * float64(time.Second))
 	missed := cfg.Jobs / 2
@@ -181,6 +204,8 @@ func Sweep(ctx context.Context, cfg SweepConfig) (Metrics, error) {
 		"storms":       float64(storms),
 		"passes":       float64(passes),
 		"virtual_min":  virtual.Minutes(),
+		"tail_min":     tail.Minutes(),
+		"units_total":  float64(stats.QuotaUnits - base.QuotaUnits),
 		"ideal_min":    ideal.Minutes(),
 		"ideal_lb_min": idealLB.Minutes(),
 		"real_s":       realTook.Seconds(),
@@ -205,7 +230,7 @@ func unknownJob(id string, raw []byte, now time.Time, grace time.Duration) func(
 			return acceptlog.Change{}, fmt.Errorf("job %s exists already", id)
 		}
 		at := now.Add(-grace)
-		j := acceptlog.Job{MessageID: id, Key: id, Channel: policy.DefaultChannel, Mailbox: "me", Fingerprint: "bench",
+		j := acceptlog.Job{MessageID: id, Key: id, Channel: policy.DefaultChannel, Mailbox: policy.DefaultMailbox, Fingerprint: "bench",
 			State: acceptlog.StateUnknown, Attempts: 1, LastReason: "timeout", AmbiguousAt: at, NextCheckAt: now,
 			CreatedAt: at, UpdatedAt: at}
 		return acceptlog.Change{Job: &j, Raw: raw, Lines: []acceptlog.Line{

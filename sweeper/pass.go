@@ -192,6 +192,13 @@ func (p *pass) run(ctx context.Context) error {
 // other mailboxes' jobs out of the pass. Their next check moves to when
 // their mailbox may go again.
 func (p *pass) makeRoom(ctx context.Context, jobs []acceptlog.Job) error {
+	going := false // some mailbox did not have to wait: it needs the room
+	for _, b := range p.boxes {
+		going = going || (!b.stopped && b.err == nil)
+	}
+	if !going {
+		return nil
+	}
 	for _, j := range jobs {
 		b := p.boxes[j.Mailbox]
 		if b == nil || !b.stopped || b.wait <= p.s.interval {
