@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -80,10 +81,7 @@ func (m *Mailbox) Health() error {
 
 // buildMailboxes makes one Mailbox per mailbox of the policy.
 func (s *Service) buildMailboxes(ctx context.Context, cfg Config) error {
-	perMinute := cfg.QuotaPerMinute
-	if perMinute <= 0 {
-		perMinute = 6000
-	}
+	perMinute := cmp.Or(cfg.QuotaPerMinute, 6000)
 	for name := range cfg.Mailboxes {
 		if _, ok := s.policy.Mailboxes[name]; !ok && (name != policy.DefaultMailbox || len(s.policy.Mailboxes) > 0) {
 			return fmt.Errorf("relay: Config.Mailboxes names %q, which is not a mailbox of the policy", name)
@@ -110,7 +108,7 @@ func (s *Service) buildMailboxes(ctx context.Context, cfg Config) error {
 			m.quota = cfg.Quota
 		}
 		if m.quota == nil {
-			m.quota = NewQuota(orDefault(pm.QuotaPerMinute, perMinute), s.now)
+			m.quota = NewQuota(cmp.Or(pm.QuotaPerMinute, perMinute), s.now)
 		}
 		if m.budget == nil && def {
 			m.budget = cfg.Budget
@@ -126,14 +124,6 @@ func (s *Service) buildMailboxes(ctx context.Context, cfg Config) error {
 		s.boxes = append(s.boxes, m)
 	}
 	return nil
-}
-
-// orDefault returns v, or def when v is not positive.
-func orDefault(v, def int) int {
-	if v > 0 {
-		return v
-	}
-	return def
 }
 
 // Mailboxes returns the relay's mailboxes, the default one first.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -115,7 +116,7 @@ func (c *serveConfig) buildMailboxes(ctx context.Context, base gmailapi.Config, 
 		if err != nil {
 			return set, fmt.Errorf("mailbox %s: %w", m.Name, err)
 		}
-		quota := relay.NewQuota(orDefault(m.QuotaPerMinute, c.QuotaPerMinute), now)
+		quota := relay.NewQuota(cmp.Or(m.QuotaPerMinute, c.QuotaPerMinute), now)
 		if shared {
 			quota.SharePauses(mp, m.Name)
 		}
@@ -142,13 +143,6 @@ func (c *serveConfig) buildMailboxes(ctx context.Context, base gmailapi.Config, 
 		}
 	}
 	return set, nil
-}
-
-func orDefault(v, def int) int {
-	if v > 0 {
-		return v
-	}
-	return def
 }
 
 // mailboxTokenTarget returns where `auth --mailbox NAME` stores the token

@@ -1,23 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gmailrelay/gmailrelay/gmailfake"
-	"github.com/gmailrelay/gmailrelay/policy"
 )
 
 // refreshServer is an OAuth token endpoint for authorized-user
@@ -127,98 +122,6 @@ channels:
 		!strings.Contains(ready.Mailboxes["billing"], "not ready") || !strings.Contains(ready.Mailboxes["billing"], "invalid_grant") {
 		t.Errorf("/readyz mailboxes = %v, want support and brand ready, billing not ready with Google's answer", ready.Mailboxes)
 	}
-}
-
-// authAsBrowser runs `gmailrelay auth args…` and plays the browser that
-// consents: it reads the printed URL and follows the redirect with the
-// code fakeGoogle accepts. It returns the exit code, the auth URL and
-// what auth printed.
-func authAsBrowser(t *testing.T, args ...string) (int, *url.URL, string) {
-	t.Helper()
-	pr, pw := io.Pipe()
-	var code int
-	var stderr bytes.Buffer
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		code = runAuth(context.Background(), append(args, "--timeout", "30s"), pw, &stderr)
-		pw.Close()
-	}()
-	buf := make([]byte, 4096)
-	printed := ""
-	for !strings.Contains(printed, "Waiting") {
-		n, err := pr.Read(buf)
-		if err != nil {
-			<-done
-			return code, nil, printed + stderr.String()
-		}
-		printed += string(buf[:n])
-	}
-	u, err := url.Parse(regexp.MustCompile(`https?://\S+`).FindString(printed))
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(q.Get("redirect_uri") + "?state=" + url.QueryEscape(q.Get("state")) + "&code=the-code")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	rest, _ := io.ReadAll(pr)
-	<-done
-	return code, u, printed + string(rest) + stderr.String()
-}
-
-// TestAuthMailboxStoresItsToken: `auth --mailbox NAME` signs in as the
-// mailbox's address and stores the token at its credentials path, where
-// serve reads it; unknown mailboxes and service-account ones are refused
-// with exit 2.
-func TestAuthMailboxStoresItsToken(t *testing.T) {
-	g := fakeGoogle(t)
-	defer g.Close()
-	dir := t.TempDir()
-	secret := filepath.Join(dir, "client.json")
-	os.WriteFile(secret, []byte(`{"installed":{"client_id":"cid","client_secret":"csec","auth_uri":"`+g.URL+`/auth","token_uri":"`+g.URL+`/token","redirect_uris":["http://localhost"]}}`), 0o600)
-	billingToken := filepath.Join(dir, "secrets", "billing.json")
-	pol := filepath.Join(dir, "policy.yaml")
-	os.WriteFile(pol, []byte("mailboxes:\n  billing: {address: billing@shop.test, credentials: "+billingToken+"}\n"+
-		"  support: {address: support@shop.test, subject: support@shop.test}\nchannels:\n  default: {on_unknown: retry}\n"), 0o600)
-
-	code, u, out := authAsBrowser(t, "--client-secret", secret, "--mailbox", "billing", "--policy", pol)
-	if code != 0 {
-		t.Fatalf("auth --mailbox billing: exit %d: %s", code, out)
-	}
-	if hint := u.Query().Get("login_hint"); hint != "billing@shop.test" {
-		t.Errorf("auth URL login_hint = %q, want the mailbox's address", hint)
-	}
-	var tok authorizedUser
-	data, err := os.ReadFile(billingToken)
-	if err != nil || json.Unmarshal(data, &tok) != nil || tok.RefreshToken != "rt-123" {
-		t.Fatalf("billing's token file: %s, %v; want the authorized user at the policy's credentials path", data, err)
-	}
-	c := serveConfig{policy: mustPolicy(t, pol)}
-	if path, _ := c.mailboxCredentials(c.policy.Mailboxes["billing"]); path != billingToken {
-		t.Errorf("serve reads billing's credentials from %q, want %q", path, billingToken)
-	}
-	for _, tc := range []struct{ mailbox, want string }{
-		{"sales", "not a mailbox"},
-		{"support", "service account"},
-	} {
-		var stderr bytes.Buffer
-		code := runAuth(context.Background(), []string{"--client-secret", secret, "--mailbox", tc.mailbox, "--policy", pol}, io.Discard, &stderr)
-		if code != 2 || !strings.Contains(stderr.String(), tc.want) || !strings.Contains(stderr.String(), tc.mailbox) {
-			t.Errorf("auth --mailbox %s: exit %d %q, want 2 naming it (%s)", tc.mailbox, code, stderr.String(), tc.want)
-		}
-	}
-}
-
-func mustPolicy(t *testing.T, path string) *policy.Policy {
-	t.Helper()
-	p, err := policy.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // A mailbox whose credentials file is missing, or whose subject has no
