@@ -61,7 +61,9 @@ func IsChild() bool { return os.Getenv(childRoleEnv) != "" }
 // ChildStats are a child's figures since it started (CPU, Mallocs,
 // Commits, Messages) and the send phases recorded since its last reset.
 type ChildStats struct {
-	CPUNanos int64  `json:"cpu_ns"`
+	CPUNanos int64 `json:"cpu_ns"`
+	// SysNanos is the system (kernel) part of CPUNanos.
+	SysNanos int64  `json:"sys_ns"`
 	Mallocs  uint64 `json:"mallocs"`
 	// Commits are the relay's acceptance-log commits (fsyncs).
 	Commits uint64 `json:"commits"`
@@ -123,7 +125,8 @@ func runChild() error {
 	mux := http.NewServeMux()
 	mux.Handle("/", handler)
 	mux.HandleFunc("GET /bench/stats", func(w http.ResponseWriter, _ *http.Request) {
-		st := ChildStats{CPUNanos: int64(CPUTime()), Mallocs: Mallocs(), Conns: conns.Load()}
+		user, sys := CPUTimes()
+		st := ChildStats{CPUNanos: int64(user + sys), SysNanos: int64(sys), Mallocs: Mallocs(), Conns: conns.Load()}
 		stats(&st)
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(st)

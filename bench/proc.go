@@ -24,11 +24,19 @@ func NewClock() *Clock { return testclock.New() }
 
 // CPUTime returns the CPU time (user + system) the process has used so far.
 func CPUTime() time.Duration {
+	user, sys := CPUTimes()
+	return user + sys
+}
+
+// CPUTimes returns the user and the system CPU time the process has used so
+// far (system time holds the kernel's work for its syscalls: reads, writes,
+// fdatasync).
+func CPUTimes() (user, sys time.Duration) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return 0, 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
 }
 
 // Mallocs returns the number of heap allocations the process has made.

@@ -70,8 +70,8 @@ type SendConfig struct {
 // client process's client_allocs/send and client_cpu_us/send, and the
 // emulator process's emu_cpu_us/send, emu_allocs/send (the same work per
 // send gives the same allocations; CPU also counts wake-ups) and
-// emu_new_conns (connections it accepted during the measured sends). For the relay: proc_cpu_us/send and
-// proc_allocs/send (the relay process's own rusage and Mallocs over the
+// emu_new_conns (connections it accepted during the measured sends). For the relay: proc_cpu_us/send
+// (proc_sys_us/send of it in the kernel) and proc_allocs/send (the relay process's own rusage and Mallocs over the
 // relayed sends), fsyncs/send (acceptance-log commits per send), the p50
 // of each phase of a relayed send inside the relay's handler
 // (phase_decode_us, phase_admit_us, phase_commit1_us, phase_gmail_us, phase_commit2_us,
@@ -138,6 +138,7 @@ func SendOverhead(ctx context.Context, cfg SendConfig) (Metrics, error) {
 	dm["emu_allocs/send"] = float64(e1.Mallocs-e0.Mallocs) / n
 	rm["emu_allocs/send"] = float64(e2.Mallocs-e1.Mallocs) / n
 	rm["proc_cpu_us/send"] = float64(r1.CPUNanos-r0.CPUNanos) / 1e3 / n
+	rm["proc_sys_us/send"] = float64(r1.SysNanos-r0.SysNanos) / 1e3 / n
 	rm["proc_allocs/send"] = float64(r1.Mallocs-r0.Mallocs) / n
 	for k, v := range dm {
 		m["direct_"+k] = v

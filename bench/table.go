@@ -142,6 +142,9 @@ func Rows(results []Result) []Row {
 				continue
 			}
 			cpu := fmt.Sprintf("%.0f µs", m["relay_proc_cpu_us/send"])
+			if sys, ok := m["relay_proc_sys_us/send"]; ok {
+				cpu += fmt.Sprintf(" (system %.0f µs)", sys)
+			}
 			switch {
 			case conc == 64 && lat == 0:
 				add(label+": relay process CPU/send", cpu, "≤ 150 µs", check(m["relay_proc_cpu_us/send"] <= 150))
