@@ -214,7 +214,10 @@ func (l *Log) Mutate(ctx context.Context, messageID string, fn func(cur *Job) (C
 		return Job{}, nil, fmt.Errorf("mutate %s: %w", messageID, ErrClosed)
 	}
 	m := &mutation{l: l, id: messageID, fn: fn}
-	if err := l.commit(m.run); err != nil {
+	m.w = waiter{m: m, wake: wakePool.Get().(chan struct{})}
+	err := l.commitWaiter(&m.w)
+	wakePool.Put(m.w.wake) // signalled at most once, and received: empty again
+	if err != nil {
 		return Job{}, nil, l.wrapErr("mutate "+messageID, err)
 	}
 	if m.fnErr != nil {
@@ -224,16 +227,20 @@ func (l *Log) Mutate(ctx context.Context, messageID string, fn func(cur *Job) (C
 }
 
 // mutation is one Mutate's run inside a write transaction and what it
-// produced: one allocation for what would otherwise be four captured
-// variables.
+// produced, and its place in the group commit's queue: one allocation for
+// what was a closure, a waiter and their captured variables.
 type mutation struct {
 	l     *Log
 	id    string
 	fn    func(cur *Job) (Change, error)
+	w     waiter
 	job   Job
 	lines []Line
 	fnErr error
 }
+
+// wakePool recycles the waiters' wake channels.
+var wakePool = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
 
 func (m *mutation) run(tx *bolt.Tx) error {
 	// Reset: a batch retry runs this again, and only the last run is the
@@ -249,19 +256,23 @@ func (m *mutation) run(tx *bolt.Tx) error {
 	return err
 }
 
-// commit runs txFn in a group commit: the first Mutate to arrive when no
-// commit is running leads, committing at once with everything queued so
+// commit runs txFn in a group commit (see commitWaiter).
+func (l *Log) commit(txFn func(*bolt.Tx) error) error {
+	return l.commitWaiter(&waiter{fn: txFn, wake: make(chan struct{}, 1)})
+}
+
+// commitWaiter runs w in a group commit: the first Mutate to arrive when
+// no commit is running leads, committing at once with everything queued so
 // far in one write transaction (one fsync); Mutates arriving meanwhile
 // queue, and when the leader's commit is done the first of them leads the
 // next group. A lone writer so never waits for company, and under
 // concurrency the group grows with the time a commit takes — no timer.
 // If a group's transaction fails, each member is retried alone so one bad
 // member cannot fail the others (as bbolt's Batch does).
-func (l *Log) commit(txFn func(*bolt.Tx) error) error {
+func (l *Log) commitWaiter(w *waiter) error {
 	if l.alwaysBatch {
-		return l.db.Batch(txFn)
+		return l.db.Batch(w.run)
 	}
-	w := &waiter{fn: txFn, wake: make(chan struct{}, 1)}
 	l.group.mu.Lock()
 	l.group.queue = append(l.group.queue, w)
 	if l.group.leading {
@@ -291,9 +302,17 @@ type groupCommit struct {
 // group.
 type waiter struct {
 	fn   func(*bolt.Tx) error
+	m    *mutation // a Mutate's waiter runs m instead of fn
 	err  error
 	next []*waiter
 	wake chan struct{}
+}
+
+func (w *waiter) run(tx *bolt.Tx) error {
+	if w.m != nil {
+		return w.m.run(tx)
+	}
+	return w.fn(tx)
 }
 
 // lead commits batch (which holds self), wakes its members and hands the
@@ -313,7 +332,7 @@ func (l *Log) lead(batch []*waiter, self *waiter) error {
 	err := l.db.Update(func(tx *bolt.Tx) error {
 		return l.counted(tx, func() error {
 			for _, w := range batch {
-				if err := w.fn(tx); err != nil {
+				if err := w.run(tx); err != nil {
 					return err
 				}
 			}
@@ -327,7 +346,7 @@ func (l *Log) lead(batch []*waiter, self *waiter) error {
 	default:
 		for _, w := range batch {
 			w.err = l.db.Update(func(tx *bolt.Tx) error {
-				return l.counted(tx, func() error { return w.fn(tx) })
+				return l.counted(tx, func() error { return w.run(tx) })
 			})
 		}
 	}
