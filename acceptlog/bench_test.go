@@ -189,3 +189,30 @@ func BenchmarkSend(b *testing.B) {
 		reportFsyncs(b, l)
 	})
 }
+
+// BenchmarkGet is the front door's read of a job: missing (a new send) and
+// present (a replay).
+func BenchmarkGet(b *testing.B) {
+	ctx := context.Background()
+	l := openBench(b)
+	for i := range 1000 {
+		id := fmt.Sprintf("<%d@bench>", i)
+		if _, _, err := l.Mutate(ctx, id, benchChange(id)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("missing", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := l.Get(ctx, "<missing@bench>"); !errors.Is(err, acceptlog.ErrNotFound) {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("present", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := l.Get(ctx, "<500@bench>"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

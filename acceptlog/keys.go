@@ -262,8 +262,8 @@ func counterKeyReason(k Kind, reason string) string {
 }
 
 // jobCounters are the counter keys a job contributes one to.
-func jobCounters(j *Job) []string {
-	return []string{counterKeyState(j.State), counterKeyChannel(j.Channel, j.State)}
+func jobCounters(j *Job) [2]string {
+	return [2]string{counterKeyState(j.State), counterKeyChannel(j.Channel, j.State)}
 }
 
 // lineCounters are the counter keys a line contributes one to. A line
