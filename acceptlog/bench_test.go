@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,6 +42,7 @@ func openBench(b *testing.B) *acceptlog.Log {
 
 func reportFsyncs(b *testing.B, l *acceptlog.Log) {
 	b.ReportMetric(float64(l.Commits())/float64(b.N), "fsyncs/op")
+	b.ReportMetric(float64(l.WriteStats().Writes)/float64(b.N), "page_writes/op")
 }
 
 // BenchmarkMutateSerial is one writer: "auto" is the shipped strategy (a
@@ -215,4 +217,51 @@ func BenchmarkGet(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkOpen opens and closes a log of 20,000 jobs: with bbolt's
+// freelist not synced, Open rebuilds it by walking the file.
+func BenchmarkOpen(b *testing.B) {
+	for _, noSync := range []bool{false, true} {
+		b.Run(fmt.Sprintf("no_freelist_sync=%v", noSync), func(b *testing.B) {
+			prev := acceptlog.SetNoFreelistSync(noSync)
+			defer acceptlog.SetNoFreelistSync(prev)
+			ctx := context.Background()
+			path := filepath.Join(b.TempDir(), "accept.db")
+			l, err := acceptlog.Open(path, acceptlog.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var n atomic.Int64
+			var wg sync.WaitGroup
+			for range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := n.Add(1); i <= 20000; i = n.Add(1) {
+						id := fmt.Sprintf("<%d@open>", i)
+						if err := benchSend(ctx, l, id, time.Now()); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if err := l.Close(); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				l, err := acceptlog.Open(path, acceptlog.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := l.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			fi, _ := os.Stat(path)
+			b.ReportMetric(float64(fi.Size())/(1<<20), "file_MiB")
+		})
+	}
 }

@@ -98,6 +98,15 @@ const (
 	maxBatchDelay = time.Millisecond
 )
 
+// noFreelistSync: a commit does not write bbolt's list of free pages (one
+// page or more per commit, more the more pages are free); Open rebuilds
+// it by walking the file's tree instead (since issue 16). Durability is
+// the same: the list is derived from the tree a committed meta page points
+// to, and a commit still syncs its pages, then its meta page. A file keeps
+// opening with any bbolt: one that finds no stored list writes it on open.
+// A variable only so that tests can write a file the old way.
+var noFreelistSync = true
+
 // Log is the acceptance log in one bbolt file. It is safe for concurrent use.
 // Every method but Close and Commits returns ErrClosed (wrapped) after Close.
 type Log struct {
@@ -134,7 +143,7 @@ type Log struct {
 // this one) holds the file, Open fails after about a second with an error
 // saying the file is locked.
 func Open(path string, opts Options) (*Log, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout, NoFreelistSync: noFreelistSync})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("open log %s: file is locked by another user of the log (another gmailrelay running?): %w", path, err)
 	}
