@@ -152,10 +152,10 @@ func DurableLog(ctx context.Context, dir string, conc, n int) (Metrics, error) {
 	}
 	raw, mutates := rate(n, rawT), rate(n, logT)
 	m := Metrics{
-		"mutates/s":     mutates,
-		"lines/s":       2 * mutates,
-		"raw_fsyncs/s":  raw,
-		"ratio_vs_raw":  mutates / raw,
+		"mutates/s":    mutates,
+		"lines/s":      2 * mutates,
+		"raw_fsyncs/s": raw,
+		"ratio_vs_raw": mutates / raw,
 	}
 	ws := log.WriteStats()
 	commits := float64(ws.Commits - ws0.Commits)
