@@ -2,9 +2,11 @@ package acceptlog_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,6 +42,7 @@ func openBench(b *testing.B) *acceptlog.Log {
 
 func reportFsyncs(b *testing.B, l *acceptlog.Log) {
 	b.ReportMetric(float64(l.Commits())/float64(b.N), "fsyncs/op")
+	b.ReportMetric(float64(l.WriteStats().Writes)/float64(b.N), "page_writes/op")
 }
 
 // BenchmarkMutateSerial is one writer: "auto" is the shipped strategy (a
@@ -117,4 +120,148 @@ func BenchmarkRawFsync(b *testing.B) {
 		}
 	}
 	b.ReportMetric(1, "fsyncs/op")
+}
+
+// sendRaw is a small message body, the size of a short relayed mail.
+var sendRaw = make([]byte, 2048)
+
+// benchSend is one relay send as the log sees it: the front door's read of
+// the job (not found), the first Mutate (a new job with its received and
+// forwarding lines and its raw message) and the outcome Mutate (the effect
+// line, the job sent and due for its verify pass).
+func benchSend(ctx context.Context, l *acceptlog.Log, id string, now time.Time) error {
+	if _, err := l.Get(ctx, id); !errors.Is(err, acceptlog.ErrNotFound) {
+		return fmt.Errorf("get: %v", err)
+	}
+	_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		j := acceptlog.Job{MessageID: id, Key: "k", Channel: "default", Mailbox: "main",
+			Fingerprint: "fp", CreatedAt: now, UpdatedAt: now}
+		j.Attempts++
+		lines := []acceptlog.Line{
+			{Kind: acceptlog.KindReceived, Attempt: j.Attempts, Channel: "default"},
+			acceptlog.Move(&j, acceptlog.StateForwarding, acceptlog.Line{Kind: acceptlog.KindForwarding, Attempt: j.Attempts}),
+		}
+		return acceptlog.Change{Job: &j, Lines: lines, Raw: sendRaw}, nil
+	})
+	if err != nil {
+		return err
+	}
+	_, _, err = l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		j := *cur
+		j.UpdatedAt = now
+		j.GmailID, j.ThreadID, j.LabelIDs = "g"+id, "t"+id, []string{"SENT"}
+		j.Effects++
+		j.NextCheckAt = now.Add(time.Minute)
+		line := acceptlog.Move(&j, acceptlog.StateSent, acceptlog.Line{Kind: acceptlog.KindEffect,
+			Source: acceptlog.SourceResponse, GmailID: j.GmailID, ThreadID: j.ThreadID, LabelIDs: j.LabelIDs, Attempt: j.Attempts})
+		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{line}}, nil
+	})
+	return err
+}
+
+// BenchmarkSend is a relay send's work in the log (see benchSend): serial
+// is one sender (one commit per Mutate), parallel 16 senders per CPU
+// sharing group commits. allocs/op is per send.
+func BenchmarkSend(b *testing.B) {
+	ctx := context.Background()
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	b.Run("serial", func(b *testing.B) {
+		l := openBench(b)
+		i := 0
+		for b.Loop() {
+			i++
+			if err := benchSend(ctx, l, fmt.Sprintf("<%d@bench>", i), now); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportFsyncs(b, l)
+	})
+	b.Run("parallel", func(b *testing.B) {
+		l := openBench(b)
+		var n atomic.Int64
+		b.SetParallelism(16)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := benchSend(ctx, l, fmt.Sprintf("<%d@bench>", n.Add(1)), now); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		reportFsyncs(b, l)
+	})
+}
+
+// BenchmarkGet is the front door's read of a job: missing (a new send) and
+// present (a replay).
+func BenchmarkGet(b *testing.B) {
+	ctx := context.Background()
+	l := openBench(b)
+	for i := range 1000 {
+		id := fmt.Sprintf("<%d@bench>", i)
+		if _, _, err := l.Mutate(ctx, id, benchChange(id)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("missing", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := l.Get(ctx, "<missing@bench>"); !errors.Is(err, acceptlog.ErrNotFound) {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("present", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := l.Get(ctx, "<500@bench>"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkOpen opens and closes a log of 20,000 jobs: with bbolt's
+// freelist not synced, Open rebuilds it by walking the file.
+func BenchmarkOpen(b *testing.B) {
+	for _, noSync := range []bool{false, true} {
+		b.Run(fmt.Sprintf("no_freelist_sync=%v", noSync), func(b *testing.B) {
+			prev := acceptlog.SetNoFreelistSync(noSync)
+			defer acceptlog.SetNoFreelistSync(prev)
+			ctx := context.Background()
+			path := filepath.Join(b.TempDir(), "accept.db")
+			l, err := acceptlog.Open(path, acceptlog.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var n atomic.Int64
+			var wg sync.WaitGroup
+			for range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := n.Add(1); i <= 20000; i = n.Add(1) {
+						id := fmt.Sprintf("<%d@open>", i)
+						if err := benchSend(ctx, l, id, time.Now()); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if err := l.Close(); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				l, err := acceptlog.Open(path, acceptlog.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := l.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			fi, _ := os.Stat(path)
+			b.ReportMetric(float64(fi.Size())/(1<<20), "file_MiB")
+		})
+	}
 }

@@ -13,7 +13,8 @@ import (
 type Plan struct {
 	// Cur is the stored job the plan was made from (nil when none).
 	Cur *Job
-	// Job is the job's new record; nil leaves it as it is.
+	// Job is the job's new record; nil leaves it as it is. It is the
+	// Change's own Job (not a copy): a backend only reads it.
 	Job *Job
 	// Result is the job as it is after the change (the zero Job when there
 	// is none).
@@ -50,9 +51,10 @@ func Prepare(id string, cur *Job, now func() time.Time, fn func(*Job) (Change, e
 	p := Plan{Cur: cur, Raw: ch.Raw, Mailbox: ch.Mailbox, EditMailbox: ch.EditMailbox}
 	switch {
 	case ch.Job != nil:
-		j := cloneJob(*ch.Job)
-		p.Job = &j
-		p.Result = cloneJob(j)
+		// The backend only reads the job fn returned, inside the
+		// transaction, while fn's caller waits in Mutate: no copy.
+		p.Job = ch.Job
+		p.Result = cloneJob(*ch.Job)
 	case cur != nil:
 		p.Result = cloneJob(*cur)
 	}

@@ -13,3 +13,12 @@ func SetBatching(l *Log, alwaysBatch bool, delay time.Duration) {
 // DecodeJob reads a stored job record (binary or, from an older log, JSON),
 // for tests that edit records behind the log's back.
 var DecodeJob = decodeJob
+
+// SetNoFreelistSync sets whether logs opened from now on skip writing
+// bbolt's freelist at each commit (see noFreelistSync), and returns the
+// previous setting.
+func SetNoFreelistSync(v bool) bool {
+	old := noFreelistSync
+	noFreelistSync = v
+	return old
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -71,20 +72,34 @@ func seqKey(seq uint64) []byte {
 }
 
 func jobLinesPrefix(id string) []byte {
-	k := make([]byte, 0, len(id)+9)
-	k = append(k, id...)
-	return append(k, 0)
+	return appendJobLinesPrefix(make([]byte, 0, len(id)+9), id)
 }
 
 func jobLineKey(id string, seq uint64) []byte {
-	return binary.BigEndian.AppendUint64(jobLinesPrefix(id), seq)
+	return appendJobLineKey(make([]byte, 0, len(id)+9), id, seq)
 }
 
 func stateKey(s State, id string) []byte {
-	k := make([]byte, 0, len(s)+1+len(id))
-	k = append(k, s...)
-	k = append(k, 0)
-	return append(k, id...)
+	return appendStateKey(make([]byte, 0, len(s)+1+len(id)), s, id)
+}
+
+// The append* functions write a key at the end of b, so a write
+// transaction builds its keys in one reused buffer (bbolt's Put copies the
+// key it is given).
+
+func appendJobLinesPrefix(b []byte, id string) []byte {
+	b = append(b, id...)
+	return append(b, 0)
+}
+
+func appendJobLineKey(b []byte, id string, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(appendJobLinesPrefix(b, id), seq)
+}
+
+func appendStateKey(b []byte, s State, id string) []byte {
+	b = append(b, s...)
+	b = append(b, 0)
+	return append(b, id...)
 }
 
 // The range of times whose UnixNano is defined; others are clamped so the
@@ -106,10 +121,9 @@ func sortableTime(t time.Time) uint64 {
 	return uint64(t.UnixNano()) ^ (1 << 63)
 }
 
-func timeIDKey(t time.Time, id string) []byte {
-	k := make([]byte, 0, 8+len(id))
-	k = binary.BigEndian.AppendUint64(k, sortableTime(t))
-	return append(k, id...)
+func appendTimeIDKey(b []byte, t time.Time, id string) []byte {
+	b = binary.BigEndian.AppendUint64(b, sortableTime(t))
+	return append(b, id...)
 }
 
 // timeIDKeyTime decodes the time of a timeIDKey (in UTC).
@@ -127,18 +141,46 @@ type indexKeys struct {
 	prunable []byte
 }
 
+// The indexes a job has entries in, in the order of indexKeys' fields;
+// appendIndexKey builds the entry of one.
+const (
+	indexState = iota
+	indexDue
+	indexUnknown
+	indexPrunable
+	numIndexes
+)
+
+// appendIndexKey appends j's entry in index i to b; ok is false (and b is
+// returned as it was) when j has none there.
+func appendIndexKey(b []byte, i int, j *Job) (_ []byte, ok bool) {
+	switch i {
+	case indexState:
+		return appendStateKey(b, j.State, j.MessageID), true
+	case indexDue:
+		if !j.NextCheckAt.IsZero() {
+			return appendTimeIDKey(b, j.NextCheckAt, j.MessageID), true
+		}
+	case indexUnknown:
+		if j.State == StateUnknown {
+			return appendTimeIDKey(b, j.AmbiguousAt, j.MessageID), true
+		}
+	case indexPrunable:
+		if j.Prunable() {
+			return appendTimeIDKey(b, j.UpdatedAt, j.MessageID), true
+		}
+	}
+	return b, false
+}
+
 func keysOf(j *Job) indexKeys {
-	k := indexKeys{state: stateKey(j.State, j.MessageID)}
-	if !j.NextCheckAt.IsZero() {
-		k.due = timeIDKey(j.NextCheckAt, j.MessageID)
+	var k [numIndexes][]byte
+	for i := range k {
+		if key, ok := appendIndexKey(nil, i, j); ok {
+			k[i] = key
+		}
 	}
-	if j.State == StateUnknown {
-		k.unknown = timeIDKey(j.AmbiguousAt, j.MessageID)
-	}
-	if j.Prunable() {
-		k.prunable = timeIDKey(j.UpdatedAt, j.MessageID)
-	}
-	return k
+	return indexKeys{state: k[indexState], due: k[indexDue], unknown: k[indexUnknown], prunable: k[indexPrunable]}
 }
 
 // Counter keys. Kinds and states never hold 0x00 (both are validated), so
@@ -168,28 +210,60 @@ func init() {
 	}
 }
 
-func counterKeyState(s State) string {
-	if k, ok := stateCounterKeys[s]; ok {
-		return k
-	}
-	return prefixState + string(s)
-}
-func counterKeyChannel(ch string, s State) string {
-	return prefixChannel + string(s) + "\x00" + ch
-}
-func counterKeyKind(k Kind) string {
-	if key, ok := kindCounterKeys[k]; ok {
+func counterKeyState(s State) string { return cachedKey(stateCounterKeys, prefixState, s) }
+
+func counterKeyKind(k Kind) string { return cachedKey(kindCounterKeys, prefixKind, k) }
+
+// cachedKey is prefix+k, from cache when k is there.
+func cachedKey[K ~string](cache map[K]string, prefix string, k K) string {
+	if key, ok := cache[k]; ok {
 		return key
 	}
-	return prefixKind + string(k)
+	return prefix + string(k)
+}
+
+// channelKeys caches counterKeyChannel's keys: a job change counts two, and
+// building each anew was an allocation. Channels come from the relay's
+// configuration, so they are few; past maxChannelKeys the keys are built
+// anew (the cache never grows without bound).
+var channelKeys struct {
+	sync.RWMutex
+	m map[channelState]string
+}
+
+type channelState struct {
+	ch string
+	s  State
+}
+
+const maxChannelKeys = 256
+
+func counterKeyChannel(ch string, s State) string {
+	cs := channelState{ch, s}
+	channelKeys.RLock()
+	k, ok := channelKeys.m[cs]
+	channelKeys.RUnlock()
+	if ok {
+		return k
+	}
+	k = prefixChannel + string(s) + "\x00" + ch
+	channelKeys.Lock()
+	if channelKeys.m == nil {
+		channelKeys.m = map[channelState]string{}
+	}
+	if len(channelKeys.m) < maxChannelKeys {
+		channelKeys.m[cs] = k
+	}
+	channelKeys.Unlock()
+	return k
 }
 func counterKeyReason(k Kind, reason string) string {
 	return prefixReason + string(k) + "\x00" + reason
 }
 
 // jobCounters are the counter keys a job contributes one to.
-func jobCounters(j *Job) []string {
-	return []string{counterKeyState(j.State), counterKeyChannel(j.Channel, j.State)}
+func jobCounters(j *Job) [2]string {
+	return [2]string{counterKeyState(j.State), counterKeyChannel(j.Channel, j.State)}
 }
 
 // lineCounters are the counter keys a line contributes one to. A line

@@ -2,6 +2,7 @@ package acceptlog
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -97,6 +98,15 @@ const (
 	maxBatchDelay = time.Millisecond
 )
 
+// noFreelistSync: a commit does not write bbolt's list of free pages (one
+// page or more per commit, more the more pages are free); Open rebuilds
+// it by walking the file's tree instead (since issue 16). Durability is
+// the same: the list is derived from the tree a committed meta page points
+// to, and a commit still syncs its pages, then its meta page. A file keeps
+// opening with any bbolt: one that finds no stored list writes it on open.
+// A variable only so that tests can write a file the old way.
+var noFreelistSync = true
+
 // Log is the acceptance log in one bbolt file. It is safe for concurrent use.
 // Every method but Close and Commits returns ErrClosed (wrapped) after Close.
 type Log struct {
@@ -119,6 +129,9 @@ type Log struct {
 	// transactions.
 	countsTx *bolt.Tx
 	counts   map[string]int64
+	// w is the write transaction's buckets, cursors and key buffers (see
+	// writeTx). Only touched inside write transactions.
+	w *writeTx
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -130,7 +143,7 @@ type Log struct {
 // this one) holds the file, Open fails after about a second with an error
 // saying the file is locked.
 func Open(path string, opts Options) (*Log, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout, NoFreelistSync: noFreelistSync})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("open log %s: file is locked by another user of the log (another gmailrelay running?): %w", path, err)
 	}
@@ -210,7 +223,10 @@ func (l *Log) Mutate(ctx context.Context, messageID string, fn func(cur *Job) (C
 		return Job{}, nil, fmt.Errorf("mutate %s: %w", messageID, ErrClosed)
 	}
 	m := &mutation{l: l, id: messageID, fn: fn}
-	if err := l.commit(m.run); err != nil {
+	m.w = waiter{m: m, wake: wakePool.Get().(chan struct{})}
+	err := l.commitWaiter(&m.w)
+	wakePool.Put(m.w.wake) // signalled at most once, and received: empty again
+	if err != nil {
 		return Job{}, nil, l.wrapErr("mutate "+messageID, err)
 	}
 	if m.fnErr != nil {
@@ -220,16 +236,20 @@ func (l *Log) Mutate(ctx context.Context, messageID string, fn func(cur *Job) (C
 }
 
 // mutation is one Mutate's run inside a write transaction and what it
-// produced: one allocation for what would otherwise be four captured
-// variables.
+// produced, and its place in the group commit's queue: one allocation for
+// what was a closure, a waiter and their captured variables.
 type mutation struct {
 	l     *Log
 	id    string
 	fn    func(cur *Job) (Change, error)
+	w     waiter
 	job   Job
 	lines []Line
 	fnErr error
 }
+
+// wakePool recycles the waiters' wake channels.
+var wakePool = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
 
 func (m *mutation) run(tx *bolt.Tx) error {
 	// Reset: a batch retry runs this again, and only the last run is the
@@ -245,19 +265,23 @@ func (m *mutation) run(tx *bolt.Tx) error {
 	return err
 }
 
-// commit runs txFn in a group commit: the first Mutate to arrive when no
-// commit is running leads, committing at once with everything queued so
+// commit runs txFn in a group commit (see commitWaiter).
+func (l *Log) commit(txFn func(*bolt.Tx) error) error {
+	return l.commitWaiter(&waiter{fn: txFn, wake: make(chan struct{}, 1)})
+}
+
+// commitWaiter runs w in a group commit: the first Mutate to arrive when
+// no commit is running leads, committing at once with everything queued so
 // far in one write transaction (one fsync); Mutates arriving meanwhile
 // queue, and when the leader's commit is done the first of them leads the
 // next group. A lone writer so never waits for company, and under
 // concurrency the group grows with the time a commit takes — no timer.
 // If a group's transaction fails, each member is retried alone so one bad
 // member cannot fail the others (as bbolt's Batch does).
-func (l *Log) commit(txFn func(*bolt.Tx) error) error {
+func (l *Log) commitWaiter(w *waiter) error {
 	if l.alwaysBatch {
-		return l.db.Batch(txFn)
+		return l.db.Batch(w.run)
 	}
-	w := &waiter{fn: txFn, wake: make(chan struct{}, 1)}
 	l.group.mu.Lock()
 	l.group.queue = append(l.group.queue, w)
 	if l.group.leading {
@@ -287,9 +311,17 @@ type groupCommit struct {
 // group.
 type waiter struct {
 	fn   func(*bolt.Tx) error
+	m    *mutation // a Mutate's waiter runs m instead of fn
 	err  error
 	next []*waiter
 	wake chan struct{}
+}
+
+func (w *waiter) run(tx *bolt.Tx) error {
+	if w.m != nil {
+		return w.m.run(tx)
+	}
+	return w.fn(tx)
 }
 
 // lead commits batch (which holds self), wakes its members and hands the
@@ -309,7 +341,7 @@ func (l *Log) lead(batch []*waiter, self *waiter) error {
 	err := l.db.Update(func(tx *bolt.Tx) error {
 		return l.counted(tx, func() error {
 			for _, w := range batch {
-				if err := w.fn(tx); err != nil {
+				if err := w.run(tx); err != nil {
 					return err
 				}
 			}
@@ -323,7 +355,7 @@ func (l *Log) lead(batch []*waiter, self *waiter) error {
 	default:
 		for _, w := range batch {
 			w.err = l.db.Update(func(tx *bolt.Tx) error {
-				return l.counted(tx, func() error { return w.fn(tx) })
+				return l.counted(tx, func() error { return w.run(tx) })
 			})
 		}
 	}
@@ -357,7 +389,8 @@ func (l *Log) handOver(batch []*waiter, self *waiter) {
 // so the rest of a batch is not re-run because of it. err is a storage error
 // and rolls the transaction back.
 func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Job, _ []Line, fnErr, err error) {
-	cur, err := getJob(tx, id)
+	w := l.writeTx(tx)
+	cur, curRecord, err := w.getJob(id)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return Job{}, nil, nil, err
 	}
@@ -378,11 +411,11 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 		}
 	}
 	if p.Job != nil {
-		if err := putJob(tx, cur, p.Job, counts); err != nil {
+		if err := putJob(w, cur, curRecord, p.Job, counts); err != nil {
 			return Job{}, nil, nil, err
 		}
 	}
-	lb, jlb := tx.Bucket(bucketLines), tx.Bucket(bucketJobLines)
+	lb := w.bucket(wLines)
 	for i := range p.Lines {
 		ln := &p.Lines[i]
 		seq, err := lb.NextSequence()
@@ -390,39 +423,37 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 			return Job{}, nil, nil, fmt.Errorf("next line seq: %w", err)
 		}
 		ln.Seq = seq
-		if err := lb.Put(seqKey(seq), encodeLine(ln)); err != nil {
+		w.key = binary.BigEndian.AppendUint64(w.key[:0], seq)
+		if err := w.put(wLines, w.key, encodeLine(ln)); err != nil {
 			return Job{}, nil, nil, fmt.Errorf("put line %d: %w", seq, err)
 		}
-		if err := jlb.Put(jobLineKey(id, seq), nil); err != nil {
+		w.key = appendJobLineKey(w.key[:0], id, seq)
+		if err := w.put(wJobLines, w.key, nil); err != nil {
 			return Job{}, nil, nil, fmt.Errorf("put job line %d: %w", seq, err)
 		}
 		for _, k := range lineCounters(ln) {
 			counts[k]++
 		}
 	}
-	if err := indexSends(tx, p.Result.Mailbox, p.Lines); err != nil {
+	if err := indexSends(w, p.Result.Mailbox, p.Lines); err != nil {
 		return Job{}, nil, nil, fmt.Errorf("index sends: %w", err)
 	}
 	if p.Raw != nil {
-		if err := tx.Bucket(bucketBodies).Put([]byte(id), p.Raw); err != nil {
+		if err := w.putRaw(id, p.Raw); err != nil {
 			return Job{}, nil, nil, fmt.Errorf("put raw: %w", err)
 		}
 	}
-	mb, err := p.MailboxRecord(func(name string) (Mailbox, error) { return getMailbox(tx, name) })
+	mb, err := p.MailboxRecord(w.getMailbox)
 	if err != nil {
 		return Job{}, nil, nil, err
 	}
 	if mb != nil {
-		v, err := json.Marshal(mb)
-		if err != nil {
-			return Job{}, nil, nil, fmt.Errorf("encode mailbox: %w", err)
-		}
-		if err := tx.Bucket(bucketMailboxes).Put([]byte(mb.Name), v); err != nil {
-			return Job{}, nil, nil, fmt.Errorf("put mailbox %s: %w", mb.Name, err)
+		if err := w.putMailbox(mb); err != nil {
+			return Job{}, nil, nil, err
 		}
 	}
 	if !grouped {
-		if err := addCounts(tx.Bucket(bucketCounters), counts); err != nil {
+		if err := addCounts(w, counts); err != nil {
 			return Job{}, nil, nil, err
 		}
 	}
@@ -433,11 +464,16 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 // and writes the deltas once when all have run.
 func (l *Log) counted(tx *bolt.Tx, run func() error) error {
 	l.countsTx, l.counts = tx, nil
-	defer func() { l.countsTx, l.counts = nil, nil }()
+	defer func() {
+		l.countsTx, l.counts = nil, nil
+		if l.w != nil {
+			l.w.reset(nil)
+		}
+	}()
 	if err := run(); err != nil {
 		return err
 	}
-	return addCounts(tx.Bucket(bucketCounters), l.counts)
+	return addCounts(l.writeTx(tx), l.counts)
 }
 
 // validateChange checks ch against the log's invariants before anything is
@@ -512,77 +548,15 @@ func validateChange(id string, cur *Job, ch *Change) error {
 	return nil
 }
 
-// putJob stores j in place of cur (nil when new), moving its index entries
-// and adding its counter deltas to counts.
-func putJob(tx *bolt.Tx, cur, j *Job, counts map[string]int64) error {
-	idx := [...]*bolt.Bucket{tx.Bucket(bucketState), tx.Bucket(bucketDue), tx.Bucket(bucketUnknown), tx.Bucket(bucketPrunable)}
-	if cur != nil {
-		old := keysOf(cur)
-		for i, k := range [...][]byte{old.state, old.due, old.unknown, old.prunable} {
-			if k == nil {
-				continue
-			}
-			if err := idx[i].Delete(k); err != nil {
-				return fmt.Errorf("delete index entry of %s: %w", cur.MessageID, err)
-			}
-		}
-		for _, k := range jobCounters(cur) {
-			counts[k]--
-		}
-	} else {
-		counts[counterJobs]++
-	}
-	nk := keysOf(j)
-	for i, k := range [...][]byte{nk.state, nk.due, nk.unknown, nk.prunable} {
-		if k == nil {
-			continue
-		}
-		if err := idx[i].Put(k, nil); err != nil {
-			return fmt.Errorf("put index entry of %s: %w", j.MessageID, err)
-		}
-	}
-	for _, k := range jobCounters(j) {
-		counts[k]++
-	}
-	if err := tx.Bucket(bucketJobs).Put([]byte(j.MessageID), encodeJob(j)); err != nil {
-		return fmt.Errorf("put job %s: %w", j.MessageID, err)
-	}
-	return nil
-}
-
-// addCounts adds deltas to the stored counters; a counter that reaches zero
-// is deleted, so Stats shows no empty entries.
-func addCounts(b *bolt.Bucket, deltas map[string]int64) error {
-	for k, d := range deltas {
-		if d == 0 {
-			continue
-		}
-		var n int64
-		if v := b.Get([]byte(k)); v != nil {
-			var err error
-			if n, err = decodeCount(v); err != nil {
-				return fmt.Errorf("counter %q: %w", k, err)
-			}
-		}
-		n += d
-		var err error
-		if n == 0 {
-			err = b.Delete([]byte(k))
-		} else {
-			err = b.Put([]byte(k), encodeCount(n))
-		}
-		if err != nil {
-			return fmt.Errorf("update counter %q: %w", k, err)
-		}
-	}
-	return nil
-}
-
 // getMailbox reads a mailbox's record; the zero Mailbox{Name: name} when
 // the log knows nothing about it.
 func getMailbox(tx *bolt.Tx, name string) (Mailbox, error) {
+	return decodeMailbox(name, tx.Bucket(bucketMailboxes).Get([]byte(name)))
+}
+
+// decodeMailbox decodes a mailbox's stored record v (nil: none).
+func decodeMailbox(name string, v []byte) (Mailbox, error) {
 	mb := Mailbox{Name: name}
-	v := tx.Bucket(bucketMailboxes).Get([]byte(name))
 	if v == nil {
 		return mb, nil
 	}

@@ -172,3 +172,138 @@ func TestGroupCommitCounters(t *testing.T) {
 		t.Logf("no two Mutates shared a commit (%d commits): the grouping was not exercised this run", c)
 	}
 }
+
+// TestGetMissingJob: a job the log does not have is ErrNotFound with the
+// same text as before Get was made cheap.
+func TestGetMissingJob(t *testing.T) {
+	l, _ := mustOpen(t)
+	_, err := l.Get(context.Background(), "<missing@x>")
+	if !errors.Is(err, acceptlog.ErrNotFound) {
+		t.Fatalf("Get of a missing job: %v, want ErrNotFound", err)
+	}
+	if want := "get <missing@x>: acceptlog: job not found"; err.Error() != want {
+		t.Fatalf("error text %q, want %q", err.Error(), want)
+	}
+}
+
+// TestMutateSkipsUnchangedWrites: Mutates whose index keys, counters or
+// records do not change write nothing for them, and the log still holds
+// exactly what it should (the cleanup's Check recomputes every index entry
+// and counter from the jobs and lines).
+func TestMutateSkipsUnchangedWrites(t *testing.T) {
+	ctx := context.Background()
+	l, _ := mustOpen(t)
+	id := "<skip@x>"
+	due := t0.Add(time.Hour)
+	mutate := func(edit func(j *acceptlog.Job) acceptlog.Change) acceptlog.Job {
+		t.Helper()
+		j, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+			var j acceptlog.Job
+			if cur != nil {
+				j = *cur
+			}
+			ch := edit(&j)
+			ch.Job = &j
+			return ch, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	dueIDs := func(at time.Time) []string {
+		t.Helper()
+		jobs, err := l.Due(ctx, at, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids(jobs)
+	}
+	mutate(func(j *acceptlog.Job) acceptlog.Change {
+		*j = acceptlog.Job{MessageID: id, Channel: "default", Mailbox: "main", Attempts: 1, Effects: 1, NextCheckAt: due}
+		return acceptlog.Change{Raw: []byte("raw"), Lines: []acceptlog.Line{
+			acceptlog.Move(j, acceptlog.StateSent, acceptlog.Line{Kind: acceptlog.KindEffect, Attempt: 1})}}
+	})
+	// Same state, same due time: only the record changes.
+	if got := mutate(func(j *acceptlog.Job) acceptlog.Change { j.Checks++; return acceptlog.Change{} }); got.Checks != 1 {
+		t.Fatalf("checks %d, want 1", got.Checks)
+	}
+	if got := dueIDs(due); !reflect.DeepEqual(got, []string{id}) {
+		t.Fatalf("due at %v: %v", due, got)
+	}
+	// The same record, the same raw message, an unchanged mailbox record.
+	mutate(func(j *acceptlog.Job) acceptlog.Change {
+		return acceptlog.Change{Raw: []byte("raw"), EditMailbox: func(*acceptlog.Mailbox) {}}
+	})
+	if raw, err := l.Raw(ctx, id); err != nil || string(raw) != "raw" {
+		t.Fatalf("raw %q, %v", raw, err)
+	}
+	// A new due time moves the entry; a new raw message replaces the old.
+	later := due.Add(time.Hour)
+	mutate(func(j *acceptlog.Job) acceptlog.Change {
+		j.NextCheckAt = later
+		return acceptlog.Change{Raw: []byte("raw2")}
+	})
+	if got := dueIDs(due); len(got) != 0 {
+		t.Fatalf("due at %v after the move: %v", due, got)
+	}
+	if got := dueIDs(later); !reflect.DeepEqual(got, []string{id}) {
+		t.Fatalf("due at %v: %v", later, got)
+	}
+	if raw, err := l.Raw(ctx, id); err != nil || string(raw) != "raw2" {
+		t.Fatalf("raw %q, %v", raw, err)
+	}
+	st, err := l.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Jobs != 1 || st.ByState[acceptlog.StateSent] != 1 || st.ByChannel["default"][acceptlog.StateSent] != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestFreelistLayoutsOpenEachOther: a log written the old way (bbolt's
+// freelist synced at every commit) opens and reads the same with the
+// freelist not synced, and the other way round; Check agrees on both.
+func TestFreelistLayoutsOpenEachOther(t *testing.T) {
+	for _, first := range []bool{false, true} {
+		t.Run(fmt.Sprintf("written_with_no_freelist_sync=%v", first), func(t *testing.T) {
+			ctx := context.Background()
+			path := filepath.Join(t.TempDir(), "accept.db")
+			prev := acceptlog.SetNoFreelistSync(first)
+			t.Cleanup(func() { acceptlog.SetNoFreelistSync(prev) })
+			l, err := acceptlog.Open(path, acceptlog.Options{Now: func() time.Time { return t0 }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 50 {
+				id := fmt.Sprintf("<%d@layout>", i)
+				if _, _, err := l.Mutate(ctx, id, benchChange(id)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := l.Stats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			acceptlog.SetNoFreelistSync(!first)
+			l = mustOpenPath(t, path) // its cleanup runs Check
+			got, err := l.Stats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("stats after reopening: %+v, want %+v", got, want)
+			}
+			if _, _, err := l.Mutate(ctx, "<new@layout>", benchChange("<new@layout>")); err != nil {
+				t.Fatal(err)
+			}
+			if j, err := l.Get(ctx, "<7@layout>"); err != nil || j.State != acceptlog.StateForwarding {
+				t.Fatalf("get after reopening: %+v, %v", j, err)
+			}
+		})
+	}
+}

@@ -41,16 +41,7 @@ func (l *Log) view(ctx context.Context, what string, fn func(tx *bolt.Tx) error)
 
 // Get returns the job messageID, or an error wrapping ErrNotFound.
 func (l *Log) Get(ctx context.Context, messageID string) (Job, error) {
-	var j *Job
-	err := l.view(ctx, "get "+messageID, func(tx *bolt.Tx) error {
-		var err error
-		j, err = getJob(tx, messageID)
-		return err
-	})
-	if err != nil {
-		return Job{}, err
-	}
-	return *j, nil
+	return l.get(ctx, messageID) // get.go
 }
 
 // JobLines returns the lines of the job messageID, oldest first, or an error

@@ -113,16 +113,18 @@ func (l *Log) pruneJob(tx *bolt.Tx, id string, now time.Time, res *PruneResult) 
 		}
 	}
 	counts := map[string]int64{}
-	lb, jlb := tx.Bucket(bucketLines), tx.Bucket(bucketJobLines)
+	w := l.writeTx(tx)
 	for i := range lines {
 		ln := &lines[i]
 		if keptWhenPruned(ln, lastState) {
 			continue
 		}
-		if err := lb.Delete(seqKey(ln.Seq)); err != nil {
+		w.key = binary.BigEndian.AppendUint64(w.key[:0], ln.Seq)
+		if err := w.delete(wLines, w.key); err != nil {
 			return fmt.Errorf("prune %s: delete line %d: %w", id, ln.Seq, err)
 		}
-		if err := jlb.Delete(jobLineKey(id, ln.Seq)); err != nil {
+		w.key = appendJobLineKey(w.key[:0], id, ln.Seq)
+		if err := w.delete(wJobLines, w.key); err != nil {
 			return fmt.Errorf("prune %s: delete job line %d: %w", id, ln.Seq, err)
 		}
 		for _, k := range lineCounters(ln) {
@@ -130,20 +132,20 @@ func (l *Log) pruneJob(tx *bolt.Tx, id string, now time.Time, res *PruneResult) 
 		}
 		res.Lines++
 	}
-	bodies := tx.Bucket(bucketBodies)
-	if raw := bodies.Get([]byte(id)); raw != nil {
+	w.key = append(w.key[:0], id...)
+	if raw := w.get(wBodies, w.key); raw != nil {
 		res.RawBytes += int64(len(raw))
-		if err := bodies.Delete([]byte(id)); err != nil {
+		if err := w.delete(wBodies, w.key); err != nil {
 			return fmt.Errorf("prune %s: delete raw: %w", id, err)
 		}
 	}
 	j := cloneJob(*cur)
 	j.PrunedAt = now
-	if err := putJob(tx, cur, &j, counts); err != nil {
+	if err := putJob(w, cur, nil, &j, counts); err != nil {
 		return err
 	}
 	res.Jobs++
-	return addCounts(tx.Bucket(bucketCounters), counts)
+	return addCounts(w, counts)
 }
 
 // sortableTimeOf is the sortable time prefix of a timeIDKey.

@@ -17,25 +17,26 @@ import (
 // after retention; PruneSends drops the ones older than a cut-off.
 var bucketSends = []byte("sends")
 
-func sendKey(mailbox string, t time.Time, id string, attempt int) []byte {
-	k := make([]byte, 0, len(mailbox)+10+len(id)+4)
-	k = append(k, mailbox...)
-	k = append(k, 0)
-	k = binary.BigEndian.AppendUint64(k, sortableTime(t))
-	k = append(k, id...)
-	k = append(k, 0)
-	return strconv.AppendInt(k, int64(attempt), 10)
+// appendSendKey appends the send-index key of one attempt to b.
+func appendSendKey(b []byte, mailbox string, t time.Time, id string, attempt int) []byte {
+	b = append(b, mailbox...)
+	b = append(b, 0)
+	b = binary.BigEndian.AppendUint64(b, sortableTime(t))
+	b = append(b, id...)
+	b = append(b, 0)
+	return strconv.AppendInt(b, int64(attempt), 10)
 }
 
 // indexSends adds an entry for each forwarding line of lines (written for
 // a job of mailbox).
-func indexSends(tx *bolt.Tx, mailbox string, lines []Line) error {
-	b := tx.Bucket(bucketSends)
-	for _, ln := range lines {
+func indexSends(w *writeTx, mailbox string, lines []Line) error {
+	for i := range lines {
+		ln := &lines[i]
 		if ln.Kind != KindForwarding {
 			continue
 		}
-		if err := b.Put(sendKey(mailbox, ln.Time, ln.MessageID, ln.Attempt), nil); err != nil {
+		w.key = appendSendKey(w.key[:0], mailbox, ln.Time, ln.MessageID, ln.Attempt)
+		if err := w.put(wSends, w.key, nil); err != nil {
 			return err
 		}
 	}

@@ -104,7 +104,9 @@ const durableRounds = 40
 // (log commits per Mutate; below 1 means group commit), and, at
 // concurrency 1, raw_2sync/s (RawTwoSyncRate) with ceiling_vs_raw
 // (raw_2sync/s ÷ raw fsyncs/s: the best ratio_vs_raw a log that syncs
-// twice per commit can reach) and ratio_vs_ceiling.
+// twice per commit can reach) and ratio_vs_ceiling; page_writes/commit and
+// pages/commit (bbolt's write calls, meta page included, and dirty pages
+// allocated, per commit) and file_MiB say how much each commit writes.
 func DurableLog(ctx context.Context, dir string, conc, n int) (Metrics, error) {
 	if conc < 1 || n < 1 {
 		return nil, fmt.Errorf("durable log: concurrency and n must be positive")
@@ -119,7 +121,7 @@ func DurableLog(ctx context.Context, dir string, conc, n int) (Metrics, error) {
 		return nil, err
 	}
 	defer log.Close()
-	commits := log.Commits()
+	ws0 := log.WriteStats()
 	var rawT, logT, twoT time.Duration
 	done := 0
 	for r := range durableRounds {
@@ -150,12 +152,20 @@ func DurableLog(ctx context.Context, dir string, conc, n int) (Metrics, error) {
 	}
 	raw, mutates := rate(n, rawT), rate(n, logT)
 	m := Metrics{
-		"mutates/s":     mutates,
-		"lines/s":       2 * mutates,
-		"raw_fsyncs/s":  raw,
-		"ratio_vs_raw":  mutates / raw,
-		"fsyncs/mutate": float64(log.Commits()-commits) / float64(n),
+		"mutates/s":    mutates,
+		"lines/s":      2 * mutates,
+		"raw_fsyncs/s": raw,
+		"ratio_vs_raw": mutates / raw,
 	}
+	ws := log.WriteStats()
+	commits := float64(ws.Commits - ws0.Commits)
+	m["fsyncs/mutate"] = commits / float64(n)
+	if commits > 0 {
+		// bbolt syncs twice per commit: after its pages, after its meta page.
+		m["page_writes/commit"] = float64(ws.Writes-ws0.Writes) / commits
+		m["pages/commit"] = float64(ws.PagesAllocated-ws0.PagesAllocated) / commits
+	}
+	m["file_MiB"] = float64(ws.FileSize) / (1 << 20)
 	if conc == 1 {
 		two := rate(n, twoT)
 		m["raw_2sync/s"], m["ceiling_vs_raw"], m["ratio_vs_ceiling"] = two, two/raw, mutates/two

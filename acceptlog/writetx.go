@@ -1,0 +1,227 @@
+package acceptlog
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// The buckets a write transaction touches, by number (see writeTx).
+const (
+	wJobs = iota
+	wLines
+	wJobLines
+	wState // the indexes, in indexState.. order
+	wDue
+	wUnknown
+	wPrunable
+	wBodies
+	wMailboxes
+	wCounters
+	wSends
+	numWriteBuckets
+)
+
+var writeBucketNames = [numWriteBuckets][]byte{
+	wJobs: bucketJobs, wLines: bucketLines, wJobLines: bucketJobLines,
+	wState: bucketState, wDue: bucketDue, wUnknown: bucketUnknown, wPrunable: bucketPrunable,
+	wBodies: bucketBodies, wMailboxes: bucketMailboxes, wCounters: bucketCounters, wSends: bucketSends,
+}
+
+// writeTx is what the Mutates of one write transaction share: each bucket
+// looked up once, one cursor per bucket read or deleted from (bbolt's
+// Bucket.Get and Delete make a new Cursor, and grow its stack, on every
+// call; a reused cursor's Seek reuses both) and two scratch buffers for
+// keys (bbolt's Put copies the key it is given, so a buffer is free again
+// as soon as Put returns). Since issue 16.
+//
+// The Log keeps one and resets it for each transaction (see Log.writeTx);
+// it is only touched inside write transactions, which bbolt serialises.
+type writeTx struct {
+	tx       *bolt.Tx
+	buckets  [numWriteBuckets]*bolt.Bucket
+	cursors  [numWriteBuckets]*bolt.Cursor
+	key, old []byte
+}
+
+// writeTx returns the Log's writeTx, set up for tx.
+func (l *Log) writeTx(tx *bolt.Tx) *writeTx {
+	if l.w == nil {
+		l.w = &writeTx{}
+	}
+	if l.w.tx != tx {
+		l.w.reset(tx)
+	}
+	return l.w
+}
+
+// reset forgets the buckets and cursors of the previous transaction (so a
+// finished transaction's pages are not kept alive) and keeps the buffers.
+func (w *writeTx) reset(tx *bolt.Tx) {
+	w.tx = tx
+	clear(w.buckets[:])
+	clear(w.cursors[:])
+}
+
+func (w *writeTx) bucket(b int) *bolt.Bucket {
+	if w.buckets[b] == nil {
+		w.buckets[b] = w.tx.Bucket(writeBucketNames[b])
+	}
+	return w.buckets[b]
+}
+
+func (w *writeTx) cursor(b int) *bolt.Cursor {
+	if w.cursors[b] == nil {
+		w.cursors[b] = w.bucket(b).Cursor()
+	}
+	return w.cursors[b]
+}
+
+// get is Bucket.Get through the bucket's reused cursor (no bucket of the
+// log holds nested buckets).
+func (w *writeTx) get(b int, key []byte) []byte {
+	k, v := w.cursor(b).Seek(key)
+	if !bytes.Equal(k, key) {
+		return nil
+	}
+	return v
+}
+
+// delete is Bucket.Delete through the bucket's reused cursor.
+func (w *writeTx) delete(b int, key []byte) error {
+	c := w.cursor(b)
+	if k, _ := c.Seek(key); !bytes.Equal(k, key) {
+		return nil
+	}
+	return c.Delete()
+}
+
+func (w *writeTx) put(b int, key, value []byte) error { return w.bucket(b).Put(key, value) }
+
+// getJob reads a job and its stored record; ErrNotFound (and a nil job)
+// when absent. The record stays valid until the transaction ends.
+func (w *writeTx) getJob(id string) (*Job, []byte, error) {
+	w.key = append(w.key[:0], id...)
+	v := w.get(wJobs, w.key)
+	if v == nil {
+		return nil, nil, ErrNotFound
+	}
+	var j Job
+	if err := decodeJob(v, &j); err != nil {
+		return nil, nil, fmt.Errorf("decode job %s: %w", id, err)
+	}
+	return &j, v, nil
+}
+
+// putJob stores j in place of cur (nil when new; old is its stored
+// record), moving the index entries whose key changes and adding its
+// counter deltas to counts. An index entry whose key stays, the counters
+// of an unchanged state and channel, and a record that encodes to the
+// stored bytes are not written again.
+func putJob(w *writeTx, cur *Job, old []byte, j *Job, counts map[string]int64) error {
+	for i := range numIndexes {
+		var hadOld, hasNew bool
+		if cur != nil {
+			w.old, hadOld = appendIndexKey(w.old[:0], i, cur)
+		}
+		w.key, hasNew = appendIndexKey(w.key[:0], i, j)
+		if hadOld && hasNew && bytes.Equal(w.old, w.key) {
+			continue
+		}
+		if hadOld {
+			if err := w.delete(wState+i, w.old); err != nil {
+				return fmt.Errorf("delete index entry of %s: %w", cur.MessageID, err)
+			}
+		}
+		if hasNew {
+			if err := w.put(wState+i, w.key, nil); err != nil {
+				return fmt.Errorf("put index entry of %s: %w", j.MessageID, err)
+			}
+		}
+	}
+	if cur == nil {
+		counts[counterJobs]++
+	}
+	if cur == nil || cur.State != j.State || cur.Channel != j.Channel {
+		if cur != nil {
+			for _, k := range jobCounters(cur) {
+				counts[k]--
+			}
+		}
+		for _, k := range jobCounters(j) {
+			counts[k]++
+		}
+	}
+	v := encodeJob(j)
+	if old != nil && bytes.Equal(old, v) {
+		return nil
+	}
+	w.key = append(w.key[:0], j.MessageID...)
+	if err := w.put(wJobs, w.key, v); err != nil {
+		return fmt.Errorf("put job %s: %w", j.MessageID, err)
+	}
+	return nil
+}
+
+// putRaw stores a job's message unless the same bytes are stored.
+func (w *writeTx) putRaw(id string, raw []byte) error {
+	w.key = append(w.key[:0], id...)
+	if v := w.get(wBodies, w.key); v != nil && bytes.Equal(v, raw) {
+		return nil
+	}
+	return w.put(wBodies, w.key, raw)
+}
+
+// getMailbox reads a mailbox's record; the zero Mailbox{Name: name} when
+// the log knows nothing about it.
+func (w *writeTx) getMailbox(name string) (Mailbox, error) {
+	w.key = append(w.key[:0], name...)
+	return decodeMailbox(name, w.get(wMailboxes, w.key))
+}
+
+// putMailbox stores mb unless it encodes to the stored bytes.
+func (w *writeTx) putMailbox(mb *Mailbox) error {
+	v, err := json.Marshal(mb)
+	if err != nil {
+		return fmt.Errorf("encode mailbox: %w", err)
+	}
+	w.key = append(w.key[:0], mb.Name...)
+	if old := w.get(wMailboxes, w.key); old != nil && bytes.Equal(old, v) {
+		return nil
+	}
+	if err := w.put(wMailboxes, w.key, v); err != nil {
+		return fmt.Errorf("put mailbox %s: %w", mb.Name, err)
+	}
+	return nil
+}
+
+// addCounts adds deltas to the stored counters; a counter that reaches zero
+// is deleted, so Stats shows no empty entries.
+func addCounts(w *writeTx, deltas map[string]int64) error {
+	for k, d := range deltas {
+		if d == 0 {
+			continue
+		}
+		w.key = append(w.key[:0], k...)
+		var n int64
+		if v := w.get(wCounters, w.key); v != nil {
+			var err error
+			if n, err = decodeCount(v); err != nil {
+				return fmt.Errorf("counter %q: %w", k, err)
+			}
+		}
+		n += d
+		var err error
+		if n == 0 {
+			err = w.delete(wCounters, w.key)
+		} else {
+			err = w.put(wCounters, w.key, encodeCount(n))
+		}
+		if err != nil {
+			return fmt.Errorf("update counter %q: %w", k, err)
+		}
+	}
+	return nil
+}
