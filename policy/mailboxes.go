@@ -125,46 +125,30 @@ func mailbox(mb entry) (Mailbox, error) {
 	if err != nil {
 		return m, err
 	}
-	for _, f := range fields {
-		switch f.name {
-		case "address", "subject":
-			s, err := address(f.value, f.path)
-			if err != nil {
-				return m, err
-			}
-			if f.name == "address" {
-				m.Address = s
-			} else {
-				m.Subject = s
-			}
-		case "send_as":
-			if m.SendAs, err = addressList(f.value, f.path); err != nil {
-				return m, err
-			}
-		case "credentials":
-			if m.Credentials, err = str(f.value, f.path); err != nil {
-				return m, err
-			}
-			if strings.ContainsAny(m.Credentials, "\r\n\x00") {
-				return m, &FieldError{Field: f.path, Line: f.value.Line, Message: "must be a file path"}
-			}
-		case "quota_per_minute":
-			if m.QuotaPerMinute, err = atLeastOne(f); err != nil {
-				return m, err
-			}
-		case "daily_send_limit":
-			if m.DailySendLimit, err = atLeastOne(f); err != nil {
-				return m, err
-			}
-		default:
-			return m, unknownKey(f)
-		}
+	err = parseFields(fields, fieldParsers{
+		"address":          into(&m.Address, ofNode(address)),
+		"subject":          into(&m.Subject, ofNode(address)),
+		"send_as":          into(&m.SendAs, ofNode(addressList)),
+		"credentials":      into(&m.Credentials, checked(checkFilePath)),
+		"quota_per_minute": into(&m.QuotaPerMinute, atLeastOne),
+		"daily_send_limit": into(&m.DailySendLimit, atLeastOne),
+	})
+	if err != nil {
+		return m, err
 	}
 	if m.Address == "" && (mb.name != DefaultMailbox || len(m.SendAs) > 0) {
 		return m, &FieldError{Field: mb.path + ".address", Line: line(resolve(mb.value)),
 			Message: "required: the mailbox's own address (only the default mailbox without send_as may leave it out)"}
 	}
 	return m, nil
+}
+
+// checkFilePath returns why s cannot be a credentials file path, or "".
+func checkFilePath(s string) string {
+	if strings.ContainsAny(s, "\r\n\x00") {
+		return "must be a file path"
+	}
+	return ""
 }
 
 // address reads one bare e-mail address (no display name), lower-case.

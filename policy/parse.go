@@ -57,55 +57,19 @@ func Parse(data []byte) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	seenChannels := false
-	for _, e := range entries {
-		switch e.name {
-		case "msgid_domain":
-			s, err := str(e.value, e.path)
-			if err != nil {
-				return nil, err
-			}
-			if msg := checkDomain(s); msg != "" {
-				return nil, &FieldError{Field: e.path, Line: e.value.Line, Message: msg}
-			}
-			p.MsgIDDomain = s
-		case "verify_handle":
-			s, err := str(e.value, e.path)
-			if err != nil {
-				return nil, err
-			}
-			if v := Verify(s); !v.Valid() {
-				return nil, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("unknown value %q; want first, always or never", s)}
-			}
-			p.VerifyHandle = Verify(s)
-		case "retention":
-			s, err := str(e.value, e.path)
-			if err != nil {
-				return nil, err
-			}
-			d, err := ParseRetention(s)
-			if err != nil {
-				return nil, &FieldError{Field: e.path, Line: e.value.Line, Message: err.Error()}
-			}
-			p.Retention = d
-		case "mailboxes":
-			mbs, err := mailboxes(e.value, e.path)
-			if err != nil {
-				return nil, err
-			}
-			p.Mailboxes = mbs
-		case "channels":
-			seenChannels = true
-			chans, err := channels(e.value, e.path)
-			if err != nil {
-				return nil, err
-			}
-			p.Channels = chans
-		default:
-			return nil, unknownKey(e)
-		}
+	err = parseFields(entries, fieldParsers{
+		"msgid_domain":  into(&p.MsgIDDomain, checked(checkDomain)),
+		"verify_handle": into(&p.VerifyHandle, enum[Verify](verifyMessage)),
+		"retention":     into(&p.Retention, retention),
+		"mailboxes":     into(&p.Mailboxes, ofNode(mailboxes)),
+		"channels":      into(&p.Channels, ofNode(channels)),
+	})
+	if err != nil {
+		return nil, err
 	}
-	if !seenChannels {
+	// channels refuses an empty or null mapping, so nil means the key is
+	// missing.
+	if p.Channels == nil {
 		return nil, &FieldError{Field: "channels", Line: root.Line, Message: "required: at least one channel, e.g. default: {on_unknown: retry}"}
 	}
 	// Parse applied every rule already; Validate guards against the two
@@ -250,41 +214,15 @@ func channel(ch entry) (Channel, error) {
 	if err != nil {
 		return c, err
 	}
-	for _, e := range entries {
-		switch e.name {
-		case "on_unknown":
-			s, err := str(e.value, e.path)
-			if err != nil {
-				return c, err
-			}
-			if !OnUnknown(s).Valid() {
-				return c, &FieldError{Field: e.path, Line: e.value.Line, Message: onUnknownMessage(s)}
-			}
-			c.OnUnknown = OnUnknown(s)
-		case "grace":
-			d, err := positiveDuration(e, "90s or 3m")
-			if err != nil {
-				return c, err
-			}
-			if d < MinGrace {
-				return c, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("must be at least %s (Gmail's index needs time), got %s", MinGrace, e.value.Value)}
-			}
-			c.Grace = d
-		case "max_unwitnessed":
-			if c.MaxUnwitnessed, err = positiveDuration(e, "30m or 1h"); err != nil {
-				return c, err
-			}
-		case "checks":
-			if c.Checks, err = atLeastOne(e); err != nil {
-				return c, err
-			}
-		case "max_attempts":
-			if c.MaxAttempts, err = atLeastOne(e); err != nil {
-				return c, err
-			}
-		default:
-			return c, unknownKey(e)
-		}
+	err = parseFields(entries, fieldParsers{
+		"on_unknown":      into(&c.OnUnknown, enum[OnUnknown](onUnknownMessage)),
+		"grace":           into(&c.Grace, grace),
+		"max_unwitnessed": into(&c.MaxUnwitnessed, positiveDuration("30m or 1h")),
+		"checks":          into(&c.Checks, atLeastOne),
+		"max_attempts":    into(&c.MaxAttempts, atLeastOne),
+	})
+	if err != nil {
+		return c, err
 	}
 	if c.OnUnknown == "" {
 		return c, &FieldError{Field: ch.path + ".on_unknown", Line: line(resolve(ch.value)), Message: "required: retry or review"}
@@ -292,21 +230,122 @@ func channel(ch entry) (Channel, error) {
 	return c, nil
 }
 
-// positiveDuration reads a Go duration above zero; examples go in the
-// message of a value that is not one.
-func positiveDuration(e entry, examples string) (time.Duration, error) {
+// fieldParsers maps each key a mapping may hold to what reads its value.
+type fieldParsers map[string]func(e entry) error
+
+// parseFields hands each entry to the parser of its key, in file order; a
+// key without a parser is an unknown key. The first error stops it.
+func parseFields(entries []entry, parsers fieldParsers) error {
+	for _, e := range entries {
+		parse, ok := parsers[e.name]
+		if !ok {
+			return unknownKey(e)
+		}
+		if err := parse(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// into returns a parser that stores what read makes of the value in *dst
+// (and leaves *dst alone when read refuses it).
+func into[T any](dst *T, read func(entry) (T, error)) func(entry) error {
+	return func(e entry) error {
+		v, err := read(e)
+		if err != nil {
+			return err
+		}
+		*dst = v
+		return nil
+	}
+}
+
+// ofNode adapts a reader of a node and its dotted path to an entry reader.
+func ofNode[T any](read func(n *yaml.Node, path string) (T, error)) func(entry) (T, error) {
+	return func(e entry) (T, error) { return read(e.value, e.path) }
+}
+
+// checked returns a reader of a string value that refuses it with check's
+// message when check returns one ("" means the value is good).
+func checked(check func(string) string) func(entry) (string, error) {
+	return func(e entry) (string, error) {
+		s, err := str(e.value, e.path)
+		if err != nil {
+			return "", err
+		}
+		if msg := check(s); msg != "" {
+			return "", &FieldError{Field: e.path, Line: e.value.Line, Message: msg}
+		}
+		return s, nil
+	}
+}
+
+// enum returns a reader of a value of the string type T that refuses one
+// T's Valid method does not know, with bad's message.
+func enum[T interface {
+	~string
+	Valid() bool
+}](bad func(string) string) func(entry) (T, error) {
+	valid := checked(func(s string) string {
+		if T(s).Valid() {
+			return ""
+		}
+		return bad(s)
+	})
+	return func(e entry) (T, error) {
+		s, err := valid(e)
+		return T(s), err
+	}
+}
+
+// verifyMessage says why v is not a verify_handle value.
+func verifyMessage(v string) string {
+	return fmt.Sprintf("unknown value %q; want first, always or never", v)
+}
+
+// retention reads the top-level retention period (see ParseRetention).
+func retention(e entry) (time.Duration, error) {
 	s, err := str(e.value, e.path)
 	if err != nil {
 		return 0, err
 	}
-	d, err := time.ParseDuration(s)
+	d, err := ParseRetention(s)
 	if err != nil {
-		return 0, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("not a Go duration such as %s: %q", examples, s)}
-	}
-	if d <= 0 {
-		return 0, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("must be positive, got %s", s)}
+		return 0, &FieldError{Field: e.path, Line: e.value.Line, Message: err.Error()}
 	}
 	return d, nil
+}
+
+// grace reads a channel's grace: a positive duration of at least MinGrace.
+func grace(e entry) (time.Duration, error) {
+	d, err := positiveDuration("90s or 3m")(e)
+	if err != nil {
+		return 0, err
+	}
+	if d < MinGrace {
+		return 0, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("must be at least %s (Gmail's index needs time), got %s", MinGrace, e.value.Value)}
+	}
+	return d, nil
+}
+
+// positiveDuration returns a reader of a Go duration above zero; examples
+// go in the message of a value that is not one.
+func positiveDuration(examples string) func(entry) (time.Duration, error) {
+	return func(e entry) (time.Duration, error) {
+		s, err := str(e.value, e.path)
+		if err != nil {
+			return 0, err
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return 0, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("not a Go duration such as %s: %q", examples, s)}
+		}
+		if d <= 0 {
+			return 0, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("must be positive, got %s", s)}
+		}
+		return d, nil
+	}
 }
 
 // atLeastOne reads a whole number of at least 1.

@@ -18,16 +18,8 @@ func TestDefault(t *testing.T) {
 	if err := p.Validate(); err != nil {
 		t.Fatalf("Default().Validate: %v", err)
 	}
-	want := &policy.Policy{
-		MsgIDDomain:  "gmailrelay.local",
-		VerifyHandle: policy.VerifyFirst,
-		Channels: map[string]policy.Channel{
-			"default": {Name: "default", OnUnknown: policy.Retry, Grace: 3 * time.Minute, Checks: 2, MaxAttempts: 3},
-		},
-	}
-	if !reflect.DeepEqual(p, want) {
-		t.Errorf("got %+v, want %+v", p, want)
-	}
+	wantPolicy(t, p, "gmailrelay.local",
+		policy.Channel{Name: "default", OnUnknown: policy.Retry, Grace: 3 * time.Minute, Checks: 2, MaxAttempts: 3})
 	// Each call is a fresh value.
 	p.Channels["x"] = policy.Channel{}
 	if _, ok := policy.Default().Channels["x"]; ok {
@@ -40,17 +32,22 @@ func TestExampleFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load example.yaml: %v", err)
 	}
-	want := &policy.Policy{
-		MsgIDDomain:  "inbound.example.com",
-		VerifyHandle: policy.VerifyFirst,
-		Channels: map[string]policy.Channel{
-			"default":  {Name: "default", OnUnknown: policy.Retry, Grace: 3 * time.Minute, Checks: 2, MaxAttempts: 3},
-			"receipts": {Name: "receipts", OnUnknown: policy.Retry, Grace: 5 * time.Minute, Checks: 2, MaxAttempts: 3},
-			"billing":  {Name: "billing", OnUnknown: policy.Review, Grace: 3 * time.Minute, Checks: 1, MaxAttempts: 3},
-		},
+	wantPolicy(t, p, "inbound.example.com",
+		policy.Channel{Name: "default", OnUnknown: policy.Retry, Grace: 3 * time.Minute, Checks: 2, MaxAttempts: 3},
+		policy.Channel{Name: "receipts", OnUnknown: policy.Retry, Grace: 5 * time.Minute, Checks: 2, MaxAttempts: 3},
+		policy.Channel{Name: "billing", OnUnknown: policy.Review, Grace: 3 * time.Minute, Checks: 1, MaxAttempts: 3})
+}
+
+// wantPolicy checks that got is exactly a policy with msgid_domain domain,
+// verify_handle first, no mailboxes or retention, and these channels.
+func wantPolicy(t *testing.T, got *policy.Policy, domain string, chans ...policy.Channel) {
+	t.Helper()
+	want := &policy.Policy{MsgIDDomain: domain, VerifyHandle: policy.VerifyFirst, Channels: map[string]policy.Channel{}}
+	for _, c := range chans {
+		want.Channels[c.Name] = c
 	}
-	if !reflect.DeepEqual(p, want) {
-		t.Errorf("got %+v, want %+v", p, want)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
 	}
 }
 

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -69,5 +72,212 @@ func TestEmulatorDailyLimit50The51stIsNotAttempted(t *testing.T) {
 	e.clock.Advance(24*time.Hour - 50*time.Minute)
 	if left := e.svc.Budget().Left(); left != 1 {
 		t.Errorf("a day after the first send: budget left %d, want 1", left)
+	}
+}
+
+// sharedState stands in for a shared log (PostgreSQL) as the Budget and
+// the Quota see it: a count of held attempts and a pause, both changed
+// from "outside" (another replica) by the test.
+type sharedState struct {
+	acceptlog.Store // not called by the budget on a shared log
+	mu              sync.Mutex
+	used            int
+	pause           time.Time
+	fail            bool
+}
+
+func (s *sharedState) Shared() bool { return true }
+
+func (s *sharedState) SendBudget(_ context.Context, _ string, limit int, _, now time.Time, hold bool) (acceptlog.BudgetAnswer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail {
+		return acceptlog.BudgetAnswer{}, errors.New("database down")
+	}
+	if s.used >= limit {
+		return acceptlog.BudgetAnswer{Used: s.used, Frees: now.Add(-time.Hour)}, nil
+	}
+	if hold {
+		s.used++
+	}
+	return acceptlog.BudgetAnswer{Used: s.used, OK: true}, nil
+}
+
+func (s *sharedState) ReleaseSend(context.Context, string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.used--
+	return nil
+}
+
+func (s *sharedState) PausedUntil(context.Context, string) (time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pause, nil
+}
+
+func (s *sharedState) PauseUntil(_ context.Context, _ string, until time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if until.After(s.pause) {
+		s.pause = until
+	}
+	return nil
+}
+
+// On a shared log the budget keeps nothing in memory: what another replica
+// spent is seen at the next decision, a refund releases the hold, and a
+// database error refuses (retry in a second).
+func TestBudgetOnASharedLogCountsAtDecisionTime(t *testing.T) {
+	st := &sharedState{}
+	clock := testclock.New()
+	b, err := relay.NewBudget(context.Background(), st, "me", 3, clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := b.Take(); !ok || b.Left() != 2 {
+		t.Fatalf("first take: ok %v, left %d; want ok, 2", ok, b.Left())
+	}
+	st.mu.Lock()
+	st.used += 2 // another replica spends the rest
+	st.mu.Unlock()
+	if ok, in := b.Available(); ok || in != 23*time.Hour {
+		t.Errorf("after another replica spent the rest: available %v in %s; want no, in 23h (the oldest frees)", ok, in)
+	}
+	b.Refund()
+	if ok, _ := b.Take(); !ok {
+		t.Error("after a refund the hold given back is takeable again")
+	}
+	st.mu.Lock()
+	st.used, st.fail = 0, true
+	st.mu.Unlock()
+	if ok, in := b.Take(); ok || in != time.Second {
+		t.Errorf("database down: take %v, retry in %s; want refused, 1s", ok, in)
+	}
+}
+
+// A pause Gmail asked of another replica (in the shared mailbox record)
+// pauses this quota's sends, deliveries and searches; a pause this quota
+// sets is written there.
+func TestQuotaSharesGmailsPause(t *testing.T) {
+	st := &sharedState{}
+	clock := testclock.New()
+	q := relay.NewQuota(6000, clock.Now)
+	q.SharePauses(st, "me")
+	if ok, _ := q.TakeForeground(relay.UnitsSend); !ok {
+		t.Fatal("no pause yet: the send is refused")
+	}
+	st.mu.Lock()
+	st.pause = clock.Now().Add(30 * time.Second)
+	st.mu.Unlock()
+	if ok, in := q.TakeForeground(relay.UnitsSend); ok || in != 30*time.Second {
+		t.Errorf("send during another replica's pause: %v, %s; want refused for 30s", ok, in)
+	}
+	if ok, _ := q.TakeBackground(1); ok {
+		t.Error("a search during the shared pause was allowed")
+	}
+	if ok, _ := q.AvailableDelivery(relay.UnitsSend); ok {
+		t.Error("a delivery during the shared pause was allowed")
+	}
+	clock.Advance(31 * time.Second)
+	if ok, _ := q.TakeForeground(relay.UnitsSend); !ok {
+		t.Error("the pause is over: the send is refused")
+	}
+	d := q.RateLimited(2 * time.Minute)
+	if got, _ := st.PausedUntil(context.Background(), "me"); !got.Equal(clock.Now().Add(d)) {
+		t.Errorf("the pause this quota set is %v in the shared record, want %v", got, clock.Now().Add(d))
+	}
+}
+
+func TestQuotaForegroundBackgroundAndPause(t *testing.T) {
+	clock := testclock.New()
+	q := relay.NewQuota(1200, clock.Now) // 20 units/s, burst 1200, send reserve 120
+	if ok, _ := q.Available(1200, false); !ok {
+		t.Fatal("a full bucket must have a minute's worth for sends")
+	}
+	if ok, _ := q.Available(1200, true); ok {
+		t.Error("background work must leave the send reserve")
+	}
+	if got := q.Spent(); got != 0 {
+		t.Fatalf("Available took %d units", got)
+	}
+	for i := 0; i < 10; i++ { // background takes 1000 of 1200, leaving the reserve
+		if ok, _ := q.TakeBackground(100); !ok {
+			t.Fatalf("background take %d refused", i)
+		}
+	}
+	if ok, wait := q.TakeBackground(100); ok || wait <= 0 {
+		t.Errorf("background take into the reserve: ok=%v wait=%v, want refused with a wait", ok, wait)
+	}
+	if ok, _ := q.TakeForeground(100); !ok {
+		t.Error("a send must still get through while the sweeper is held back")
+	}
+	ok, wait := q.TakeForeground(200)
+	if ok || wait <= 0 {
+		t.Fatalf("over budget: ok=%v wait=%v", ok, wait)
+	}
+	if got := q.Spent(); got != 1100 {
+		t.Errorf("spent %d, want 1100 (refused takes take nothing)", got)
+	}
+	clock.Advance(wait)
+	if ok, _ := q.TakeForeground(200); !ok {
+		t.Error("after the wait it must fit")
+	}
+	q.Pause(30 * time.Second)
+	if ok, wait := q.TakeForeground(1); ok || wait != 30*time.Second {
+		t.Errorf("paused: ok=%v wait=%v, want refused for 30s", ok, wait)
+	}
+	clock.Advance(30 * time.Second)
+	if ok, _ := q.TakeForeground(1); !ok {
+		t.Error("pause must end")
+	}
+}
+
+// Concurrent identical requests, of which one attempts and the others get
+// 409 or a replay, spend the quota of one send and the fault rule's count
+// once, on the attempt that was made. Before the fix each of them took a
+// send's units (and a count: 1 rule could fire for a request that then
+// attempted nothing).
+func TestConcurrentDuplicatesSpendQuotaAndFaultCountOnce(t *testing.T) {
+	e := newEnv(t, gmailfake.Options{})
+	ctx := context.Background()
+	e.policy.VerifyHandle = "never"
+	one := 1
+	if _, err := e.faults.Add(faultmodes.Spec{Mode: faultmodes.ForwardThenDropResponse, Count: &one}); err != nil {
+		t.Fatal(err)
+	}
+	p := e.prepare("dup-quota", "x")
+	q := e.svc.Quota()
+	before := q.Spent()
+	together(16, func(int) { _, _ = e.svc.Send(ctx, p, relay.SendOptions{}) })
+	lines := e.lines(p.MessageID)
+	fwd, faults := count(lines, acceptlog.KindForwarding), count(lines, acceptlog.KindFault)
+	if fwd != 1 || faults != 1 {
+		t.Errorf("forwarding lines = %d, fault lines = %d, want 1 and 1", fwd, faults)
+	}
+	if got, want := q.Spent()-before, int64(relay.UnitsSend*fwd); got != want {
+		t.Errorf("quota spent = %d, want %d (one send per attempt made)", got, want)
+	}
+}
+
+// A resolve retry refused for quota writes nothing: before the fix the
+// resolved line was committed first, so the log said a retry happened
+// that did not.
+func TestResolveRetryRefusedForQuotaWritesNoResolvedLine(t *testing.T) {
+	e := newEnv(t, gmailfake.Options{})
+	ctx := context.Background()
+	p := e.inReview(ctx, "resolve-quota")
+	before := len(e.lines(p.MessageID))
+	e.svc.Quota().Pause(time.Hour)
+	_, err := e.svc.Resolve(ctx, p.MessageID, relay.ActionRetry, "try again", "op")
+	if relay.ErrorCode(err) != relay.CodeRateLimited {
+		t.Fatalf("resolve retry with no quota: %v, want rate_limited", err)
+	}
+	lines := e.lines(p.MessageID)
+	if got := count(lines, acceptlog.KindResolved); got != 0 || len(lines) != before {
+		t.Errorf("resolved lines = %d, lines %d → %d; want nothing written", got, before, len(lines))
+	}
+	if got := e.emu.Count(p.MessageID); got != 1 {
+		t.Errorf("emulator holds %d, want 1", got)
 	}
 }

@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
-
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -61,4 +62,146 @@ func TestClassifyHonoursRetryAfter(t *testing.T) {
 	if got := relay.Classify(err).RetryIn; got != 7*time.Second {
 		t.Errorf("RetryIn = %v, want 7s", got)
 	}
+}
+
+func TestRetryAtFromMessage(t *testing.T) {
+	at := time.Date(2024, 11, 12, 11, 16, 42, 247_000_000, time.UTC)
+	tests := []struct {
+		msg  string
+		want time.Time
+		ok   bool
+	}{
+		// Gmail's own wordings (two spaces after the period in the per-minute one).
+		{"User-rate limit exceeded.  Retry after 2024-11-12T11:16:42.247Z", at, true},
+		{"Daily user sending limit exceeded. Retry after 2024-11-12T11:16:42.247Z", at, true},
+		{"rateLimitExceeded: User-rate limit exceeded.  Retry after 2024-11-12T11:16:42.247Z (Forwarding rules)", at, true},
+		{"User-rate limit exceeded.  Retry after 2024-11-12T11:16:42.247Z.", at, true},
+		{"retry AFTER 2024-11-12T12:16:42.247+01:00, please", at, true},
+		{"Retry after 2024-11-12T11:16:42Z", at.Truncate(time.Second), true},
+		{"Retry after soon. Retry after 2024-11-12T11:16:42.247Z", at, true}, // the first that parses
+		{"User-rate limit exceeded.", time.Time{}, false},
+		{"Retry after", time.Time{}, false},
+		{"Retry after ", time.Time{}, false},
+		{"Retry after 2024-11-12", time.Time{}, false},
+		{"Retry after 1731410202", time.Time{}, false},
+		{"Retry after 2024-13-12T11:16:42Z", time.Time{}, false},
+		{"", time.Time{}, false},
+	}
+	for _, tt := range tests {
+		got, ok := relay.RetryAtFromMessage(tt.msg)
+		if ok != tt.ok || !got.Equal(tt.want) {
+			t.Errorf("RetryAtFromMessage(%q) = %v, %v; want %v, %v", tt.msg, got, ok, tt.want, tt.ok)
+		}
+	}
+	// Only the first 4 KiB is read.
+	if _, ok := relay.RetryAtFromMessage(strings.Repeat("x", 5000) + " Retry after 2024-11-12T11:16:42Z"); ok {
+		t.Errorf("a retry time past the first 4 KiB was read")
+	}
+}
+
+// FuzzRetryAtFromMessage: Gmail's message text is outside input. The
+// parser never panics, finds a time only after "retry after ", and reads
+// back any instant written the way Gmail writes it.
+func FuzzRetryAtFromMessage(f *testing.F) {
+	f.Add("User-rate limit exceeded.  ", int64(1731410202), int64(247_000_000))
+	f.Add("Daily user sending limit exceeded. ", int64(0), int64(0))
+	f.Add("retry after retry after ", int64(253402300799), int64(999_999_999))
+	f.Add("Retry after 2024-11-12T11:16:42.247Z", int64(-1), int64(1))
+	f.Fuzz(func(t *testing.T, prefix string, sec, nsec int64) {
+		at, ok := relay.RetryAtFromMessage(prefix)
+		if ok && indexFold(prefix, "retry after ") < 0 {
+			t.Fatalf("%q: a time (%v) without \"retry after \"", prefix, at)
+		}
+		if len(prefix) > 1000 {
+			return
+		}
+		sec = (sec%253402300800 + 253402300800) % 253402300800 // years 1970..9999
+		nsec = (nsec%1e9 + 1e9) % 1e9
+		want := time.Unix(sec, nsec).UTC()
+		msg := prefix + "Retry after " + want.Format(time.RFC3339Nano)
+		if indexFold(msg, "retry after ") != len(prefix) {
+			return // the prefix holds its own phrase: it comes first
+		}
+		got, ok := relay.RetryAtFromMessage(msg)
+		if !ok || !got.Equal(want) {
+			t.Fatalf("%q: got %v, %v; want %v", msg, got, ok, want)
+		}
+	})
+}
+
+// Without a retry time from Gmail the pause doubles from 1 s to 15 min,
+// each with at most a quarter more as jitter (never past 15 min), and the
+// next answer without a rate limit starts it again from 1 s. A retry time
+// from Gmail is used as it is.
+func TestBackoffGrowsIsJitteredAndResets(t *testing.T) {
+	clock := testclock.New()
+	q := relay.NewQuota(6000, clock.Now)
+	step := relay.MinBackoff
+	for i := range 14 {
+		d := q.RateLimited(0)
+		if hi := min(step+step/4, relay.MaxBackoff); d < step || d > hi {
+			t.Fatalf("rate limit %d: pause %v, want in [%v, %v]", i+1, d, step, hi)
+		}
+		if got := q.PausedFor(); got != d {
+			t.Fatalf("rate limit %d: PausedFor = %v, want %v", i+1, got, d)
+		}
+		if ok, in := q.TakeForeground(relay.UnitsSend); ok || in != d {
+			t.Fatalf("rate limit %d: a send was let through the pause (ok=%v in=%v)", i+1, ok, in)
+		}
+		if ok, _ := q.TakeBackground(relay.UnitsList); ok {
+			t.Fatalf("rate limit %d: a search was let through the pause", i+1)
+		}
+		clock.Advance(d)
+		if ok, _ := q.Available(relay.UnitsSend, false); !ok {
+			t.Fatalf("rate limit %d: still paused at the end of the pause", i+1)
+		}
+		step = min(2*step, relay.MaxBackoff)
+	}
+	if step != relay.MaxBackoff {
+		t.Fatalf("the backoff never reached %v", relay.MaxBackoff)
+	}
+	// Reset, and the jitter is really random yet bounded.
+	seen := map[time.Duration]bool{}
+	for range 200 {
+		q.Answered()
+		d := q.RateLimited(0)
+		if d < time.Second || d > time.Second+time.Second/4 {
+			t.Fatalf("after a reset: pause %v, want in [1s, 1.25s]", d)
+		}
+		seen[d] = true
+		clock.Advance(d)
+	}
+	if len(seen) < 10 {
+		t.Errorf("200 first pauses took only %d values: no jitter", len(seen))
+	}
+	// Gmail's own retry time: exactly that, and the backoff does not grow.
+	q.Answered()
+	if d := q.RateLimited(95 * time.Second); d != 95*time.Second || q.PausedFor() != d {
+		t.Fatalf("Gmail's retry time 95s gave a pause of %v (PausedFor %v)", d, q.PausedFor())
+	}
+	clock.Advance(95 * time.Second)
+	if d := q.RateLimited(0); d > time.Second+time.Second/4 {
+		t.Errorf("after Gmail's own retry time the backoff grew: %v", d)
+	}
+	// A shorter rate limit never cuts a longer pause short.
+	q.RateLimited(time.Hour)
+	q.RateLimited(time.Second)
+	if got := q.PausedFor(); got != time.Hour {
+		t.Errorf("PausedFor = %v after 1h then 1s, want 1h", got)
+	}
+}
+
+// indexFold is the offset of the first place sub stands in s ignoring
+// ASCII case, or -1. It is the fuzz target's oracle, so it is a different
+// algorithm from the parser's (which lowers msg and then searches): a plain
+// scan comparing each window with strings.EqualFold. sub is ASCII letters
+// and spaces none of which has a non-ASCII case partner, so EqualFold on a
+// window of len(sub) bytes matches exactly what ASCII folding would.
+func indexFold(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if strings.EqualFold(s[i:i+len(sub)], sub) {
+			return i
+		}
+	}
+	return -1
 }

@@ -11,10 +11,13 @@ import (
 // panics, accepts only the two when_busy words (or none), and an accepted
 // send_at is an RFC 3339 time, returned in UTC.
 func FuzzSchedule(f *testing.F) {
-	f.Add("2026-12-03T18:00:00Z", "queue")
-	f.Add("2026-12-03T18:00:00+02:00", "reject")
-	f.Add("", "")
-	f.Add("tomorrow", "later")
+	// Seeds: each send_at (UTC, an offset, none, not a time) with each
+	// when_busy (none, the two words, another word).
+	for _, sendAt := range []string{"2026-12-03T18:00:00Z", "2026-12-03T18:00:00+02:00", "", "tomorrow"} {
+		for _, whenBusy := range []string{"", relay.WhenBusyQueue, relay.WhenBusyReject, "later"} {
+			f.Add(sendAt, whenBusy)
+		}
+	}
 	f.Fuzz(func(t *testing.T, sendAt, whenBusy string) {
 		at, queue, err := relay.SendRequest{SendAt: sendAt, WhenBusy: whenBusy}.Schedule()
 		if err != nil {

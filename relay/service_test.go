@@ -3,12 +3,6 @@ package relay_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
-	"sync"
-	"testing"
-	"time"
-
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
@@ -16,6 +10,10 @@ import (
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
+	"net"
+	"sync"
+	"testing"
+	"time"
 )
 
 const svcDomain = "inbound.example.com"
@@ -73,6 +71,21 @@ func (e *env) inReview(ctx context.Context, key string) relay.Prepared {
 		e.t.Fatal(err)
 	}
 	return p
+}
+
+// together runs f(0) … f(n-1) each in its own goroutine, released by one
+// signal so that they overlap, and returns when all have returned.
+func together(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			f(i)
+		})
+	}
+	close(start)
+	wg.Wait()
 }
 
 func (e *env) lines(id string) []acceptlog.Line { return e.te.Lines(id) }
@@ -134,30 +147,21 @@ func TestEmulatorConcurrentIdenticalSendsForwardOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := e.prepare("race-key", "body")
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	outcomes := map[string]int{}
-	start := make(chan struct{})
-	for range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			res, err := e.svc.Send(context.Background(), p, relay.SendOptions{})
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil:
-				outcomes[string(relay.ErrorCode(err))]++
-			case res.Replayed:
-				outcomes["replayed"]++
-			default:
-				outcomes[string(res.Job.State)]++
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
+	together(20, func(int) {
+		res, err := e.svc.Send(context.Background(), p, relay.SendOptions{})
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil:
+			outcomes[string(relay.ErrorCode(err))]++
+		case res.Replayed:
+			outcomes["replayed"]++
+		default:
+			outcomes[string(res.Job.State)]++
+		}
+	})
 	if outcomes["sent"] != 1 || outcomes["sent"]+outcomes["replayed"]+outcomes[string(relay.CodeInFlight)] != 20 {
 		t.Errorf("outcomes = %v, want exactly one sent and the rest in_flight or replayed", outcomes)
 	}
@@ -318,50 +322,6 @@ func TestRestartTurnsForwardingIntoUnknown(t *testing.T) {
 	last := lines[len(lines)-1]
 	if last.Kind != acceptlog.KindAmbiguous || last.Reason != "recovered_after_restart" {
 		t.Errorf("last line %s %q, want ambiguous recovered_after_restart", last.Kind, last.Reason)
-	}
-}
-
-func TestEmulatorRewrittenMessageIDMarksHandleUntrusted(t *testing.T) {
-	e := newEnv(t, gmailfake.Options{RewriteMessageID: true})
-	ctx := context.Background()
-	p := e.prepare("rewrite", "x")
-	if _, err := e.svc.Send(ctx, p, relay.SendOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	lines := e.lines(p.MessageID)
-	var handle *acceptlog.Line
-	for i := range lines {
-		if lines[i].Kind == acceptlog.KindHandle {
-			handle = &lines[i]
-		}
-	}
-	if handle == nil || handle.HandleKept == nil || *handle.HandleKept || handle.StoredMessageID == p.MessageID {
-		t.Fatalf("handle line = %+v, want one saying the id was not kept", handle)
-	}
-	mb, err := e.log.Mailbox(ctx, "default")
-	if err != nil || !mb.HandleUntrusted || mb.Rewrites != 1 {
-		t.Errorf("mailbox = %+v (%v), want untrusted with 1 rewrite", mb, err)
-	}
-	st, err := e.log.Stats(ctx)
-	if err != nil || st.ByReason[acceptlog.KindHandle]["rewritten"] != 1 {
-		t.Errorf("stats handle reasons = %v (%v), want rewritten: 1", st.ByReason[acceptlog.KindHandle], err)
-	}
-}
-
-func TestEmulatorHandleKeptIsCheckedOncePerMailbox(t *testing.T) {
-	e := newEnv(t, gmailfake.Options{})
-	ctx := context.Background()
-	for i := range 3 {
-		if _, err := e.svc.Send(ctx, e.prepare(fmt.Sprint("kept-", i), "x"), relay.SendOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got := e.emu.Stats().Calls["get"]; got != 1 {
-		t.Errorf("messages.get calls = %d, want 1 (verify_handle: first)", got)
-	}
-	mb, _ := e.log.Mailbox(ctx, "default")
-	if !mb.HandleChecked || mb.HandleUntrusted {
-		t.Errorf("mailbox = %+v, want checked and trusted", mb)
 	}
 }
 

@@ -1,6 +1,7 @@
 package sweeper_test
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
@@ -37,11 +38,7 @@ func TestTrashedSentCopyStillProvesTheSend(t *testing.T) {
 // The verify pass of a sent job whose copy was trashed also finds it.
 func TestVerifyFindsTrashedCopy(t *testing.T) {
 	h := newHarness(t, setup{})
-	id, _ := h.send(retryChannel)
-	if err := h.srv.Trash(h.srv.Messages(id)[0].ID); err != nil {
-		t.Fatalf("trash: %v", err)
-	}
-	h.clock.Advance(grace)
+	id := h.sentCopyRemoved(h.srv.Trash)
 	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Verified: 1})
 	if j := h.wantJob(id, acceptlog.StateSent, 1, 1, 1); !confirmedOnce(j) {
 		t.Fatal("trashed sent copy not verified")
@@ -54,11 +51,7 @@ func TestVerifyFindsTrashedCopy(t *testing.T) {
 // trusted, the job stays sent and is not checked again.
 func TestVerifyHandleDeleted(t *testing.T) {
 	h := newHarness(t, setup{})
-	id, _ := h.send(retryChannel)
-	if err := h.srv.Delete(h.srv.Messages(id)[0].ID); err != nil {
-		t.Fatalf("delete: %v", err)
-	}
-	h.clock.Advance(grace)
+	id := h.sentCopyRemoved(h.srv.Delete)
 	wantResult(t, h.sweep(), sweeper.Result{Checked: 1})
 	j := h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
 	if !j.NextCheckAt.IsZero() {
@@ -202,5 +195,223 @@ func TestSentDedupeForcedResendIsDuplicateDelivery(t *testing.T) {
 	h.sweep()
 	if j := h.job(id); j.State != acceptlog.StateSent {
 		t.Fatalf("after the human's mark-sent: state %s, want sent", j.State)
+	}
+}
+
+// Found by the realism soak (e2e.TestRealismSoak): once the verify pass had
+// found Gmail rewriting ids in a mailbox, it stopped verifying that
+// mailbox's sent jobs, so a send Gmail stored twice stayed sent, delivered
+// twice outside review. A miss proves nothing there, but two hits still
+// prove a duplicate: every sent job is still verified.
+func TestUntrustedMailboxStillVerifiesSentJobs(t *testing.T) {
+	h := newHarness(t, setup{})
+	h.srv.SetRewrite(gmailfake.RewritePolicy{Mode: gmailfake.RewriteAlways})
+	rewritten, _ := h.send(retryChannel)
+	h.srv.SetRewrite(gmailfake.RewritePolicy{})
+	h.clock.Advance(grace)
+	h.sweep()
+	j := h.job(rewritten)
+	if mb, err := h.log.Mailbox(h.ctx, j.Mailbox); err != nil || !mb.HandleUntrusted {
+		t.Fatalf("mailbox %+v (%v): want untrusted after the rewritten send's verify pass", mb, err)
+	}
+
+	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionDuplicate})
+	twice, res := h.send(retryChannel)
+	h.wantState(twice, res.Job, acceptlog.StateSent)
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Duplicates: 1, Reviewed: 1})
+	h.wantJob(twice, acceptlog.StateReview, 1, 1, 2)
+	h.wantDeliveries(twice, 2, "the duplicate the review is about")
+	if rl := h.lines(twice, acceptlog.KindReview); len(rl) != 1 || rl[0].Reason != sweeper.ReasonDuplicate {
+		t.Fatalf("review lines %+v, want one %q", rl, sweeper.ReasonDuplicate)
+	}
+}
+
+// Found by the realism soak too: a send Gmail stored twice and whose id it
+// rewrote (two copies under Gmail's Message-ID, none under the relay's)
+// stayed sent: the verify search by the relay's id finds nothing, and the
+// handle check only said "rewritten". The verify pass now also searches
+// the id Gmail gave, and two copies there are a duplicate in review.
+func TestRewrittenDuplicateGoesToReview(t *testing.T) {
+	h := newHarness(t, setup{})
+	h.srv.SetRewrite(gmailfake.RewritePolicy{Mode: gmailfake.RewriteAlways})
+	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionDuplicate})
+	id, res := h.send(retryChannel)
+	h.wantState(id, res.Job, acceptlog.StateSent)
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Duplicates: 1, Reviewed: 1})
+	h.wantJob(id, acceptlog.StateReview, 1, 1, 0) // no copy carries the relay's id
+	h.wantDeliveries(id, 2, "")
+	if hl := h.lines(id, acceptlog.KindHandle); len(hl) != 1 || hl[0].Reason != sweeper.ReasonHandleRewritten {
+		t.Fatalf("handle lines %+v, want one %q", hl, sweeper.ReasonHandleRewritten)
+	}
+	if rl := h.lines(id, acceptlog.KindReview); len(rl) != 1 || rl[0].Reason != sweeper.ReasonDuplicate {
+		t.Fatalf("review lines %+v, want one %q", rl, sweeper.ReasonDuplicate)
+	}
+	mb, err := h.log.Mailbox(h.ctx, h.job(id).Mailbox)
+	if err != nil || !mb.HandleUntrusted {
+		t.Fatalf("mailbox %+v (%v): want untrusted", mb, err)
+	}
+}
+
+// A rewritten send Gmail stored once stays sent after the extra search.
+func TestRewrittenSingleCopyStaysSent(t *testing.T) {
+	h := newHarness(t, setup{})
+	h.srv.SetRewrite(gmailfake.RewritePolicy{Mode: gmailfake.RewriteAlways})
+	id, _ := h.send(retryChannel)
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Checked: 1})
+	h.wantJob(id, acceptlog.StateSent, 1, 1, 0)
+	h.wantDeliveries(id, 1, "")
+}
+
+// Gmail stored one send twice (the emulator's duplicate fault) and its
+// index shows neither copy for longer than the verify pass's two looks
+// (lag 3 min, grace 1 min). The handle check read the message back under
+// our Message-ID: the index is behind, so the verify pass keeps looking
+// (at most lateLookGraces looks) instead of giving up, and sees both
+// copies: review duplicate. Before, the second miss gave up and the job
+// stayed sent with two deliveries (the realism soak's
+// gmail_stored_one_send_twice_unseen).
+func TestVerifyKeepsLookingWhileTheIndexIsBehind(t *testing.T) {
+	h := newHarness(t, setup{indexLag: 3 * time.Minute})
+	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionDuplicate})
+	id, res := h.send(retryChannel)
+	h.wantState(id, res.Job, acceptlog.StateSent)
+	for range 4 {
+		h.clock.Advance(grace)
+		h.sweep()
+	}
+	if d := h.srv.Deliveries(id); d != 2 {
+		t.Fatalf("emulator result: %d deliveries, want 2 (Gmail stored the send twice)", d)
+	}
+	if got := h.job(id).State; got != acceptlog.StateReview {
+		t.Fatalf("state %s, want review (two copies once the index caught up)", got)
+	}
+	if r := h.lines(id, acceptlog.KindReview); len(r) != 1 || r[0].Reason != sweeper.ReasonDuplicate {
+		t.Fatalf("review lines %+v, want one with reason %s", r, sweeper.ReasonDuplicate)
+	}
+}
+
+// The index never shows a sent message that Gmail still holds under our
+// Message-ID: the verify pass looks a bounded number of times and then
+// gives up (the job stays sent, as Gmail's answer said).
+func TestVerifyGivesUpAfterBoundedLooksWhileTheIndexIsBehind(t *testing.T) {
+	h := newHarness(t, setup{indexLag: 24 * time.Hour})
+	id, _ := h.send(retryChannel)
+	looks := 0
+	for range 30 {
+		h.clock.Advance(grace)
+		looks += h.sweep().Checked
+	}
+	j := h.job(id)
+	if j.State != acceptlog.StateSent || !j.NextCheckAt.IsZero() {
+		t.Fatalf("state %s, next check %v; want sent with nothing scheduled", j.State, j.NextCheckAt)
+	}
+	if looks != 10 {
+		t.Errorf("%d verify looks, want 10 (lateLookGraces)", looks)
+	}
+	if got := h.lines(id, acceptlog.KindSearch); got[len(got)-1].Reason != sweeper.ReasonVerifyGaveUp {
+		t.Errorf("last search line %+v, want reason %s", got[len(got)-1], sweeper.ReasonVerifyGaveUp)
+	}
+}
+
+// confirmedOnce reports whether a verify (or found) search saw exactly
+// one copy of j's message: Verified after the late look, VerifyLooks
+// before it.
+func confirmedOnce(j acceptlog.Job) bool { return j.Verified || j.VerifyLooks >= 1 }
+
+// lateLookDone moves the clock to j's late look, sweeps, and checks that
+// the job is now verified for good with no check scheduled.
+func (h *harness) lateLookDone(id string) {
+	h.t.Helper()
+	j := h.job(id)
+	if j.Verified || j.VerifyLooks != 1 || j.NextCheckAt.IsZero() {
+		h.t.Fatalf("before the late look: verified %v, looks %d, next check %v; want one look and a check scheduled", j.Verified, j.VerifyLooks, j.NextCheckAt)
+	}
+	h.clock.Advance(j.NextCheckAt.Sub(h.clock.Now()))
+	h.sweep()
+	if j := h.job(id); !j.Verified || !j.NextCheckAt.IsZero() {
+		h.t.Fatalf("after the late look: verified %v, next check %v; want verified and nothing scheduled", j.Verified, j.NextCheckAt)
+	}
+}
+
+// A second copy of a sent message that Gmail indexes after the first
+// verify search found one (Gmail stored the send twice, the second copy
+// with a longer lag) is caught by the late look: review duplicate. Without
+// the late look the job stayed sent, verified, with two deliveries (the
+// realism soak's gmail_stored_one_send_twice_unseen).
+func TestLateLookCatchesASecondCopyIndexedLate(t *testing.T) {
+	h := newHarness(t, setup{})
+	id, _ := h.send(retryChannel)
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Verified: 1})
+	j := h.job(id)
+	if j.Verified || j.NextCheckAt.IsZero() {
+		t.Fatalf("after the first verify: verified %v, next check %v; want a late look scheduled", j.Verified, j.NextCheckAt)
+	}
+	if got, want := j.NextCheckAt.Sub(h.clock.Now()), 10*grace; got != want {
+		t.Errorf("late look in %s, want %s (ten graces)", got, want)
+	}
+	raw, err := h.log.Raw(h.ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.prov.Send(h.ctx, "me", raw, ""); err != nil { // Gmail's second copy, indexed late
+		t.Fatal(err)
+	}
+	h.clock.Advance(j.NextCheckAt.Sub(h.clock.Now()))
+	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Duplicates: 1, Reviewed: 1})
+	if got := h.job(id).State; got != acceptlog.StateReview {
+		t.Fatalf("state after the late look = %s, want review (two copies)", got)
+	}
+	if r := h.lines(id, acceptlog.KindReview); len(r) != 1 || r[0].Reason != sweeper.ReasonDuplicate {
+		t.Errorf("review lines %+v, want one with reason %s", r, sweeper.ReasonDuplicate)
+	}
+}
+
+// A send Gmail stored under a Message-ID of its own, and stored twice with
+// the second copy indexed late: the verify pass finds the rewrite, sees one
+// copy under Gmail's id, and looks once more later, where the second copy
+// sends the job to review. Before, the one search under Gmail's id settled
+// the job for good (a residual of the realism soak).
+func TestLateLookCatchesALateSecondCopyOfARewrittenSend(t *testing.T) {
+	h := newHarness(t, setup{})
+	h.srv.SetRewriteMessageID(true)
+	id, res := h.send(retryChannel)
+	h.srv.SetRewriteMessageID(false)
+	hdr, err := h.prov.GetHeader(h.ctx, "me", res.Job.GmailID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := hdr.MessageID
+	if stored == id || stored == "" {
+		t.Fatalf("stored Message-ID %q: the emulator did not rewrite %s", stored, id)
+	}
+	h.clock.Advance(grace)
+	h.sweep()
+	j := h.job(id)
+	if j.State != acceptlog.StateSent || j.NextCheckAt.IsZero() || j.VerifyLooks != 1 {
+		t.Fatalf("after the rewrite was found: state %s, next check %v, looks %d; want sent with a late look scheduled", j.State, j.NextCheckAt, j.VerifyLooks)
+	}
+	raw, err := h.log.Raw(h.ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := bytes.ReplaceAll(raw, []byte(id), []byte(stored)) // Gmail's second copy, under its id, indexed late
+	if _, err := h.prov.Send(h.ctx, "me", second, ""); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(j.NextCheckAt.Sub(h.clock.Now()))
+	h.sweep()
+	if got := h.job(id).State; got != acceptlog.StateReview {
+		t.Fatalf("state after the late look = %s, want review (two copies under Gmail's id)", got)
+	}
+	if r := h.lines(id, acceptlog.KindReview); len(r) != 1 || r[0].Reason != sweeper.ReasonDuplicate {
+		t.Errorf("review lines %+v, want one with reason %s", r, sweeper.ReasonDuplicate)
+	}
+	mb, err := h.log.Mailbox(h.ctx, "default")
+	if err != nil || mb.Rewrites != 1 {
+		t.Errorf("mailbox rewrites = %d, %v; want 1 (the late look counts none)", mb.Rewrites, err)
 	}
 }

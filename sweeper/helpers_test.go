@@ -242,6 +242,30 @@ func (h *harness) lines(id string, kind acceptlog.Kind) []acceptlog.Line {
 	return out
 }
 
+// wantOneSearch checks that id has exactly one search line and that its
+// witness is witness (why says what that shows), and returns the line.
+func (h *harness) wantOneSearch(id, witness, why string) acceptlog.Line {
+	h.t.Helper()
+	s := h.lines(id, acceptlog.KindSearch)
+	if len(s) != 1 || s[0].Witness != witness {
+		h.t.Fatalf("search lines %+v, want one with witness %s (%s)", s, witness, why)
+	}
+	return s[0]
+}
+
+// sentCopyRemoved sends one job on the retry channel (sent, one copy),
+// takes its copy away with remove (the emulator's Trash or Delete), lets
+// grace pass and returns the job's id.
+func (h *harness) sentCopyRemoved(remove func(gmailID string) error) string {
+	h.t.Helper()
+	id, _ := h.send(retryChannel)
+	if err := remove(h.srv.Messages(id)[0].ID); err != nil {
+		h.t.Fatalf("remove the copy of %s: %v", id, err)
+	}
+	h.clock.Advance(grace)
+	return id
+}
+
 func (h *harness) wantState(id string, j acceptlog.Job, want acceptlog.State) {
 	h.t.Helper()
 	if j.State != want {
@@ -275,4 +299,38 @@ func wantResult(t *testing.T, got, want sweeper.Result) {
 	if got != want {
 		t.Errorf("pass result\n got %+v\nwant %+v", got, want)
 	}
+}
+
+// sendMany sends n messages on channel concurrently (the log groups their
+// commits), each answered by the emulator's fault rule already in place,
+// and returns their Message-IDs.
+func (h *harness) sendMany(n int, channel string) []string {
+	h.t.Helper()
+	ids := make([]string, n)
+	errs := make(chan error, n)
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				p := h.prepare(channel)
+				ids[i] = p.MessageID
+				if _, err := h.svc.Send(h.ctx, p, relay.SendOptions{}); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		h.t.Fatalf("send: %v", err)
+	}
+	return ids
 }

@@ -1,6 +1,7 @@
 package sweeper
 
 import (
+	"reflect"
 	"testing"
 	"time"
 )
@@ -21,5 +22,36 @@ func TestNextDelayWaitsForOneMailboxOnlyWhenAllWait(t *testing.T) {
 	p.finish()
 	if !p.res.partial || p.res.Wait != time.Minute {
 		t.Errorf("finish: wait %s partial %v, want the shortest wait (1m) and partial", p.res.Wait, p.res.partial)
+	}
+}
+
+// Result.add sums every counter (each int field of Result, found by
+// reflection, so a counter added later cannot be left out of the sum) and
+// keeps the last Wait.
+func TestResultAddSumsEveryCounter(t *testing.T) {
+	var o Result
+	v := reflect.ValueOf(&o).Elem()
+	ints := 0
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.Int {
+			ints++
+			f.SetInt(int64(i + 1))
+		}
+	}
+	if n := len(o.counters()); n != ints {
+		t.Fatalf("counters names %d fields, Result has %d int fields", n, ints)
+	}
+	o.Wait = time.Minute
+	var r Result
+	r.add(o)
+	r.add(o)
+	rv := reflect.ValueOf(r)
+	for i := range rv.NumField() {
+		if f := rv.Field(i); f.Kind() == reflect.Int && f.Int() != 2*int64(i+1) {
+			t.Errorf("after two adds %s = %d, want %d", rv.Type().Field(i).Name, f.Int(), 2*(i+1))
+		}
+	}
+	if r.Wait != time.Minute {
+		t.Errorf("Wait = %s, want the last pass's 1m", r.Wait)
 	}
 }

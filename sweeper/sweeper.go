@@ -170,20 +170,21 @@ type Result struct {
 	partial bool
 }
 
+// add sums o's counters into r and keeps o's Wait (Totals keeps the last
+// pass's).
 func (r *Result) add(o Result) {
-	r.Due += o.Due
-	r.Checked += o.Checked
-	r.Found += o.Found
-	r.Duplicates += o.Duplicates
-	r.Missed += o.Missed
-	r.Resent += o.Resent
-	r.Retried += o.Retried
-	r.Reviewed += o.Reviewed
-	r.Deferred += o.Deferred
-	r.Verified += o.Verified
-	r.Unwitnessed += o.Unwitnessed
-	r.Errors += o.Errors
+	oc := o.counters()
+	for i, c := range r.counters() {
+		*c += *oc[i]
+	}
 	r.Wait = o.Wait
+}
+
+// counters lists r's counters, in field order (a test checks it names every
+// int field).
+func (r *Result) counters() []*int {
+	return []*int{&r.Due, &r.Checked, &r.Found, &r.Duplicates, &r.Missed, &r.Resent,
+		&r.Retried, &r.Reviewed, &r.Deferred, &r.Verified, &r.Unwitnessed, &r.Errors}
 }
 
 // passesBuffer is how many finished passes Passes holds for a slow reader.

@@ -2,16 +2,14 @@ package sweeper_test
 
 import (
 	"context"
-	"strings"
-	"sync"
-	"testing"
-	"time"
-
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/sweeper"
+	"strings"
+	"testing"
+	"time"
 )
 
 // A send Gmail accepted but whose answer was lost, on a retry channel: the
@@ -481,40 +479,6 @@ func TestRateLimitedSearchBacksOff(t *testing.T) {
 	if n := len(h.lines(id, acceptlog.KindSearch)); n != 1 {
 		t.Errorf("search lines %d, want 1 (a 429 is not a search)", n)
 	}
-}
-
-// sendMany sends n messages on channel concurrently (the log groups their
-// commits), each answered by the emulator's fault rule already in place,
-// and returns their Message-IDs.
-func (h *harness) sendMany(n int, channel string) []string {
-	h.t.Helper()
-	ids := make([]string, n)
-	errs := make(chan error, n)
-	work := make(chan int)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				p := h.prepare(channel)
-				ids[i] = p.MessageID
-				if _, err := h.svc.Send(h.ctx, p, relay.SendOptions{}); err != nil {
-					errs <- err
-				}
-			}
-		}()
-	}
-	for i := range n {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		h.t.Fatalf("send: %v", err)
-	}
-	return ids
 }
 
 // With a small Gmail budget, 500 unknown jobs are all resolved correctly by
