@@ -39,6 +39,9 @@ func TestTrashedSentCopyStillProvesTheSend(t *testing.T) {
 func TestVerifyFindsTrashedCopy(t *testing.T) {
 	h := newHarness(t, setup{})
 	id := h.sentCopyRemoved(h.srv.Trash)
+	if m := h.srv.Messages(id); len(m) != 1 || !m[0].Trashed || m[0].Deleted {
+		t.Fatalf("emulator copies %+v, want one trashed copy", m)
+	}
 	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Verified: 1})
 	if j := h.wantJob(id, acceptlog.StateSent, 1, 1, 1); !confirmedOnce(j) {
 		t.Fatal("trashed sent copy not verified")
