@@ -185,25 +185,44 @@ func bodyRuleFor(r *http.Request) bodyRule {
 	switch {
 	case p == "/v1/send":
 		if mediaType(r) == "message/rfc822" {
-			return bodyRule{types: []string{"message/rfc822"}, limit: relay.MaxMessageBytes}
+			return bodyRule{types: typesRFC822, limit: relay.MaxMessageBytes}
 		}
-		return bodyRule{types: []string{"application/json", "message/rfc822"}, limit: MaxJSONBytes}
+		return bodyRule{types: typesSend, limit: MaxJSONBytes}
 	case strings.HasPrefix(p, "/upload/gmail/"):
 		switch r.URL.Query().Get("uploadType") {
 		case "media":
-			return bodyRule{types: []string{"message/rfc822"}, limit: relay.MaxMessageBytes}
+			return bodyRule{types: typesRFC822, limit: relay.MaxMessageBytes}
 		case "multipart":
-			return bodyRule{types: []string{"multipart/related"}, limit: relay.MaxMessageBytes + 1<<20}
+			return bodyRule{types: typesMultipart, limit: relay.MaxMessageBytes + 1<<20}
 		}
-		return bodyRule{types: []string{"message/rfc822", "multipart/related"}, limit: relay.MaxMessageBytes + 1<<20}
+		return bodyRule{types: typesUpload, limit: relay.MaxMessageBytes + 1<<20}
 	case strings.HasPrefix(p, "/gmail/"):
-		return bodyRule{types: []string{"application/json"}, limit: MaxJSONBytes}
+		return bodyRule{types: typesJSON, limit: MaxJSONBytes}
 	}
-	return bodyRule{types: []string{"application/json"}, limit: maxSmallJSON}
+	return bodyRule{types: typesJSON, limit: maxSmallJSON}
 }
 
-func mediaType(r *http.Request) string {
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+// The media types of the body rules, built once (never modified).
+var (
+	typesJSON      = []string{"application/json"}
+	typesRFC822    = []string{"message/rfc822"}
+	typesMultipart = []string{"multipart/related"}
+	typesSend      = []string{"application/json", "message/rfc822"}
+	typesUpload    = []string{"message/rfc822", "multipart/related"}
+)
+
+func mediaType(r *http.Request) string { return parseMediaType(r.Header.Get("Content-Type")) }
+
+// parseMediaType is the lower-case media type of a Content-Type value, ""
+// when it does not parse. The types the relay takes, written exactly so
+// (as clients send them), are answered without mime.ParseMediaType's
+// parameter map: for them it returns the value itself.
+func parseMediaType(v string) string {
+	switch v {
+	case "application/json", "message/rfc822":
+		return v
+	}
+	mt, _, err := mime.ParseMediaType(v)
 	if err != nil {
 		return ""
 	}
