@@ -144,8 +144,9 @@ type Server struct {
 	apiHash   [32]byte
 	adminHash [32]byte
 	router    chi.Router
-	inflight  inflight // request bytes in flight (guard.go)
-	probes    []*probe // readyz.go
+	handler   http.Handler // router inside the request scope
+	inflight  inflight     // request bytes in flight (guard.go)
+	probes    []*probe     // readyz.go
 }
 
 type role int
@@ -174,9 +175,9 @@ func New(cfg Config) *Server {
 	s.inflight.max = cmp.Or(cfg.MaxInflightBytes, DefaultMaxInflightBytes)
 	s.probes = newProbes(cfg.Probe, cfg.Probes)
 	r := chi.NewRouter()
-	// The request scope (scope.go): logger with req_id, X-Request-Id, the
-	// access log and closeUnread's rule (guard.go), in one allocation.
-	r.Use(s.scope)
+	// Outside the mux, the request scope (scope.go, s.handler below):
+	// logger with req_id, X-Request-Id, the access log, closeUnread's rule
+	// (guard.go) and chi's routing context, in one allocation.
 	r.Use(middleware.Recoverer)
 	r.Use(routeEscaped, s.sameOrigin)
 
@@ -222,11 +223,12 @@ func New(cfg Config) *Server {
 		writeError(w, r, relay.Errorf(relay.CodeNotFound, "no such endpoint: %s %s", r.Method, clipText(r.URL.Path)))
 	})
 	s.router = r
+	s.handler = s.scope(r)
 	return s
 }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // roleOf compares the bearer token with both tokens in constant time.
 func (s *Server) roleOf(r *http.Request) role {

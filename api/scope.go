@@ -3,8 +3,10 @@ package api
 import (
 	"context"
 	"net/http"
+	"sync"
 	"time"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/rs/xid"
 	"github.com/rs/zerolog"
 )
@@ -13,8 +15,10 @@ import (
 // one allocation. It replaces four middlewares (closeUnread's body and
 // writer wrappers, and zerolog hlog's logger, request id and access log
 // handlers) and the auth role's context value, each of which cloned the
-// request (Request.WithContext) or allocated wrappers of its own: one
-// clone and one context value per request are left.
+// request (Request.WithContext) or allocated wrappers of its own. It runs
+// outside chi and hands chi its routing context (pooled, as chi pools its
+// own), so chi does not clone the request either: one clone per request
+// is left.
 //
 // What a request sees is unchanged: zerolog.Ctx(r.Context()) is the
 // request's logger carrying req_id, the answer carries X-Request-Id, the
@@ -25,6 +29,7 @@ import (
 // writer (w) and request body wrapper (body).
 type reqScope struct {
 	ctx    scopeCtx
+	rctx   *chi.Context
 	logger zerolog.Logger
 	role   role
 	w      scopeWriter
@@ -44,11 +49,14 @@ type scopeCtx struct {
 }
 
 // Value implements context.Context: the scope for scopeKey, the request
-// logger for zerolog's own key (so zerolog.Ctx finds it), else the parent's.
+// logger for zerolog's own key (so zerolog.Ctx finds it), chi's routing
+// context for chi's key, else the parent's.
 func (c *scopeCtx) Value(key any) any {
 	switch key {
 	case scopeKey{}:
 		return c.s
+	case chi.RouteCtxKey:
+		return c.s.rctx
 	case zerologKey:
 		return &c.s.logger
 	}
@@ -89,14 +97,20 @@ func roleOfRequest(r *http.Request) role {
 	return roleNone
 }
 
-// scope is the outermost middleware: it builds the request's scope, sets
-// X-Request-Id and writes the access log line when the handler is done
-// (also when it panics, as hlog's AccessHandler did).
-func (s *Server) scope(next http.Handler) http.Handler {
+// routeContexts pools chi's routing contexts, as chi.Mux does for its own.
+var routeContexts = sync.Pool{New: func() any { return chi.NewRouteContext() }}
+
+// scope is the outermost middleware, around the router mux: it builds the
+// request's scope, sets X-Request-Id and writes the access log line when
+// the handler is done (also when it panics, as hlog's AccessHandler did).
+func (s *Server) scope(mux chi.Router) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sc := &reqScope{}
 		sc.ctx = scopeCtx{Context: r.Context(), s: sc}
+		sc.rctx = routeContexts.Get().(*chi.Context)
+		sc.rctx.Reset()
+		sc.rctx.Routes = mux
 		id := xid.New().String()
 		sc.logger = s.cfg.Logger.With().Str("req_id", id).Logger()
 		sc.idHeader[0] = id
@@ -112,7 +126,12 @@ func (s *Server) scope(next http.Handler) http.Handler {
 			sc.logger.Info().Str("method", r.Method).Str("path", clipText(r.URL.Path)).Int("status", sc.w.status).
 				Int("size", sc.w.size).Dur("took", time.Since(start)).Msg("request")
 		}()
-		next.ServeHTTP(&sc.w, r)
+		mux.ServeHTTP(&sc.w, r)
+		// As chi.Mux does: back to the pool once the handler returned (not
+		// after a panic).
+		sc.rctx.Reset()
+		routeContexts.Put(sc.rctx)
+		sc.rctx = nil
 	})
 }
 
