@@ -121,6 +121,16 @@ func BenchmarkSendPath(b *testing.B) {
 			br.post(b, br.url+"/gmail/v1/users/me/messages/send", "application/json", gmailBody(id), http.StatusOK)
 		}
 	})
+	b.Run("v1json", func(b *testing.B) {
+		br := newBenchRelay(b)
+		b.ReportAllocs()
+		for b.Loop() {
+			n := strconv.FormatInt(benchSeq.Add(1), 10)
+			body := `{"key":"order-` + n + `","from":"Bench <` + gmailfake.DefaultAccount + `>","to":["rcpt@example.com"],` +
+				`"subject":"Your order ` + n + ` has shipped","text":"Your order has shipped."}`
+			br.post(b, br.url+"/v1/send", "application/json", []byte(body), http.StatusOK)
+		}
+	})
 	b.Run("v1", func(b *testing.B) {
 		br := newBenchRelay(b)
 		b.ReportAllocs()
