@@ -105,3 +105,21 @@ func BenchmarkDuplicateKey(b *testing.B) {
 		}
 	})
 }
+
+// FuzzPlainString: a JSON string plainString reads is the string
+// encoding/json decodes.
+func FuzzPlainString(f *testing.F) {
+	for _, s := range []string{`"abc"`, `"a\"b"`, `"\u0061"`, `"é"`, `""`, `"a b<>&"`, `"`, `x`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		got, ok := plainString(raw)
+		if !ok {
+			return
+		}
+		var want string
+		if err := json.Unmarshal(raw, &want); err != nil || got != want {
+			t.Fatalf("plainString(%q) = %q; encoding/json: %q, %v", raw, got, want, err)
+		}
+	})
+}

@@ -49,7 +49,7 @@ func decodeAddresses(data []byte) (relay.AddressList, error) {
 // itself). job's fields also accept an integer number, kept as written.
 func DecodeSendRequest(data []byte) (relay.SendRequest, error) {
 	var req relay.SendRequest
-	var fields map[string]json.RawMessage
+	var fields map[string]rawField
 	if err := json.Unmarshal(data, &fields); err != nil || fields == nil {
 		if json.Valid(data) {
 			return req, relay.Invalid("", "request body must be a JSON object")
@@ -65,7 +65,7 @@ func DecodeSendRequest(data []byte) (relay.SendRequest, error) {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		raw := fields[name]
+		raw := json.RawMessage(fields[name])
 		// encoding/json would replace invalid UTF-8 with U+FFFD silently:
 		// the message sent would not be the one the caller wrote.
 		if !utf8.Valid(raw) {
@@ -295,7 +295,39 @@ func (d *dupScan) pathTo(key []byte) string {
 // field.
 func fieldName(name string) string { return name[:min(len(name), 64)] }
 
+// rawField is json.RawMessage without the copy: it keeps the slice of
+// the request body encoding/json hands it (the body is never modified
+// while the request is decoded).
+type rawField []byte
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (r *rawField) UnmarshalJSON(b []byte) error {
+	*r = b
+	return nil
+}
+
+// plainString is the value of a JSON string written without escapes, in
+// printable ASCII: exactly what encoding/json decodes it to, without its
+// decoder. ok is false for any other value (decodeString then asks
+// encoding/json).
+func plainString(raw []byte) (s string, ok bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	in := raw[1 : len(raw)-1]
+	for _, c := range in {
+		if c == '\\' || c == '"' || c < 0x20 || c >= 0x80 {
+			return "", false
+		}
+	}
+	return string(in), true
+}
+
 func decodeString(field string, raw json.RawMessage, dst *string) error {
+	if v, ok := plainString(raw); ok {
+		*dst = v
+		return nil
+	}
 	if err := json.Unmarshal(raw, dst); err != nil {
 		return relay.Invalid(field, "%s must be a string", field)
 	}
