@@ -50,10 +50,11 @@ func captureServer(t *testing.T) (*httptest.Server, func() []wireRequest) {
 // call puts on the wire is the one Google's client makes when a caller
 // sends the same message to Gmail directly (the bench harness's direct
 // path: gmail.NewService with an endpoint and a plain transport): same
-// method, path and query, same headers apart from the client's version
-// string, same body byte for byte, the same framing (Content-Length, no
-// chunking, no Expect: 100-continue), and connections reused on both.
-// So the emulator's extra CPU per relayed send is not the request's.
+// method, path and query, the same headers except Accept-Encoding (the
+// relay's transport asks for no gzip: pooledTransport), the same body byte
+// for byte, the same framing (Content-Length, no chunking, no Expect:
+// 100-continue), and connections reused on both. So the emulator's extra
+// CPU per relayed send is not the request's.
 func TestRelayedSendIsTheDirectClientsRequest(t *testing.T) {
 	ctx := context.Background()
 	raw := []byte("From: a@example.com\r\nTo: b@example.org\r\nSubject: x\r\nMessage-ID: <m1@example.com>\r\n\r\nhello\r\n")
@@ -106,6 +107,10 @@ func TestRelayedSendIsTheDirectClientsRequest(t *testing.T) {
 				}
 			})
 		}
+		if r.Header.Get("Accept-Encoding") != "" || d.Header.Get("Accept-Encoding") != "gzip" {
+			t.Errorf("request %d: Accept-Encoding relayed %q (want none), direct %q", i, r.Header.Get("Accept-Encoding"), d.Header.Get("Accept-Encoding"))
+		}
+		d.Header.Del("Accept-Encoding")
 		if !slices.Equal(names(r.Header), names(d.Header)) {
 			t.Errorf("request %d: header names differ:\nrelayed %v\ndirect  %v", i, names(r.Header), names(d.Header))
 		}
