@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -145,8 +144,9 @@ type Server struct {
 	apiHash   [32]byte
 	adminHash [32]byte
 	router    chi.Router
-	inflight  inflight // request bytes in flight (guard.go)
-	probes    []*probe // readyz.go
+	handler   http.Handler // router inside the request scope
+	inflight  inflight     // request bytes in flight (guard.go)
+	probes    []*probe     // readyz.go
 }
 
 type role int
@@ -156,8 +156,6 @@ const (
 	roleAPI
 	roleAdmin
 )
-
-type roleKey struct{}
 
 // route is one authenticated endpoint: the role its caller's token must
 // hold, and its method, chi pattern and handler.
@@ -177,13 +175,9 @@ func New(cfg Config) *Server {
 	s.inflight.max = cmp.Or(cfg.MaxInflightBytes, DefaultMaxInflightBytes)
 	s.probes = newProbes(cfg.Probe, cfg.Probes)
 	r := chi.NewRouter()
-	r.Use(closeUnread) // guard.go, like sameOrigin and bodyGuard below
-	r.Use(hlog.NewHandler(cfg.Logger))
-	r.Use(hlog.RequestIDHandler("req_id", "X-Request-Id"))
-	r.Use(hlog.AccessHandler(func(r *http.Request, status, size int, d time.Duration) {
-		hlog.FromRequest(r).Info().Str("method", r.Method).Str("path", clipText(r.URL.Path)).Int("status", status).
-			Int("size", size).Dur("took", d).Msg("request")
-	}))
+	// Outside the mux, the request scope (scope.go, s.handler below):
+	// logger with req_id, X-Request-Id, the access log, closeUnread's rule
+	// (guard.go) and chi's routing context, in one allocation.
 	r.Use(middleware.Recoverer)
 	r.Use(routeEscaped, s.sameOrigin)
 
@@ -229,11 +223,12 @@ func New(cfg Config) *Server {
 		writeError(w, r, relay.Errorf(relay.CodeNotFound, "no such endpoint: %s %s", r.Method, clipText(r.URL.Path)))
 	})
 	s.router = r
+	s.handler = s.scope(r)
 	return s
 }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // roleOf compares the bearer token with both tokens in constant time.
 func (s *Server) roleOf(r *http.Request) role {
@@ -273,7 +268,10 @@ func (s *Server) authenticate(need role) func(http.Handler) http.Handler {
 				writeError(w, r, relay.Errorf(relay.CodeForbidden, "this needs the admin token"))
 				return
 			}
-			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), roleKey{}, got)))
+			if sc := scopeOf(r); sc != nil {
+				sc.role = got
+			}
+			next.ServeHTTP(w, r)
 		})
 	}
 }
@@ -283,7 +281,7 @@ func (s *Server) authenticate(need role) func(http.Handler) http.Handler {
 // relay builds the message itself.
 func (s *Server) faultOverride(r *http.Request) (faultmodes.Decision, error) {
 	h := r.Header.Get("X-Relay-Fault")
-	if h == "" || !s.cfg.FaultHeader || r.Context().Value(roleKey{}) != roleAdmin {
+	if h == "" || !s.cfg.FaultHeader || roleOfRequest(r) != roleAdmin {
 		return faultmodes.Decision{}, nil
 	}
 	m, err := faultmodes.ParseMode(h)
@@ -336,7 +334,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 // queue is false only when the caller asked to be refused when busy
 // (when_busy "reject", or the X-Relay-When-Busy header).
 func (s *Server) prepare(r *http.Request) (_ relay.Prepared, queue bool, _ error) {
-	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	ct := parseMediaType(r.Header.Get("Content-Type"))
 	key := r.Header.Get("Idempotency-Key")
 	switch ct {
 	case "message/rfc822":
@@ -382,15 +380,44 @@ func channelOf(r *http.Request) string {
 }
 
 func readBody(r *http.Request, limit int64) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return nil, &relay.Error{Code: relay.CodeTooLarge, Message: "request body larger than " + strconv.FormatInt(limit, 10) + " bytes"}
-	}
+	body, err := readAllSized(http.MaxBytesReader(nil, r.Body, limit), r.ContentLength, limit)
 	if err != nil {
-		return nil, relay.Invalid("body", "read request body: %v", err)
+		return nil, bodyError(err, limit)
 	}
 	return body, nil
+}
+
+// bodyError is readBody's answer to a failed read (apart, so that the
+// successful read allocates no error target).
+func bodyError(err error, limit int64) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return &relay.Error{Code: relay.CodeTooLarge, Message: "request body larger than " + strconv.FormatInt(limit, 10) + " bytes"}
+	}
+	return relay.Invalid("body", "read request body: %v", err)
+}
+
+// readAllSized is io.ReadAll with the buffer sized from the request's
+// Content-Length n (when known and within limit), so a body is read into
+// one allocation instead of a doubling series from 512 bytes.
+func readAllSized(rd io.Reader, n, limit int64) ([]byte, error) {
+	if n < 0 || n > limit {
+		return io.ReadAll(rd)
+	}
+	b := make([]byte, 0, n+1) // +1: room for the read that finds EOF
+	for {
+		m, err := rd.Read(b[len(b):cap(b)])
+		b = b[:len(b)+m]
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // a body longer than it said: grow
+		}
+	}
 }
 
 // run sends p and answers through write, which sees every outcome that is

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -16,9 +15,10 @@ import (
 // The guards every request passes before a handler reads anything
 // (docs/operations.md, "Security model"):
 //
-//  1. closeUnread (outermost): a request whose body was not read to the
-//     end gets Connection: close on its answer instead of having its body
-//     drained, so a refused client cannot hold the server with a slow body.
+//  1. closeUnread (outermost, in the request scope of scope.go): a request
+//     whose body was not read to the end gets Connection: close on its
+//     answer instead of having its body drained, so a refused client cannot
+//     hold the server with a slow body.
 //  2. routeEscaped (api.go): routes on the escaped path, so that a path
 //     parameter is decoded exactly once.
 //  3. sameOrigin: a request a browser sent from another site is refused
@@ -44,24 +44,15 @@ const DefaultMaxInflightBytes = 32 << 20
 // maxSmallJSON bounds the bodies of the admin and resolve endpoints.
 const maxSmallJSON = 1 << 20
 
-// closeUnread ends the connection of a request answered before its body
-// was read to the end (a refusal: 401, 403, 413, 415, 503): the answer says
-// Connection: close and the connection's read deadline is set to now, so
-// net/http does not read (up to 256 KB of) the rest of the body first, at
-// whatever pace the client chooses. It must be the outermost middleware:
-// it needs the server's own ResponseWriter.
-func closeUnread(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !hasBody(r) {
-			next.ServeHTTP(w, r)
-			return
-		}
-		b := &eofBody{ReadCloser: r.Body}
-		r.Body = b
-		next.ServeHTTP(&closeWriter{ResponseWriter: w, body: b}, r)
-	})
-}
+// closeUnread's rule: the connection of a request answered before its
+// body was read to the end (a refusal: 401, 403, 413, 415, 503) is ended:
+// the answer says Connection: close and the connection's read deadline is
+// set to now, so net/http does not read (up to 256 KB of) the rest of the
+// body first, at whatever pace the client chooses. The request scope
+// (scope.go, the outermost middleware, which has the server's own
+// ResponseWriter) applies it with eofBody and scopeWriter.
 
+// eofBody is a request body that remembers whether it was read to EOF.
 type eofBody struct {
 	io.ReadCloser
 	mu  sync.Mutex
@@ -82,40 +73,6 @@ func (b *eofBody) done() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.eof
-}
-
-type closeWriter struct {
-	http.ResponseWriter
-	body    *eofBody
-	written bool
-}
-
-func (w *closeWriter) WriteHeader(status int) {
-	if !w.written {
-		w.written = true
-		if !w.body.done() {
-			w.Header().Set("Connection", "close")
-			_ = http.NewResponseController(w.ResponseWriter).SetReadDeadline(time.Now())
-		}
-	}
-	w.ResponseWriter.WriteHeader(status)
-}
-
-func (w *closeWriter) Write(p []byte) (int, error) {
-	if !w.written {
-		w.WriteHeader(http.StatusOK)
-	}
-	return w.ResponseWriter.Write(p)
-}
-
-// Unwrap lets http.ResponseController reach the connection.
-func (w *closeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// Flush implements http.Flusher.
-func (w *closeWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
 }
 
 // tokenless reports whether the relay runs without tokens (loopback only).
@@ -228,25 +185,44 @@ func bodyRuleFor(r *http.Request) bodyRule {
 	switch {
 	case p == "/v1/send":
 		if mediaType(r) == "message/rfc822" {
-			return bodyRule{types: []string{"message/rfc822"}, limit: relay.MaxMessageBytes}
+			return bodyRule{types: typesRFC822, limit: relay.MaxMessageBytes}
 		}
-		return bodyRule{types: []string{"application/json", "message/rfc822"}, limit: MaxJSONBytes}
+		return bodyRule{types: typesSend, limit: MaxJSONBytes}
 	case strings.HasPrefix(p, "/upload/gmail/"):
 		switch r.URL.Query().Get("uploadType") {
 		case "media":
-			return bodyRule{types: []string{"message/rfc822"}, limit: relay.MaxMessageBytes}
+			return bodyRule{types: typesRFC822, limit: relay.MaxMessageBytes}
 		case "multipart":
-			return bodyRule{types: []string{"multipart/related"}, limit: relay.MaxMessageBytes + 1<<20}
+			return bodyRule{types: typesMultipart, limit: relay.MaxMessageBytes + 1<<20}
 		}
-		return bodyRule{types: []string{"message/rfc822", "multipart/related"}, limit: relay.MaxMessageBytes + 1<<20}
+		return bodyRule{types: typesUpload, limit: relay.MaxMessageBytes + 1<<20}
 	case strings.HasPrefix(p, "/gmail/"):
-		return bodyRule{types: []string{"application/json"}, limit: MaxJSONBytes}
+		return bodyRule{types: typesJSON, limit: MaxJSONBytes}
 	}
-	return bodyRule{types: []string{"application/json"}, limit: maxSmallJSON}
+	return bodyRule{types: typesJSON, limit: maxSmallJSON}
 }
 
-func mediaType(r *http.Request) string {
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+// The media types of the body rules, built once (never modified).
+var (
+	typesJSON      = []string{"application/json"}
+	typesRFC822    = []string{"message/rfc822"}
+	typesMultipart = []string{"multipart/related"}
+	typesSend      = []string{"application/json", "message/rfc822"}
+	typesUpload    = []string{"message/rfc822", "multipart/related"}
+)
+
+func mediaType(r *http.Request) string { return parseMediaType(r.Header.Get("Content-Type")) }
+
+// parseMediaType is the lower-case media type of a Content-Type value, ""
+// when it does not parse. The types the relay takes, written exactly so
+// (as clients send them), are answered without mime.ParseMediaType's
+// parameter map: for them it returns the value itself.
+func parseMediaType(v string) string {
+	switch v {
+	case "application/json", "message/rfc822":
+		return v
+	}
+	mt, _, err := mime.ParseMediaType(v)
 	if err != nil {
 		return ""
 	}

@@ -49,7 +49,7 @@ func decodeAddresses(data []byte) (relay.AddressList, error) {
 // itself). job's fields also accept an integer number, kept as written.
 func DecodeSendRequest(data []byte) (relay.SendRequest, error) {
 	var req relay.SendRequest
-	var fields map[string]json.RawMessage
+	var fields map[string]rawField
 	if err := json.Unmarshal(data, &fields); err != nil || fields == nil {
 		if json.Valid(data) {
 			return req, relay.Invalid("", "request body must be a JSON object")
@@ -65,7 +65,7 @@ func DecodeSendRequest(data []byte) (relay.SendRequest, error) {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		raw := fields[name]
+		raw := json.RawMessage(fields[name])
 		// encoding/json would replace invalid UTF-8 with U+FFFD silently:
 		// the message sent would not be the one the caller wrote.
 		if !utf8.Valid(raw) {
@@ -129,56 +129,205 @@ func DecodeSendRequest(data []byte) (relay.SendRequest, error) {
 // document data, or "" when there is none. encoding/json keeps the last of
 // two, where another reader may keep the first. data must be valid JSON;
 // a syntax error ends the walk with "".
+//
+// It scans data in place: keys are compared as their bytes in data, and
+// only a key holding an escape or a non-ASCII byte is decoded (as
+// encoding/json decodes it, so "a" and "\u0061" are one key). It used to
+// walk json.Decoder tokens with a map per object (≈ 60 allocations for a
+// typical send request); FuzzDuplicateKey compares it with that walk.
 func duplicateKey(data []byte) string {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var walk func(prefix string) (string, bool)
-	walk = func(prefix string) (string, bool) {
-		tok, err := dec.Token()
-		if err != nil {
-			return "", false
+	d := dupScan{data: data, keys: make([][]byte, 0, 32)}
+	p, _ := d.value()
+	return p
+}
+
+// dupScan is duplicateKey's walk: keys holds the keys read so far of every
+// open object (each object's from where it started), path the key of each
+// enclosing member.
+type dupScan struct {
+	data []byte
+	i    int
+	keys [][]byte
+	path [][]byte
+}
+
+func (d *dupScan) space() {
+	for d.i < len(d.data) {
+		switch d.data[d.i] {
+		case ' ', '\t', '\r', '\n':
+			d.i++
+		default:
+			return
 		}
-		switch tok {
-		case json.Delim('{'):
-			seen := map[string]bool{}
-			for dec.More() {
-				kt, err := dec.Token()
-				k, isStr := kt.(string)
-				if err != nil || !isStr {
-					return "", false
-				}
-				path := k
-				if prefix != "" {
-					path = prefix + "." + k
-				}
-				if seen[k] {
-					return path, true
-				}
-				seen[k] = true
-				if p, stop := walk(path); stop {
-					return p, true
-				}
-			}
-			_, _ = dec.Token()
-		case json.Delim('['):
-			for dec.More() {
-				if p, stop := walk(prefix); stop {
-					return p, true
-				}
-			}
-			_, _ = dec.Token()
+	}
+}
+
+// str reads the string at d.i (its opening quote) and returns its
+// content as written and whether it needs decoding.
+func (d *dupScan) str() (raw []byte, plain, ok bool) {
+	start := d.i + 1
+	plain = true
+	for j := start; j < len(d.data); j++ {
+		switch c := d.data[j]; {
+		case c == '\\':
+			plain = false
+			j++
+		case c == '"':
+			d.i = j + 1
+			return d.data[start:j], plain, true
+		case c >= 0x80:
+			plain = false
 		}
+	}
+	return nil, false, false
+}
+
+// value walks the value at d.i; found reports a duplicate, at path.
+func (d *dupScan) value() (path string, found bool) {
+	d.space()
+	if d.i >= len(d.data) {
 		return "", false
 	}
-	p, _ := walk("")
-	return p
+	switch d.data[d.i] {
+	case '{':
+		d.i++
+		start := len(d.keys)
+		defer func() { d.keys = d.keys[:start] }()
+		for {
+			d.space()
+			if d.i >= len(d.data) {
+				return "", false
+			}
+			switch d.data[d.i] {
+			case '}':
+				d.i++
+				return "", false
+			case ',':
+				d.i++
+				continue
+			case '"':
+			default:
+				return "", false
+			}
+			raw, plain, ok := d.str()
+			if !ok {
+				return "", false
+			}
+			key := raw
+			if !plain {
+				var k string
+				if json.Unmarshal(d.data[d.i-len(raw)-2:d.i], &k) != nil {
+					return "", false
+				}
+				key = []byte(k)
+			}
+			for _, seen := range d.keys[start:] {
+				if bytes.Equal(seen, key) {
+					return d.pathTo(key), true
+				}
+			}
+			d.keys = append(d.keys, key)
+			d.space()
+			if d.i >= len(d.data) || d.data[d.i] != ':' {
+				return "", false
+			}
+			d.i++
+			d.path = append(d.path, key)
+			p, found := d.value()
+			d.path = d.path[:len(d.path)-1]
+			if found {
+				return p, true
+			}
+		}
+	case '[':
+		d.i++
+		for {
+			d.space()
+			if d.i >= len(d.data) {
+				return "", false
+			}
+			switch d.data[d.i] {
+			case ']':
+				d.i++
+				return "", false
+			case ',':
+				d.i++
+				continue
+			}
+			if p, found := d.value(); found {
+				return p, true
+			}
+		}
+	case '"':
+		_, _, _ = d.str()
+	default: // a number, true, false or null
+		for d.i < len(d.data) && !endsLiteral(d.data[d.i]) {
+			d.i++
+		}
+	}
+	return "", false
+}
+
+// endsLiteral reports whether c ends a number or a literal.
+func endsLiteral(c byte) bool {
+	switch c {
+	case ',', '}', ']', ' ', '\t', '\r', '\n':
+		return true
+	}
+	return false
+}
+
+// pathTo is the dotted path of key inside the members being walked.
+// A segment joins with a dot only after a non-empty path (as the token
+// walk built it: an empty key leaves no dot behind).
+func (d *dupScan) pathTo(key []byte) string {
+	var b []byte
+	for _, k := range append(d.path, key) {
+		if len(b) > 0 {
+			b = append(b, '.')
+		}
+		b = append(b, k...)
+	}
+	return string(b)
 }
 
 // fieldName bounds a client-chosen name before it is echoed as an error's
 // field.
 func fieldName(name string) string { return name[:min(len(name), 64)] }
 
+// rawField is json.RawMessage without the copy: it keeps the slice of
+// the request body encoding/json hands it (the body is never modified
+// while the request is decoded).
+type rawField []byte
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (r *rawField) UnmarshalJSON(b []byte) error {
+	*r = b
+	return nil
+}
+
+// plainString is the value of a JSON string written without escapes, in
+// printable ASCII: exactly what encoding/json decodes it to, without its
+// decoder. ok is false for any other value (decodeString then asks
+// encoding/json).
+func plainString(raw []byte) (s string, ok bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	in := raw[1 : len(raw)-1]
+	for _, c := range in {
+		if c == '\\' || c == '"' || c < 0x20 || c >= 0x80 {
+			return "", false
+		}
+	}
+	return string(in), true
+}
+
 func decodeString(field string, raw json.RawMessage, dst *string) error {
+	if v, ok := plainString(raw); ok {
+		*dst = v
+		return nil
+	}
 	if err := json.Unmarshal(raw, dst); err != nil {
 		return relay.Invalid(field, "%s must be a string", field)
 	}

@@ -16,38 +16,48 @@ import (
 // The zero value is ready to use.
 type keyGate struct {
 	mu   sync.Mutex
-	busy map[string]chan struct{}
+	busy map[string]*gateHold
+}
+
+// gateHold is one request's hold on a Message-ID: waiters wait for done.
+type gateHold struct {
+	g    *keyGate
+	id   string
+	done chan struct{}
+	once sync.Once
 }
 
 // enter waits until no other request holds id, then holds it; the
-// returned function lets the next one in (calling it twice is harmless).
-// It returns ctx's error if ctx ends while waiting.
-func (g *keyGate) enter(ctx context.Context, id string) (func(), error) {
+// returned hold's release lets the next one in (calling it twice is
+// harmless). It returns ctx's error if ctx ends while waiting.
+func (g *keyGate) enter(ctx context.Context, id string) (*gateHold, error) {
 	for {
 		g.mu.Lock()
-		wait, held := g.busy[id]
+		other, held := g.busy[id]
 		if !held {
 			if g.busy == nil {
-				g.busy = make(map[string]chan struct{})
+				g.busy = make(map[string]*gateHold)
 			}
-			done := make(chan struct{})
-			g.busy[id] = done
+			h := &gateHold{g: g, id: id, done: make(chan struct{})}
+			g.busy[id] = h
 			g.mu.Unlock()
-			var once sync.Once
-			return func() {
-				once.Do(func() {
-					g.mu.Lock()
-					delete(g.busy, id)
-					g.mu.Unlock()
-					close(done)
-				})
-			}, nil
+			return h, nil
 		}
 		g.mu.Unlock()
 		select {
-		case <-wait:
+		case <-other.done:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// release lets the next request for the id in.
+func (h *gateHold) release() {
+	h.once.Do(func() {
+		h.g.mu.Lock()
+		delete(h.g.busy, h.id)
+		h.g.mu.Unlock()
+		close(h.done)
+	})
 }

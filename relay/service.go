@@ -292,11 +292,11 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 	if err != nil {
 		return Result{}, err
 	}
-	release, err := s.gate.enter(ctx, p.MessageID)
+	held, err := s.gate.enter(ctx, p.MessageID)
 	if err != nil {
 		return Result{}, err
 	}
-	defer release()
+	defer held.release()
 	cur, err := s.log.Get(ctx, p.MessageID)
 	switch {
 	case errors.Is(err, acceptlog.ErrNotFound):
@@ -317,41 +317,18 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 		}
 		return Result{}, err
 	}
-	var adm admission
-	var frontRes Result
-	var frontErr error
 	var t0 time.Time
 	if o.Timing != nil {
 		t0 = time.Now()
 		o.Timing.Admit = t0.Sub(start)
 	}
-	job, _, err := s.log.Mutate(ctx, p.MessageID, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		adm, frontRes, frontErr = admitForward, Result{}, nil
-		if cur != nil {
-			if res, done, err := s.frontDoor(cur, p); done {
-				adm, frontRes, frontErr = admitReplay, res, err
-				return acceptlog.Change{}, nil
-			}
-		}
-		now := s.now()
-		var j acceptlog.Job
-		var raw []byte
-		if cur != nil {
-			j = *cur
-		} else {
-			j = acceptlog.Job{MessageID: p.MessageID, Key: p.Key, Channel: p.Channel, Mailbox: box.name,
-				Fingerprint: p.Fingerprint, ThreadIDIn: p.ThreadID, CreatedAt: now}
-			raw = p.Raw
-		}
-		j.Attempts++
-		lines := []acceptlog.Line{{Kind: acceptlog.KindReceived, Attempt: j.Attempts, Channel: p.Channel}}
-		lines, adm = s.startAttempt(&j, lines, d, now)
-		return acceptlog.Change{Job: &j, Lines: lines, Raw: raw}, nil
-	})
+	a := &admitTx{s: s, p: p, box: box, d: d}
+	job, _, err := s.log.Mutate(ctx, p.MessageID, a.change)
 	if o.Timing != nil {
 		o.Timing.FirstCommit = time.Since(t0)
 	}
-	release() // the job's state now tells a duplicate what to answer
+	held.release() // the job's state now tells a duplicate what to answer
+	adm := a.adm
 	if err != nil || adm == admitReplay {
 		// Nothing was attempted: give back what admission took.
 		s.giveBack(box, o.Fault, d, true)
@@ -361,13 +338,60 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 	}
 	switch adm {
 	case admitReplay:
-		return frontRes, frontErr
+		return a.res, a.err
 	case admitFailed:
 		s.observeFault(d)
 		return Result{Job: job, Fault: d}, nil
 	}
 	s.observeFault(d)
 	return s.forward(ctx, box, job, p.Raw, d, o.Timing)
+}
+
+// admitTx is Send's admission transaction, its inputs and what it
+// decided, in one allocation (a closure would capture each on its own).
+type admitTx struct {
+	s   *Service
+	p   Prepared
+	box *Mailbox
+	d   faultmodes.Decision
+	// What the transaction decided; reset on every run.
+	adm admission
+	res Result
+	err error
+}
+
+// newRecord is a new attempt's job record and the lines it writes (a
+// received line, a fault line, the forwarding or not_sent line) in one
+// allocation.
+type newRecord struct {
+	job   acceptlog.Job
+	lines [3]acceptlog.Line
+}
+
+func (a *admitTx) change(cur *acceptlog.Job) (acceptlog.Change, error) {
+	s, p := a.s, &a.p
+	a.adm, a.res, a.err = admitForward, Result{}, nil
+	if cur != nil {
+		if res, done, err := s.frontDoor(cur, *p); done {
+			a.adm, a.res, a.err = admitReplay, res, err
+			return acceptlog.Change{}, nil
+		}
+	}
+	now := s.now()
+	rec := &newRecord{}
+	j := &rec.job
+	var raw []byte
+	if cur != nil {
+		*j = *cur
+	} else {
+		*j = acceptlog.Job{MessageID: p.MessageID, Key: p.Key, Channel: p.Channel, Mailbox: a.box.name,
+			Fingerprint: p.Fingerprint, ThreadIDIn: p.ThreadID, CreatedAt: now}
+		raw = p.Raw
+	}
+	j.Attempts++
+	lines := append(rec.lines[:0], acceptlog.Line{Kind: acceptlog.KindReceived, Attempt: j.Attempts, Channel: p.Channel})
+	lines, a.adm = s.startAttempt(j, lines, a.d, now)
+	return acceptlog.Change{Job: j, Lines: lines, Raw: raw}, nil
 }
 
 // admitAttempt takes the fault decision and the quota for one attempt. The
@@ -492,7 +516,10 @@ func (s *Service) forward(ctx context.Context, box *Mailbox, job acceptlog.Job, 
 		}
 	}
 	s.point(CrashAfterForwardingLogged)
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	// The call and the outcome's record run on a context the caller
+	// cannot cancel.
+	rec := context.WithoutCancel(ctx)
+	callCtx, cancel := context.WithTimeout(rec, s.timeout)
 	defer cancel()
 	start := time.Now()
 	sent, err := box.provider.Send(callCtx, box.userID, raw, job.ThreadIDIn)
@@ -507,8 +534,6 @@ func (s *Service) forward(ctx context.Context, box *Mailbox, job acceptlog.Job, 
 	if s.obs != nil {
 		s.obs.Attempted(job.Channel, out, took)
 	}
-	// Record on a context the caller cannot cancel either.
-	rec := context.WithoutCancel(ctx)
 	switch d.Mode {
 	case faultmodes.CrashAfterForward:
 		if s.crash != nil {
@@ -576,14 +601,22 @@ func (s *Service) recordOutcome(ctx context.Context, id string, attempt int, edi
 			return acceptlog.Change{}, errStale
 		}
 		now := s.now()
-		j := *cur
+		rec := &outcomeRecord{job: *cur}
+		j := &rec.job
 		j.UpdatedAt = now
-		to, line := edit(&j, now)
+		to, line := edit(j, now)
 		line.Attempt = attempt
-		line = acceptlog.Move(&j, to, line)
-		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{line}}, nil
+		rec.lines[0] = acceptlog.Move(j, to, line)
+		return acceptlog.Change{Job: j, Lines: rec.lines[:]}, nil
 	})
 	return j, err
+}
+
+// outcomeRecord is an outcome's job record and its one line, in one
+// allocation.
+type outcomeRecord struct {
+	job   acceptlog.Job
+	lines [1]acceptlog.Line
 }
 
 func (s *Service) markSent(ctx context.Context, id string, attempt int, m SentMessage) (acceptlog.Job, error) {

@@ -1,0 +1,142 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/gmailapi"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// benchRelay is a relay wired as `gmailrelay serve` (and the bench
+// harness's relay child) wires a send: Metrics as observer and timed
+// provider, a fault set without rules, a JSON logger at info into
+// io.Discard, gmailapi over the emulator, a bbolt log in a temp dir;
+// verify_handle never and limits that never bite.
+type benchRelay struct {
+	emu    *gmailfake.Server
+	emuURL string
+	url    string
+	client *http.Client
+}
+
+func newBenchRelay(b *testing.B) *benchRelay {
+	b.Helper()
+	ctx := context.Background()
+	emu := gmailfake.New(gmailfake.Options{QuotaPerMinute: 1 << 30})
+	emuSrv := httptest.NewServer(emu.Handler())
+	b.Cleanup(emuSrv.Close)
+	lg, err := acceptlog.Open(filepath.Join(b.TempDir(), "accept.db"), acceptlog.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = lg.Close() })
+	gm, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: emuSrv.URL})
+	if err != nil {
+		b.Fatal(err)
+	}
+	logger := zerolog.New(io.Discard).Level(zerolog.InfoLevel).With().Timestamp().Logger()
+	metrics := NewMetrics()
+	pol := policy.Default()
+	pol.MsgIDDomain = "bench.example"
+	pol.VerifyHandle = policy.VerifyNever
+	pol.Mailboxes = map[string]policy.Mailbox{policy.DefaultMailbox: {Name: policy.DefaultMailbox, DailySendLimit: 1 << 30}}
+	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: metrics.Provider(gm), Policy: pol,
+		Faults: faultmodes.New(faultmodes.Options{Seed: 1}), Quota: relay.NewQuota(1<<30, nil),
+		Logger: logger, Observer: metrics})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(New(Config{Service: svc, MsgIDDomain: "bench.example", Metrics: metrics, Logger: logger, Mode: "gmail"}))
+	b.Cleanup(srv.Close)
+	return &benchRelay{emu: emu, emuURL: emuSrv.URL, url: srv.URL,
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}}
+}
+
+// benchMessage is the harness's typical message (bench.BuildMessage).
+func benchMessage(id string) []byte {
+	return fmt.Appendf(nil, "From: Bench <%s>\r\nTo: rcpt@example.com\r\nSubject: bench %s\r\n"+
+		"Date: Mon, 01 Jun 2026 09:00:00 +0000\r\nMessage-ID: %s\r\nMIME-Version: 1.0\r\n"+
+		"Content-Type: text/plain; charset=UTF-8\r\n\r\nYour order has shipped. %s\r\n",
+		gmailfake.DefaultAccount, id, id, id)
+}
+
+var benchSeq atomic.Int64
+
+// post sends one request and checks its status.
+func (br *benchRelay) post(b *testing.B, url, ct string, body []byte, want int) {
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.Header.Set("Content-Type", ct)
+	resp, err := br.client.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != want {
+		b.Fatalf("POST %s: status %d, want %d", url, resp.StatusCode, want)
+	}
+}
+
+func gmailBody(id string) []byte {
+	return []byte(`{"raw":"` + base64.URLEncoding.EncodeToString(benchMessage(id)) + `"}`)
+}
+
+// BenchmarkSendPath measures one send per op, sequentially, through the
+// whole relay in this process (emulator results). "direct" is the same
+// request straight to the emulator: relayed − direct is the relay's own
+// cost per send (the client's and the emulator's share cancel out).
+func BenchmarkSendPath(b *testing.B) {
+	b.Run("direct", func(b *testing.B) {
+		br := newBenchRelay(b)
+		b.ReportAllocs()
+		for b.Loop() {
+			id := "<d" + strconv.FormatInt(benchSeq.Add(1), 10) + "@bench.example>"
+			br.post(b, br.emuURL+"/gmail/v1/users/me/messages/send", "application/json", gmailBody(id), http.StatusOK)
+		}
+	})
+	b.Run("gmail", func(b *testing.B) {
+		br := newBenchRelay(b)
+		b.ReportAllocs()
+		for b.Loop() {
+			id := "<g" + strconv.FormatInt(benchSeq.Add(1), 10) + "@bench.example>"
+			br.post(b, br.url+"/gmail/v1/users/me/messages/send", "application/json", gmailBody(id), http.StatusOK)
+		}
+	})
+	b.Run("v1json", func(b *testing.B) {
+		br := newBenchRelay(b)
+		b.ReportAllocs()
+		for b.Loop() {
+			n := strconv.FormatInt(benchSeq.Add(1), 10)
+			body := `{"key":"order-` + n + `","from":"Bench <` + gmailfake.DefaultAccount + `>","to":["rcpt@example.com"],` +
+				`"subject":"Your order ` + n + ` has shipped","text":"Your order has shipped."}`
+			br.post(b, br.url+"/v1/send", "application/json", []byte(body), http.StatusOK)
+		}
+	})
+	b.Run("v1", func(b *testing.B) {
+		br := newBenchRelay(b)
+		b.ReportAllocs()
+		for b.Loop() {
+			id := "<v" + strconv.FormatInt(benchSeq.Add(1), 10) + "@bench.example>"
+			br.post(b, br.url+"/v1/send", "message/rfc822", benchMessage(id), http.StatusOK)
+		}
+	})
+}
