@@ -23,6 +23,7 @@ var (
 	flagSends   = flag.Int("bench.sends", 1000, "sends per path at 0 ms emulator latency in BenchmarkSendOverhead")
 	flagRounds  = flag.Int("bench.rounds", 8, "rounds of sends per path at 150 ms latency (sends = concurrency × rounds)")
 	flagPreload = flag.Int("bench.preload", 0, "messages stored in the emulator before BenchmarkSendOverhead measures (its state's effect on its CPU)")
+	flagEmuProc = flag.Int("bench.emuprocs", 0, "GOMAXPROCS of BenchmarkSendOverhead's emulator process (0: the default)")
 	flagDurable = flag.Int("bench.durable", 2000, "Mutates per concurrency level in BenchmarkDurableLog")
 	flagSweep   = flag.Int("bench.sweepjobs", 10_000, "unknown jobs in BenchmarkSweeper")
 )
@@ -56,7 +57,7 @@ func BenchmarkSendOverhead(b *testing.B) {
 				var m bench.Metrics
 				for b.Loop() {
 					var err error
-					m, err = bench.SendOverhead(ctx, bench.SendConfig{Latency: lat, Concurrency: conc, Sends: n, Preload: *flagPreload,
+					m, err = bench.SendOverhead(ctx, bench.SendConfig{Latency: lat, Concurrency: conc, Sends: n, Preload: *flagPreload, EmulatorProcs: *flagEmuProc,
 						Dir: b.TempDir(), Processes: true})
 					if err != nil {
 						b.Fatal(err)

@@ -48,6 +48,8 @@ type SendConfig struct {
 	// emulator before the warm-up, unmeasured: the measured sends then run
 	// against an emulator that holds that many more.
 	Preload int
+	// EmulatorProcs, when positive, is the emulator process's GOMAXPROCS.
+	EmulatorProcs int
 	// Dir holds the relay's acceptance log.
 	Dir string
 	// Log, when set, is the acceptance log to use instead of a bbolt file
@@ -87,7 +89,8 @@ type SendConfig struct {
 //
 // Figures, per path (direct_, relay_): sends/s, p50_ms, p99_ms, and the
 // client process's client_allocs/send and client_cpu_us/send, and the
-// emulator process's emu_cpu_us/send, emu_allocs/send (the same work per
+// emulator process's emu_cpu_us/send (emu_sys_us/send of it in the
+// kernel), emu_allocs/send (the same work per
 // send gives the same allocations; CPU also counts wake-ups),
 // emu_waits/send and emu_preempted/send (its voluntary and involuntary
 // context switches), emu_gc_cpu_us/send (the runtime's estimate of its
@@ -105,11 +108,13 @@ type SendConfig struct {
 //
 // Per half (direct1_, relay1_, relay2_, direct2_, in the order they ran)
 // and for the paced direct sends (paced_): sends/s, p50_ms, emu_cpu_us/send,
-// emu_allocs/send, emu_waits/send, emu_gc_cpu_us/send, emu_gap_p50_us and,
+// emu_sys_us/send, emu_allocs/send, emu_waits/send, emu_gc_cpu_us/send, emu_gap_p50_us and,
 // relayed, proc_cpu_us/send. And emu_drift (emulator CPU per send, second
 // direct half ÷ first), emu_ratio_first (first relayed half ÷ first direct
 // half: the order this harness used before ABBA), emu_ratio_paced (relayed
-// ÷ paced direct) and emu_heap_MiB (the emulator's heap at the end).
+// ÷ paced direct), emu_run_gc_cpu_us/send and emu_run_gcs (the emulator's
+// collections over every measured send) and emu_heap_MiB (its heap at the
+// end).
 func SendOverhead(ctx context.Context, cfg SendConfig) (Metrics, error) {
 	if cfg.Concurrency < 1 || cfg.Sends < 2 || cfg.Preload < 0 {
 		return nil, fmt.Errorf("send overhead: concurrency must be positive, sends at least 2 and preload not negative")
@@ -117,7 +122,11 @@ func SendOverhead(ctx context.Context, cfg SendConfig) (Metrics, error) {
 	if cfg.Log != nil || !cfg.Processes {
 		return sendInProcess(ctx, cfg)
 	}
-	emu, err := startChild(roleEmulator, childLatencyEnv+"="+cfg.Latency.String())
+	env := []string{childLatencyEnv + "=" + cfg.Latency.String()}
+	if cfg.EmulatorProcs > 0 {
+		env = append(env, fmt.Sprintf("GOMAXPROCS=%d", cfg.EmulatorProcs))
+	}
+	emu, err := startChild(roleEmulator, env...)
 	if err != nil {
 		return nil, err
 	}
@@ -206,6 +215,7 @@ func (s sample) metrics(processes, relayed bool) Metrics {
 		return m
 	}
 	m["emu_cpu_us/send"] = float64(s.emu.CPUNanos) / 1e3 / n
+	m["emu_sys_us/send"] = float64(s.emu.SysNanos) / 1e3 / n
 	m["emu_allocs/send"] = float64(s.emu.Mallocs) / n
 	m["emu_new_conns"] = float64(s.emu.Conns)
 	m["emu_waits/send"] = float64(s.emu.Waits) / n
@@ -289,7 +299,7 @@ func (h harness) abba(ctx context.Context, direct, viaRelay *gmail.Service, send
 }
 
 // halfFigures are the figures reported for each half and the paced sends.
-var halfFigures = []string{"sends/s", "p50_ms", "emu_cpu_us/send", "emu_allocs/send", "emu_waits/send",
+var halfFigures = []string{"sends/s", "p50_ms", "emu_cpu_us/send", "emu_sys_us/send", "emu_allocs/send", "emu_waits/send",
 	"emu_gc_cpu_us/send", "emu_gap_p50_us", "proc_cpu_us/send"}
 
 // metrics are the run's figures (see SendOverhead).
@@ -333,6 +343,11 @@ func (hs halves) metrics(processes bool) Metrics {
 	m["emu_ratio_first"] = m["relay1_emu_cpu_us/send"] / m["direct1_emu_cpu_us/send"]
 	m["emu_drift"] = m["direct2_emu_cpu_us/send"] / m["direct1_emu_cpu_us/send"]
 	m["emu_ratio_paced"] = rm["emu_cpu_us/send"] / m["paced_emu_cpu_us/send"]
+	// A collection falls in one stretch: over the whole run its share is
+	// steadier than per half.
+	all := d.plus(r).plus(hs.paced)
+	m["emu_run_gc_cpu_us/send"] = float64(all.emu.GCNanos) / 1e3 / float64(all.sends)
+	m["emu_run_gcs"] = float64(all.emu.GCs)
 	maps.Copy(m, phaseMedians(r.rel.Phases))
 	return m
 }
