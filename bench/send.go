@@ -107,14 +107,13 @@ type SendConfig struct {
 // relayed send ÷ per direct send).
 //
 // Per half (direct1_, relay1_, relay2_, direct2_, in the order they ran)
-// and for the paced direct sends (paced_): sends/s, p50_ms, emu_cpu_us/send,
-// emu_sys_us/send, emu_allocs/send, emu_waits/send, emu_gc_cpu_us/send, emu_gap_p50_us and,
-// relayed, proc_cpu_us/send. And emu_drift (emulator CPU per send, second
-// direct half ÷ first), emu_ratio_first (first relayed half ÷ first direct
-// half: the order this harness used before ABBA), emu_ratio_paced (relayed
-// ÷ paced direct), emu_run_gc_cpu_us/send and emu_run_gcs (the emulator's
-// collections over every measured send) and emu_heap_MiB (its heap at the
-// end).
+// and for the paced direct sends (paced_): sends/s, p50_ms, the emu_
+// figures above and, relayed, proc_cpu_us/send (see halfFigures). And emu_drift (emulator CPU per send,
+// second direct half ÷ first), emu_ratio_first (first relayed half ÷
+// first direct half: the order this harness used before ABBA),
+// emu_ratio_paced (relayed ÷ paced direct), emu_run_gc_cpu_us/send and
+// emu_run_gcs (the emulator's collections over every measured send) and
+// emu_heap_MiB (its heap at the end).
 func SendOverhead(ctx context.Context, cfg SendConfig) (Metrics, error) {
 	if cfg.Concurrency < 1 || cfg.Sends < 2 || cfg.Preload < 0 {
 		return nil, fmt.Errorf("send overhead: concurrency must be positive, sends at least 2 and preload not negative")
@@ -300,7 +299,7 @@ func (h harness) abba(ctx context.Context, direct, viaRelay *gmail.Service, send
 
 // halfFigures are the figures reported for each half and the paced sends.
 var halfFigures = []string{"sends/s", "p50_ms", "emu_cpu_us/send", "emu_sys_us/send", "emu_allocs/send", "emu_waits/send",
-	"emu_gc_cpu_us/send", "emu_gap_p50_us", "proc_cpu_us/send"}
+	"emu_preempted/send", "emu_gc_cpu_us/send", "emu_gap_p50_us", "emu_new_conns", "proc_cpu_us/send"}
 
 // metrics are the run's figures (see SendOverhead).
 func (hs halves) metrics(processes bool) Metrics {
