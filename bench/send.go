@@ -108,12 +108,12 @@ type SendConfig struct {
 //
 // Per half (direct1_, relay1_, relay2_, direct2_, in the order they ran)
 // and for the paced direct sends (paced_): sends/s, p50_ms, the emu_
-// figures above and, relayed, proc_cpu_us/send (see halfFigures). And emu_drift (emulator CPU per send,
-// second direct half ÷ first), emu_ratio_first (first relayed half ÷
-// first direct half: the order this harness used before ABBA),
-// emu_ratio_paced (relayed ÷ paced direct), emu_run_gc_cpu_us/send and
-// emu_run_gcs (the emulator's collections over every measured send) and
-// emu_heap_MiB (its heap at the end).
+// figures above and, relayed, proc_cpu_us/send (see halfFigures). And
+// emu_drift (emulator CPU per send, second direct half ÷ first),
+// emu_ratio_first (first relayed half ÷ first direct half: the order this
+// harness used before ABBA), emu_ratio_paced (relayed ÷ paced direct),
+// emu_run_gc_cpu_us/send and emu_run_gcs (the emulator's collections over
+// every measured send) and emu_heap_MiB (its heap at the end).
 func SendOverhead(ctx context.Context, cfg SendConfig) (Metrics, error) {
 	if cfg.Concurrency < 1 || cfg.Sends < 2 || cfg.Preload < 0 {
 		return nil, fmt.Errorf("send overhead: concurrency must be positive, sends at least 2 and preload not negative")
