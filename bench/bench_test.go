@@ -20,8 +20,8 @@ import (
 // default keeps a plain `go test -bench .` short on a 2-core machine.
 var (
 	flagLines   = flag.Int("bench.lines", 200_000, "lines of the big log in BenchmarkLogScale (10 a job; the documented figure is 1000000)")
-	flagSends   = flag.Int("bench.sends", 1000, "sends per path at 0 ms emulator latency in BenchmarkSendOverhead")
-	flagRounds  = flag.Int("bench.rounds", 8, "rounds of sends per path at 150 ms latency (sends = concurrency × rounds)")
+	flagSends   = flag.Int("bench.sends", 1000, "sends per half of each path at 0 ms emulator latency in BenchmarkSendOverhead (each path sends two halves)")
+	flagRounds  = flag.Int("bench.rounds", 8, "rounds of sends per half of each path at 150 ms latency (sends = concurrency × rounds)")
 	flagPreload = flag.Int("bench.preload", 0, "messages stored in the emulator before BenchmarkSendOverhead measures (its state's effect on its CPU)")
 	flagEmuProc = flag.Int("bench.emuprocs", 0, "GOMAXPROCS of BenchmarkSendOverhead's emulator process (0: the default)")
 	flagDurable = flag.Int("bench.durable", 2000, "Mutates per concurrency level in BenchmarkDurableLog")
