@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,27 +60,79 @@ const (
 func IsChild() bool { return os.Getenv(childRoleEnv) != "" }
 
 // ChildStats are a child's figures since it started (CPU, Mallocs,
-// Commits, Messages) and the send phases recorded since its last reset.
+// Commits, Deliveries…) and what it recorded since the last read (the
+// relay's send phases, the emulator's send arrivals).
 type ChildStats struct {
 	CPUNanos int64 `json:"cpu_ns"`
 	// SysNanos is the system (kernel) part of CPUNanos.
 	SysNanos int64  `json:"sys_ns"`
 	Mallocs  uint64 `json:"mallocs"`
+	// Waits and Preempted are the process's voluntary and involuntary
+	// context switches (see Usage).
+	Waits     int64 `json:"waits"`
+	Preempted int64 `json:"preempted"`
+	// GCNanos is the runtime's estimate of its collector's CPU (GCStats),
+	// GCs the collections so far, HeapBytes the heap in use (HeapAlloc).
+	GCNanos   int64  `json:"gc_ns"`
+	GCs       uint64 `json:"gcs"`
+	HeapBytes uint64 `json:"heap_bytes"`
 	// Commits are the relay's acceptance-log commits (fsyncs).
 	Commits uint64 `json:"commits"`
-	// Messages the emulator holds.
+	// Deliveries are the sends the emulator accepted.
+	Deliveries int `json:"deliveries"`
+	// Messages the emulator holds; only filled when asked for
+	// (/bench/stats?messages=1): counting copies every stored message, so
+	// the harness asks once, after its last measured sends.
 	Messages int `json:"messages"`
 	// Conns are the connections the child has accepted.
 	Conns int64 `json:"conns"`
-	// Phases are the relay's SendTimings since the last reset.
+	// Phases are the relay's SendTimings since the last read.
 	Phases []api.SendTiming `json:"phases,omitempty"`
+	// Arrivals are the times (ns since the emulator started) at which the
+	// emulator received each send request since the last read, in order.
+	Arrivals []int64 `json:"arrivals,omitempty"`
+}
+
+// sub returns the counters of st minus those of before (what a stretch of
+// sends cost between two reads); the recorded lists are st's.
+func (st ChildStats) sub(before ChildStats) ChildStats {
+	st.CPUNanos -= before.CPUNanos
+	st.SysNanos -= before.SysNanos
+	st.Mallocs -= before.Mallocs
+	st.Waits -= before.Waits
+	st.Preempted -= before.Preempted
+	st.GCNanos -= before.GCNanos
+	st.GCs -= before.GCs
+	st.Commits -= before.Commits
+	st.Deliveries -= before.Deliveries
+	st.Conns -= before.Conns
+	return st
+}
+
+// plus adds two stretches' counters and joins their recorded lists; the
+// heap is o's (the later one).
+func (st ChildStats) plus(o ChildStats) ChildStats {
+	st.CPUNanos += o.CPUNanos
+	st.SysNanos += o.SysNanos
+	st.Mallocs += o.Mallocs
+	st.Waits += o.Waits
+	st.Preempted += o.Preempted
+	st.GCNanos += o.GCNanos
+	st.GCs += o.GCs
+	st.HeapBytes = o.HeapBytes
+	st.Commits += o.Commits
+	st.Deliveries += o.Deliveries
+	st.Conns += o.Conns
+	st.Phases = append(slices.Clip(st.Phases), o.Phases...)
+	st.Arrivals = append(slices.Clip(st.Arrivals), o.Arrivals...)
+	return st
 }
 
 // RunChild serves the role named by the environment on a loopback port,
 // prints "BENCH-SERVE <url>" on stdout, and serves until stdin is closed.
 // Besides its role's API it answers GET /bench/stats (ChildStats, the
-// phases collected since the last call) on the same port. It returns the
-// process's exit code.
+// phases and arrivals collected since the last call) on the same port. It
+// returns the process's exit code.
 func RunChild() int {
 	if err := runChild(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench child:", err)
@@ -99,7 +152,7 @@ func runChild() error {
 	}
 	var (
 		handler http.Handler
-		stats   func(*ChildStats)
+		stats   func(st *ChildStats, full bool)
 		cleanup = func() {}
 	)
 	switch role := os.Getenv(childRoleEnv); role {
@@ -109,8 +162,15 @@ func runChild() error {
 			return fmt.Errorf("%s: %w", childLatencyEnv, err)
 		}
 		emu := gmailfake.New(gmailfake.Options{Latency: lat, QuotaPerMinute: unlimited})
-		handler = emu.Handler()
-		stats = func(st *ChildStats) { st.Messages = emu.Count("") }
+		arr := newArrivals()
+		handler = arr.wrap(emu.Handler())
+		stats = func(st *ChildStats, full bool) {
+			st.Deliveries = emu.Stats().Deliveries
+			st.Arrivals = arr.drain()
+			if full {
+				st.Messages = emu.Count("")
+			}
+		}
 	case roleRelay:
 		r, err := newChildRelay(ctx, os.Getenv(childEmulatorEnv), os.Getenv(childDirEnv))
 		if err != nil {
@@ -124,10 +184,18 @@ func runChild() error {
 	var conns atomic.Int64
 	mux := http.NewServeMux()
 	mux.Handle("/", handler)
-	mux.HandleFunc("GET /bench/stats", func(w http.ResponseWriter, _ *http.Request) {
-		user, sys := CPUTimes()
-		st := ChildStats{CPUNanos: int64(user + sys), SysNanos: int64(sys), Mallocs: Mallocs(), Conns: conns.Load()}
-		stats(&st)
+	mux.HandleFunc("GET /bench/stats", func(w http.ResponseWriter, r *http.Request) {
+		// The process's counters first: the rest of this call (the role's
+		// figures, the JSON) is counted in the next stretch, the same for
+		// every stretch as long as it does not grow with the stored state.
+		u := ReadUsage()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		gc, gcs := GCStats()
+		st := ChildStats{CPUNanos: int64(u.User + u.Sys), SysNanos: int64(u.Sys), Mallocs: ms.Mallocs,
+			Waits: u.Waits, Preempted: u.Preempted, GCNanos: int64(gc), GCs: gcs, HeapBytes: ms.HeapAlloc,
+			Conns: conns.Load()}
+		stats(&st, r.URL.Query().Get("messages") == "1")
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(st)
 	})
@@ -222,7 +290,7 @@ func newChildRelay(ctx context.Context, emulator, dir string) (*childRelay, erro
 	return c, nil
 }
 
-func (c *childRelay) stats(st *ChildStats) {
+func (c *childRelay) stats(st *ChildStats, _ bool) {
 	st.Commits = c.log.Commits()
 	c.mu.Lock()
 	st.Phases, c.phases = c.phases, nil
@@ -230,6 +298,38 @@ func (c *childRelay) stats(st *ChildStats) {
 }
 
 func (c *childRelay) close() { _ = c.log.Close() }
+
+// arrivals records when each send request reaches the emulator (a clock
+// read and an append under a lock per send, the same on every path).
+type arrivals struct {
+	start time.Time
+	mu    sync.Mutex
+	at    []int64
+}
+
+func newArrivals() *arrivals { return &arrivals{start: time.Now(), at: make([]int64, 0, 4096)} }
+
+func (a *arrivals) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/messages/send") {
+			t := int64(time.Since(a.start))
+			a.mu.Lock()
+			a.at = append(a.at, t)
+			a.mu.Unlock()
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// drain returns the arrivals since the last drain, in order.
+func (a *arrivals) drain() []int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := slices.Clone(a.at)
+	a.at = a.at[:0]
+	slices.Sort(out) // appends race with each other by a few ns
+	return out
+}
 
 // child is a running child server.
 type child struct {
@@ -268,10 +368,15 @@ func startChild(role string, env ...string) (*child, error) {
 	return nil, fmt.Errorf("%s child exited before serving (is bench.RunChild called from TestMain?)", role)
 }
 
-// stats reads the child's figures.
-func (c *child) stats(ctx context.Context) (ChildStats, error) {
+// stats reads the child's figures; with messages, the emulator counts the
+// messages it holds (see ChildStats.Messages).
+func (c *child) stats(ctx context.Context, messages bool) (ChildStats, error) {
 	var st ChildStats
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.URL+"/bench/stats", nil)
+	u := c.URL + "/bench/stats"
+	if messages {
+		u += "?messages=1"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return st, err
 	}

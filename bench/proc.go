@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,11 +33,49 @@ func CPUTime() time.Duration {
 // far (system time holds the kernel's work for its syscalls: reads, writes,
 // fdatasync).
 func CPUTimes() (user, sys time.Duration) {
+	u := ReadUsage()
+	return u.User, u.Sys
+}
+
+// Usage is what the kernel counts for the process so far (getrusage).
+type Usage struct {
+	User, Sys time.Duration
+	// Waits are voluntary context switches: a thread of the process
+	// blocked (a futex sleep of an idle Go thread, a blocking syscall).
+	// Each one is followed by a wake-up, so they count how often the
+	// process went idle and was woken again.
+	Waits int64
+	// Preempted are involuntary context switches: the kernel took the CPU
+	// from a runnable thread (time slice over, another process waiting).
+	Preempted int64
+}
+
+// ReadUsage returns the process's Usage; zero if getrusage fails.
+func ReadUsage() Usage {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0, 0
+		return Usage{}
 	}
-	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
+	return Usage{User: time.Duration(ru.Utime.Nano()), Sys: time.Duration(ru.Stime.Nano()),
+		Waits: ru.Nvcsw, Preempted: ru.Nivcsw}
+}
+
+// gcCPUMetric is the runtime's estimate of the CPU its garbage collector
+// has used (mark assists, dedicated and idle mark workers, pauses).
+const gcCPUMetric = "/cpu/classes/gc/total:cpu-seconds"
+
+// GCStats returns the runtime's estimate of the CPU time its garbage
+// collector has used so far, and the number of completed collections.
+func GCStats() (cpu time.Duration, cycles uint64) {
+	s := []metrics.Sample{{Name: gcCPUMetric}, {Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() == metrics.KindFloat64 {
+		cpu = time.Duration(s[0].Value.Float64() * float64(time.Second))
+	}
+	if s[1].Value.Kind() == metrics.KindUint64 {
+		cycles = s[1].Value.Uint64()
+	}
+	return cpu, cycles
 }
 
 // Mallocs returns the number of heap allocations the process has made.

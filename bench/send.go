@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,8 +41,15 @@ type SendConfig struct {
 	Latency time.Duration
 	// Concurrency is how many sends are in flight at once on each path.
 	Concurrency int
-	// Sends is how many messages each path sends.
+	// Sends is how many messages each path sends in each of its two
+	// halves (see SendOverhead): 2 × Sends a path in all.
 	Sends int
+	// Preload is how many messages the direct client stores in the
+	// emulator before the warm-up, unmeasured: the measured sends then run
+	// against an emulator that holds that many more.
+	Preload int
+	// EmulatorProcs, when positive, is the emulator process's GOMAXPROCS.
+	EmulatorProcs int
 	// Dir holds the relay's acceptance log.
 	Dir string
 	// Log, when set, is the acceptance log to use instead of a bbolt file
@@ -52,40 +61,74 @@ type SendConfig struct {
 	Processes bool
 }
 
-// SendOverhead sends cfg.Sends messages with Google's Go client straight to
-// the Gmail emulator, then the same number through the relay's
+// SendOverhead sends 2 × cfg.Sends messages with Google's Go client straight
+// to the Gmail emulator and the same number through the relay's
 // Gmail-compatible path (POST /gmail/v1/users/me/messages/send) to the same
 // emulator, with the same client settings and message shape (distinct
-// Message-IDs). Both paths are warmed up first (connections, and the relay
-// runs with verify_handle never so no send pays a read-back).
+// Message-IDs of one length). Both paths are warmed up first (connections,
+// and the relay runs with verify_handle never so no send pays a
+// read-back).
+//
+// Each path sends in two halves of cfg.Sends, in the order direct,
+// relayed, relayed, direct (ABBA), so that neither path runs on the
+// emptier emulator or in the quieter part of the run: the emulator keeps
+// every message it is sent, and a shared machine drifts. A path's figures
+// are over both of its halves (sends/s is their sends over their time, p50
+// and p99 over their latencies together). A half is as long as the one
+// stretch per path this harness measured before ABBA: at 150 ms the
+// relay's arrivals spread out round by round, so shorter stretches would
+// give other figures (docs/bench-notes/fairness.md).
 //
 // With cfg.Processes, the emulator and the relay each run in a process of
 // their own (this test binary started again: its TestMain must call
 // RunChild when IsChild), the relay wired as `gmailrelay serve` wires it,
 // so that the test process holds only the client and every process's CPU
-// and allocations are its own. Otherwise (and always with cfg.Log set),
-// the relay and the emulator run inside this process (see sendInProcess).
+// and allocations are its own. Between the relayed halves the direct
+// client then sends again, paced: each send released at the offset at
+// which the first relayed half's send reached the emulator, so that the
+// emulator sees the relay's arrival pattern from Google's own client.
+// Otherwise (and always with cfg.Log set), the relay and the emulator run
+// inside this process (see sendInProcess).
 //
 // Figures, per path (direct_, relay_): sends/s, p50_ms, p99_ms, and the
 // client process's client_allocs/send and client_cpu_us/send, and the
-// emulator process's emu_cpu_us/send, emu_allocs/send (the same work per
-// send gives the same allocations; CPU also counts wake-ups) and
-// emu_new_conns (connections it accepted during the measured sends). For the relay: proc_cpu_us/send
-// (proc_sys_us/send of it in the kernel) and proc_allocs/send (the relay process's own rusage and Mallocs over the
-// relayed sends), fsyncs/send (acceptance-log commits per send), the p50
-// of each phase of a relayed send inside the relay's handler
-// (phase_decode_us, phase_admit_us, phase_commit1_us, phase_gmail_us, phase_commit2_us,
-// phase_answer_us, phase_total_us; see api.SendTiming), and ratio (relay
-// sends/s ÷ direct sends/s), added_p50_ms (relay p50 − direct p50) and
-// emu_ratio (emulator CPU per relayed send ÷ per direct send).
+// emulator process's emu_cpu_us/send (emu_sys_us/send of it in the
+// kernel), emu_allocs/send (the same work per
+// send gives the same allocations; CPU also counts wake-ups),
+// emu_waits/send and emu_preempted/send (its voluntary and involuntary
+// context switches), emu_gc_cpu_us/send (the runtime's estimate of its
+// collector's share), emu_gap_p50_us (the median time between two sends
+// reaching it) and emu_new_conns (connections it accepted during the
+// measured sends). For the relay: proc_cpu_us/send (proc_sys_us/send of it
+// in the kernel) and proc_allocs/send (the relay process's own rusage and
+// Mallocs over the relayed sends), fsyncs/send (acceptance-log commits per
+// send), the p50 of each phase of a relayed send inside the relay's
+// handler (phase_decode_us, phase_admit_us, phase_commit1_us,
+// phase_gmail_us, phase_commit2_us, phase_answer_us, phase_total_us; see
+// api.SendTiming), and ratio (relay sends/s ÷ direct sends/s),
+// added_p50_ms (relay p50 − direct p50) and emu_ratio (emulator CPU per
+// relayed send ÷ per direct send).
+//
+// Per half (direct1_, relay1_, relay2_, direct2_, in the order they ran)
+// and for the paced direct sends (paced_): sends/s, p50_ms, the emu_
+// figures above and, relayed, proc_cpu_us/send (see halfFigures). And
+// emu_drift (emulator CPU per send, second direct half ÷ first),
+// emu_ratio_first (first relayed half ÷ first direct half: the order this
+// harness used before ABBA), emu_ratio_paced (relayed ÷ paced direct),
+// emu_run_gc_cpu_us/send and emu_run_gcs (the emulator's collections over
+// every measured send) and emu_heap_MiB (its heap at the end).
 func SendOverhead(ctx context.Context, cfg SendConfig) (Metrics, error) {
-	if cfg.Concurrency < 1 || cfg.Sends < 1 {
-		return nil, fmt.Errorf("send overhead: concurrency and sends must be positive")
+	if cfg.Concurrency < 1 || cfg.Sends < 1 || cfg.Preload < 0 {
+		return nil, fmt.Errorf("send overhead: concurrency and sends must be positive and preload not negative")
 	}
 	if cfg.Log != nil || !cfg.Processes {
 		return sendInProcess(ctx, cfg)
 	}
-	emu, err := startChild(roleEmulator, childLatencyEnv+"="+cfg.Latency.String())
+	env := []string{childLatencyEnv + "=" + cfg.Latency.String()}
+	if cfg.EmulatorProcs > 0 {
+		env = append(env, fmt.Sprintf("GOMAXPROCS=%d", cfg.EmulatorProcs))
+	}
+	emu, err := startChild(roleEmulator, env...)
 	if err != nil {
 		return nil, err
 	}
@@ -96,50 +139,175 @@ func SendOverhead(ctx context.Context, cfg SendConfig) (Metrics, error) {
 	}
 	defer rel.stop()
 
-	direct, viaRelay, err := warmClients(ctx, emu.URL, rel.URL, cfg.Concurrency)
+	direct, viaRelay, err := warmClients(ctx, emu.URL, rel.URL, cfg.Concurrency, cfg.Preload)
 	if err != nil {
 		return nil, err
 	}
+	h := harness{conc: cfg.Concurrency, read: func(ctx context.Context) (e, r ChildStats, err error) {
+		if e, err = emu.stats(ctx, false); err != nil {
+			return e, r, err
+		}
+		r, err = rel.stats(ctx, false) // also drops the phases recorded so far
+		return e, r, err
+	}}
+	halves, err := h.abba(ctx, direct, viaRelay, cfg.Sends, true)
+	if err != nil {
+		return nil, err
+	}
+	m := halves.metrics(true)
+	end, err := emu.stats(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	m["emu_heap_MiB"] = float64(end.HeapBytes) / (1 << 20)
+	if got, want := end.Messages, cfg.Preload+2*cfg.Concurrency+4*cfg.Sends+halves.paced.sends; got != want {
+		return nil, fmt.Errorf("send overhead: emulator holds %d messages, want %d", got, want)
+	}
+	return m, nil
+}
 
+// harness measures stretches of sends with conc callers; read returns the
+// emulator's and the relay's figures (zero for what it cannot see).
+type harness struct {
+	conc int
+	read func(ctx context.Context) (emu, rel ChildStats, err error)
+}
+
+// sample is what one stretch of sends cost: the client's side, measured in
+// this process, and the emulator's and the relay's (ChildStats.sub of the
+// reads around it).
+type sample struct {
+	sends         int
+	took          time.Duration
+	lat           []time.Duration
+	clientCPU     time.Duration
+	clientMallocs uint64
+	emu, rel      ChildStats
+	// gaps are the times between two sends reaching the emulator.
+	gaps []time.Duration
+}
+
+// plus is two stretches taken as one.
+func (s sample) plus(o sample) sample {
+	return sample{
+		sends:         s.sends + o.sends,
+		took:          s.took + o.took,
+		lat:           append(slices.Clip(s.lat), o.lat...),
+		clientCPU:     s.clientCPU + o.clientCPU,
+		clientMallocs: s.clientMallocs + o.clientMallocs,
+		emu:           s.emu.plus(o.emu),
+		rel:           s.rel.plus(o.rel),
+		gaps:          append(slices.Clip(s.gaps), o.gaps...),
+	}
+}
+
+// metrics are the sample's per-path figures (see SendOverhead): the
+// client's always, the emulator's with processes, the relay process's
+// when relayed too.
+func (s sample) metrics(processes, relayed bool) Metrics {
+	n := float64(s.sends)
+	m := Metrics{
+		"sends/s":            rate(s.sends, s.took),
+		"p50_ms":             ms(Percentile(slices.Clone(s.lat), 50)),
+		"p99_ms":             ms(Percentile(slices.Clone(s.lat), 99)),
+		"client_allocs/send": float64(s.clientMallocs) / n,
+		"client_cpu_us/send": float64(s.clientCPU.Microseconds()) / n,
+	}
+	if !processes {
+		return m
+	}
+	m["emu_cpu_us/send"] = float64(s.emu.CPUNanos) / 1e3 / n
+	m["emu_sys_us/send"] = float64(s.emu.SysNanos) / 1e3 / n
+	m["emu_allocs/send"] = float64(s.emu.Mallocs) / n
+	m["emu_new_conns"] = float64(s.emu.Conns)
+	m["emu_waits/send"] = float64(s.emu.Waits) / n
+	m["emu_preempted/send"] = float64(s.emu.Preempted) / n
+	m["emu_gc_cpu_us/send"] = float64(s.emu.GCNanos) / 1e3 / n
+	m["emu_gap_p50_us"] = float64(Percentile(slices.Clone(s.gaps), 50)) / float64(time.Microsecond)
+	if relayed {
+		m["proc_cpu_us/send"] = float64(s.rel.CPUNanos) / 1e3 / n
+		m["proc_sys_us/send"] = float64(s.rel.SysNanos) / 1e3 / n
+		m["proc_allocs/send"] = float64(s.rel.Mallocs) / n
+	}
+	return m
+}
+
+// window sends n messages (Message-IDs under prefix) on svc and returns
+// their sample; with at, send i leaves at offset at[i] from the start (see
+// runSends).
+func (h harness) window(ctx context.Context, prefix string, svc *gmail.Service, n int, at []time.Duration) (sample, error) {
+	msgs := buildMessages(prefix, n)
+	e0, r0, err := h.read(ctx)
+	if err != nil {
+		return sample{}, err
+	}
+	s, err := measure(ctx, svc, msgs, h.conc, at)
+	if err != nil {
+		return sample{}, fmt.Errorf("%s sends: %w", prefix, err)
+	}
+	e1, r1, err := h.read(ctx)
+	if err != nil {
+		return sample{}, err
+	}
+	s.emu, s.rel = e1.sub(e0), r1.sub(r0)
+	for i := 1; i < len(s.emu.Arrivals); i++ {
+		s.gaps = append(s.gaps, time.Duration(s.emu.Arrivals[i]-s.emu.Arrivals[i-1]))
+	}
+	return s, nil
+}
+
+// halves are the stretches of one ABBA run, and the paced direct sends
+// between its relayed halves (none in process).
+type halves struct {
+	direct1, relay1, paced, relay2, direct2 sample
+}
+
+// Message-ID prefixes of the stretches: one length, so that every message
+// has the same size.
+const (
+	prefixDirect1, prefixRelay1, prefixPaced, prefixRelay2, prefixDirect2 = "dir1", "rel1", "pace", "rel2", "dir2"
+)
+
+// abba sends two halves of sends messages on each path, direct, relayed,
+// relayed, direct; with paced, the direct client replays the first relayed
+// half's arrivals at the emulator between the relayed halves.
+func (h harness) abba(ctx context.Context, direct, viaRelay *gmail.Service, sends int, paced bool) (halves, error) {
+	var hs halves
+	var err error
+	if hs.direct1, err = h.window(ctx, prefixDirect1, direct, sends, nil); err != nil {
+		return hs, err
+	}
+	if hs.relay1, err = h.window(ctx, prefixRelay1, viaRelay, sends, nil); err != nil {
+		return hs, err
+	}
+	if paced {
+		arr := hs.relay1.emu.Arrivals
+		at := make([]time.Duration, len(arr))
+		for i, t := range arr {
+			at[i] = time.Duration(t - arr[0])
+		}
+		if hs.paced, err = h.window(ctx, prefixPaced, direct, len(at), at); err != nil {
+			return hs, err
+		}
+	}
+	if hs.relay2, err = h.window(ctx, prefixRelay2, viaRelay, sends, nil); err != nil {
+		return hs, err
+	}
+	if hs.direct2, err = h.window(ctx, prefixDirect2, direct, sends, nil); err != nil {
+		return hs, err
+	}
+	return hs, nil
+}
+
+// halfFigures are the figures reported for each half and the paced sends.
+var halfFigures = []string{"sends/s", "p50_ms", "emu_cpu_us/send", "emu_sys_us/send", "emu_allocs/send", "emu_waits/send",
+	"emu_preempted/send", "emu_gc_cpu_us/send", "emu_gap_p50_us", "emu_new_conns", "proc_cpu_us/send"}
+
+// metrics are the run's figures (see SendOverhead).
+func (hs halves) metrics(processes bool) Metrics {
+	d, r := hs.direct1.plus(hs.direct2), hs.relay1.plus(hs.relay2)
+	dm, rm := d.metrics(processes, false), r.metrics(processes, true)
 	m := Metrics{}
-	e0, err := emu.stats(ctx)
-	if err != nil {
-		return nil, err
-	}
-	dm, err := measure(ctx, direct, buildMessages("direct", cfg.Sends), cfg.Concurrency)
-	if err != nil {
-		return nil, fmt.Errorf("direct sends: %w", err)
-	}
-	e1, err := emu.stats(ctx)
-	if err != nil {
-		return nil, err
-	}
-	r0, err := rel.stats(ctx) // also drops the warm-up's phases
-	if err != nil {
-		return nil, err
-	}
-	rm, err := measure(ctx, viaRelay, buildMessages("relay", cfg.Sends), cfg.Concurrency)
-	if err != nil {
-		return nil, fmt.Errorf("relay sends: %w", err)
-	}
-	r1, err := rel.stats(ctx)
-	if err != nil {
-		return nil, err
-	}
-	e2, err := emu.stats(ctx)
-	if err != nil {
-		return nil, err
-	}
-	n := float64(cfg.Sends)
-	dm["emu_cpu_us/send"] = float64(e1.CPUNanos-e0.CPUNanos) / 1e3 / n
-	rm["emu_cpu_us/send"] = float64(e2.CPUNanos-e1.CPUNanos) / 1e3 / n
-	dm["emu_new_conns"] = float64(e1.Conns - e0.Conns)
-	rm["emu_new_conns"] = float64(e2.Conns - e1.Conns)
-	dm["emu_allocs/send"] = float64(e1.Mallocs-e0.Mallocs) / n
-	rm["emu_allocs/send"] = float64(e2.Mallocs-e1.Mallocs) / n
-	rm["proc_cpu_us/send"] = float64(r1.CPUNanos-r0.CPUNanos) / 1e3 / n
-	rm["proc_sys_us/send"] = float64(r1.SysNanos-r0.SysNanos) / 1e3 / n
-	rm["proc_allocs/send"] = float64(r1.Mallocs-r0.Mallocs) / n
 	for k, v := range dm {
 		m["direct_"+k] = v
 	}
@@ -148,15 +316,41 @@ func SendOverhead(ctx context.Context, cfg SendConfig) (Metrics, error) {
 	}
 	m["ratio"] = rm["sends/s"] / dm["sends/s"]
 	m["added_p50_ms"] = rm["p50_ms"] - dm["p50_ms"]
+	m["fsyncs/send"] = float64(r.rel.Commits) / float64(r.sends)
+	parts := []struct {
+		name    string
+		s       sample
+		relayed bool
+	}{{"direct1_", hs.direct1, false}, {"relay1_", hs.relay1, true}, {"relay2_", hs.relay2, true}, {"direct2_", hs.direct2, false}}
+	if processes {
+		parts = append(parts, struct {
+			name    string
+			s       sample
+			relayed bool
+		}{"paced_", hs.paced, false})
+	}
+	for _, p := range parts {
+		pm := p.s.metrics(processes, p.relayed)
+		for _, k := range halfFigures {
+			if v, ok := pm[k]; ok {
+				m[p.name+k] = v
+			}
+		}
+	}
+	if !processes {
+		return m
+	}
 	m["emu_ratio"] = rm["emu_cpu_us/send"] / dm["emu_cpu_us/send"]
-	m["fsyncs/send"] = float64(r1.Commits-r0.Commits) / n
-	for k, v := range phaseMedians(r1.Phases) {
-		m[k] = v
-	}
-	if got, want := e2.Messages, 2*cfg.Concurrency+2*cfg.Sends; got != want {
-		return nil, fmt.Errorf("send overhead: emulator holds %d messages, want %d", got, want)
-	}
-	return m, nil
+	m["emu_ratio_first"] = m["relay1_emu_cpu_us/send"] / m["direct1_emu_cpu_us/send"]
+	m["emu_drift"] = m["direct2_emu_cpu_us/send"] / m["direct1_emu_cpu_us/send"]
+	m["emu_ratio_paced"] = rm["emu_cpu_us/send"] / m["paced_emu_cpu_us/send"]
+	// A collection falls in one stretch: over the whole run its share is
+	// steadier than per half.
+	all := d.plus(r).plus(hs.paced)
+	m["emu_run_gc_cpu_us/send"] = float64(all.emu.GCNanos) / 1e3 / float64(all.sends)
+	m["emu_run_gcs"] = float64(all.emu.GCs)
+	maps.Copy(m, phaseMedians(r.rel.Phases))
+	return m
 }
 
 // phaseMedians is the p50, in µs, of each phase of the sends in ts.
@@ -189,7 +383,7 @@ func warmUp(ctx context.Context, direct, viaRelay *gmail.Service, conc int) erro
 		name string
 		svc  *gmail.Service
 	}{{"warm-direct", direct}, {"warm-relay", viaRelay}} {
-		if _, err := runSends(ctx, p.svc, buildMessages(p.name, conc), conc); err != nil {
+		if _, err := runSends(ctx, p.svc, buildMessages(p.name, conc), conc, nil); err != nil {
 			return fmt.Errorf("%s: %w", p.name, err)
 		}
 	}
@@ -198,8 +392,8 @@ func warmUp(ctx context.Context, direct, viaRelay *gmail.Service, conc int) erro
 
 // sendInProcess is SendOverhead with the emulator and the relay (over
 // cfg.Log) inside this process: the client_ figures are then the whole
-// process's (client, relay and emulator), and there are no emu_, proc_ or
-// phase figures.
+// process's (client, relay and emulator), and there are no emu_, proc_,
+// paced_ or phase figures.
 func sendInProcess(ctx context.Context, cfg SendConfig) (Metrics, error) {
 	emu := gmailfake.New(gmailfake.Options{Latency: cfg.Latency, QuotaPerMinute: unlimited})
 	emuSrv := httptest.NewServer(emu.Handler())
@@ -231,44 +425,37 @@ func sendInProcess(ctx context.Context, cfg SendConfig) (Metrics, error) {
 	relaySrv := httptest.NewServer(api.New(api.Config{Service: svc, MsgIDDomain: MsgIDDomain, Logger: zerolog.Nop()}))
 	defer relaySrv.Close()
 
-	direct, viaRelay, err := warmClients(ctx, emuSrv.URL, relaySrv.URL, cfg.Concurrency)
+	direct, viaRelay, err := warmClients(ctx, emuSrv.URL, relaySrv.URL, cfg.Concurrency, cfg.Preload)
 	if err != nil {
 		return nil, err
 	}
-	m := Metrics{}
-	dm, err := measure(ctx, direct, buildMessages("direct", cfg.Sends), cfg.Concurrency)
+	h := harness{conc: cfg.Concurrency, read: func(context.Context) (_, rel ChildStats, _ error) {
+		return ChildStats{}, ChildStats{Commits: log.Commits()}, nil
+	}}
+	halves, err := h.abba(ctx, direct, viaRelay, cfg.Sends, false)
 	if err != nil {
-		return nil, fmt.Errorf("direct sends: %w", err)
+		return nil, err
 	}
-	commits := log.Commits()
-	rm, err := measure(ctx, viaRelay, buildMessages("relay", cfg.Sends), cfg.Concurrency)
-	if err != nil {
-		return nil, fmt.Errorf("relay sends: %w", err)
-	}
-	fsyncs := log.Commits() - commits
-	for k, v := range dm {
-		m["direct_"+k] = v
-	}
-	for k, v := range rm {
-		m["relay_"+k] = v
-	}
-	m["ratio"] = rm["sends/s"] / dm["sends/s"]
-	m["added_p50_ms"] = rm["p50_ms"] - dm["p50_ms"]
-	m["fsyncs/send"] = float64(fsyncs) / float64(cfg.Sends)
-	if got, want := emu.Count(""), 2*cfg.Concurrency+2*cfg.Sends; got != want {
+	if got, want := emu.Count(""), cfg.Preload+2*cfg.Concurrency+4*cfg.Sends; got != want {
 		return nil, fmt.Errorf("send overhead: emulator holds %d messages, want %d", got, want)
 	}
-	return m, nil
+	return halves.metrics(false), nil
 }
 
 // warmClients returns Google's Gmail client pointed at the emulator
-// (direct) and at the relay, both warmed up (see warmUp).
-func warmClients(ctx context.Context, emuURL, relayURL string, conc int) (direct, viaRelay *gmail.Service, err error) {
+// (direct) and at the relay, both warmed up (see warmUp) after the direct
+// client has stored preload messages in the emulator.
+func warmClients(ctx context.Context, emuURL, relayURL string, conc, preload int) (direct, viaRelay *gmail.Service, err error) {
 	if direct, err = newGmailClient(ctx, emuURL, conc); err != nil {
 		return nil, nil, err
 	}
 	if viaRelay, err = newGmailClient(ctx, relayURL, conc); err != nil {
 		return nil, nil, err
+	}
+	if preload > 0 {
+		if _, err := runSends(ctx, direct, buildMessages("preload", preload), conc, nil); err != nil {
+			return nil, nil, fmt.Errorf("preload: %w", err)
+		}
 	}
 	if err := warmUp(ctx, direct, viaRelay, conc); err != nil {
 		return nil, nil, err
@@ -307,35 +494,32 @@ func buildMessages(prefix string, n int) []*gmail.Message {
 	return out
 }
 
-// measure sends msgs with conc workers and returns sends/s, p50_ms, p99_ms,
-// and this process's client_allocs/send and client_cpu_us/send.
-func measure(ctx context.Context, svc *gmail.Service, msgs []*gmail.Message, conc int) (Metrics, error) {
+// measure sends msgs with conc workers (see runSends) and returns the
+// client's side of their sample: time, latencies, and this process's CPU
+// and allocations.
+func measure(ctx context.Context, svc *gmail.Service, msgs []*gmail.Message, conc int, at []time.Duration) (sample, error) {
 	mallocs, cpu := Mallocs(), CPUTime()
 	start := time.Now()
-	lat, err := runSends(ctx, svc, msgs, conc)
+	lat, err := runSends(ctx, svc, msgs, conc, at)
 	took := time.Since(start)
 	cpu, mallocs = CPUTime()-cpu, Mallocs()-mallocs
 	if err != nil {
-		return nil, err
+		return sample{}, err
 	}
-	n := float64(len(msgs))
-	return Metrics{
-		"sends/s":            rate(len(msgs), took),
-		"p50_ms":             ms(Percentile(lat, 50)),
-		"p99_ms":             ms(Percentile(lat, 99)),
-		"client_allocs/send": float64(mallocs) / n,
-		"client_cpu_us/send": float64(cpu.Microseconds()) / n,
-	}, nil
+	return sample{sends: len(msgs), took: took, lat: lat, clientCPU: cpu, clientMallocs: mallocs}, nil
 }
 
 // runSends sends every message with conc workers and returns each send's
-// latency. Any failed send is an error: the figures would be meaningless.
-func runSends(ctx context.Context, svc *gmail.Service, msgs []*gmail.Message, conc int) ([]time.Duration, error) {
+// latency; with at (one offset per message, in order), message i is not
+// sent before at[i] from the start. Any failed send is an error: the
+// figures would be meaningless.
+func runSends(ctx context.Context, svc *gmail.Service, msgs []*gmail.Message, conc int, at []time.Duration) ([]time.Duration, error) {
 	lat := make([]time.Duration, len(msgs))
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var once sync.Once
 	var firstErr error
+	start := time.Now()
 	for range conc {
 		wg.Add(1)
 		go func() {
@@ -344,6 +528,12 @@ func runSends(ctx context.Context, svc *gmail.Service, msgs []*gmail.Message, co
 				i := int(next.Add(1)) - 1
 				if i >= len(msgs) {
 					return
+				}
+				if at != nil {
+					if err := sleepUntil(ctx, start.Add(at[i])); err != nil {
+						once.Do(func() { firstErr = err })
+						return
+					}
 				}
 				t0 := time.Now()
 				got, err := svc.Users.Messages.Send("me", msgs[i]).Context(ctx).Do()
@@ -360,6 +550,22 @@ func runSends(ctx context.Context, svc *gmail.Service, msgs []*gmail.Message, co
 	}
 	wg.Wait()
 	return lat, firstErr
+}
+
+// sleepUntil waits until t, or returns ctx's error first.
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return nil
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // encodeRaw is Gmail's raw field encoding (base64url with padding).

@@ -53,10 +53,28 @@ func TestTinyRun(t *testing.T) {
 				if got := m["fsyncs/send"]; got <= 0 {
 					t.Errorf("fsyncs/send = %v, want > 0: every relay send is logged durably", got)
 				}
+				for _, k := range []string{"direct1_sends/s", "relay1_sends/s", "relay2_sends/s", "direct2_sends/s",
+					"paced_sends/s", "paced_emu_cpu_us/send", "relay1_proc_cpu_us/send", "emu_drift", "emu_ratio_first", "emu_ratio_paced"} {
+					if m[k] <= 0 {
+						t.Errorf("%s = %v, want > 0", k, m[k])
+					}
+				}
 				continue
 			}
 			// The other configurations only differ in sizes: reuse the figures.
 			results = append(results, bench.Result{Name: name, Metrics: results[0].Metrics})
+		}
+	}
+	// In process (pglog's benchmark): the same halves, no process figures.
+	if m, err := bench.SendOverhead(ctx, bench.SendConfig{Concurrency: 2, Sends: 10, Dir: t.TempDir()}); err != nil {
+		t.Errorf("in process: %v", err)
+	} else {
+		if m["ratio"] <= 0 || m["direct1_sends/s"] <= 0 || m["relay2_sends/s"] <= 0 || m["fsyncs/send"] <= 0 {
+			t.Errorf("in process: ratio %v, direct1 %v, relay2 %v, fsyncs/send %v; want all > 0",
+				m["ratio"], m["direct1_sends/s"], m["relay2_sends/s"], m["fsyncs/send"])
+		}
+		if _, ok := m["paced_sends/s"]; ok {
+			t.Errorf("in process: paced sends reported, but there is no emulator process to see arrivals")
 		}
 	}
 	for _, conc := range []int{1, 16, 64} {
@@ -150,6 +168,9 @@ func TestRowsTargets(t *testing.T) {
 			"send, latency 0 ms, concurrency 64: relay process allocs/send", bench.StatusMiss},
 		{"emulator CPU missed", bench.Result{Name: "BenchmarkSendOverhead/latency=150ms/conc=64", Metrics: bench.Metrics{"relay_proc_cpu_us/send": 1, "emu_ratio": 1.11}},
 			"send, latency 150 ms, concurrency 64: emulator CPU per send, relayed/direct", bench.StatusMiss},
+		{"emulator halves and paced sends are for the record", bench.Result{Name: "BenchmarkSendOverhead/latency=0ms/conc=64",
+			Metrics: bench.Metrics{"relay_proc_cpu_us/send": 1, "emu_ratio": 1.5, "paced_emu_cpu_us/send": 60, "emu_ratio_paced": 1}},
+			"send, latency 0 ms, concurrency 64: emulator CPU per send, by half and paced", bench.StatusInfo},
 		{"in-process run has no relay process figures", bench.Result{Name: "BenchmarkSendOverhead/latency=0ms/conc=64", Metrics: send(0.6, 1, 0.4)},
 			"send, latency 0 ms, concurrency 64: relay process CPU and allocs per send", bench.StatusNotRun},
 		{"durable missed", bench.Result{Name: "BenchmarkDurableLog/conc=1", Metrics: bench.Metrics{"ratio_vs_raw": 0.3}},
