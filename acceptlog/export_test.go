@@ -6,6 +6,12 @@ import "time"
 // sets bbolt's MaxBatchDelay, so benchmarks can compare commit strategies.
 // Call it before the first Mutate.
 func SetBatching(l *Log, alwaysBatch bool, delay time.Duration) {
+	if alwaysBatch {
+		// db.Batch commits with bbolt's syncs, outside the journal.
+		if err := l.useSynced(); err != nil {
+			panic(err)
+		}
+	}
 	l.alwaysBatch = alwaysBatch
 	l.db.MaxBatchDelay = delay
 }
