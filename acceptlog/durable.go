@@ -43,6 +43,14 @@ import (
 var (
 	checkpointGroups       = 4096
 	checkpointBytes  int64 = 64 << 20
+	// checkpointGrowth bounds how far the file grows between checkpoints.
+	// bbolt remembers which transaction allocated a page only when it came
+	// from the free list, not when it grew the file: while the pin is
+	// held, a page that a commit took from the file's end and a later
+	// commit freed is kept until the next checkpoint. With no free pages
+	// left (a young file) every commit so grows the file by all the pages
+	// it writes (≈ 15), until the checkpoint frees them for reuse.
+	checkpointGrowth int64 = 8 << 20
 	// minMapping is the least the file is mapped (virtual memory: it costs
 	// no memory); a file is mapped at twice its size when that is more.
 	minMapping int64 = 16 << 30
@@ -61,6 +69,7 @@ type journal struct {
 	size   int64 // the header and the records made durable
 	groups int   // records since the checkpoint
 	txid   uint64
+	hwm    int64    // the file's high-water mark at the checkpoint
 	pin    *bolt.Tx // nil only when a test turned the pin off
 }
 
@@ -326,6 +335,7 @@ func (l *Log) commitTx(run func(*bolt.Tx) error) error {
 	if l.rec.ops == 0 {
 		return tx.Rollback()
 	}
+	hwm := tx.Size()
 	if !l.fitsMapping(tx) {
 		if err := l.stopJournal(); err != nil {
 			_ = tx.Rollback()
@@ -348,7 +358,7 @@ func (l *Log) commitTx(run func(*bolt.Tx) error) error {
 		return l.fail(fmt.Errorf("commit to %s after the journal made it durable (it is replayed when the log is opened again): %w", l.path, err))
 	}
 	l.j.groups++
-	if l.j.groups >= checkpointGroups || l.j.size >= checkpointBytes {
+	if l.j.groups >= checkpointGroups || l.j.size >= checkpointBytes || hwm-l.j.hwm >= checkpointGrowth {
 		if err := l.checkpoint(); err != nil {
 			// This group is durable and committed; the next ones are refused.
 			_ = l.fail(err)
@@ -445,7 +455,7 @@ func (l *Log) checkpoint() error {
 	if l.j != nil {
 		l.releaseJournal()
 	}
-	l.j = &journal{f: f, size: int64(len(hdr)), txid: txid, pin: pin}
+	l.j = &journal{f: f, size: int64(len(hdr)), txid: txid, hwm: pin.Size(), pin: pin}
 	if l.noPin {
 		_ = pin.Rollback()
 		l.j.pin = nil
