@@ -29,7 +29,7 @@ import (
 func TestJournalPowerLoss(t *testing.T) {
 	setVar(t, &checkpointGroups, 1<<30) // only the checkpoints the test makes
 	setVar(t, &checkpointGrowth, 1<<40)
-	setVar(t, &minMapping, 8<<20)       // an 8 MiB file instead of 16+ MiB
+	setVar(t, &minMapping, 8<<20) // an 8 MiB file instead of 16+ MiB
 	setVar(t, &mapMargin, 0)
 	for _, pinned := range []bool{true, false} {
 		t.Run(fmt.Sprintf("pinned=%v", pinned), func(t *testing.T) {
