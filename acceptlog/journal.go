@@ -91,13 +91,6 @@ func decodeJournalHeader(b []byte) (journalHeader, int, error) {
 	return h, n, nil
 }
 
-// appendRecord appends payload to dst as one record.
-func appendRecord(dst, payload []byte) []byte {
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(payload)))
-	dst = binary.LittleEndian.AppendUint32(dst, crc32.Checksum(payload, castagnoli))
-	return append(dst, payload...)
-}
-
 // nextRecord returns the payload of the record at the start of b and the
 // record's length; ok is false when b holds no whole, valid record there
 // (the end of the journal, or a torn or corrupt tail: a record that was
