@@ -144,7 +144,7 @@ func (l *Log) open(synced bool) error {
 	if err != nil {
 		return err
 	}
-	l.db = db
+	l.db, l.pageSize = db, db.Info().PageSize
 	db.MaxBatchDelay = maxBatchDelay
 	if err := l.recover(hdr, records, exists); err != nil {
 		_ = db.Close()
@@ -411,7 +411,7 @@ func (l *Log) fail(cause error) error {
 // mapping: the file's high-water mark, plus every page each recorded op
 // could dirty, plus twice the bytes written, plus the margin.
 func (l *Log) fitsMapping(tx *bolt.Tx) bool {
-	ps := int64(l.db.Info().PageSize)
+	ps := int64(l.pageSize)
 	hwm := tx.Size()
 	grow := int64(l.rec.ops+numWriteBuckets)*maxTreeDepth*ps + 2*int64(len(l.rec.buf))
 	if !noFreelistSync {
@@ -441,7 +441,7 @@ func (l *Log) checkpoint() error {
 		}
 	}()
 	txid := uint64(pin.ID())
-	ps := l.db.Info().PageSize
+	ps := l.pageSize
 	meta, err := readMetaPage(l.path, ps, txid)
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
@@ -461,6 +461,7 @@ func (l *Log) checkpoint() error {
 		l.j.pin = nil
 	}
 	l.checkpoints.Add(1)
+	l.journaling.Store(true)
 	return nil
 }
 
@@ -487,6 +488,7 @@ func (l *Log) releaseJournal() {
 		_ = l.j.pin.Rollback()
 	}
 	l.j = nil
+	l.journaling.Store(false)
 }
 
 // readMetaPage reads the meta page of transaction txid from the file at path

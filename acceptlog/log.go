@@ -139,7 +139,10 @@ type Log struct {
 	// rec records the changes of the transaction in progress for j.
 	rec opRecorder
 	// mapping is how much of the file bbolt maps (see fitsMapping).
-	mapping int64
+	mapping  int64
+	pageSize int
+	// journaling is j != nil, for readers that do not take wmu.
+	journaling atomic.Bool
 	// Tests only: fault injects failures into commits; noPin turns the
 	// checkpoint's pin off.
 	fault func(stage string) error

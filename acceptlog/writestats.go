@@ -31,9 +31,7 @@ func (l *Log) WriteStats() WriteStats {
 	st := l.db.Stats()
 	ws := WriteStats{Commits: l.commits.Load(), Checkpoints: l.checkpoints.Load(),
 		Writes: st.TxStats.GetWrite(), PagesAllocated: st.TxStats.GetPageCount()}
-	l.wmu.Lock()
-	ws.Journal = l.j != nil
-	l.wmu.Unlock()
+	ws.Journal = l.journaling.Load()
 	if fi, err := os.Stat(l.path); err == nil {
 		ws.FileSize = fi.Size()
 	}
