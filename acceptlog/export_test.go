@@ -1,11 +1,20 @@
 package acceptlog
 
-import "time"
+import (
+	"testing"
+	"time"
+)
 
 // SetBatching makes every Mutate of l go through db.Batch (alwaysBatch) and
 // sets bbolt's MaxBatchDelay, so benchmarks can compare commit strategies.
 // Call it before the first Mutate.
 func SetBatching(l *Log, alwaysBatch bool, delay time.Duration) {
+	if alwaysBatch {
+		// db.Batch commits with bbolt's syncs, outside the journal.
+		if err := l.useSynced(); err != nil {
+			panic(err)
+		}
+	}
 	l.alwaysBatch = alwaysBatch
 	l.db.MaxBatchDelay = delay
 }
@@ -22,3 +31,11 @@ func SetNoFreelistSync(v bool) bool {
 	noFreelistSync = v
 	return old
 }
+
+// VerifyJournal fails t unless l's checkpoint plus its journal replayed
+// equals l's live content (every committed write was journaled).
+func VerifyJournal(t testing.TB, l *Log) { verifyJournal(t, l) }
+
+// SetCheckpointGroups sets after how many journaled commits the log
+// checkpoints, for the test.
+func SetCheckpointGroups(t testing.TB, n int) { setVar(t, &checkpointGroups, n) }

@@ -18,6 +18,14 @@ import (
 type Options struct {
 	// Now stamps lines whose Time is zero. Defaults to time.Now.
 	Now func() time.Time
+	// Logf, when set, is told what the log decides on its own: a journal
+	// replayed at Open, a switch to synced commits, a failure that stops
+	// writes.
+	Logf func(format string, args ...any)
+	// Synced makes every commit sync the bbolt file twice, as bbolt does
+	// (the log before issue 16's journal), instead of one append and one
+	// sync of the journal: for benchmarks comparing the two.
+	Synced bool
 }
 
 // Mailbox is what the log remembers about one Gmail mailbox.
@@ -110,15 +118,38 @@ var noFreelistSync = true
 // Log is the acceptance log in one bbolt file. It is safe for concurrent use.
 // Every method but Close and Commits returns ErrClosed (wrapped) after Close.
 type Log struct {
-	db   *bolt.DB
-	path string
-	now  func() time.Time
+	db    *bolt.DB
+	path  string
+	jpath string
+	now   func() time.Time
+	logf  func(format string, args ...any)
 
 	// group is the group commit every Mutate goes through (see commit).
 	group       groupCommit
 	alwaysBatch bool // benchmarks only: use db.Batch instead, see export_test.go
 
-	commits atomic.Uint64
+	// wmu is held by the writer of a transaction from its begin to its
+	// durable commit (commitTx) and by Close; it guards j, failed and rec.
+	wmu sync.Mutex
+	// j is the live journal (see durable.go); nil when commits sync the
+	// bbolt file.
+	j *journal
+	// failed, once set, is returned by every write (see fail).
+	failed error
+	// rec records the changes of the transaction in progress for j.
+	rec opRecorder
+	// mapping is how much of the file bbolt maps (see fitsMapping).
+	mapping  int64
+	pageSize int
+	// journaling is j != nil, for readers that do not take wmu.
+	journaling atomic.Bool
+	// Tests only: fault injects failures into commits; noPin turns the
+	// checkpoint's pin off.
+	fault func(stage string) error
+	noPin bool
+
+	commits     atomic.Uint64
+	checkpoints atomic.Uint64
 	// lastTx is the write transaction whose commit is already counted. Only
 	// touched inside write transactions, which bbolt serialises.
 	lastTx *bolt.Tx
@@ -137,65 +168,15 @@ type Log struct {
 	closeOnce sync.Once
 }
 
-// Open opens (creating if needed) the log stored at path and creates its
-// buckets. It does not recover jobs left in StateForwarding: that is the
-// relay's decision (see ByState). When another process (or another Log in
-// this one) holds the file, Open fails after about a second with an error
-// saying the file is locked.
-func Open(path string, opts Options) (*Log, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout, NoFreelistSync: noFreelistSync})
-	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, fmt.Errorf("open log %s: file is locked by another user of the log (another gmailrelay running?): %w", path, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open log %s: %w", path, err)
-	}
-	db.MaxBatchDelay = maxBatchDelay
-	err = db.Update(func(tx *bolt.Tx) error {
-		// A file written before the prunable index existed gets it filled
-		// from its jobs (the other buckets are as old as the file).
-		backfill := tx.Bucket(bucketPrunable) == nil && tx.Bucket(bucketJobs) != nil
-		for _, name := range allBuckets {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return fmt.Errorf("create bucket %s: %w", name, err)
-			}
-		}
-		if backfill {
-			return backfillPrunable(tx)
-		}
-		return nil
-	})
-	if err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("open log %s: %w", path, err)
-	}
-	now := opts.Now
-	if now == nil {
-		now = time.Now
-	}
-	return &Log{db: db, path: path, now: now}, nil
-}
-
-// Close closes the file, waiting for transactions in progress. Calling it
-// again does nothing and returns nil.
-func (l *Log) Close() error {
-	var err error
-	l.closeOnce.Do(func() {
-		l.closed.Store(true)
-		if cerr := l.db.Close(); cerr != nil {
-			err = fmt.Errorf("close log %s: %w", l.path, cerr)
-		}
-	})
-	return err
-}
-
 // Commits returns how many write transactions Mutate has committed since
-// Open: each is one fsync, shared by every Mutate grouped into it.
+// Open: each is one fsync (of the journal; two of the bbolt file in synced
+// mode), shared by every Mutate grouped into it.
 func (l *Log) Commits() uint64 { return l.commits.Load() }
 
 // Mutate reads the job messageID, calls fn with a copy of it (nil when the
 // log has none) and writes the Change fn returns, all in one bbolt write
-// transaction that is fsynced before Mutate returns.
+// transaction that is durable (its journal record fsynced) before Mutate
+// returns.
 //
 // Concurrent Mutates are grouped into one transaction (a group commit: one
 // fsync for the group); a Mutate with no other in flight commits alone at
@@ -338,15 +319,13 @@ func (l *Log) lead(batch []*waiter, self *waiter) error {
 			panic(p)
 		}
 	}()
-	err := l.db.Update(func(tx *bolt.Tx) error {
-		return l.counted(tx, func() error {
-			for _, w := range batch {
-				if err := w.run(tx); err != nil {
-					return err
-				}
+	err := l.commitTx(func(tx *bolt.Tx) error {
+		for _, w := range batch {
+			if err := w.run(tx); err != nil {
+				return err
 			}
-			return nil
-		})
+		}
+		return nil
 	})
 	switch {
 	case err == nil:
@@ -354,9 +333,7 @@ func (l *Log) lead(batch []*waiter, self *waiter) error {
 		batch[0].err = err
 	default:
 		for _, w := range batch {
-			w.err = l.db.Update(func(tx *bolt.Tx) error {
-				return l.counted(tx, func() error { return w.run(tx) })
-			})
+			w.err = l.commitTx(w.run)
 		}
 	}
 	l.handOver(batch, self)
@@ -415,10 +392,9 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 			return Job{}, nil, nil, err
 		}
 	}
-	lb := w.bucket(wLines)
 	for i := range p.Lines {
 		ln := &p.Lines[i]
-		seq, err := lb.NextSequence()
+		seq, err := w.nextSequence(wLines)
 		if err != nil {
 			return Job{}, nil, nil, fmt.Errorf("next line seq: %w", err)
 		}

@@ -198,14 +198,31 @@ func (l *Log) Size(ctx context.Context) (int64, error) {
 }
 
 // openOffline opens the bbolt file at path read-only for a tool (backup,
-// compact); it fails after about a second when a relay holds the file.
+// compact); it fails after about a second when a relay holds the file. A
+// file with a journal (left by a relay that did not stop cleanly: bbolt
+// alone would read it without the writes only the journal holds) is
+// recovered first, by opening and closing the log, exactly as the relay
+// does when it starts.
 func openOffline(path string) (*bolt.DB, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("open log %s: %w", path, err)
 	}
+	const locked = "file is locked by a running gmailrelay; back it up through its GET /admin/backup (gmailrelay backup --url) instead"
+	if _, err := os.Stat(journalPath(path)); err == nil {
+		l, err := Open(path, Options{})
+		if errors.Is(err, berrors.ErrTimeout) {
+			return nil, fmt.Errorf("open log %s: %s: %w", path, locked, err)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("recover log %s from its journal: %w", path, err)
+		}
+		if err := l.Close(); err != nil {
+			return nil, fmt.Errorf("recover log %s from its journal: %w", path, err)
+		}
+	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout, ReadOnly: true})
 	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, fmt.Errorf("open log %s: file is locked by a running gmailrelay; back it up through its GET /admin/backup (gmailrelay backup --url) instead: %w", path, err)
+		return nil, fmt.Errorf("open log %s: %s: %w", path, locked, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open log %s: %w", path, err)

@@ -83,8 +83,9 @@ func (l *Log) PruneSends(ctx context.Context, before time.Time) (int, error) {
 		if err != nil {
 			return err
 		}
+		w := l.writeTx(tx)
 		for _, k := range dead {
-			if err := b.Delete(k); err != nil {
+			if err := w.delete(wSends, k); err != nil {
 				return err
 			}
 		}

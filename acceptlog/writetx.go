@@ -44,6 +44,9 @@ type writeTx struct {
 	buckets  [numWriteBuckets]*bolt.Bucket
 	cursors  [numWriteBuckets]*bolt.Cursor
 	key, old []byte
+	// rec, when not nil, records every change for the journal: every
+	// write of the log goes through put, delete and nextSequence.
+	rec *opRecorder
 }
 
 // writeTx returns the Log's writeTx, set up for tx.
@@ -53,6 +56,10 @@ func (l *Log) writeTx(tx *bolt.Tx) *writeTx {
 	}
 	if l.w.tx != tx {
 		l.w.reset(tx)
+		l.w.rec = nil
+		if l.j != nil {
+			l.w.rec = &l.rec
+		}
 	}
 	return l.w
 }
@@ -95,10 +102,36 @@ func (w *writeTx) delete(b int, key []byte) error {
 	if k, _ := c.Seek(key); !bytes.Equal(k, key) {
 		return nil
 	}
-	return c.Delete()
+	if err := c.Delete(); err != nil {
+		return err
+	}
+	if w.rec != nil {
+		w.rec.delete(b, key)
+	}
+	return nil
 }
 
-func (w *writeTx) put(b int, key, value []byte) error { return w.bucket(b).Put(key, value) }
+func (w *writeTx) put(b int, key, value []byte) error {
+	if err := w.bucket(b).Put(key, value); err != nil {
+		return err
+	}
+	if w.rec != nil {
+		w.rec.put(b, key, value)
+	}
+	return nil
+}
+
+// nextSequence is Bucket.NextSequence, recorded for the journal.
+func (w *writeTx) nextSequence(b int) (uint64, error) {
+	seq, err := w.bucket(b).NextSequence()
+	if err != nil {
+		return 0, err
+	}
+	if w.rec != nil {
+		w.rec.sequence(b, seq)
+	}
+	return seq, nil
+}
 
 // getJob reads a job and its stored record; ErrNotFound (and a nil job)
 // when absent. The record stays valid until the transaction ends.

@@ -192,32 +192,3 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
-
-// BenchmarkJournalPrototype: one writer's durable appends with bbolt's two
-// syncs per commit vs an append-only journal synced once per append (a
-// prototype in bench only, not the product's log).
-func BenchmarkJournalPrototype(b *testing.B) {
-	var m bench.Metrics
-	for b.Loop() {
-		var err error
-		if m, err = bench.JournalPrototype(b.TempDir(), *flagDurable, 1000); err != nil {
-			b.Fatal(err)
-		}
-	}
-	report(b, m)
-}
-
-// The prototype syncs its journal once per append plus twice per
-// checkpoint, and nothing else.
-func TestJournalPrototypeSyncsOncePerAppend(t *testing.T) {
-	m, err := bench.JournalPrototype(t.TempDir(), 50, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := m["journal_syncs/append"], 1+2.0/10; got != want {
-		t.Errorf("journal syncs per append = %v, want %v", got, want)
-	}
-	if m["journal/s"] <= 0 || m["bbolt_synced/s"] <= 0 {
-		t.Errorf("rates not measured: %v", m)
-	}
-}

@@ -297,7 +297,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	if c.crashPoint == nil {
 		c.crashPoint = crashPoint(c.AllowCrashFaults, os.Getenv("GMAILRELAY_CRASH_AT"), logger)
 	}
-	lg, where, err := openLog(ctx, c, now)
+	lg, where, err := openLog(ctx, c, now, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -523,7 +523,7 @@ func serveUntil(ctx context.Context, rs *relayServer, logger zerolog.Logger, std
 // migrations applied first, safe when several replicas start at once),
 // otherwise the bbolt file --data. where names it for the logs, without a
 // password.
-func openLog(ctx context.Context, c serveConfig, now func() time.Time) (lg acceptlog.Store, where string, err error) {
+func openLog(ctx context.Context, c serveConfig, now func() time.Time, logger zerolog.Logger) (lg acceptlog.Store, where string, err error) {
 	if c.Database != "" {
 		u, _ := url.Parse(c.Database)
 		where = u.Redacted()
@@ -533,7 +533,12 @@ func openLog(ctx context.Context, c serveConfig, now func() time.Time) (lg accep
 		}
 		return lg, where, nil
 	}
-	lg, err = acceptlog.Open(c.Data, acceptlog.Options{Now: now})
+	// What the log decides on its own (a journal replayed at open, the
+	// switch to synced commits near the end of its mapping) is worth a
+	// warning: it says the last stop was not clean, or that the file grew
+	// far in one run.
+	logf := func(format string, args ...any) { logger.Warn().Msgf(format, args...) }
+	lg, err = acceptlog.Open(c.Data, acceptlog.Options{Now: now, Logf: logf})
 	if err != nil {
 		return nil, "", fmt.Errorf("open acceptance log %s: %w", c.Data, err)
 	}

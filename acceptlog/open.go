@@ -1,0 +1,244 @@
+package acceptlog
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// Opening the log and recovering it from its journal (see durable.go).
+
+// journalPath is where the journal of the log at path lives.
+func journalPath(path string) string { return path + "-journal" }
+
+// Open opens (creating if needed) the log stored at path and creates its
+// buckets. A journal left by a process or machine that stopped without
+// Close is replayed first (every acknowledged write comes back). It does
+// not recover jobs left in StateForwarding: that is the relay's decision
+// (see ByState). When another process (or another Log in this one) holds
+// the file, Open fails after about a second with an error saying the file
+// is locked.
+func Open(path string, opts Options) (*Log, error) {
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	logf := opts.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	l := &Log{path: path, jpath: journalPath(path), now: now, logf: logf}
+	if err := l.open(opts.Synced || !journalSupported); err != nil {
+		return nil, fmt.Errorf("open log %s: %w", path, err)
+	}
+	return l, nil
+}
+
+func (l *Log) open(synced bool) error {
+	// The file is locked before its journal is even read: recovery writes
+	// the file, and the journal of a running relay must not be touched.
+	// bbolt is handed the locked file (flock on the same open file is a
+	// no-op), so no other process gets in between.
+	f, err := os.OpenFile(l.path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	handed := false
+	defer func() {
+		if !handed {
+			_ = f.Close()
+		}
+	}()
+	if err := lockFile(f, lockTimeout); err != nil {
+		if errors.Is(err, berrors.ErrTimeout) {
+			return fmt.Errorf("file is locked by another user of the log (another gmailrelay running?): %w", err)
+		}
+		return fmt.Errorf("lock: %w", err)
+	}
+	_ = os.Remove(l.jpath + ".tmp") // a checkpoint's unfinished journal
+	hdr, records, exists, err := readJournal(l.jpath)
+	if err != nil {
+		return err
+	}
+	if hdr != nil {
+		if err := restoreMeta(f, *hdr); err != nil {
+			return fmt.Errorf("recover from journal %s: %w", l.jpath, err)
+		}
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	bopts := &bolt.Options{Timeout: lockTimeout, NoFreelistSync: noFreelistSync,
+		OpenFile: func(string, int, os.FileMode) (*os.File, error) { handed = true; return f, nil }}
+	if !synced {
+		l.mapping = max(minMapping, 2*fi.Size())
+		bopts.InitialMmapSize = int(l.mapping)
+	}
+	db, err := bolt.Open(l.path, 0o600, bopts)
+	if err != nil {
+		return err
+	}
+	l.db, l.pageSize = db, db.Info().PageSize
+	db.MaxBatchDelay = maxBatchDelay
+	if err := l.recover(hdr, records, exists); err != nil {
+		_ = db.Close()
+		return err
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		// A file written before the prunable index existed gets it filled
+		// from its jobs (the other buckets are as old as the file).
+		backfill := tx.Bucket(bucketPrunable) == nil && tx.Bucket(bucketJobs) != nil
+		for _, name := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return fmt.Errorf("create bucket %s: %w", name, err)
+			}
+		}
+		if backfill {
+			return backfillPrunable(tx)
+		}
+		return nil
+	})
+	if err == nil && !synced {
+		// Journaling starts only now: the writes above are synced, and a
+		// journal cannot replay bucket creation.
+		err = l.checkpoint()
+		db.NoSync = err == nil
+	}
+	if err != nil {
+		if l.j != nil {
+			l.releaseJournal()
+		}
+		_ = db.Close()
+		return err
+	}
+	return nil
+}
+
+// recover replays a journal's records (hdr not nil: Open restored the
+// checkpoint's meta page) in one synced transaction and removes the
+// journal. Every crash point is safe: until the replay's commit is synced
+// the file's newest valid meta is the checkpoint's or the replay's, and
+// the replay only wrote pages that the checkpoint's tree does not use (one
+// transaction never reuses a page it frees), so the next Open restores the
+// checkpoint and replays again; once it is synced the journal is no longer
+// needed, and it is removed before anything else writes. A journal without
+// a valid header (exists, hdr nil) belongs to a synced file and is removed.
+func (l *Log) recover(hdr *journalHeader, records [][]byte, exists bool) error {
+	if hdr != nil && len(records) > 0 {
+		err := l.db.Update(func(tx *bolt.Tx) error {
+			for i, rec := range records {
+				if err := decodeOps(rec, func(op journalOp) error { return applyOp(tx, op) }); err != nil {
+					return fmt.Errorf("record %d: %w", i+1, err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("replay journal %s: %w", l.jpath, err)
+		}
+		l.logf("acceptlog: replayed %d commits from journal %s (the log was not closed cleanly)", len(records), l.jpath)
+	}
+	if !exists {
+		return nil
+	}
+	if err := removeSynced(l.jpath); err != nil {
+		return fmt.Errorf("remove journal: %w", err)
+	}
+	return nil
+}
+
+// applyOp makes one journaled change in tx.
+func applyOp(tx *bolt.Tx, op journalOp) error {
+	b := tx.Bucket(writeBucketNames[op.bucket])
+	if b == nil {
+		return fmt.Errorf("bucket %s missing", writeBucketNames[op.bucket])
+	}
+	switch op.kind {
+	case opPut:
+		return b.Put(op.key, op.value)
+	case opDelete:
+		return b.Delete(op.key)
+	default:
+		return b.SetSequence(op.seq)
+	}
+}
+
+// readJournal reads the journal at path: its header (nil when there is no
+// journal or its header is not valid) and the payloads of its valid records,
+// up to the first torn or corrupt one. exists says whether the file exists.
+func readJournal(path string) (_ *journalHeader, records [][]byte, exists bool, _ error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, false, nil
+	}
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("read journal: %w", err)
+	}
+	h, n, err := decodeJournalHeader(b)
+	if err != nil {
+		if len(b) >= len(journalMagic)+4 && string(b[:len(journalMagic)]) == journalMagic &&
+			binary.LittleEndian.Uint32(b[len(journalMagic):]) != journalVersion {
+			// Another gmailrelay's journal: its records must not be lost.
+			return nil, nil, true, fmt.Errorf("journal %s: %w (written by another version of gmailrelay: open the file with that version)", path, err)
+		}
+		return nil, nil, true, nil
+	}
+	for b = b[n:]; ; {
+		payload, k, ok := nextRecord(b)
+		if !ok {
+			break
+		}
+		records = append(records, payload)
+		b = b[k:]
+	}
+	return &h, records, true, nil
+}
+
+// restoreMeta writes the checkpoint's meta page into both meta slots of the
+// file f and syncs it, so that bbolt opens the checkpoint's state: a newer
+// meta may point at pages that never reached the disk. It refuses a
+// journal that cannot belong to the file: a page size that differs, or a
+// checkpoint older than both of the file's valid metas (the file only
+// moves on from a checkpoint, so both slots hold its txid - 1 or newer,
+// unless the file was replaced, e.g. by a restored backup).
+func restoreMeta(f *os.File, h journalHeader) error {
+	ps := int64(h.pageSize)
+	cur := make([]byte, 2*ps)
+	if _, err := f.ReadAt(cur, 0); err != nil {
+		return fmt.Errorf("read meta pages: %w", err)
+	}
+	var newest uint64
+	valid := false
+	for slot := range int64(2) {
+		p := cur[slot*ps : (slot+1)*ps]
+		txid := binary.LittleEndian.Uint64(p[metaTxidOff:])
+		if checkMetaPage(p, txid) != nil {
+			continue
+		}
+		if got := int64(binary.LittleEndian.Uint32(p[metaOffset+8:])); got != ps {
+			return fmt.Errorf("journal page size %d, file page size %d: the journal belongs to another file", ps, got)
+		}
+		valid, newest = true, max(newest, txid)
+	}
+	if valid && newest+1 < h.txid {
+		return fmt.Errorf("journal checkpoint %d is newer than the file (transaction %d): the file was replaced (a restored backup?); if so, remove the journal", h.txid, newest)
+	}
+	page := bytes.Clone(h.meta)
+	for slot := range int64(2) {
+		binary.LittleEndian.PutUint64(page[metaPageIDOff:], uint64(slot))
+		if _, err := f.WriteAt(page, slot*ps); err != nil {
+			return fmt.Errorf("write meta page %d: %w", slot, err)
+		}
+	}
+	if err := fdatasync(f); err != nil {
+		return fmt.Errorf("sync meta pages: %w", err)
+	}
+	return nil
+}
