@@ -7,6 +7,7 @@ import (
 
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/faultmodes/faulttest"
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
 )
 
 // memStore is a faultmodes.Store in memory, standing in for a database
@@ -105,8 +106,8 @@ func (m *memStore) RefundFaultRule(_ context.Context, seq uint64) error {
 // and Remove and Clear through one empty both.
 func TestSetsSharingAStoreActAsOne(t *testing.T) {
 	st := &memStore{}
-	a := faultmodes.New(faultmodes.Options{Store: st, Now: newClock().Now})
-	b := faultmodes.New(faultmodes.Options{Store: st, Now: newClock().Now})
+	a := faultmodes.New(faultmodes.Options{Store: st, Now: testclock.New().Now})
+	b := faultmodes.New(faultmodes.Options{Store: st, Now: testclock.New().Now})
 	three := 3
 	r, err := a.Add(faultmodes.Spec{Mode: faultmodes.FailBeforeForward, Count: &three})
 	if err != nil {
