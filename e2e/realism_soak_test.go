@@ -54,7 +54,7 @@ func (re *realism) options(o *gmailfake.Options) {
 // a user trashing a random Sent copy by hand, or a long stretch of time
 // (minutes: longer than checks × grace, up to the lag tail's max) passing
 // with a sweep.
-func (re *realism) chaos(r *relayProc, rng *lockedRand) {
+func (re *realism) chaos(r *relayProc, rng *rand.Rand) {
 	if re.steps.Add(1) == re.rewriteAfter {
 		r.Emu.SetRewrite(gmailfake.RewritePolicy{Mode: gmailfake.RewriteFraction, Fraction: re.rewrite})
 	}

@@ -191,7 +191,7 @@ func TestSoakThreeReplicasOnePostgres(t *testing.T) {
 		relRules atomic.Int64
 		emuRules atomic.Int64
 	)
-	chaosRNG := &lockedRand{r: mrand.New(mrand.NewPCG(rng.Uint64(), rng.Uint64()))}
+	chaosRNG := sharedRand(rng.Uint64(), rng.Uint64())
 	chaos := func() {
 		n := requests.Add(1)
 		if n%int64(killEvery) == 0 {

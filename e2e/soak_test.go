@@ -160,7 +160,7 @@ func runSoak(t *testing.T, c soakConfig) (e2e.Report, string) {
 	// The plan: which key each request uses, and who sends it.
 	plan := soakPlan(rng, c.jobs)
 	var history opLog
-	chaosRNG := &lockedRand{r: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))}
+	chaosRNG := sharedRand(rng.Uint64(), rng.Uint64())
 	deadline := time.Now().Add(c.duration)
 	try := func(req sendRequest, id, n int) e2e.Op {
 		op := r.Send(req, id, n)
@@ -230,29 +230,30 @@ func runSoak(t *testing.T, c soakConfig) (e2e.Report, string) {
 	return rep, line
 }
 
-// lockedRand is a random source shared by the callers.
-type lockedRand struct {
-	mu sync.Mutex
-	r  *rand.Rand
+// sharedRand returns a random generator the callers can share: a Rand
+// keeps no state but its source, and the source is locked. One caller's
+// draws are the ones a lone generator on the same seeds would make.
+func sharedRand(seed1, seed2 uint64) *rand.Rand {
+	return rand.New(&lockedSource{src: rand.NewPCG(seed1, seed2)})
 }
 
-func (l *lockedRand) IntN(n int) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.r.IntN(n)
+// lockedSource is a rand.Source safe for concurrent use.
+type lockedSource struct {
+	mu  sync.Mutex
+	src rand.Source
 }
 
-func (l *lockedRand) Float64() float64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.r.Float64()
+func (s *lockedSource) Uint64() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.src.Uint64()
 }
 
 // chaos is taken by a caller after each of its requests: with a small
 // probability it does one random thing to the relay or the emulator, while
 // the other callers go on. Errors of the relay's admin API are expected
 // (the process may just have died) and ignored.
-func chaos(t *testing.T, r *relayProc, rng *lockedRand, st *soakStats, noRateLimits, keepLag bool) {
+func chaos(t *testing.T, r *relayProc, rng *rand.Rand, st *soakStats, noRateLimits, keepLag bool) {
 	switch n := rng.IntN(1000); {
 	case n < 20: // a relay fault rule
 		modes := []string{"fail-before-forward", "fail-before-forward", "forward-then-drop-response",

@@ -14,15 +14,12 @@ import (
 // default, no key), the even ones on a and the odd ones on b as two
 // replicas of the relay would, and returns how many of them fired mode.
 func DecideSpread(a, b *faultmodes.Set, n int, mode faultmodes.Mode) int {
+	sets := [2]*faultmodes.Set{a, b}
 	var fired atomic.Int32
 	var wg sync.WaitGroup
 	for i := range n {
-		s := a
-		if i%2 == 1 {
-			s = b
-		}
 		wg.Go(func() {
-			if s.Decide("default", "", "<x@y>").Mode == mode {
+			if sets[i%2].Decide("default", "", "<x@y>").Mode == mode {
 				fired.Add(1)
 			}
 		})
