@@ -10,7 +10,17 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
 )
+
+// Clock is a manually advanced clock shared by the relay, the sweeper and
+// the emulator, so that quota refills and grace periods pass in no real
+// time.
+type Clock = testclock.Clock
+
+// NewClock returns a clock reading a fixed, arbitrary instant.
+func NewClock() *Clock { return testclock.New() }
 
 // CPUTime returns the CPU time (user + system) the process has used so far.
 func CPUTime() time.Duration {

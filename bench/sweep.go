@@ -13,7 +13,6 @@ import (
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
-	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/sweeper"
@@ -66,9 +65,7 @@ func Sweep(ctx context.Context, cfg SweepConfig) (Metrics, error) {
 	if batch <= 0 {
 		batch = sweeper.DefaultBatchSize
 	}
-	// One manual clock for the emulator, the log and the sweeper: quota
-	// refills and grace periods pass in no real time.
-	clock := testclock.New()
+	clock := NewClock()
 	emu := gmailfake.New(gmailfake.Options{Now: clock.Now, QuotaPerMinute: unlimited})
 	srv := httptest.NewServer(emu.Handler())
 	defer srv.Close()
