@@ -94,6 +94,18 @@ func wantOneLine(t *testing.T, lines []acceptlog.Line, k acceptlog.Kind, why acc
 	}
 }
 
+// wantOneSendCall checks that the emulator was asked to send once in all
+// (why, when not empty, says what a second call would have been).
+func wantOneSendCall(t *testing.T, r *relayProc, why string) {
+	t.Helper()
+	if got := r.Emu.Stats().Calls[gmailfake.MethodSend]; got != 1 {
+		if why != "" {
+			why = " (" + why + ")"
+		}
+		t.Errorf("emulator send calls = %d, want 1%s", got, why)
+	}
+}
+
 // wantSentFrom sweeps r to quiescence and checks that the job ends sent
 // after attempts attempts, with one forwarding line, one effect line found
 // by source and one emulator message; then runs the checker over history.
@@ -150,9 +162,7 @@ func TestEmulatorDropResponseFoundByMessageIDNoResend(t *testing.T) {
 	if want := r.Emu.Messages(id)[0].ID; eff.GmailID != want {
 		t.Errorf("effect gmail id = %q, want the emulator's %q", eff.GmailID, want)
 	}
-	if got := r.Emu.Stats().Calls[gmailfake.MethodSend]; got != 1 {
-		t.Errorf("emulator send calls = %d, want 1 (no resend)", got)
-	}
+	wantOneSendCall(t, r, "no resend")
 	wantClean(t, r, []e2e.Op{first, retry})
 }
 
@@ -187,9 +197,7 @@ func TestEmulatorForwardAndRespondSweeperOnlyVerifies(t *testing.T) {
 	if got := r.Emu.Stats().Calls[gmailfake.MethodList] - listsBefore; got != 2 {
 		t.Errorf("searches by the sweeper = %d, want 2 (the verify pass and its late look)", got)
 	}
-	if got := r.Emu.Stats().Calls[gmailfake.MethodSend]; got != 1 {
-		t.Errorf("emulator send calls = %d, want 1", got)
-	}
+	wantOneSendCall(t, r, "")
 	wantClean(t, r, []e2e.Op{op})
 }
 
@@ -242,9 +250,7 @@ func TestEmulatorReviewChannelNeverAutoRetries(t *testing.T) {
 			}
 			j := wantJob(t, r, id, acceptlog.StateReview, 1, 1, 0, tc.messages)
 			wantOneLine(t, j.Lines, acceptlog.KindReview, tc.wantReason)
-			if got := r.Emu.Stats().Calls[gmailfake.MethodSend]; got != 1 {
-				t.Errorf("emulator send calls = %d, want 1 (never auto-retried)", got)
-			}
+			wantOneSendCall(t, r, "never auto-retried")
 			wantClean(t, r, []e2e.Op{first, retry})
 		})
 	}

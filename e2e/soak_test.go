@@ -66,6 +66,20 @@ type soakStats struct {
 // rerun with -soak.seed to replay the same plan (the interleaving of the
 // goroutines and processes is not replayable).
 func TestSoak(t *testing.T) {
+	forEachSoakSeed(t, func(t *testing.T, seed int64) {
+		rep, line := runSoak(t, soakConfig{seed: seed, jobs: *soakJobs, duration: *soakDuration})
+		reportSoak(t, rep, line)
+		if rep.Summary.Duplicates != 0 || rep.Summary.Lost != 0 {
+			t.Errorf("duplicates outside review = %d, lost = %d; want 0 and 0", rep.Summary.Duplicates, rep.Summary.Lost)
+		}
+	})
+}
+
+// forEachSoakSeed runs soak as a subtest for -soak.seed, or when that is 0
+// for the fixed seed CI always runs and a random one; in -short mode it
+// skips.
+func forEachSoakSeed(t *testing.T, soak func(t *testing.T, seed int64)) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("the soak runs real processes for tens of seconds; skipped in -short mode")
 	}
@@ -74,13 +88,7 @@ func TestSoak(t *testing.T) {
 		seeds = []int64{fixedSoakSeed, rand.Int64N(1<<62) + 1}
 	}
 	for _, seed := range seeds {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			rep, line := runSoak(t, soakConfig{seed: seed, jobs: *soakJobs, duration: *soakDuration})
-			reportSoak(t, rep, line)
-			if rep.Summary.Duplicates != 0 || rep.Summary.Lost != 0 {
-				t.Errorf("duplicates outside review = %d, lost = %d; want 0 and 0", rep.Summary.Duplicates, rep.Summary.Lost)
-			}
-		})
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { soak(t, seed) })
 	}
 }
 
