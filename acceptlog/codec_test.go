@@ -54,47 +54,43 @@ func viaJSON[T any](t *testing.T, v *T) T {
 	return out
 }
 
-func TestJobRecordRoundTripsEveryField(t *testing.T) {
+// wantRoundTrip fills a record from each of three seeds, encodes and
+// decodes it, and checks that the binary form gives back what the JSON
+// form gives; the zero record must come back as itself. It returns the
+// filled records and their decoded copies.
+func wantRoundTrip[T any](t *testing.T, encode func(*T) []byte, decode func([]byte, *T) error) (in, out []T) {
+	t.Helper()
 	for seed := range 3 {
-		var j Job
-		fillAll(t, &j, seed)
-		var got Job
-		if err := decodeJob(encodeJob(&j), &got); err != nil {
+		var rec, got T
+		fillAll(t, &rec, seed)
+		if err := decode(encode(&rec), &got); err != nil {
 			t.Fatal(err)
 		}
-		// The binary form must give back what the JSON form gave.
-		if want := viaJSON(t, &j); !reflect.DeepEqual(got, want) {
+		if want := viaJSON(t, &rec); !reflect.DeepEqual(got, want) {
 			t.Errorf("round trip:\n got %+v\nwant %+v", got, want)
 		}
+		in, out = append(in, rec), append(out, got)
+	}
+	var zero, got T
+	if err := decode(encode(&zero), &got); err != nil || !reflect.DeepEqual(got, zero) {
+		t.Errorf("zero %T: got %+v, %v", zero, got, err)
+	}
+	return in, out
+}
+
+func TestJobRecordRoundTripsEveryField(t *testing.T) {
+	in, out := wantRoundTrip(t, encodeJob, decodeJob)
+	for i, got := range out {
 		for _, tm := range []time.Time{got.CreatedAt, got.UpdatedAt} {
-			if !tm.Equal(j.CreatedAt) && !tm.Equal(j.UpdatedAt) {
+			if !tm.Equal(in[i].CreatedAt) && !tm.Equal(in[i].UpdatedAt) {
 				t.Errorf("time %v is neither stored instant", tm)
 			}
 		}
 	}
-	var zero Job
-	var got Job
-	if err := decodeJob(encodeJob(&zero), &got); err != nil || !reflect.DeepEqual(got, zero) {
-		t.Errorf("zero job: got %+v, %v", got, err)
-	}
 }
 
 func TestLineRecordRoundTripsEveryField(t *testing.T) {
-	for seed := range 3 {
-		var ln Line
-		fillAll(t, &ln, seed)
-		var got Line
-		if err := decodeLine(encodeLine(&ln), &got); err != nil {
-			t.Fatal(err)
-		}
-		if want := viaJSON(t, &ln); !reflect.DeepEqual(got, want) {
-			t.Errorf("round trip:\n got %+v\nwant %+v", got, want)
-		}
-	}
-	var zero, got Line
-	if err := decodeLine(encodeLine(&zero), &got); err != nil || !reflect.DeepEqual(got, zero) {
-		t.Errorf("zero line: got %+v, %v", got, err)
-	}
+	wantRoundTrip(t, encodeLine, decodeLine)
 }
 
 // A log written before issue 16 holds JSON records; they are still read.
