@@ -54,71 +54,57 @@ func viaJSON[T any](t *testing.T, v *T) T {
 	return out
 }
 
-func TestJobRecordRoundTripsEveryField(t *testing.T) {
+// wantRoundTrip fills a record from each of three seeds and decodes it
+// from its binary form and from the JSON form a log written before
+// issue 16 holds: both must give back what the JSON form gives. The zero
+// record must come back as itself. It returns the filled records and their
+// copies decoded from the binary form.
+func wantRoundTrip[T any](t *testing.T, encode func(*T) []byte, decode func([]byte, *T) error) (in, out []T) {
+	t.Helper()
 	for seed := range 3 {
-		var j Job
-		fillAll(t, &j, seed)
-		var got Job
-		if err := decodeJob(encodeJob(&j), &got); err != nil {
+		var rec T
+		fillAll(t, &rec, seed)
+		old, err := json.Marshal(&rec)
+		if err != nil {
 			t.Fatal(err)
 		}
-		// The binary form must give back what the JSON form gave.
-		if want := viaJSON(t, &j); !reflect.DeepEqual(got, want) {
-			t.Errorf("round trip:\n got %+v\nwant %+v", got, want)
+		want := viaJSON(t, &rec)
+		for _, form := range []struct {
+			name string
+			data []byte
+		}{{"binary", encode(&rec)}, {"old JSON", old}} {
+			var got T
+			if err := decode(form.data, &got); err != nil {
+				t.Fatalf("%s record: %v", form.name, err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("%s record:\n got %+v\nwant %+v", form.name, got, want)
+			}
+			if form.name == "binary" {
+				in, out = append(in, rec), append(out, got)
+			}
 		}
+	}
+	var zero, got T
+	if err := decode(encode(&zero), &got); err != nil || !reflect.DeepEqual(got, zero) {
+		t.Errorf("zero %T: got %+v, %v", zero, got, err)
+	}
+	return in, out
+}
+
+func TestJobRecordRoundTripsEveryField(t *testing.T) {
+	in, out := wantRoundTrip(t, encodeJob, decodeJob)
+	for i, got := range out {
 		for _, tm := range []time.Time{got.CreatedAt, got.UpdatedAt} {
-			if !tm.Equal(j.CreatedAt) && !tm.Equal(j.UpdatedAt) {
+			if !tm.Equal(in[i].CreatedAt) && !tm.Equal(in[i].UpdatedAt) {
 				t.Errorf("time %v is neither stored instant", tm)
 			}
 		}
 	}
-	var zero Job
-	var got Job
-	if err := decodeJob(encodeJob(&zero), &got); err != nil || !reflect.DeepEqual(got, zero) {
-		t.Errorf("zero job: got %+v, %v", got, err)
-	}
 }
 
 func TestLineRecordRoundTripsEveryField(t *testing.T) {
-	for seed := range 3 {
-		var ln Line
-		fillAll(t, &ln, seed)
-		var got Line
-		if err := decodeLine(encodeLine(&ln), &got); err != nil {
-			t.Fatal(err)
-		}
-		if want := viaJSON(t, &ln); !reflect.DeepEqual(got, want) {
-			t.Errorf("round trip:\n got %+v\nwant %+v", got, want)
-		}
-	}
-	var zero, got Line
-	if err := decodeLine(encodeLine(&zero), &got); err != nil || !reflect.DeepEqual(got, zero) {
-		t.Errorf("zero line: got %+v, %v", got, err)
-	}
-}
-
-// A log written before issue 16 holds JSON records; they are still read.
-func TestOldJSONRecordsStillRead(t *testing.T) {
-	var j Job
-	fillAll(t, &j, 1)
-	old, _ := json.Marshal(&j)
-	var got Job
-	if err := decodeJob(old, &got); err != nil {
-		t.Fatal(err)
-	}
-	if want := viaJSON(t, &j); !reflect.DeepEqual(got, want) {
-		t.Errorf("old job record:\n got %+v\nwant %+v", got, want)
-	}
-	var ln Line
-	fillAll(t, &ln, 2)
-	oldLine, _ := json.Marshal(&ln)
-	var gotLine Line
-	if err := decodeLine(oldLine, &gotLine); err != nil {
-		t.Fatal(err)
-	}
-	if want := viaJSON(t, &ln); !reflect.DeepEqual(gotLine, want) {
-		t.Errorf("old line record:\n got %+v\nwant %+v", gotLine, want)
-	}
+	wantRoundTrip(t, encodeLine, decodeLine)
 }
 
 // A record cut inside a field is an error, never a half-filled job that

@@ -12,7 +12,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -698,8 +697,8 @@ func TestEmulatorConcurrentSameKeyGets409WithRetryAfter(t *testing.T) {
 // logs (success, fault, drop, bad input, auth failure) with logging at
 // debug level, and searches the logs for the secrets.
 func TestLogsNeverCarryTokensBodiesOrRecipients(t *testing.T) {
-	var logs bytes.Buffer
-	e := newEnv(t, envOpts{logs: &syncWriter{w: &logs}})
+	logs := &testenv.LockedBuffer{}
+	e := newEnv(t, envOpts{logs: logs})
 	secretBody := "the-secret-body-text"
 	msg := map[string]any{"key": "log-1", "to": "secret.recipient@example.org", "cc": "cc.person@example.org",
 		"subject": "the-secret-subject", "body": secretBody}
@@ -719,17 +718,6 @@ func TestLogsNeverCarryTokensBodiesOrRecipients(t *testing.T) {
 			t.Errorf("logs contain %q", secret)
 		}
 	}
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
 
 func TestEmulatorGmailPathDrop504IsGatewayTimeout(t *testing.T) {

@@ -1,10 +1,11 @@
 package api_test
 
 import (
-	"bytes"
 	"encoding/base64"
 	"strings"
 	"testing"
+
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 )
 
 // TestOneErrorWriterForBothSurfaces: an internal error (the log closed
@@ -12,8 +13,8 @@ import (
 // relay's surface and on the Gmail-compatible one alike. Before the two
 // surfaces shared one writer, the Gmail one answered without logging.
 func TestOneErrorWriterForBothSurfaces(t *testing.T) {
-	var logs bytes.Buffer
-	e := newEnv(t, envOpts{logs: &syncWriter{w: &logs}})
+	logs := &testenv.LockedBuffer{}
+	e := newEnv(t, envOpts{logs: logs})
 	if err := e.Log.Close(); err != nil {
 		t.Fatal(err)
 	}

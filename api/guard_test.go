@@ -15,6 +15,7 @@ import (
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/api"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 )
 
 // Issue 20: requests an attacker makes — from a web page the operator
@@ -364,8 +365,7 @@ func TestRequestBytesInFlightAreBounded(t *testing.T) {
 
 // An unauthenticated 900 KB path used to be logged whole.
 func TestAccessLogTruncatesThePath(t *testing.T) {
-	var buf bytes.Buffer
-	logs := &syncWriter{w: &buf}
+	logs := &testenv.LockedBuffer{}
 	e := newEnv(t, envOpts{logs: logs})
 	long := "/v1/jobs/" + strings.Repeat("a", 900<<10)
 	r := e.call(call{method: "GET", path: long})
@@ -375,14 +375,13 @@ func TestAccessLogTruncatesThePath(t *testing.T) {
 	if len(r.raw) > 4096 {
 		t.Errorf("the answer is %d bytes", len(r.raw))
 	}
-	logs.mu.Lock()
-	defer logs.mu.Unlock()
-	for _, line := range bytes.Split(buf.Bytes(), []byte("\n")) {
+	out := []byte(logs.String())
+	for _, line := range bytes.Split(out, []byte("\n")) {
 		if len(line) > 4096 {
 			t.Fatalf("a log line of %d bytes: the path is logged whole", len(line))
 		}
 	}
-	if !bytes.Contains(buf.Bytes(), []byte(`"path":"/v1/jobs/aaaa`)) {
-		t.Fatalf("no access-log line with the path's start:\n%.500s", buf.Bytes())
+	if !bytes.Contains(out, []byte(`"path":"/v1/jobs/aaaa`)) {
+		t.Fatalf("no access-log line with the path's start:\n%.500s", out)
 	}
 }

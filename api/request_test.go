@@ -10,12 +10,6 @@ import (
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
 )
 
-// wantInvalid fails unless err is a CodeInvalid *relay.Error naming field.
-func wantInvalid(t *testing.T, err error, field string) {
-	t.Helper()
-	testenv.WantInvalid(t, err, field)
-}
-
 func TestDecodeSendRequest(t *testing.T) {
 	req, err := api.DecodeSendRequest([]byte(`{"key":"k","to":"a@x.com, b@y.com","cc":["c@x.com","D <d@x.com>"],"bcc":null,
 		"reply_to":"","job":{"customer_id":"cus_1","event_type":"e","order_id":456},
@@ -64,7 +58,7 @@ func TestDecodeSendRequest(t *testing.T) {
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := api.DecodeSendRequest([]byte(tt.body))
-			wantInvalid(t, err, tt.field)
+			testenv.WantInvalid(t, err, tt.field)
 		})
 	}
 }
@@ -88,7 +82,7 @@ func TestLoneSurrogateEscapesAreRefused(t *testing.T) {
 			t.Errorf("%s: accepted", body)
 			continue
 		}
-		wantInvalid(t, err, field)
+		testenv.WantInvalid(t, err, field)
 	}
 	// A proper pair is one character and stays accepted.
 	req, err := api.DecodeSendRequest([]byte(`{"key":"k","to":"a@x.com","subject":"\ud83d\ude00","text":"t"}`))

@@ -105,38 +105,33 @@ func gmailBody(id string) []byte {
 // request straight to the emulator: relayed − direct is the relay's own
 // cost per send (the client's and the emulator's share cancel out).
 func BenchmarkSendPath(b *testing.B) {
-	b.Run("direct", func(b *testing.B) {
-		br := newBenchRelay(b)
-		b.ReportAllocs()
-		for b.Loop() {
-			id := "<d" + strconv.FormatInt(benchSeq.Add(1), 10) + "@bench.example>"
-			br.post(b, br.emuURL+"/gmail/v1/users/me/messages/send", "application/json", gmailBody(id), http.StatusOK)
-		}
-	})
-	b.Run("gmail", func(b *testing.B) {
-		br := newBenchRelay(b)
-		b.ReportAllocs()
-		for b.Loop() {
-			id := "<g" + strconv.FormatInt(benchSeq.Add(1), 10) + "@bench.example>"
-			br.post(b, br.url+"/gmail/v1/users/me/messages/send", "application/json", gmailBody(id), http.StatusOK)
-		}
-	})
-	b.Run("v1json", func(b *testing.B) {
-		br := newBenchRelay(b)
-		b.ReportAllocs()
-		for b.Loop() {
-			n := strconv.FormatInt(benchSeq.Add(1), 10)
-			body := `{"key":"order-` + n + `","from":"Bench <` + gmailfake.DefaultAccount + `>","to":["rcpt@example.com"],` +
-				`"subject":"Your order ` + n + ` has shipped","text":"Your order has shipped."}`
-			br.post(b, br.url+"/v1/send", "application/json", []byte(body), http.StatusOK)
-		}
-	})
-	b.Run("v1", func(b *testing.B) {
-		br := newBenchRelay(b)
-		b.ReportAllocs()
-		for b.Loop() {
-			id := "<v" + strconv.FormatInt(benchSeq.Add(1), 10) + "@bench.example>"
-			br.post(b, br.url+"/v1/send", "message/rfc822", benchMessage(id), http.StatusOK)
-		}
-	})
+	const gmailSend = "/gmail/v1/users/me/messages/send"
+	for _, c := range []struct {
+		name string
+		// url is where a send goes; body is send number n's body, of
+		// content type ct.
+		url  func(br *benchRelay) string
+		ct   string
+		body func(n string) []byte
+	}{
+		{"direct", func(br *benchRelay) string { return br.emuURL + gmailSend }, "application/json",
+			func(n string) []byte { return gmailBody("<d" + n + "@bench.example>") }},
+		{"gmail", func(br *benchRelay) string { return br.url + gmailSend }, "application/json",
+			func(n string) []byte { return gmailBody("<g" + n + "@bench.example>") }},
+		{"v1json", func(br *benchRelay) string { return br.url + "/v1/send" }, "application/json",
+			func(n string) []byte {
+				return []byte(`{"key":"order-` + n + `","from":"Bench <` + gmailfake.DefaultAccount + `>","to":["rcpt@example.com"],` +
+					`"subject":"Your order ` + n + ` has shipped","text":"Your order has shipped."}`)
+			}},
+		{"v1", func(br *benchRelay) string { return br.url + "/v1/send" }, "message/rfc822",
+			func(n string) []byte { return benchMessage("<v" + n + "@bench.example>") }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			br := newBenchRelay(b)
+			b.ReportAllocs()
+			for b.Loop() {
+				br.post(b, c.url(br), c.ct, c.body(strconv.FormatInt(benchSeq.Add(1), 10)), http.StatusOK)
+			}
+		})
+	}
 }

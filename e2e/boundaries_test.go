@@ -72,12 +72,57 @@ func wantClean(t *testing.T, r *relayProc, history []e2e.Op) {
 	}
 }
 
+// startWithRule starts a relay with one relay fault rule of mode on key,
+// firing once when once is set, and returns it with the key's Message-ID.
+func startWithRule(t *testing.T, mode, key string, once bool) (*relayProc, string) {
+	t.Helper()
+	r := startRelay(t, relayOptions{})
+	rule := fmt.Sprintf(`{"mode":%q,"key":%q}`, mode, key)
+	if once {
+		rule = fmt.Sprintf(`{"mode":%q,"key":%q,"count":1}`, mode, key)
+	}
+	r.AddFault(t, rule)
+	return r, msgID(key)
+}
+
+// wantOneLine checks that lines hold exactly one line of kind k, with
+// reason why.
+func wantOneLine(t *testing.T, lines []acceptlog.Line, k acceptlog.Kind, why acceptlog.Reason) {
+	t.Helper()
+	if got := linesOf(lines, k); len(got) != 1 || got[0].Reason != why {
+		t.Errorf("%s lines = %s, want one with reason %s", k, kindList(got), why)
+	}
+}
+
+// wantOneSendCall checks that the emulator was asked to send once in all
+// (why, when not empty, says what a second call would have been).
+func wantOneSendCall(t *testing.T, r *relayProc, why string) {
+	t.Helper()
+	if got := r.Emu.Stats().Calls[gmailfake.MethodSend]; got != 1 {
+		if why != "" {
+			why = " (" + why + ")"
+		}
+		t.Errorf("emulator send calls = %d, want 1%s", got, why)
+	}
+}
+
+// wantSentFrom sweeps r to quiescence and checks that the job ends sent
+// after attempts attempts, with one forwarding line, one effect line found
+// by source and one emulator message; then runs the checker over history.
+func wantSentFrom(t *testing.T, r *relayProc, id string, attempts int, source string, history ...e2e.Op) {
+	t.Helper()
+	r.SweepUntilQuiet(t)
+	j := wantJob(t, r, id, acceptlog.StateSent, attempts, 1, 1, 1)
+	if got := linesOf(j.Lines, acceptlog.KindEffect)[0].Source; got != source {
+		t.Errorf("effect source = %q, want %q", got, source)
+	}
+	wantClean(t, r, history)
+}
+
 func TestEmulatorFailBeforeForwardRetrySendsOnce(t *testing.T) {
 	t.Parallel()
-	r := startRelay(t, relayOptions{})
 	key := "cus_1:order.shipped:fail-before-forward"
-	id := msgID(key)
-	r.AddFault(t, fmt.Sprintf(`{"mode":"fail-before-forward","key":%q,"count":1}`, key))
+	r, id := startWithRule(t, "fail-before-forward", key, true)
 
 	first := r.Send(request(key, ""), 1, 1)
 	if first.Status != http.StatusServiceUnavailable {
@@ -91,20 +136,13 @@ func TestEmulatorFailBeforeForwardRetrySendsOnce(t *testing.T) {
 	if second.Outcome != e2e.OK {
 		t.Fatalf("retry: %s, want 200 sent", opString(second))
 	}
-	r.SweepUntilQuiet(t)
-	j = wantJob(t, r, id, acceptlog.StateSent, 2, 1, 1, 1)
-	if got := linesOf(j.Lines, acceptlog.KindEffect)[0].Source; got != acceptlog.SourceResponse {
-		t.Errorf("effect source = %q, want %q", got, acceptlog.SourceResponse)
-	}
-	wantClean(t, r, []e2e.Op{first, second})
+	wantSentFrom(t, r, id, 2, acceptlog.SourceResponse, first, second)
 }
 
 func TestEmulatorDropResponseFoundByMessageIDNoResend(t *testing.T) {
 	t.Parallel()
-	r := startRelay(t, relayOptions{})
 	key := "cus_1:order.shipped:drop-response"
-	id := msgID(key)
-	r.AddFault(t, fmt.Sprintf(`{"mode":"forward-then-drop-response","key":%q,"count":1}`, key))
+	r, id := startWithRule(t, "forward-then-drop-response", key, true)
 
 	first := r.Send(request(key, ""), 1, 1)
 	if first.Outcome != e2e.Info || first.Status != 0 {
@@ -124,18 +162,14 @@ func TestEmulatorDropResponseFoundByMessageIDNoResend(t *testing.T) {
 	if want := r.Emu.Messages(id)[0].ID; eff.GmailID != want {
 		t.Errorf("effect gmail id = %q, want the emulator's %q", eff.GmailID, want)
 	}
-	if got := r.Emu.Stats().Calls[gmailfake.MethodSend]; got != 1 {
-		t.Errorf("emulator send calls = %d, want 1 (no resend)", got)
-	}
+	wantOneSendCall(t, r, "no resend")
 	wantClean(t, r, []e2e.Op{first, retry})
 }
 
 func TestEmulatorForwardAndRespondSweeperOnlyVerifies(t *testing.T) {
 	t.Parallel()
-	r := startRelay(t, relayOptions{})
 	key := "cus_1:order.shipped:forward-and-respond"
-	id := msgID(key)
-	r.AddFault(t, fmt.Sprintf(`{"mode":"forward-and-respond","key":%q}`, key))
+	r, id := startWithRule(t, "forward-and-respond", key, false)
 
 	op := r.Send(request(key, ""), 1, 1)
 	if op.Outcome != e2e.OK {
@@ -163,9 +197,7 @@ func TestEmulatorForwardAndRespondSweeperOnlyVerifies(t *testing.T) {
 	if got := r.Emu.Stats().Calls[gmailfake.MethodList] - listsBefore; got != 2 {
 		t.Errorf("searches by the sweeper = %d, want 2 (the verify pass and its late look)", got)
 	}
-	if got := r.Emu.Stats().Calls[gmailfake.MethodSend]; got != 1 {
-		t.Errorf("emulator send calls = %d, want 1", got)
-	}
+	wantOneSendCall(t, r, "")
 	wantClean(t, r, []e2e.Op{op})
 }
 
@@ -174,7 +206,7 @@ func TestEmulatorReviewChannelNeverAutoRetries(t *testing.T) {
 	tests := []struct {
 		name       string
 		fault      func(t *testing.T, r *relayProc, key string)
-		wantReason string
+		wantReason acceptlog.Reason
 		messages   int
 	}{
 		{
@@ -217,13 +249,8 @@ func TestEmulatorReviewChannelNeverAutoRetries(t *testing.T) {
 				r.Sweep(t)
 			}
 			j := wantJob(t, r, id, acceptlog.StateReview, 1, 1, 0, tc.messages)
-			rev := linesOf(j.Lines, acceptlog.KindReview)
-			if len(rev) != 1 || rev[0].Reason != acceptlog.Reason(tc.wantReason) {
-				t.Errorf("review lines = %s, want one with reason %s", kindList(rev), tc.wantReason)
-			}
-			if got := r.Emu.Stats().Calls[gmailfake.MethodSend]; got != 1 {
-				t.Errorf("emulator send calls = %d, want 1 (never auto-retried)", got)
-			}
+			wantOneLine(t, j.Lines, acceptlog.KindReview, tc.wantReason)
+			wantOneSendCall(t, r, "never auto-retried")
 			wantClean(t, r, []e2e.Op{first, retry})
 		})
 	}
@@ -235,10 +262,8 @@ func TestEmulatorReviewChannelNeverAutoRetries(t *testing.T) {
 // and the sweeper finds the message instead of sending it again.
 func TestEmulatorCrashAfterForwardRecoversOnRestart(t *testing.T) {
 	t.Parallel()
-	r := startRelay(t, relayOptions{})
 	key := "cus_1:order.shipped:crash-after-forward"
-	id := msgID(key)
-	r.AddFault(t, fmt.Sprintf(`{"mode":"crash-after-forward","key":%q,"count":1}`, key))
+	r, id := startWithRule(t, "crash-after-forward", key, true)
 
 	first := r.Send(request(key, ""), 1, 1)
 	if first.Outcome != e2e.Info || first.Status != 0 {
@@ -250,20 +275,12 @@ func TestEmulatorCrashAfterForwardRecoversOnRestart(t *testing.T) {
 	}
 	r.Restart(t)
 	j := wantJob(t, r, id, acceptlog.StateUnknown, 1, 1, 0, 1)
-	amb := linesOf(j.Lines, acceptlog.KindAmbiguous)
-	if len(amb) != 1 || amb[0].Reason != "recovered_after_restart" {
-		t.Errorf("ambiguous lines = %s, want one with reason recovered_after_restart", kindList(amb))
-	}
+	wantOneLine(t, j.Lines, acceptlog.KindAmbiguous, "recovered_after_restart")
 	retry := r.Send(request(key, ""), 1, 2)
 	if retry.Status != http.StatusAccepted {
 		t.Fatalf("caller retry after restart: %s, want 202 (no resend)", opString(retry))
 	}
-	r.SweepUntilQuiet(t)
-	j = wantJob(t, r, id, acceptlog.StateSent, 1, 1, 1, 1)
-	if got := linesOf(j.Lines, acceptlog.KindEffect)[0].Source; got != acceptlog.SourceSearch {
-		t.Errorf("effect source = %q, want %q", got, acceptlog.SourceSearch)
-	}
-	wantClean(t, r, []e2e.Op{first, retry})
+	wantSentFrom(t, r, id, 1, acceptlog.SourceSearch, first, retry)
 }
 
 // TestEmulatorCrashPoints SIGKILLs the relay at each point of the send
@@ -320,10 +337,7 @@ func TestEmulatorCrashPoints(t *testing.T) {
 				t.Errorf("state after restart = %s, want %s (lines %s)", j.State, tc.want.restart, kindList(j.Lines))
 			}
 			if j.State == acceptlog.StateUnknown {
-				amb := linesOf(j.Lines, acceptlog.KindAmbiguous)
-				if len(amb) != 1 || amb[0].Reason != "recovered_after_restart" {
-					t.Errorf("ambiguous lines = %s, want one recovered_after_restart", kindList(amb))
-				}
+				wantOneLine(t, j.Lines, acceptlog.KindAmbiguous, "recovered_after_restart")
 			}
 			retry := r.Send(request(key, tc.channel), 1, 2)
 			switch tc.want.restart {

@@ -22,6 +22,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/e2e"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -115,7 +116,7 @@ type relayProc struct {
 	Emu    *gmailfake.Server
 	clock  *testclock.Clock
 	client *http.Client
-	out    *lockedBuffer
+	out    *testenv.LockedBuffer
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -159,7 +160,7 @@ func startRelay(t testing.TB, o relayOptions) *relayProc {
 		quota = fmt.Sprint(o.quota)
 	}
 	r := &relayProc{
-		t: t, bin: bin, Emu: emu, clock: clock, out: &lockedBuffer{},
+		t: t, bin: bin, Emu: emu, clock: clock, out: &testenv.LockedBuffer{},
 		client: &http.Client{Timeout: timeout + 10*time.Second},
 		args: []string{"serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "relay.db"),
 			"--gmail-endpoint", emuURL, "--policy", pol, "--api-token", apiToken, "--admin-token", adminToken,
@@ -604,30 +605,6 @@ func opString(op e2e.Op) string {
 	}
 	if op.Err != "" {
 		s += " (" + op.Err + ")"
-	}
-	return s
-}
-
-// lockedBuffer is an io.Writer safe for concurrent use that keeps
-// everything written.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// Tail returns the last n bytes written.
-func (b *lockedBuffer) Tail(n int) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := b.buf.String()
-	if len(s) > n {
-		s = "…" + s[len(s)-n:]
 	}
 	return s
 }

@@ -54,7 +54,7 @@ func (re *realism) options(o *gmailfake.Options) {
 // a user trashing a random Sent copy by hand, or a long stretch of time
 // (minutes: longer than checks × grace, up to the lag tail's max) passing
 // with a sweep.
-func (re *realism) chaos(r *relayProc, rng *lockedRand) {
+func (re *realism) chaos(r *relayProc, rng *rand.Rand) {
 	if re.steps.Add(1) == re.rewriteAfter {
 		r.Emu.SetRewrite(gmailfake.RewritePolicy{Mode: gmailfake.RewriteFraction, Fraction: re.rewrite})
 	}
@@ -84,49 +84,32 @@ func (re *realism) chaos(r *relayProc, rng *lockedRand) {
 // copies: 0 Message-IDs delivered more than once outside review, 0 lost,
 // 0 stuck (emulator results).
 func TestRealismSoak(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the soak runs real processes for tens of seconds; skipped in -short mode")
-	}
-	seeds := []int64{*soakSeed}
-	if *soakSeed == 0 {
-		seeds = []int64{fixedSoakSeed, rand.Int64N(1<<62) + 1}
-	}
-	for _, seed := range seeds {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(uint64(seed), 0x7ea1))
-			re := &realism{
-				seed:     seed,
-				rewrite:  0.02 + 0.03*rng.Float64(),
-				lag:      gmailfake.LagDistribution{P50: 2 * time.Second, P99: 2 * time.Minute, Max: 10 * time.Minute},
-				quota:    6_000, // 60 sends per emulated minute: Gmail answers 429s, the retry time only in the text
-				trashPer: 20,
-				longPer:  8,
-			}
-			jobs := max(1, *soakJobs*3/4)         // two seeds in about a minute on 2 cores
-			re.rewriteAfter = int64(jobs) * 2 / 3 // requests: ≥ jobs
-			rep, line := runSoak(t, soakConfig{seed: seed, jobs: jobs, duration: *soakDuration, realism: re})
-			t.Log(line)
-			double := re.doubleStored(t, rep)
-			sum := re.summary(t, rep, len(double))
-			t.Log(sum)
-			recordSummary(t, sum)
-			for i, v := range rep.Violations {
-				if i == 40 {
-					t.Errorf("… and %d more violations", len(rep.Violations)-i)
-					break
-				}
-				t.Errorf("checker: %s", v)
-			}
-			// Every delivery twice outside review fails the soak, one send
-			// Gmail stored twice included: the relay can see both copies
-			// (the verify pass keeps looking while the index is behind,
-			// and the late look comes after the lag tail's max).
-			if rep.Summary.Duplicates != 0 || rep.Summary.Lost != 0 {
-				t.Errorf("delivered more than once outside review = %d (%d of them one attempt Gmail stored twice), lost = %d; want 0 and 0",
-					rep.Summary.Duplicates, len(double), rep.Summary.Lost)
-			}
-		})
-	}
+	forEachSoakSeed(t, func(t *testing.T, seed int64) {
+		rng := rand.New(rand.NewPCG(uint64(seed), 0x7ea1))
+		re := &realism{
+			seed:     seed,
+			rewrite:  0.02 + 0.03*rng.Float64(),
+			lag:      gmailfake.LagDistribution{P50: 2 * time.Second, P99: 2 * time.Minute, Max: 10 * time.Minute},
+			quota:    6_000, // 60 sends per emulated minute: Gmail answers 429s, the retry time only in the text
+			trashPer: 20,
+			longPer:  8,
+		}
+		jobs := max(1, *soakJobs*3/4)         // two seeds in about a minute on 2 cores
+		re.rewriteAfter = int64(jobs) * 2 / 3 // requests: ≥ jobs
+		rep, line := runSoak(t, soakConfig{seed: seed, jobs: jobs, duration: *soakDuration, realism: re})
+		t.Log(line)
+		double := re.doubleStored(t, rep)
+		sum := re.summary(t, rep, len(double))
+		reportSoak(t, rep, sum)
+		// Every delivery twice outside review fails the soak, one send
+		// Gmail stored twice included: the relay can see both copies
+		// (the verify pass keeps looking while the index is behind,
+		// and the late look comes after the lag tail's max).
+		if rep.Summary.Duplicates != 0 || rep.Summary.Lost != 0 {
+			t.Errorf("delivered more than once outside review = %d (%d of them one attempt Gmail stored twice), lost = %d; want 0 and 0",
+				rep.Summary.Duplicates, len(double), rep.Summary.Lost)
+		}
+	})
 }
 
 // doubleStored names the jobs delivered more than once outside review by

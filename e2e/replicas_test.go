@@ -16,6 +16,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/e2e"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/pglog/pgtest"
 )
 
@@ -66,7 +67,7 @@ func startReplicas(t *testing.T, bin string, n int, dbURL string, seed int64, in
 	rs := &replicaSet{t: t, Emu: emu, clock: clock}
 	for i := range n {
 		r := &relayProc{
-			t: t, bin: bin, Emu: emu, clock: clock, out: &lockedBuffer{},
+			t: t, bin: bin, Emu: emu, clock: clock, out: &testenv.LockedBuffer{},
 			client: &http.Client{Timeout: timeout + 10*time.Second},
 			args: []string{"serve", "--addr", "127.0.0.1:0", "--database", dbURL,
 				"--gmail-endpoint", emuURL, "--policy", pol, "--api-token", apiToken, "--admin-token", adminToken,
@@ -178,40 +179,19 @@ func TestSoakThreeReplicasOnePostgres(t *testing.T) {
 	rng := mrand.New(mrand.NewPCG(uint64(seed), 0x5eed))
 	rs := startReplicas(t, "", 3, dbURL, seed, time.Duration(rng.IntN(31))*time.Second)
 
-	type planned struct {
-		req     sendRequest
-		racers  int
-		tries   int
-		waitFor time.Duration
-	}
-	pool := max(1, *replicaJobs*2/3)
-	plan := make([]planned, *replicaJobs)
-	for i := range plan {
-		k := rng.IntN(pool)
-		channel := "default"
-		if k%4 == 0 {
-			channel = "billing"
-		}
-		racers := 1
-		if rng.IntN(100) < 15 {
-			racers = 2 + rng.IntN(2)
-		}
-		plan[i] = planned{req: request(fmt.Sprintf("cus_%d:order.shipped:ord_%d", k%17, k), channel),
-			racers: racers, tries: 2 + rng.IntN(3), waitFor: time.Duration(rng.IntN(20)) * time.Millisecond}
-	}
+	plan := soakPlan(rng, *replicaJobs)
 	// Kills are spread over the requests: one every killEvery.
 	killEvery := max(1, *replicaJobs*2/(*replicaKills+2))
 
 	var (
-		histMu   sync.Mutex
-		history  []e2e.Op
+		history  opLog
 		requests atomic.Int64
 		kills    atomic.Int64 // SIGKILLs from outside
 		deaths   atomic.Int64 // every exit (kills and crash faults)
 		relRules atomic.Int64
 		emuRules atomic.Int64
 	)
-	chaosRNG := &lockedRand{r: mrand.New(mrand.NewPCG(rng.Uint64(), rng.Uint64()))}
+	chaosRNG := sharedRand(rng.Uint64(), rng.Uint64())
 	chaos := func() {
 		n := requests.Add(1)
 		if n%int64(killEvery) == 0 {
@@ -257,20 +237,11 @@ func TestSoakThreeReplicasOnePostgres(t *testing.T) {
 			}
 		}
 	}
-	caller := func(id int, p planned) {
-		for try := 1; try <= p.tries; try++ {
-			if try > 1 && p.waitFor > 0 {
-				time.Sleep(p.waitFor) // the client's own Retry On Fail wait
-			}
-			op := rs.pick().Send(p.req, id, try)
-			histMu.Lock()
-			history = append(history, op)
-			histMu.Unlock()
-			chaos()
-			if op.Outcome == e2e.OK || (op.Status >= 200 && op.Status < 300) {
-				return
-			}
-		}
+	try := func(req sendRequest, id, n int) e2e.Op {
+		op := rs.pick().Send(req, id, n)
+		history.add(op)
+		chaos()
+		return op
 	}
 
 	// One supervisor per replica restarts it whenever it dies.
@@ -292,30 +263,7 @@ func TestSoakThreeReplicasOnePostgres(t *testing.T) {
 			}
 		})
 	}
-	work := make(chan planned)
-	var callers sync.WaitGroup
-	for w := range 6 {
-		callers.Go(func() {
-			n := 0
-			for p := range work {
-				var racing sync.WaitGroup
-				for i := range p.racers {
-					racing.Go(func() { caller(w*1_000_000+n*10+i, p) })
-				}
-				racing.Wait()
-				n++
-			}
-		})
-	}
-	deadline := time.Now().Add(*replicaDuration)
-	for _, p := range plan {
-		if time.Now().After(deadline) {
-			break
-		}
-		work <- p
-	}
-	close(work)
-	callers.Wait()
+	runPlan(plan, time.Now().Add(*replicaDuration), try)
 	// Top the kills up to the minimum if the load ended early.
 	for kills.Load() < int64(*replicaKills) {
 		if rs.procs[chaosRNG.IntN(len(rs.procs))].Kill() {
@@ -347,50 +295,28 @@ func TestSoakThreeReplicasOnePostgres(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	emuHits := 0
-	for _, f := range rs.Emu.Faults() {
-		emuHits += f.Hits
-	}
-	rs.Emu.ClearFaults()
+	emuHits := clearEmulatorFaults(rs.Emu)
 	rounds := rs.sweepUntilQuiet(t)
 
-	histMu.Lock()
-	hist := append([]e2e.Op(nil), history...)
-	histMu.Unlock()
+	hist := history.all()
 	reader := rs.procs[rng.IntN(len(rs.procs))]
 	obs := reader.Observe(t, hist)
 	rep := e2e.Check(obs)
 	logViolatingJobs(t, obs, rep, 5)
-	relayFaults, stuck := 0, 0
-	for _, l := range obs.Log {
-		if l.Kind == acceptlog.KindFault {
-			relayFaults++
-		}
-	}
+	relayFaults, seen := tally(obs, hist)
+	stuck := 0
 	for _, j := range obs.Jobs {
 		if j.State == acceptlog.StateQueued || j.State == acceptlog.StateForwarding || j.State == acceptlog.StateUnknown {
 			stuck++
 		}
 	}
 	s := rep.Summary
-	seen := map[e2e.Outcome]int{}
-	for _, op := range hist {
-		seen[op.Outcome]++
-	}
 	t.Logf("replicas soak review: %s", reviewReasons(obs))
 	t.Logf("replicas soak history: callers saw ok=%d fail=%d unknown=%d; requests=%d relay_rules=%d emulator_rules=%d emulator_fault_hits=%d exits=%d sweeps_to_quiet=%d",
 		seen[e2e.OK], seen[e2e.Fail], seen[e2e.Info], requests.Load(), relRules.Load(), emuRules.Load(), emuHits, deaths.Load(), rounds)
 	line := fmt.Sprintf("replicas soak: replicas=3 seed=%d jobs=%d attempts=%d faults=%d sigkills=%d exits=%d sent=%d review=%d duplicates=%d lost=%d stuck=%d",
 		seed, s.Jobs, s.Attempts, relayFaults+emuHits, kills.Load(), deaths.Load(), s.Sent, s.Review, s.Duplicates, s.Lost, stuck)
-	t.Log(line)
-	recordSummary(t, line)
-	for i, v := range rep.Violations {
-		if i == 40 {
-			t.Errorf("… and %d more violations", len(rep.Violations)-i)
-			break
-		}
-		t.Errorf("checker: %s", v)
-	}
+	reportSoak(t, rep, line)
 	if s.Duplicates != 0 || s.Lost != 0 || stuck != 0 {
 		t.Errorf("duplicates outside review = %d, lost = %d, stuck = %d; want 0, 0 and 0", s.Duplicates, s.Lost, stuck)
 	}

@@ -66,6 +66,20 @@ type soakStats struct {
 // rerun with -soak.seed to replay the same plan (the interleaving of the
 // goroutines and processes is not replayable).
 func TestSoak(t *testing.T) {
+	forEachSoakSeed(t, func(t *testing.T, seed int64) {
+		rep, line := runSoak(t, soakConfig{seed: seed, jobs: *soakJobs, duration: *soakDuration})
+		reportSoak(t, rep, line)
+		if rep.Summary.Duplicates != 0 || rep.Summary.Lost != 0 {
+			t.Errorf("duplicates outside review = %d, lost = %d; want 0 and 0", rep.Summary.Duplicates, rep.Summary.Lost)
+		}
+	})
+}
+
+// forEachSoakSeed runs soak as a subtest for -soak.seed, or when that is 0
+// for the fixed seed CI always runs and a random one; in -short mode it
+// skips.
+func forEachSoakSeed(t *testing.T, soak func(t *testing.T, seed int64)) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("the soak runs real processes for tens of seconds; skipped in -short mode")
 	}
@@ -74,21 +88,7 @@ func TestSoak(t *testing.T) {
 		seeds = []int64{fixedSoakSeed, rand.Int64N(1<<62) + 1}
 	}
 	for _, seed := range seeds {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			rep, line := runSoak(t, soakConfig{seed: seed, jobs: *soakJobs, duration: *soakDuration})
-			t.Log(line)
-			recordSummary(t, line)
-			for i, v := range rep.Violations {
-				if i == 40 {
-					t.Errorf("… and %d more violations", len(rep.Violations)-i)
-					break
-				}
-				t.Errorf("checker: %s", v)
-			}
-			if rep.Summary.Duplicates != 0 || rep.Summary.Lost != 0 {
-				t.Errorf("duplicates outside review = %d, lost = %d; want 0 and 0", rep.Summary.Duplicates, rep.Summary.Lost)
-			}
-		})
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { soak(t, seed) })
 	}
 }
 
@@ -166,83 +166,20 @@ func runSoak(t *testing.T, c soakConfig) (e2e.Report, string) {
 	var st soakStats
 
 	// The plan: which key each request uses, and who sends it.
-	type planned struct {
-		req     sendRequest
-		racers  int // callers sending it at the same time
-		tries   int // n8n maxTries
-		waitFor time.Duration
-	}
-	pool := max(1, c.jobs*2/3)
-	plan := make([]planned, c.jobs)
-	for i := range plan {
-		k := rng.IntN(pool)
-		channel := "default"
-		if k%4 == 0 {
-			channel = "billing"
-		}
-		racers := 1
-		if rng.IntN(100) < 15 {
-			racers = 2 + rng.IntN(2)
-		}
-		plan[i] = planned{
-			req:    request(fmt.Sprintf("cus_%d:order.shipped:ord_%d", k%17, k), channel),
-			racers: racers, tries: 2 + rng.IntN(3), waitFor: time.Duration(rng.IntN(20)) * time.Millisecond,
-		}
-	}
-
-	var (
-		histMu  sync.Mutex
-		history []e2e.Op
-	)
-	record := func(op e2e.Op) {
-		histMu.Lock()
-		defer histMu.Unlock()
-		history = append(history, op)
-	}
-	chaosRNG := &lockedRand{r: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))}
+	plan := soakPlan(rng, c.jobs)
+	var history opLog
+	chaosRNG := sharedRand(rng.Uint64(), rng.Uint64())
 	deadline := time.Now().Add(c.duration)
-	// caller sends one request the way n8n's HTTP Request node with Retry
-	// On Fail does: up to tries times, a fixed wait between tries, and
-	// any non-2xx answer or transport error counts as an error to retry.
-	caller := func(id int, p planned) {
-		for try := 1; try <= p.tries; try++ {
-			if try > 1 && p.waitFor > 0 {
-				time.Sleep(p.waitFor) // the client's own Retry On Fail wait, not a wait for the relay
-			}
-			op := r.Send(p.req, id, try)
-			st.requests.Add(1)
-			record(op)
-			st.chaos.Add(1)
-			chaos(t, r, chaosRNG, &st, c.noRateLimits, c.realism != nil)
-			if c.realism != nil {
-				c.realism.chaos(r, chaosRNG)
-			}
-			if op.Outcome == e2e.OK || (op.Status >= 200 && op.Status < 300) {
-				return
-			}
+	try := func(req sendRequest, id, n int) e2e.Op {
+		op := r.Send(req, id, n)
+		st.requests.Add(1)
+		history.add(op)
+		st.chaos.Add(1)
+		chaos(t, r, chaosRNG, &st, c.noRateLimits, c.realism != nil)
+		if c.realism != nil {
+			c.realism.chaos(r, chaosRNG)
 		}
-	}
-	work := make(chan planned)
-	var callers sync.WaitGroup
-	const workers = 6
-	for w := range workers {
-		callers.Add(1)
-		go func() {
-			defer callers.Done()
-			n := 0
-			for p := range work {
-				var racing sync.WaitGroup
-				for i := range p.racers {
-					racing.Add(1)
-					go func() {
-						defer racing.Done()
-						caller(w*1_000_000+n*10+i, p)
-					}()
-				}
-				racing.Wait()
-				n++
-			}
-		}()
+		return op
 	}
 
 	// A supervisor restarts the relay whenever its process dies (SIGKILL
@@ -267,14 +204,7 @@ func runSoak(t *testing.T, c soakConfig) (e2e.Report, string) {
 		}
 	}()
 
-	for _, p := range plan {
-		if time.Now().After(deadline) {
-			break
-		}
-		work <- p
-	}
-	close(work)
-	callers.Wait()
+	runPlan(plan, deadline, try)
 	close(stop)
 	bg.Wait()
 	if t.Failed() {
@@ -290,30 +220,15 @@ func runSoak(t *testing.T, c soakConfig) (e2e.Report, string) {
 	default:
 	}
 	clearFaults(t, r, func() { st.kills.Add(1); r.Restart(t) })
-	emuHits := 0
-	for _, f := range r.Emu.Faults() {
-		emuHits += f.Hits
-	}
-	r.Emu.ClearFaults()
+	emuHits := clearEmulatorFaults(r.Emu)
 	rounds := r.SweepUntilQuiet(t)
 
-	histMu.Lock()
-	hist := append([]e2e.Op(nil), history...)
-	histMu.Unlock()
+	hist := history.all()
 	obs := r.Observe(t, hist)
 	rep := e2e.Check(obs)
 	logViolatingJobs(t, obs, rep, 5)
-	relayFaults := 0
-	for _, l := range obs.Log {
-		if l.Kind == acceptlog.KindFault {
-			relayFaults++
-		}
-	}
+	relayFaults, seen := tally(obs, hist)
 	s := rep.Summary
-	seen := map[e2e.Outcome]int{}
-	for _, op := range hist {
-		seen[op.Outcome]++
-	}
 	t.Logf("soak review: %s", reviewReasons(obs))
 	t.Logf("soak history: callers saw ok=%d fail=%d unknown=%d; chaos steps=%d", seen[e2e.OK], seen[e2e.Fail], seen[e2e.Info], st.chaos.Load())
 	t.Logf("soak detail: requests=%d relay_rules=%d emulator_rules=%d relay_fault_lines=%d emulator_fault_hits=%d failed=%d duplicates_in_review=%d sweeps_to_quiet=%d",
@@ -323,29 +238,30 @@ func runSoak(t *testing.T, c soakConfig) (e2e.Report, string) {
 	return rep, line
 }
 
-// lockedRand is a random source shared by the callers.
-type lockedRand struct {
-	mu sync.Mutex
-	r  *rand.Rand
+// sharedRand returns a random generator the callers can share: a Rand
+// keeps no state but its source, and the source is locked. One caller's
+// draws are the ones a lone generator on the same seeds would make.
+func sharedRand(seed1, seed2 uint64) *rand.Rand {
+	return rand.New(&lockedSource{src: rand.NewPCG(seed1, seed2)})
 }
 
-func (l *lockedRand) IntN(n int) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.r.IntN(n)
+// lockedSource is a rand.Source safe for concurrent use.
+type lockedSource struct {
+	mu  sync.Mutex
+	src rand.Source
 }
 
-func (l *lockedRand) Float64() float64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.r.Float64()
+func (s *lockedSource) Uint64() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.src.Uint64()
 }
 
 // chaos is taken by a caller after each of its requests: with a small
 // probability it does one random thing to the relay or the emulator, while
 // the other callers go on. Errors of the relay's admin API are expected
 // (the process may just have died) and ignored.
-func chaos(t *testing.T, r *relayProc, rng *lockedRand, st *soakStats, noRateLimits, keepLag bool) {
+func chaos(t *testing.T, r *relayProc, rng *rand.Rand, st *soakStats, noRateLimits, keepLag bool) {
 	switch n := rng.IntN(1000); {
 	case n < 20: // a relay fault rule
 		modes := []string{"fail-before-forward", "fail-before-forward", "forward-then-drop-response",

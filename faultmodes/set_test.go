@@ -13,11 +13,6 @@ import (
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 )
 
-// clock is a manual clock for Options.Now.
-type clock = testclock.Clock
-
-func newClock() *clock { return testclock.New() }
-
 func mustAdd(t *testing.T, s *faultmodes.Set, spec faultmodes.Spec) faultmodes.Rule {
 	t.Helper()
 	r, err := s.Add(spec)
@@ -81,7 +76,7 @@ func TestDecidePrecedence(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := faultmodes.New(faultmodes.Options{Seed: 1, Now: newClock().Now})
+			s := faultmodes.New(faultmodes.Options{Seed: 1, Now: testclock.New().Now})
 			var ids []string
 			for _, spec := range tt.rules {
 				ids = append(ids, mustAdd(t, s, spec).ID)
@@ -100,7 +95,7 @@ func TestDecidePrecedence(t *testing.T) {
 
 func TestTiesUseCreationOrderNotTimestamps(t *testing.T) {
 	// Both rules are created at the same instant: order must still decide.
-	c := newClock()
+	c := testclock.New()
 	s := faultmodes.New(faultmodes.Options{Seed: 1, Now: c.Now})
 	mustAdd(t, s, faultmodes.Spec{Mode: faultmodes.FailBeforeForward})
 	second := mustAdd(t, s, faultmodes.Spec{Mode: faultmodes.ForwardAndRespond})
@@ -285,7 +280,7 @@ func TestProbabilisticCountOnlyConsumedWhenFiring(t *testing.T) {
 }
 
 func TestTTL(t *testing.T) {
-	c := newClock()
+	c := testclock.New()
 	s := faultmodes.New(faultmodes.Options{Seed: 1, Now: c.Now})
 	r := mustAdd(t, s, faultmodes.Spec{Mode: faultmodes.FailBeforeForward, TTL: "1m"})
 	if r.ExpiresAt == nil || !r.ExpiresAt.Equal(c.Now().Add(time.Minute)) {
@@ -345,7 +340,7 @@ func TestAddValidates(t *testing.T) {
 }
 
 func TestListRemoveClear(t *testing.T) {
-	c := newClock()
+	c := testclock.New()
 	s := faultmodes.New(faultmodes.Options{Seed: 1, Now: c.Now})
 	count := 2
 	r1 := mustAdd(t, s, faultmodes.Spec{Mode: faultmodes.FailBeforeForward, Count: &count})
@@ -399,7 +394,7 @@ func TestListRemoveClear(t *testing.T) {
 }
 
 func TestRuleJSON(t *testing.T) {
-	c := newClock()
+	c := testclock.New()
 	s := faultmodes.New(faultmodes.Options{Seed: 1, Now: c.Now})
 	r := mustAdd(t, s, faultmodes.Spec{Mode: faultmodes.FailBeforeForward, Channel: "billing", Count: ptr(3), TTL: "1m"})
 	data, err := json.Marshal(r)

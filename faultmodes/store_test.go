@@ -3,10 +3,11 @@ package faultmodes_test
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/faultmodes/faulttest"
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
 )
 
 // memStore is a faultmodes.Store in memory, standing in for a database
@@ -105,8 +106,8 @@ func (m *memStore) RefundFaultRule(_ context.Context, seq uint64) error {
 // and Remove and Clear through one empty both.
 func TestSetsSharingAStoreActAsOne(t *testing.T) {
 	st := &memStore{}
-	a := faultmodes.New(faultmodes.Options{Store: st, Now: newClock().Now})
-	b := faultmodes.New(faultmodes.Options{Store: st, Now: newClock().Now})
+	a := faultmodes.New(faultmodes.Options{Store: st, Now: testclock.New().Now})
+	b := faultmodes.New(faultmodes.Options{Store: st, Now: testclock.New().Now})
 	three := 3
 	r, err := a.Add(faultmodes.Spec{Mode: faultmodes.FailBeforeForward, Count: &three})
 	if err != nil {
@@ -115,22 +116,8 @@ func TestSetsSharingAStoreActAsOne(t *testing.T) {
 	if l := b.List(); len(l) != 1 || l[0].ID != r.ID || deref(l[0].Remaining) != 3 {
 		t.Fatalf("B lists %+v, want A's rule %s with 3 remaining", l, r.ID)
 	}
-	var fired atomic.Int32
-	var wg sync.WaitGroup
-	for i := range 200 {
-		s := a
-		if i%2 == 1 {
-			s = b
-		}
-		wg.Go(func() {
-			if d := s.Decide("default", "", "<x@y>"); d.Mode == faultmodes.FailBeforeForward {
-				fired.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	if fired.Load() != 3 {
-		t.Errorf("a count: 3 rule fired %d times over two Sets, want 3", fired.Load())
+	if fired := faulttest.DecideSpread(a, b, 200, faultmodes.FailBeforeForward); fired != 3 {
+		t.Errorf("a count: 3 rule fired %d times over two Sets, want 3", fired)
 	}
 	if l := a.List(); deref(l[0].Remaining) != 0 || l[0].Hits != 3 || l[0].Active {
 		t.Errorf("after the firings: %+v; want remaining 0, hits 3, inactive", l[0])

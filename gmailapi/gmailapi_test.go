@@ -40,26 +40,23 @@ func errorServer(t *testing.T, status int, reason, retryAfter string) *Client {
 
 // TestSendErrorsClassify checks that Google's error answers, translated by
 // the adapter, land on the same rows of relay.Classify's table as before
-// the translation existed.
+// the translation existed: the row Classify gives the ProviderError of the
+// same status and reason (relay's TestClassify checks the rows themselves).
 func TestSendErrorsClassify(t *testing.T) {
 	tests := []struct {
-		status    int
-		reason    string
-		verdict   relay.Verdict
-		retryable bool
-		alarm     bool
-		want      acceptlog.Reason
+		status int
+		reason string
 	}{
-		{429, "rateLimitExceeded", relay.Failed, true, false, acceptlog.ReasonRateLimited},
-		{403, "userRateLimitExceeded", relay.Failed, true, false, acceptlog.ReasonRateLimited},
-		{403, "dailyLimitExceeded", relay.Failed, true, false, acceptlog.ReasonRateLimited},
-		{401, "authError", relay.Failed, false, true, acceptlog.ReasonAuth},
-		{403, "forbidden", relay.Failed, false, true, acceptlog.ReasonAuth},
-		{400, "invalidArgument", relay.Failed, false, false, acceptlog.ReasonProviderRejected},
-		{404, "notFound", relay.Failed, false, false, acceptlog.ReasonProviderRejected},
-		{413, "uploadTooLarge", relay.Failed, false, false, acceptlog.ReasonProviderRejected},
-		{500, "backendError", relay.Unknown, false, false, acceptlog.ReasonProvider5xx},
-		{503, "backendError", relay.Unknown, false, false, acceptlog.ReasonProvider5xx},
+		{429, "rateLimitExceeded"},
+		{403, "userRateLimitExceeded"},
+		{403, "dailyLimitExceeded"},
+		{401, "authError"},
+		{403, "forbidden"},
+		{400, "invalidArgument"},
+		{404, "notFound"},
+		{413, "uploadTooLarge"},
+		{500, "backendError"},
+		{503, "backendError"},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%d %s", tt.status, tt.reason), func(t *testing.T) {
@@ -77,9 +74,10 @@ func TestSendErrorsClassify(t *testing.T) {
 				t.Errorf("err text = %q, want Google's error text kept", err)
 			}
 			o := relay.Classify(err)
-			if o.Verdict != tt.verdict || o.Retryable != tt.retryable || o.Alarm != tt.alarm || o.Reason != tt.want || o.Status != tt.status {
-				t.Errorf("Classify = %v retryable=%v alarm=%v reason=%q status=%d; want %v %v %v %q %d",
-					o.Verdict, o.Retryable, o.Alarm, o.Reason, o.Status, tt.verdict, tt.retryable, tt.alarm, tt.want, tt.status)
+			w := relay.Classify(&relay.ProviderError{Status: tt.status, Reason: tt.reason})
+			if o.Verdict != w.Verdict || o.Retryable != w.Retryable || o.Alarm != w.Alarm || o.Reason != w.Reason || o.Status != tt.status {
+				t.Errorf("Classify = %v retryable=%v alarm=%v reason=%q status=%d; want the table's row %v %v %v %q and status %d",
+					o.Verdict, o.Retryable, o.Alarm, o.Reason, o.Status, w.Verdict, w.Retryable, w.Alarm, w.Reason, tt.status)
 			}
 		})
 	}

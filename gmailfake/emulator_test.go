@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"google.golang.org/api/gmail/v1"
 	"google.golang.org/api/googleapi"
 	"google.golang.org/api/option"
@@ -31,7 +32,7 @@ func TestEmulatorSendMetadataPath(t *testing.T) {
 	}
 	for i, tc := range encodings {
 		t.Run(tc.name, func(t *testing.T) {
-			srv, svc, _ := emulator(t, gmailfake.Options{Now: newClock().Now})
+			srv, svc, _ := emulator(t, gmailfake.Options{Now: testclock.New().Now})
 			id := msgID(i)
 			// A body long enough that the encodings differ (+, /, padding).
 			raw := rawMessage(id, "a@example.org", "Shipped ~~~ ??? >>>", "X-Pad: "+strings.Repeat("\xff\xfe?>", 5))
@@ -162,7 +163,7 @@ func TestEmulatorThreads(t *testing.T) {
 }
 
 func TestEmulatorSearchIndexLag(t *testing.T) {
-	clk := newClock()
+	clk := testclock.New()
 	_, svc, _ := emulator(t, gmailfake.Options{Now: clk.Now, IndexLag: 30 * time.Second})
 	sent := send(t, svc, rawMessage(msgID(1), "a@example.org", "lag"))
 
@@ -344,7 +345,7 @@ func TestEmulatorListEmptyShape(t *testing.T) {
 }
 
 func TestEmulatorGetFormats(t *testing.T) {
-	clk := newClock()
+	clk := testclock.New()
 	_, svc, url := emulator(t, gmailfake.Options{Now: clk.Now})
 	raw := "Date: Sun, 01 Mar 2026 11:59:00 +0000\r\nFrom: me@example.com\r\nTo: a@example.org\r\nSubject: =?UTF-8?Q?Caf=C3=A9?=\r\nMessage-ID: " + msgID(1) +
 		"\r\nMIME-Version: 1.0\r\nContent-Type: multipart/alternative; boundary=BB\r\n\r\n" +
@@ -566,7 +567,7 @@ func TestEmulatorQuota(t *testing.T) {
 		{http.StatusForbidden, "userRateLimitExceeded"},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
-			clk := newClock()
+			clk := testclock.New()
 			srv, svc, _ := emulator(t, gmailfake.Options{Now: clk.Now, QuotaPerMinute: 250, QuotaStatus: tc.status})
 			send(t, svc, rawMessage(msgID(1), "a@example.org", "1"))
 			send(t, svc, rawMessage(msgID(2), "a@example.org", "2")) // 50 units left
@@ -603,7 +604,7 @@ func TestEmulatorQuota(t *testing.T) {
 }
 
 func TestEmulatorRewriteMessageID(t *testing.T) {
-	clk := newClock()
+	clk := testclock.New()
 	srv, svc, _ := emulator(t, gmailfake.Options{Now: clk.Now, RewriteMessageID: true})
 	sent := send(t, svc, rawMessage(msgID(1), "a@example.org", "rw"))
 	if n := srv.Count(msgID(1)); n != 0 {
@@ -770,7 +771,7 @@ func TestEmulatorPageTokenStableUnderNewMail(t *testing.T) {
 }
 
 func TestEmulatorSetters(t *testing.T) {
-	clk := newClock()
+	clk := testclock.New()
 	srv, svc, _ := emulator(t, gmailfake.Options{Now: clk.Now})
 
 	srv.SetQuotaPerMinute(100) // one send a minute

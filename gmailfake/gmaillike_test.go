@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"google.golang.org/api/gmail/v1"
 	"google.golang.org/api/option"
 )
@@ -242,7 +243,7 @@ func TestGmailLikeLenientQueries(t *testing.T) {
 }
 
 func TestGmailLikeAfterBefore(t *testing.T) {
-	clk := newClock()
+	clk := testclock.New()
 	_, svc, _ := emulator(t, gmailfake.Options{Now: clk.Now})
 	var ids []string // oldest first, 10 s apart
 	for i := range 6 {
@@ -307,7 +308,7 @@ func TestGmailLikeSentDedupe(t *testing.T) {
 }
 
 func TestGmailLikeQuotaRetryHeaderOption(t *testing.T) {
-	clk := newClock()
+	clk := testclock.New()
 	_, svc, _ := emulator(t, gmailfake.Options{Now: clk.Now, QuotaPerMinute: 100, RateLimitHeader: true})
 	send(t, svc, rawMessage(msgID(1), "a@example.org", "1"))
 	_, err := svc.Users.Messages.Send("me", &gmail.Message{Raw: b64(rawMessage(msgID(2), "a@example.org", "2"))}).Do()
@@ -322,7 +323,7 @@ func TestGmailLikeQuotaRetryHeaderOption(t *testing.T) {
 
 func TestGmailLikeDailySendLimit(t *testing.T) {
 	const limit = 2000
-	clk := newClock()
+	clk := testclock.New()
 	srv, svc, _ := emulator(t, gmailfake.Options{Now: clk.Now, QuotaPerMinute: plenty, DailySendLimit: limit})
 	start := clk.Now()
 	for i := range limit {
@@ -369,7 +370,7 @@ func TestGmailLikeCosts(t *testing.T) {
 
 func TestGmailLikeAccounts(t *testing.T) {
 	const a, b = "support@example.com", "billing@example.com"
-	clk := newClock()
+	clk := testclock.New()
 	srv, base := gmailfake.NewTestServer(t, gmailfake.Options{Now: clk.Now, QuotaPerMinute: 250, DailySendLimit: 2,
 		Accounts: []string{a, b}, Tokens: map[string]string{"ta": a, "tb": b}})
 	svcA := client(t, base, option.WithHTTPClient(bearerClient("ta")))

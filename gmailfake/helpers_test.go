@@ -13,16 +13,10 @@ import (
 	"testing"
 
 	"github.com/gmailrelay/gmailrelay/gmailfake"
-	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"google.golang.org/api/gmail/v1"
 	"google.golang.org/api/googleapi"
 	"google.golang.org/api/option"
 )
-
-// clock is the injected clock tests move by hand.
-type clock = testclock.Clock
-
-func newClock() *clock { return testclock.New() }
 
 // emulator starts an emulator with an injected clock (unless opts has one)
 // and returns it with a Google client pointed at it.

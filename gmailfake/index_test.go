@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
 )
 
 // TestGmailLikeIndexOrder sends 150 messages a second apart under a lag
@@ -17,7 +18,7 @@ func TestGmailLikeIndexOrder(t *testing.T) {
 	dist := gmailfake.LagDistribution{P50: 2 * time.Second, P99: 2 * time.Minute, Max: 20 * time.Minute}
 	for _, order := range []gmailfake.IndexOrder{gmailfake.IndexFIFO, gmailfake.IndexRandom} {
 		t.Run(order.String(), func(t *testing.T) {
-			clk := newClock()
+			clk := testclock.New()
 			srv, svc, _ := emulator(t, gmailfake.Options{Now: clk.Now, Seed: 3, QuotaPerMinute: plenty,
 				IndexLagDistribution: dist, IndexOrder: order})
 			var sent []string // send order

@@ -139,29 +139,30 @@ type token struct {
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
+// punctuation maps the characters that are tokens on their own to their
+// kinds; they also end a word.
+var punctuation = map[byte]tokKind{'{': tokLBrace, '}': tokRBrace, '(': tokLParen, ')': tokRParen}
+
+func isPunctuation(c byte) bool {
+	_, ok := punctuation[c]
+	return ok
+}
+
 func tokenize(q string) ([]token, error) {
 	var toks []token
 	i := 0
 	for i < len(q) {
 		c := q[i]
+		kind, isPunct := punctuation[c]
 		switch {
 		case isSpace(c):
 			i++
-		case c == '{':
-			toks = append(toks, token{tokLBrace, "{"})
-			i++
-		case c == '}':
-			toks = append(toks, token{tokRBrace, "}"})
-			i++
-		case c == '(':
-			toks = append(toks, token{tokLParen, "("})
-			i++
-		case c == ')':
-			toks = append(toks, token{tokRParen, ")"})
+		case isPunct:
+			toks = append(toks, token{kind, q[i : i+1]})
 			i++
 		default:
 			start := i
-			for i < len(q) && !isSpace(q[i]) && !strings.ContainsRune("{}()", rune(q[i])) {
+			for i < len(q) && !isSpace(q[i]) && !isPunctuation(q[i]) {
 				switch q[i] {
 				case '<': // a bracketed value runs to its closing bracket
 					end := strings.IndexByte(q[i:], '>')

@@ -47,10 +47,8 @@ func dueJob(t *testing.T, l acceptlog.Store, id string, at time.Time) {
 // other gets them once the claim has run out on the log's clock, or at
 // once when the job was written meanwhile.
 func TestDueClaimsSplitJobsBetweenReplicas(t *testing.T) {
-	url := databaseURL(t)
-	schema := freshSchema(t, url)
 	clock := testclock.New()
-	a, b := open(t, url, schema, clock.Now), open(t, url, schema, clock.Now)
+	a, b := twoReplicas(t, clock.Now)
 	ctx := context.Background()
 	const n = 100
 	for i := range n {
@@ -231,10 +229,8 @@ func TestTwoReplicasSweepersSearchEachDueJobOnce(t *testing.T) {
 // queued job to one live replica; a write of the job or its claimer's
 // Close releases it to the other.
 func TestClaimQueuedSplitsTheOutboxBetweenReplicas(t *testing.T) {
-	url := databaseURL(t)
-	schema := freshSchema(t, url)
 	clock := testclock.New()
-	a, b := open(t, url, schema, clock.Now), open(t, url, schema, clock.Now)
+	a, b := twoReplicas(t, clock.Now)
 	ctx := context.Background()
 	const n = 10
 	for i := range n {

@@ -44,6 +44,15 @@ func open(t testing.TB, url, schema string, now func() time.Time) *pglog.Log {
 	return l
 }
 
+// twoReplicas opens two Logs on one fresh schema, as two replicas of the
+// relay share one database, both reading the clock now (nil: real time).
+func twoReplicas(t testing.TB, now func() time.Time) (a, b *pglog.Log) {
+	t.Helper()
+	url := databaseURL(t)
+	schema := freshSchema(t, url)
+	return open(t, url, schema, now), open(t, url, schema, now)
+}
+
 // The log's contract, on PostgreSQL.
 func TestConformancePostgres(t *testing.T) {
 	url := databaseURL(t)

@@ -63,19 +63,27 @@ func jobLines(ctx context.Context, q querier, id string) ([]acceptlog.Line, erro
 	return collectLines(rows)
 }
 
-func collectLines(rows pgx.Rows) ([]acceptlog.Line, error) {
-	var lines []acceptlog.Line
+// collect decodes rows of one JSON column into records (what names them
+// in errors).
+func collect[T any](rows pgx.Rows, what string) ([]T, error) {
+	var out []T
 	var v []byte
 	_, err := pgx.ForEachRow(rows, []any{&v}, func() error {
-		var ln acceptlog.Line
-		if err := json.Unmarshal(v, &ln); err != nil {
-			return fmt.Errorf("decode line: %w", err)
+		var rec T
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return fmt.Errorf("decode %s: %w", what, err)
 		}
-		lines = append(lines, ln)
+		out = append(out, rec)
 		return nil
 	})
-	return lines, err
+	return out, err
 }
+
+func collectLines(rows pgx.Rows) ([]acceptlog.Line, error) {
+	return collect[acceptlog.Line](rows, "line")
+}
+
+func collectJobs(rows pgx.Rows) ([]acceptlog.Job, error) { return collect[acceptlog.Job](rows, "job") }
 
 // Raw implements acceptlog.Store.
 func (l *Log) Raw(ctx context.Context, messageID string) ([]byte, error) {
@@ -127,20 +135,6 @@ func channelArg(ch string) []byte {
 		return nil
 	}
 	return []byte(ch)
-}
-
-func collectJobs(rows pgx.Rows) ([]acceptlog.Job, error) {
-	var jobs []acceptlog.Job
-	var v []byte
-	_, err := pgx.ForEachRow(rows, []any{&v}, func() error {
-		var j acceptlog.Job
-		if err := json.Unmarshal(v, &j); err != nil {
-			return fmt.Errorf("decode job: %w", err)
-		}
-		jobs = append(jobs, j)
-		return nil
-	})
-	return jobs, err
 }
 
 // Lines implements acceptlog.Store. Seqs come from a sequence, so a line

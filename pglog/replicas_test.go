@@ -46,9 +46,7 @@ func TestOpenConcurrentlyMigratesOnce(t *testing.T) {
 // goroutines at once: exactly one creation wins, every other call sees the
 // job and refuses, and the job has one received line.
 func TestTwoReplicasSameNewJobEndInOneJob(t *testing.T) {
-	url := databaseURL(t)
-	schema := freshSchema(t, url)
-	a, b := open(t, url, schema, nil), open(t, url, schema, nil)
+	a, b := twoReplicas(t, nil)
 	const id = "<same@x>"
 	var created, refused atomic.Int32
 	var wg sync.WaitGroup
@@ -96,10 +94,7 @@ var errExists = fmt.Errorf("job exists")
 // every line exactly once, in Seq order, with no gap: lines commit in Seq
 // order, so a page never skips one that commits later.
 func TestLinesTailNeverSkipsUnderConcurrentWriters(t *testing.T) {
-	url := databaseURL(t)
-	schema := freshSchema(t, url)
-	now := func() time.Time { return time.Unix(1, 0) }
-	a, b := open(t, url, schema, now), open(t, url, schema, now)
+	a, b := twoReplicas(t, func() time.Time { return time.Unix(1, 0) })
 	ctx := context.Background()
 	const writers, jobs = 8, 25
 	var wg sync.WaitGroup

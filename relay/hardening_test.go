@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -29,7 +30,7 @@ func TestRawHeaderValuesRefuseLineBreakingCharacters(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			raw := "Message-ID: <c1@x.example>\r\nFrom: s@x.com\r\nTo: a@x.com\r\n" + value + "\r\n\r\nbody\r\n"
 			_, err := relay.PrepareRaw([]byte(raw), "", "", testDomain)
-			wantInvalid(t, err, "raw")
+			testenv.WantInvalid(t, err, "raw")
 			if !strings.Contains(err.Error(), "header") || !strings.Contains(err.Error(), "U+") {
 				t.Errorf("message %q does not name the header and the character", err)
 			}

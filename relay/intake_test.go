@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/api"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -118,7 +119,7 @@ func TestPrepareRefusals(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := relay.Prepare(decode(t, tt.body), tt.headerKey, testDomain, testDate)
-			wantInvalid(t, err, tt.field)
+			testenv.WantInvalid(t, err, tt.field)
 		})
 	}
 	t.Run("bad domain is the relay's fault", func(t *testing.T) {
@@ -149,7 +150,7 @@ func TestPrepareRaw(t *testing.T) {
 
 	t.Run("mismatching Message-ID", func(t *testing.T) {
 		_, err := relay.PrepareRaw([]byte(rawWithID("<other@example.com>")), key, "", testDomain)
-		wantInvalid(t, err, "raw")
+		testenv.WantInvalid(t, err, "raw")
 		if !strings.Contains(err.Error(), "Message-ID mismatch") {
 			t.Fatalf("err = %v, want Message-ID mismatch", err)
 		}
@@ -177,7 +178,7 @@ func TestPrepareRaw(t *testing.T) {
 
 	t.Run("no Message-ID, no key", func(t *testing.T) {
 		_, err := relay.PrepareRaw([]byte(rawNoID), "", "", testDomain)
-		wantInvalid(t, err, "raw")
+		testenv.WantInvalid(t, err, "raw")
 	})
 
 	t.Run("Message-ID is the key when no key is given", func(t *testing.T) {
@@ -235,7 +236,7 @@ func TestPrepareRaw(t *testing.T) {
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := relay.PrepareRaw([]byte(tt.raw), key, "", testDomain)
-			wantInvalid(t, err, "raw")
+			testenv.WantInvalid(t, err, "raw")
 		})
 	}
 	// A Message-ID of the wrong shape is named by its own field.
@@ -246,7 +247,7 @@ func TestPrepareRaw(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := relay.PrepareRaw([]byte(tt.raw), "", "", testDomain)
-			wantInvalid(t, err, "message_id")
+			testenv.WantInvalid(t, err, "message_id")
 		})
 	}
 }

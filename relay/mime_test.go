@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -72,7 +73,7 @@ func wantRefusals(t *testing.T, tests []refusal) {
 			m := baseMessage()
 			tt.edit(&m)
 			raw, err := relay.BuildMIME(m, testID, testDate)
-			wantInvalid(t, err, tt.field)
+			testenv.WantInvalid(t, err, tt.field)
 			if raw != nil {
 				t.Fatalf("BuildMIME returned a message with its error:\n%s", raw)
 			}
@@ -124,7 +125,7 @@ func TestBuildMIMERefusals(t *testing.T) {
 	})
 	t.Run("bad message id", func(t *testing.T) {
 		_, err := relay.BuildMIME(baseMessage(), "<a@b>\r\nBcc: x@y", testDate)
-		wantInvalid(t, err, "message_id")
+		testenv.WantInvalid(t, err, "message_id")
 	})
 }
 
@@ -336,7 +337,7 @@ func TestParseAddressList(t *testing.T) {
 	for _, bad := range []string{"a@x.com\r\nBcc: e@x.com", "nope", "<a@x.com", "=?utf-8?q?x=0Ay?= <a@x.com>"} {
 		t.Run(bad, func(t *testing.T) {
 			_, err := relay.ParseAddressList("cc", bad)
-			wantInvalid(t, err, "cc")
+			testenv.WantInvalid(t, err, "cc")
 		})
 	}
 }

@@ -7,12 +7,6 @@ import (
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
-// wantInvalid fails unless err is a CodeInvalid *relay.Error naming field.
-func wantInvalid(t *testing.T, err error, field string) {
-	t.Helper()
-	testenv.WantInvalid(t, err, field)
-}
-
 func TestMessageIDVector(t *testing.T) {
 	got := relay.MessageID("cus_123:order.shipped:ord_456", "inbound.yourdomain.com")
 	want := "<job-1ca74402c25f227b40cf235d910d7664@inbound.yourdomain.com>"
@@ -42,7 +36,7 @@ func TestJobKey(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := relay.JobKey(tt.customer, tt.event, tt.order)
-			wantInvalid(t, err, tt.field)
+			testenv.WantInvalid(t, err, tt.field)
 		})
 	}
 	got, err := relay.JobKey("a", "b", "c")
@@ -75,7 +69,7 @@ func TestNormalizeMessageID(t *testing.T) {
 	for _, in := range bad {
 		t.Run(in, func(t *testing.T) {
 			_, err := relay.NormalizeMessageID(in)
-			wantInvalid(t, err, "message_id")
+			testenv.WantInvalid(t, err, "message_id")
 		})
 	}
 }
@@ -89,7 +83,7 @@ func TestValidDomain(t *testing.T) {
 	for _, d := range []string{"", ".", "a..b", "a.", ".a", "-a.com", "a-.com", "a_b.com", "a b.com",
 		"a.com>", "a@b.com", "ex\r\nample.com", string(make([]byte, 64)) + ".com"} {
 		t.Run(d, func(t *testing.T) {
-			wantInvalid(t, relay.ValidDomain(d), "domain")
+			testenv.WantInvalid(t, relay.ValidDomain(d), "domain")
 		})
 	}
 }

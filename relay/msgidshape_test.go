@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -56,7 +57,7 @@ func TestCheckMessageIDShape(t *testing.T) {
 			t.Errorf("CheckMessageIDShape(%q) = nil, want an error", tt.id)
 			continue
 		}
-		wantInvalid(t, err, "message_id")
+		testenv.WantInvalid(t, err, "message_id")
 		if !strings.Contains(err.Error(), tt.says) {
 			t.Errorf("CheckMessageIDShape(%q) = %v, want it to say %q", tt.id, err, tt.says)
 		}

@@ -18,11 +18,6 @@ import (
 	"github.com/gmailrelay/gmailrelay/sweeper"
 )
 
-// fakeClock is the injected clock: tests move it, nothing sleeps.
-type fakeClock = testclock.Clock
-
-func newClock() *fakeClock { return testclock.New() }
-
 // Channels of testPolicy.
 const (
 	retryChannel  = "default" // retry, grace 1m, 2 checks, 3 attempts
@@ -60,7 +55,7 @@ type harness struct {
 	te     *testenv.Env
 	t      *testing.T
 	ctx    context.Context
-	clock  *fakeClock
+	clock  *testclock.Clock
 	srv    *gmailfake.Server
 	prov   relay.Provider
 	path   string

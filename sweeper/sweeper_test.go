@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
 )
 
 // A send Gmail accepted but whose answer was lost, on a retry channel: the
@@ -578,7 +580,7 @@ func TestQuota(t *testing.T) {
 			if got, want := h.svc.Quota().Spent(), int64(st.QuotaUnits-unitsBefore); tt.relayQuota <= tt.emulatorQuota && got != want {
 				t.Errorf("the relay's quota spent %d units, Gmail charged %d for the same calls", got, want)
 			}
-			t.Logf("%d passes, %v of fake time, emulator %+v, sweeper totals %+v", pass, h.clock.Now().Sub(newClock().Now()), st, totals)
+			t.Logf("%d passes, %v of fake time, emulator %+v, sweeper totals %+v", pass, h.clock.Now().Sub(testclock.New().Now()), st, totals)
 		})
 	}
 }

@@ -38,12 +38,23 @@ func fakeGoogle(t *testing.T) *httptest.Server {
 	}))
 }
 
-func TestAuthLoopbackFlowStoresToken0600(t *testing.T) {
+// clientSecret starts fakeGoogle for the test and writes an installed
+// app's client secret pointing at it into a fresh directory; it returns
+// the directory and the secret's path.
+func clientSecret(t *testing.T) (dir, secret string) {
+	t.Helper()
 	g := fakeGoogle(t)
-	defer g.Close()
-	dir := t.TempDir()
-	secret := filepath.Join(dir, "client.json")
-	os.WriteFile(secret, []byte(`{"installed":{"client_id":"cid","client_secret":"csec","auth_uri":"`+g.URL+`/auth","token_uri":"`+g.URL+`/token","redirect_uris":["http://localhost"]}}`), 0o600)
+	t.Cleanup(g.Close)
+	dir = t.TempDir()
+	secret = filepath.Join(dir, "client.json")
+	if err := os.WriteFile(secret, []byte(`{"installed":{"client_id":"cid","client_secret":"csec","auth_uri":"`+g.URL+`/auth","token_uri":"`+g.URL+`/token","redirect_uris":["http://localhost"]}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir, secret
+}
+
+func TestAuthLoopbackFlowStoresToken0600(t *testing.T) {
+	dir, secret := clientSecret(t)
 	out := filepath.Join(dir, "sub", "token.json")
 
 	pr, pw := io.Pipe()
@@ -163,11 +174,7 @@ func authAsBrowser(t *testing.T, args ...string) (int, *url.URL, string) {
 // serve reads it; unknown mailboxes and service-account ones are refused
 // with exit 2.
 func TestAuthMailboxStoresItsToken(t *testing.T) {
-	g := fakeGoogle(t)
-	defer g.Close()
-	dir := t.TempDir()
-	secret := filepath.Join(dir, "client.json")
-	os.WriteFile(secret, []byte(`{"installed":{"client_id":"cid","client_secret":"csec","auth_uri":"`+g.URL+`/auth","token_uri":"`+g.URL+`/token","redirect_uris":["http://localhost"]}}`), 0o600)
+	dir, secret := clientSecret(t)
 	billingToken := filepath.Join(dir, "secrets", "billing.json")
 	pol := filepath.Join(dir, "policy.yaml")
 	os.WriteFile(pol, []byte("mailboxes:\n  billing: {address: billing@shop.test, credentials: "+billingToken+"}\n"+

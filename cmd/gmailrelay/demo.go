@@ -196,29 +196,23 @@ func (d *demo) outcome(key string) (acceptlog.Job, []acceptlog.Line, int) {
 	return j, lines, d.emu.Deliveries(id)
 }
 
-func countKind(lines []acceptlog.Line, k acceptlog.Kind) int {
-	n := 0
-	for _, l := range lines {
-		if l.Kind == k {
-			n++
-		}
-	}
-	return n
-}
-
-func describe(j acceptlog.Job, lines []acceptlog.Line) string {
-	s := string(j.State)
+// describe renders the job's state with where each effect came from, and
+// counts its effect lines.
+func describe(j acceptlog.Job, lines []acceptlog.Line) (string, int) {
+	s, effects := string(j.State), 0
 	for _, l := range lines {
 		if l.Kind == acceptlog.KindEffect {
 			s += " (effect from " + l.Source + ")"
+			effects++
 		}
 	}
-	return s
+	return s, effects
 }
 
 func (d *demo) row(mode, caller, key string, want acceptlog.State, wantEffects int) demoRow {
 	j, lines, n := d.outcome(key)
-	r := demoRow{Mode: mode, Caller: caller, Log: describe(j, lines), Emulator: n, Effects: countKind(lines, acceptlog.KindEffect)}
+	r := demoRow{Mode: mode, Caller: caller, Emulator: n}
+	r.Log, r.Effects = describe(j, lines)
 	switch {
 	case j.State != want:
 		r.Why = fmt.Sprintf("state %s, want %s", j.State, want)
