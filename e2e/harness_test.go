@@ -280,7 +280,28 @@ func (r *relayProc) WaitExit(t testing.TB) {
 		t.Fatalf("relay exited with %v, want killed by SIGKILL", r.cmd.ProcessState)
 	}
 	r.url = ""
+	// A crash point fires in the send path, with the log open: the kill
+	// leaves its journal behind, and `gmailrelay check` (which opens the
+	// log as serve would) must replay it and close the file cleanly. So
+	// every crash test also proves the journal's recovery on a real kill.
+	journal := r.dataFile() + "-journal"
+	if _, err := os.Stat(journal); err != nil {
+		t.Fatalf("after the kill the log's journal is missing (%v): the crash did not exercise the journal's recovery", err)
+	}
 	r.checkDataLocked(t)
+	if _, err := os.Stat(journal); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("after gmailrelay check the journal is still there (%v): check did not recover and close the log cleanly", err)
+	}
+}
+
+// dataFile is the relay's --data file ("" when it has none).
+func (r *relayProc) dataFile() string {
+	for i, a := range r.args {
+		if a == "--data" && i+1 < len(r.args) {
+			return r.args[i+1]
+		}
+	}
+	return ""
 }
 
 // checkData runs `gmailrelay check` on the data file of the killed
@@ -294,12 +315,7 @@ func (r *relayProc) checkData(t testing.TB) {
 
 func (r *relayProc) checkDataLocked(t testing.TB) {
 	t.Helper()
-	data := ""
-	for i, a := range r.args {
-		if a == "--data" && i+1 < len(r.args) {
-			data = r.args[i+1]
-		}
-	}
+	data := r.dataFile()
 	if data == "" {
 		return
 	}
