@@ -21,7 +21,8 @@ const maxReported = 20
 //   - a job has at most one effect line, unless it is in StateReview or a
 //     resolved line follows its second effect line;
 //   - the state, due and unknown indexes hold exactly the entries the jobs
-//     imply, and every line is in the per-job line index (and vice versa);
+//     imply;
+//   - every job's record lists exactly the seqs of its lines, in order;
 //   - every change of state its lines make (after the first) is in
 //     Transitions;
 //   - the counters equal a recount.
@@ -67,10 +68,10 @@ type keySet map[string]struct{}
 func (s keySet) add(k []byte) { s[string(k)] = struct{}{} }
 
 func check(tx *bolt.Tx, v *violations) error {
-	wantState, wantDue, wantUnknown, wantJobLines, wantPrunable := keySet{}, keySet{}, keySet{}, keySet{}, keySet{}
+	wantState, wantDue, wantUnknown, wantPrunable := keySet{}, keySet{}, keySet{}, keySet{}
 	counts := map[string]int64{}
-	// lines by job, from the lines bucket itself (not the per-job index, which
-	// is checked against it).
+	// lines by job, oldest first, from the lines bucket itself (not the
+	// seqs the job records list, which are checked against it).
 	byJob := map[string][]Line{}
 
 	err := tx.Bucket(bucketLines).ForEach(func(k, val []byte) error {
@@ -83,7 +84,6 @@ func check(tx *bolt.Tx, v *violations) error {
 			v.add("line %x: key does not match seq %d", k, ln.Seq)
 		}
 		byJob[ln.MessageID] = append(byJob[ln.MessageID], ln)
-		wantJobLines.add(jobLineKey(ln.MessageID, ln.Seq))
 		for _, ck := range lineCounters(&ln) {
 			counts[ck]++
 		}
@@ -96,7 +96,8 @@ func check(tx *bolt.Tx, v *violations) error {
 	err = tx.Bucket(bucketJobs).ForEach(func(k, val []byte) error {
 		id := string(k)
 		var j Job
-		if err := decodeJob(val, &j); err != nil {
+		seqs, err := decodeJobRecord(val, &j)
+		if err != nil {
 			v.add("job %s: undecodable: %v", id, err)
 			return nil
 		}
@@ -123,6 +124,7 @@ func check(tx *bolt.Tx, v *violations) error {
 		}
 		lines := byJob[id]
 		delete(byJob, id)
+		checkLineSeqs(v, id, seqs, lines)
 		checkJob(v, &j, lines)
 		return nil
 	})
@@ -150,10 +152,6 @@ func check(tx *bolt.Tx, v *violations) error {
 	})
 	compareIndex(tx, v, bucketPrunable, wantPrunable, func(k []byte) string {
 		return fmt.Sprintf("job %s prunable since %s", k[min(8, len(k)):], timeIDKeyTime(k))
-	})
-	compareIndex(tx, v, bucketJobLines, wantJobLines, func(k []byte) string {
-		id, seq, _ := bytes.Cut(k, []byte{0})
-		return fmt.Sprintf("job %s line %x", id, seq)
 	})
 
 	got, err := readCounters(tx)
@@ -202,6 +200,31 @@ func checkJob(v *violations, j *Job, lines []Line) {
 	}
 	if effects > 1 && j.State != StateReview && !resolvedAfterSecond {
 		v.add("job %s: %d effect lines in state %q (duplicate not under review)", j.MessageID, effects, j.State)
+	}
+}
+
+// checkLineSeqs checks that the seqs a job's record lists are exactly the
+// seqs of its lines (oldest first, from the lines bucket).
+func checkLineSeqs(v *violations, id string, seqs seqList, lines []Line) {
+	i := 0
+	_, err := seqs.each(func(seq uint64) bool {
+		for i < len(lines) && lines[i].Seq < seq {
+			v.add("job %s: line %d is not listed in its record", id, lines[i].Seq)
+			i++
+		}
+		if i < len(lines) && lines[i].Seq == seq {
+			i++
+		} else {
+			v.add("job %s: its record lists line %d, which is not one of its lines", id, seq)
+		}
+		return true
+	})
+	if err != nil {
+		v.add("job %s: its record's line seqs: %v", id, err)
+		return
+	}
+	for ; i < len(lines); i++ {
+		v.add("job %s: line %d is not listed in its record", id, lines[i].Seq)
 	}
 }
 

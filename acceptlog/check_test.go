@@ -2,7 +2,6 @@ package acceptlog_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -127,7 +126,31 @@ func TestCheckDetectsCorruption(t *testing.T) {
 				k, _ := c.Last()
 				return tx.Bucket([]byte("lines")).Delete(k)
 			},
-			want: []string{"joblines index: stray entry", `counter "lines" is 2, recount says 1`, "fold to \"forwarding\""},
+			want: []string{"job <a@x>: its record lists line 2, which is not one of its lines", `counter "lines" is 2, recount says 1`, "fold to \"forwarding\""},
+		},
+		{
+			name: "line missing from its job's record",
+			corrupt: func(tx *bolt.Tx) error {
+				return rewriteRecord(tx, "<a@x>", func(_ *acceptlog.Job, seqs []uint64) []uint64 { return seqs[:1] })
+			},
+			want: []string{"1 violations", "job <a@x>: line 2 is not listed in its record"},
+		},
+		{
+			name: "job record lists a line that does not exist",
+			corrupt: func(tx *bolt.Tx) error {
+				return rewriteRecord(tx, "<a@x>", func(_ *acceptlog.Job, seqs []uint64) []uint64 { return append(seqs, seqs[1]+1) })
+			},
+			want: []string{"1 violations", "job <a@x>: its record lists line 3, which is not one of its lines"},
+		},
+		{
+			name: "job record's line seqs unreadable",
+			corrupt: func(tx *bolt.Tx) error {
+				b := tx.Bucket([]byte("jobs"))
+				v := b.Get([]byte("<a@x>"))
+				v = append(v[:len(v)-1:len(v)-1], 0) // the last seq's delta becomes 0
+				return b.Put([]byte("<a@x>"), v)
+			},
+			want: []string{"job <a@x>: its record's line seqs: line seqs: 1 after 1 is not increasing"},
 		},
 		{
 			name: "many violations are counted, the first 20 spelled out",
@@ -201,14 +224,18 @@ func TestCheckDetectsCorruption(t *testing.T) {
 	}
 }
 
+// rewriteJob edits the stored job id behind the log's back, keeping the
+// seqs its record lists.
 func rewriteJob(tx *bolt.Tx, id string, edit func(*acceptlog.Job)) error {
+	return rewriteRecord(tx, id, func(j *acceptlog.Job, seqs []uint64) []uint64 {
+		edit(j)
+		return seqs
+	})
+}
+
+func rewriteRecord(tx *bolt.Tx, id string, edit func(*acceptlog.Job, []uint64) []uint64) error {
 	b := tx.Bucket([]byte("jobs"))
-	var j acceptlog.Job
-	if err := acceptlog.DecodeJob(b.Get([]byte(id)), &j); err != nil {
-		return err
-	}
-	edit(&j)
-	v, err := json.Marshal(&j) // written back in the old JSON form, which the log still reads
+	v, err := acceptlog.EditJobRecord(b.Get([]byte(id)), edit)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,14 @@ import (
 // length byte (0: the zero time) and time.Time's binary form, string lists
 // as a uvarint count and the strings. A record may end early: the fields
 // after its end are zero, so a field added at the end needs no new format.
+//
+// A job record's last field (since issue 16's step 2, which dropped the
+// job-lines index) is the seqs of the job's lines, oldest first, stored
+// like a string: a uvarint byte length, then a seq list (see seqList).
+// It is the stored record's, not Job's: the log keeps it (Mutate appends
+// the seqs of the lines it writes, Prune drops those it removes) and reads
+// a job's lines through it. A record written before it (or a JSON one)
+// has none; Open fills it when it drops the index (migrateJobLines).
 const recordV1 = 0x01
 
 // maxTimeSize is the most appendTime writes: a length byte and time.Time's
@@ -43,11 +51,12 @@ const (
 	lineHandleKept
 )
 
-// encodeJob returns j's record in one allocation.
-func encodeJob(j *Job) []byte {
+// encodeJob returns j's record, with seqs (a seqList's bytes) as the seqs
+// of its lines, in one allocation.
+func encodeJob(j *Job, seqs []byte) []byte {
 	strs := [...]string{j.MessageID, j.Key, j.Channel, j.Mailbox, j.Fingerprint, string(j.State),
 		j.ThreadIDIn, j.GmailID, j.ThreadID, j.LastError, string(j.LastReason)}
-	n := 1 + 6*binary.MaxVarintLen64 + 6*maxTimeSize + listSize(j.LabelIDs)
+	n := 1 + 7*binary.MaxVarintLen64 + 6*maxTimeSize + listSize(j.LabelIDs) + len(seqs)
 	for _, s := range strs {
 		n += binary.MaxVarintLen64 + len(s)
 	}
@@ -80,18 +89,27 @@ func encodeJob(j *Job) []byte {
 	b = appendTime(b, j.CreatedAt)
 	b = appendTime(b, j.UpdatedAt)
 	b = appendTime(b, j.PrunedAt)
-	return b
+	b = binary.AppendUvarint(b, uint64(len(seqs)))
+	return append(b, seqs...)
 }
 
 // decodeJob reads a record written by encodeJob or an older JSON one. The
 // strings of a binary record share one allocation.
 func decodeJob(v []byte, j *Job) error {
+	_, err := decodeJobRecord(v, j)
+	return err
+}
+
+// decodeJobRecord is decodeJob that also returns the seqs of the job's
+// lines as stored (empty when the record has none). They share the
+// strings' allocation.
+func decodeJobRecord(v []byte, j *Job) (seqList, error) {
 	if len(v) > 0 && v[0] == '{' {
-		return json.Unmarshal(v, j)
+		return "", json.Unmarshal(v, j)
 	}
 	d, err := newDecoder(v)
 	if err != nil {
-		return err
+		return "", err
 	}
 	*j = Job{
 		MessageID:   d.string(),
@@ -120,7 +138,68 @@ func decodeJob(v []byte, j *Job) error {
 	j.CreatedAt = d.time()
 	j.UpdatedAt = d.time()
 	j.PrunedAt = d.time()
-	return d.err
+	seqs := seqList(d.string())
+	if d.err != nil {
+		return "", d.err
+	}
+	return seqs, nil
+}
+
+// seqList is the seqs of a job's lines as a job record stores them: each a
+// uvarint, the first seq, then every later one minus the one before it
+// (never 0: a job's seqs are strictly increasing). A job that went through
+// review, resends and verify passes has dozens of lines; their seqs take a
+// byte or two each.
+type seqList string
+
+// appendSeq appends seq to the list enc whose last seq is last (0 when enc
+// is empty); seq must be greater than last.
+func appendSeq(enc []byte, last, seq uint64) []byte {
+	return binary.AppendUvarint(enc, seq-last)
+}
+
+// each calls fn with each seq of the list, in order, until fn returns
+// false, and returns the last seq it read. A list that does not parse (a
+// cut varint, a delta of 0, a seq past 2^64) is an error.
+func (s seqList) each(fn func(seq uint64) bool) (last uint64, err error) {
+	for len(s) > 0 {
+		delta, n := uvarint(string(s))
+		if n <= 0 {
+			return last, errors.New("line seqs: bad varint")
+		}
+		s = s[n:]
+		if delta == 0 || last+delta < last {
+			return last, fmt.Errorf("line seqs: %d after %d is not increasing", last+delta, last)
+		}
+		last += delta
+		if !fn(last) {
+			break
+		}
+	}
+	return last, nil
+}
+
+// last returns the list's last seq (0 when empty).
+func (s seqList) last() (uint64, error) {
+	return s.each(func(uint64) bool { return true })
+}
+
+// seqs returns the list's seqs.
+func (s seqList) seqs() ([]uint64, error) {
+	var out []uint64
+	_, err := s.each(func(seq uint64) bool { out = append(out, seq); return true })
+	return out, err
+}
+
+// encodeSeqs returns seqs (strictly increasing) as a seqList's bytes.
+func encodeSeqs(seqs []uint64) []byte {
+	var b []byte
+	var last uint64
+	for _, seq := range seqs {
+		b = appendSeq(b, last, seq)
+		last = seq
+	}
+	return b
 }
 
 // encodeLine returns ln's record in one allocation.
@@ -284,22 +363,31 @@ func (d *decoder) uvarint() uint64 {
 	if d.s == "" {
 		return 0
 	}
-	var x uint64
+	x, n := uvarint(d.s)
+	if n <= 0 {
+		d.fail(errors.New("bad varint"))
+		return 0
+	}
+	d.s = d.s[n:]
+	return x
+}
+
+// uvarint is binary.Uvarint on a string: the value at the start of s and
+// its length, or n <= 0 when s does not start with a valid uvarint.
+func uvarint(s string) (x uint64, n int) {
 	var shift uint
-	for i := 0; i < len(d.s) && i < binary.MaxVarintLen64; i++ {
-		c := d.s[i]
+	for i := 0; i < len(s) && i < binary.MaxVarintLen64; i++ {
+		c := s[i]
 		if c < 0x80 {
 			if i == binary.MaxVarintLen64-1 && c > 1 {
-				break
+				return 0, -1
 			}
-			d.s = d.s[i+1:]
-			return x | uint64(c)<<shift
+			return x | uint64(c)<<shift, i + 1
 		}
 		x |= uint64(c&0x7f) << shift
 		shift += 7
 	}
-	d.fail(errors.New("bad varint"))
-	return 0
+	return 0, -1
 }
 
 func (d *decoder) int() int {

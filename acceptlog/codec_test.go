@@ -92,13 +92,63 @@ func wantRoundTrip[T any](t *testing.T, encode func(*T) []byte, decode func([]by
 	return in, out
 }
 
+// encodeJobOnly is encodeJob with no line seqs, for the tests of Job's
+// fields.
+func encodeJobOnly(j *Job) []byte { return encodeJob(j, nil) }
+
 func TestJobRecordRoundTripsEveryField(t *testing.T) {
-	in, out := wantRoundTrip(t, encodeJob, decodeJob)
+	in, out := wantRoundTrip(t, encodeJobOnly, decodeJob)
 	for i, got := range out {
 		for _, tm := range []time.Time{got.CreatedAt, got.UpdatedAt} {
 			if !tm.Equal(in[i].CreatedAt) && !tm.Equal(in[i].UpdatedAt) {
 				t.Errorf("time %v is neither stored instant", tm)
 			}
+		}
+	}
+}
+
+// The seqs of a job's lines, the record's last field, come back as
+// written, with every field of the job: none, one, dozens (a job through
+// review, resends and verify looks), gaps of every varint length.
+func TestJobRecordRoundTripsLineSeqs(t *testing.T) {
+	wide, dense := []uint64{1}, []uint64{1000}
+	for i := range 60 {
+		wide = append(wide, wide[len(wide)-1]+uint64(1)<<(i%57))
+		dense = append(dense, dense[len(dense)-1]+uint64(i*37%300+1)) // a busy log: others' lines between
+	}
+	for _, seqs := range [][]uint64{nil, {1}, {7, 8, 9}, {1 << 40, 1<<40 + 1, 1<<63 - 1, 1<<64 - 1}, wide, dense} {
+		var j Job
+		fillAll(t, &j, len(seqs))
+		want := viaJSON(t, &j)
+		rec := encodeJob(&j, encodeSeqs(seqs))
+		var got Job
+		list, err := decodeJobRecord(rec, &got)
+		if err != nil {
+			t.Fatalf("%d seqs: %v", len(seqs), err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%d seqs: job\n got %+v\nwant %+v", len(seqs), got, want)
+		}
+		gotSeqs, err := list.seqs()
+		if err != nil || !reflect.DeepEqual(gotSeqs, seqs) {
+			t.Errorf("seqs = %v, %v; want %v", gotSeqs, err, seqs)
+		}
+		if last, err := list.last(); err != nil || len(seqs) > 0 && last != seqs[len(seqs)-1] {
+			t.Errorf("last of %v = %d, %v", seqs, last, err)
+		}
+		if n := len(rec) - len(encodeJob(&j, nil)); len(seqs) > 0 && &seqs[0] == &dense[0] && n > 2*len(seqs)+1 {
+			t.Errorf("%d seqs at most 300 apart take %d bytes, want at most 2 each", len(seqs), n)
+		}
+	}
+}
+
+// A seq list that does not strictly increase, or whose varint is cut or
+// overflows, is an error, never a list.
+func TestBadSeqLists(t *testing.T) {
+	for _, bad := range []string{"\x05\x00", "\x00", "\x80", "\xff\xff\xff\xff\xff\xff\xff\xff\xff\x02",
+		"\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01\x01"} {
+		if got, err := seqList(bad).seqs(); err == nil {
+			t.Errorf("seqs of %q = %v, want an error", bad, got)
 		}
 	}
 }
@@ -113,7 +163,7 @@ func TestLineRecordRoundTripsEveryField(t *testing.T) {
 func TestCutRecords(t *testing.T) {
 	var j Job
 	fillAll(t, &j, 0)
-	rec := encodeJob(&j)
+	rec := encodeJob(&j, encodeSeqs([]uint64{3, 4, 500}))
 	errs := 0
 	for n := 1; n < len(rec); n++ {
 		var got Job
@@ -130,28 +180,35 @@ func TestCutRecords(t *testing.T) {
 			t.Errorf("decodeJob(%x) = nil error", bad)
 		}
 	}
-	// The fields before PrunedAt, then the record ends: PrunedAt is zero.
+	// The fields before PrunedAt, then the record ends: PrunedAt is zero
+	// and the record lists no line seqs.
 	j.PrunedAt = time.Time{}
-	short := encodeJob(&j)
-	short = short[:len(short)-1] // drop the zero PrunedAt's length byte
+	short := encodeJob(&j, nil)
+	short = short[:len(short)-2] // drop the zero PrunedAt's length byte and the empty seqs
 	var got Job
-	if err := decodeJob(short, &got); err != nil || !got.PrunedAt.IsZero() || got.MessageID != j.MessageID {
-		t.Errorf("record without its last field: %+v, %v", got, err)
+	seqs, err := decodeJobRecord(short, &got)
+	if err != nil || !got.PrunedAt.IsZero() || got.MessageID != j.MessageID || seqs != "" {
+		t.Errorf("record without its last fields: %+v, %q, %v", got, seqs, err)
 	}
 }
 
 func FuzzDecodeRecord(f *testing.F) {
 	var j Job
 	var ln Line
-	f.Add(encodeJob(&j))
+	f.Add(encodeJob(&j, nil))
+	f.Add(encodeJob(&j, encodeSeqs([]uint64{1, 2, 300})))
 	f.Add(encodeLine(&ln))
 	f.Add([]byte(`{"message_id":"<a@x>","state":"sent"}`))
 	f.Fuzz(func(t *testing.T, v []byte) {
 		var j Job
-		if decodeJob(v, &j) == nil && len(v) > 0 && v[0] == recordV1 {
+		if seqs, err := decodeJobRecord(v, &j); err == nil && len(v) > 0 && v[0] == recordV1 {
 			var again Job
-			if err := decodeJob(encodeJob(&j), &again); err != nil || !reflect.DeepEqual(viaJSON(t, &again), viaJSON(t, &j)) {
-				t.Errorf("re-encoded job differs: %+v vs %+v (%v)", again, j, err)
+			seqs2, err := decodeJobRecord(encodeJob(&j, []byte(seqs)), &again)
+			if err != nil || !reflect.DeepEqual(viaJSON(t, &again), viaJSON(t, &j)) || seqs2 != seqs {
+				t.Errorf("re-encoded job differs: %+v %q vs %+v %q (%v)", again, seqs2, j, seqs, err)
+			}
+			if list, err := seqs.seqs(); err == nil && string(encodeSeqs(list)) != string(seqs) {
+				t.Errorf("seqs %v re-encode as %q, read from %q", list, encodeSeqs(list), seqs)
 			}
 		}
 		var ln Line
@@ -167,7 +224,7 @@ func BenchmarkJobRecord(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			var got Job
-			if err := decodeJob(encodeJob(&j), &got); err != nil {
+			if err := decodeJob(encodeJob(&j, nil), &got); err != nil {
 				b.Fatal(err)
 			}
 		}

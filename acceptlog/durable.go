@@ -213,7 +213,7 @@ func (l *Log) checkpoint() error {
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	hdr := encodeJournalHeader(journalHeader{pageSize: ps, txid: txid, meta: meta})
+	hdr := encodeJournalHeader(journalHeader{version: journalVersion, pageSize: ps, txid: txid, meta: meta})
 	f, err := createJournal(l.jpath, hdr)
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)

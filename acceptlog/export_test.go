@@ -19,9 +19,23 @@ func SetBatching(l *Log, alwaysBatch bool, delay time.Duration) {
 	l.db.MaxBatchDelay = delay
 }
 
-// DecodeJob reads a stored job record (binary or, from an older log, JSON),
-// for tests that edit records behind the log's back.
-var DecodeJob = decodeJob
+// EditJobRecord decodes a stored job record (binary or, from an older log,
+// JSON), lets edit change the job and the seqs of its lines the record
+// lists, and returns the record encoded again (binary), for tests that
+// plant violations behind the log's back.
+func EditJobRecord(v []byte, edit func(j *Job, seqs []uint64) []uint64) ([]byte, error) {
+	var j Job
+	list, err := decodeJobRecord(v, &j)
+	if err != nil {
+		return nil, err
+	}
+	seqs, err := list.seqs()
+	if err != nil {
+		return nil, err
+	}
+	seqs = edit(&j, seqs)
+	return encodeJob(&j, encodeSeqs(seqs)), nil
+}
 
 // SetNoFreelistSync sets whether logs opened from now on skip writing
 // bbolt's freelist at each commit (see noFreelistSync), and returns the

@@ -25,12 +25,21 @@ import (
 //	    sequence: 0x03 | bucket | uvarint sequence
 //
 // All integers are little-endian. A bucket is a write bucket's number (wJobs
-// ...), so the version changes when they are renumbered. The sequence op is
-// bbolt's bucket sequence, which NextSequence changes without a put: the
-// lines' Seq counter would otherwise go back after a replay.
+// ...), so the version changes when they are renumbered (journalBuckets).
+// The sequence op is bbolt's bucket sequence, which NextSequence changes
+// without a put: the lines' Seq counter would otherwise go back after a
+// replay.
+//
+// Version 2 (issue 16's step 2) dropped the job-lines index's bucket, number
+// 2 in version 1. A version 1 journal (a gmailrelay before it stopped
+// without closing its log) is still replayed, with version 1's numbers,
+// into its file, which still has that bucket; Open then migrates the file
+// (migrateJobLines). A gmailrelay that knows only version 1 refuses a
+// version 2 journal, as it must: the file it belongs to no longer has the
+// index that gmailrelay reads.
 const (
 	journalMagic   = "gmrjrnl1"
-	journalVersion = 1
+	journalVersion = 2
 
 	opPut      = 1
 	opDelete   = 2
@@ -44,9 +53,29 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// journalBucketsV1 are the buckets of a version 1 journal, by number.
+var journalBucketsV1 = [...][]byte{
+	bucketJobs, bucketLines, bucketJobLinesV1, bucketState, bucketDue, bucketUnknown,
+	bucketPrunable, bucketBodies, bucketMailboxes, bucketCounters, bucketSends,
+}
+
+// journalBuckets returns the buckets of a journal of version v by number,
+// nil for a version this gmailrelay cannot read.
+func journalBuckets(v uint32) [][]byte {
+	switch v {
+	case 1:
+		return journalBucketsV1[:]
+	case journalVersion:
+		return writeBucketNames[:]
+	}
+	return nil
+}
+
 // journalHeader is what a journal starts with: the checkpoint it applies
-// to, as the bbolt meta page that was durable when it was written.
+// to, as the bbolt meta page that was durable when it was written, and the
+// journal's version.
 type journalHeader struct {
+	version  uint32 // encodeJournalHeader writes journalVersion
 	pageSize int
 	txid     uint64
 	meta     []byte // pageSize bytes
@@ -56,7 +85,7 @@ type journalHeader struct {
 func encodeJournalHeader(h journalHeader) []byte {
 	b := make([]byte, 0, len(journalMagic)+16+len(h.meta)+4)
 	b = append(b, journalMagic...)
-	b = binary.LittleEndian.AppendUint32(b, journalVersion)
+	b = binary.LittleEndian.AppendUint32(b, h.version)
 	b = binary.LittleEndian.AppendUint32(b, uint32(h.pageSize))
 	b = binary.LittleEndian.AppendUint64(b, h.txid)
 	b = append(b, h.meta...)
@@ -70,8 +99,9 @@ func decodeJournalHeader(b []byte) (journalHeader, int, error) {
 	if len(b) < fixed || string(b[:len(journalMagic)]) != journalMagic {
 		return journalHeader{}, 0, errors.New("no journal header")
 	}
-	if v := binary.LittleEndian.Uint32(b[8:]); v != journalVersion {
-		return journalHeader{}, 0, fmt.Errorf("journal version %d, want %d", v, journalVersion)
+	v := binary.LittleEndian.Uint32(b[8:])
+	if journalBuckets(v) == nil {
+		return journalHeader{}, 0, fmt.Errorf("journal version %d, want %d or older", v, journalVersion)
 	}
 	ps := int(binary.LittleEndian.Uint32(b[12:]))
 	if ps < metaPageMin || ps > 1<<16 {
@@ -84,7 +114,7 @@ func decodeJournalHeader(b []byte) (journalHeader, int, error) {
 	if crc32.Checksum(b[:n-4], castagnoli) != binary.LittleEndian.Uint32(b[n-4:]) {
 		return journalHeader{}, 0, errors.New("journal header checksum mismatch")
 	}
-	h := journalHeader{pageSize: ps, txid: binary.LittleEndian.Uint64(b[16:]), meta: b[fixed : fixed+ps]}
+	h := journalHeader{version: v, pageSize: ps, txid: binary.LittleEndian.Uint64(b[16:]), meta: b[fixed : fixed+ps]}
 	if err := checkMetaPage(h.meta, h.txid); err != nil {
 		return journalHeader{}, 0, fmt.Errorf("journal header: %w", err)
 	}
@@ -112,29 +142,33 @@ func nextRecord(b []byte) (payload []byte, n int, ok bool) {
 }
 
 // journalOp is one change of a record: a put, a delete or a new bucket
-// sequence, in a write bucket (wJobs...).
+// sequence, in a write bucket (wJobs...; in a version 1 journal, see
+// journalBuckets) named name.
 type journalOp struct {
 	kind   byte
 	bucket int
+	name   []byte
 	key    []byte
 	value  []byte // put only
 	seq    uint64 // sequence only
 }
 
-// decodeOps calls fn with each op of a record's payload, in order. key and
-// value alias payload. A payload that does not parse is an error: its
-// checksum matched, so it is not a torn write but a bug or a journal of
-// another version.
-func decodeOps(payload []byte, fn func(op journalOp) error) error {
+// decodeOps calls fn with each op of a record's payload, in order; buckets
+// are the journal's buckets by number (journalBuckets). key and value
+// alias payload. A payload that does not parse is an error: its checksum
+// matched, so it is not a torn write but a bug or a journal of another
+// version.
+func decodeOps(payload []byte, buckets [][]byte, fn func(op journalOp) error) error {
 	for len(payload) > 0 {
 		if len(payload) < 2 {
 			return errors.New("journal record: op cut short")
 		}
 		op := journalOp{kind: payload[0], bucket: int(payload[1])}
 		payload = payload[2:]
-		if op.bucket >= numWriteBuckets {
+		if op.bucket >= len(buckets) {
 			return fmt.Errorf("journal record: bucket %d unknown", op.bucket)
 		}
+		op.name = buckets[op.bucket]
 		var err error
 		switch op.kind {
 		case opPut:

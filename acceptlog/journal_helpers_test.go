@@ -220,7 +220,7 @@ func verifyJournal(t testing.TB, l *Log) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	_, records, _, err := readJournal(l.jpath)
+	hdr, records, _, err := readJournal(l.jpath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func verifyJournal(t testing.TB, l *Log) {
 	var got, want dump
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, rec := range records {
-			if err := decodeOps(rec, func(op journalOp) error { return applyOp(tx, op) }); err != nil {
+			if err := decodeOps(rec, journalBuckets(hdr.version), func(op journalOp) error { return applyOp(tx, op) }); err != nil {
 				return err
 			}
 		}

@@ -25,7 +25,7 @@ func FuzzJournalRecord(f *testing.F) {
 	r.put(wJobs, []byte("<a@b>"), []byte("job"))
 	r.delete(wState, []byte("k"))
 	r.sequence(wLines, 42)
-	r.put(wJobLines, []byte("x"), nil)
+	r.put(wCounters, []byte("x"), nil)
 	f.Add(bytes.Clone(r.record()))
 	f.Add([]byte{})
 	f.Add([]byte{3, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3})
@@ -37,7 +37,7 @@ func FuzzJournalRecord(f *testing.F) {
 			}
 			b = b[n:]
 			var ops []journalOp
-			if err := decodeOps(payload, func(op journalOp) error { ops = append(ops, op); return nil }); err != nil {
+			if err := decodeOps(payload, writeBucketNames[:], func(op journalOp) error { ops = append(ops, op); return nil }); err != nil {
 				continue
 			}
 			var re opRecorder
@@ -60,7 +60,7 @@ func FuzzJournalRecord(f *testing.F) {
 				t.Fatalf("re-encoded record does not read back")
 			}
 			var ops2 []journalOp
-			if err := decodeOps(p2, func(op journalOp) error { ops2 = append(ops2, op); return nil }); err != nil {
+			if err := decodeOps(p2, writeBucketNames[:], func(op journalOp) error { ops2 = append(ops2, op); return nil }); err != nil {
 				t.Fatalf("re-encoded ops: %v", err)
 			}
 			if !reflect.DeepEqual(normOps(ops), normOps(ops2)) {
@@ -84,8 +84,8 @@ func normOps(ops []journalOp) []journalOp {
 // byte changed is not a header.
 func FuzzJournalHeader(f *testing.F) {
 	meta, txid := testMetaPage()
-	f.Add(encodeJournalHeader(journalHeader{pageSize: len(meta), txid: txid, meta: meta}), 0, byte(0))
-	f.Add(encodeJournalHeader(journalHeader{pageSize: len(meta), txid: txid, meta: meta}), 100, byte(1))
+	f.Add(encodeJournalHeader(journalHeader{version: journalVersion, pageSize: len(meta), txid: txid, meta: meta}), 0, byte(0))
+	f.Add(encodeJournalHeader(journalHeader{version: journalVersion, pageSize: len(meta), txid: txid, meta: meta}), 100, byte(1))
 	f.Fuzz(func(t *testing.T, b []byte, at int, flip byte) {
 		h, n, err := decodeJournalHeader(b)
 		if err != nil {

@@ -16,8 +16,6 @@ var (
 	bucketJobs = []byte("jobs")
 	// big-endian seq → Line record (codec.go).
 	bucketLines = []byte("lines")
-	// message id + 0x00 + big-endian seq → nothing.
-	bucketJobLines = []byte("joblines")
 	// state + 0x00 + message id → nothing.
 	bucketState = []byte("state")
 	// sortable time of NextCheckAt + message id → nothing; exactly the jobs
@@ -35,10 +33,15 @@ var (
 	bucketPrunable = []byte("prunable")
 	// counter key (see counterKey*) → 8-byte big-endian two's-complement count.
 	bucketCounters = []byte("counters")
+	// message id + 0x00 + big-endian seq → nothing: the job-lines index of
+	// files written before issue 16's step 2. A job record now lists its
+	// lines' seqs; Open fills them and deletes this bucket
+	// (migrateJobLines).
+	bucketJobLinesV1 = []byte("joblines")
 )
 
 var allBuckets = [][]byte{
-	bucketJobs, bucketLines, bucketJobLines, bucketState, bucketDue,
+	bucketJobs, bucketLines, bucketState, bucketDue,
 	bucketUnknown, bucketBodies, bucketMailboxes, bucketCounters, bucketPrunable,
 	bucketSends,
 }
@@ -71,14 +74,6 @@ func seqKey(seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq)
 }
 
-func jobLinesPrefix(id string) []byte {
-	return appendJobLinesPrefix(make([]byte, 0, len(id)+9), id)
-}
-
-func jobLineKey(id string, seq uint64) []byte {
-	return appendJobLineKey(make([]byte, 0, len(id)+9), id, seq)
-}
-
 func stateKey(s State, id string) []byte {
 	return appendStateKey(make([]byte, 0, len(s)+1+len(id)), s, id)
 }
@@ -86,15 +81,6 @@ func stateKey(s State, id string) []byte {
 // The append* functions write a key at the end of b, so a write
 // transaction builds its keys in one reused buffer (bbolt's Put copies the
 // key it is given).
-
-func appendJobLinesPrefix(b []byte, id string) []byte {
-	b = append(b, id...)
-	return append(b, 0)
-}
-
-func appendJobLineKey(b []byte, id string, seq uint64) []byte {
-	return binary.BigEndian.AppendUint64(appendJobLinesPrefix(b, id), seq)
-}
 
 func appendStateKey(b []byte, s State, id string) []byte {
 	b = append(b, s...)

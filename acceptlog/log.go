@@ -367,7 +367,7 @@ func (l *Log) handOver(batch []*waiter, self *waiter) {
 // and rolls the transaction back.
 func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Job, _ []Line, fnErr, err error) {
 	w := l.writeTx(tx)
-	cur, curRecord, err := w.getJob(id)
+	cur, curRecord, curSeqs, err := w.getJob(id)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return Job{}, nil, nil, err
 	}
@@ -387,9 +387,14 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 			l.counts = counts
 		}
 	}
-	if p.Job != nil {
-		if err := putJob(w, cur, curRecord, p.Job, counts); err != nil {
-			return Job{}, nil, nil, err
+	// The job's record lists the seqs of its lines: the new lines' seqs
+	// are appended to the stored list, so a change with lines rewrites
+	// the record even when it leaves the job as it is.
+	w.seqs = append(w.seqs[:0], curSeqs...)
+	var last uint64
+	if len(p.Lines) > 0 {
+		if last, err = curSeqs.last(); err != nil {
+			return Job{}, nil, nil, fmt.Errorf("job %s: %w", id, err)
 		}
 	}
 	for i := range p.Lines {
@@ -403,12 +408,18 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 		if err := w.put(wLines, w.key, encodeLine(ln)); err != nil {
 			return Job{}, nil, nil, fmt.Errorf("put line %d: %w", seq, err)
 		}
-		w.key = appendJobLineKey(w.key[:0], id, seq)
-		if err := w.put(wJobLines, w.key, nil); err != nil {
-			return Job{}, nil, nil, fmt.Errorf("put job line %d: %w", seq, err)
-		}
+		w.seqs, last = appendSeq(w.seqs, last, seq), seq
 		for _, k := range lineCounters(ln) {
 			counts[k]++
+		}
+	}
+	job := p.Job
+	if job == nil && len(p.Lines) > 0 {
+		job = cur
+	}
+	if job != nil {
+		if err := putJob(w, cur, curRecord, job, w.seqs, counts); err != nil {
+			return Job{}, nil, nil, err
 		}
 	}
 	if err := indexSends(w, p.Result.Mailbox, p.Lines); err != nil {

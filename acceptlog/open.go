@@ -91,6 +91,7 @@ func (l *Log) open(synced bool) error {
 		_ = db.Close()
 		return err
 	}
+	migrated := 0
 	err = db.Update(func(tx *bolt.Tx) error {
 		// A file written before the prunable index existed gets it filled
 		// from its jobs (the other buckets are as old as the file).
@@ -101,10 +102,17 @@ func (l *Log) open(synced bool) error {
 			}
 		}
 		if backfill {
-			return backfillPrunable(tx)
+			if err := backfillPrunable(tx); err != nil {
+				return err
+			}
 		}
-		return nil
+		var err error
+		migrated, err = migrateJobLines(tx)
+		return err
 	})
+	if err == nil && migrated > 0 {
+		l.logf("acceptlog: %s: the job-lines index was moved into the %d job records and dropped (once; an older gmailrelay would not read the file right)", l.path, migrated)
+	}
 	if err == nil && !synced {
 		// Journaling starts only now: the writes above are synced, and a
 		// journal cannot replay bucket creation.
@@ -134,7 +142,7 @@ func (l *Log) recover(hdr *journalHeader, records [][]byte, exists bool) error {
 	if hdr != nil && len(records) > 0 {
 		err := l.db.Update(func(tx *bolt.Tx) error {
 			for i, rec := range records {
-				if err := decodeOps(rec, func(op journalOp) error { return applyOp(tx, op) }); err != nil {
+				if err := decodeOps(rec, journalBuckets(hdr.version), func(op journalOp) error { return applyOp(tx, op) }); err != nil {
 					return fmt.Errorf("record %d: %w", i+1, err)
 				}
 			}
@@ -156,9 +164,9 @@ func (l *Log) recover(hdr *journalHeader, records [][]byte, exists bool) error {
 
 // applyOp makes one journaled change in tx.
 func applyOp(tx *bolt.Tx, op journalOp) error {
-	b := tx.Bucket(writeBucketNames[op.bucket])
+	b := tx.Bucket(op.name)
 	if b == nil {
-		return fmt.Errorf("bucket %s missing", writeBucketNames[op.bucket])
+		return fmt.Errorf("bucket %s missing", op.name)
 	}
 	switch op.kind {
 	case opPut:
@@ -184,7 +192,7 @@ func readJournal(path string) (_ *journalHeader, records [][]byte, exists bool, 
 	h, n, err := decodeJournalHeader(b)
 	if err != nil {
 		if len(b) >= len(journalMagic)+4 && string(b[:len(journalMagic)]) == journalMagic &&
-			binary.LittleEndian.Uint32(b[len(journalMagic):]) != journalVersion {
+			journalBuckets(binary.LittleEndian.Uint32(b[len(journalMagic):])) == nil {
 			// Another gmailrelay's journal: its records must not be lost.
 			return nil, nil, true, fmt.Errorf("journal %s: %w (written by another version of gmailrelay: open the file with that version)", path, err)
 		}
@@ -241,4 +249,63 @@ func restoreMeta(f *os.File, h journalHeader) error {
 		return fmt.Errorf("sync meta pages: %w", err)
 	}
 	return nil
+}
+
+// migrateJobLines converts a file written before issue 16's step 2, which
+// kept a job's lines in the job-lines index (bucketJobLinesV1), to job
+// records that list their lines' seqs, and deletes the index; it returns
+// how many job records it rewrote (0 and nothing done when the file has no
+// index). It runs inside Open's synced transaction: a crash leaves the file
+// as it was, and the next Open converts it again.
+//
+// The seqs are taken from the lines bucket, not from the index: every line
+// names its job, so the records come out right even when the index is not
+// (a file a gmailrelay before this change reopened after this one had
+// migrated it: that one created the index again, empty, and filled it for
+// its new lines only). Every job record is rewritten in the binary form, a
+// JSON one (from an older gmailrelay) included: JSON records hold no seqs.
+// It holds every line's seq in memory (a few tens of bytes per line) and
+// every job record it rewrites in the transaction, once.
+func migrateJobLines(tx *bolt.Tx) (int, error) {
+	if tx.Bucket(bucketJobLinesV1) == nil {
+		return 0, nil
+	}
+	byJob := map[string][]uint64{}
+	err := tx.Bucket(bucketLines).ForEach(func(k, v []byte) error {
+		if len(k) != 8 {
+			return fmt.Errorf("line key %x is not a seq", k)
+		}
+		var ln Line
+		if err := decodeLine(v, &ln); err != nil {
+			return fmt.Errorf("decode line %x: %w", k, err)
+		}
+		byJob[ln.MessageID] = append(byJob[ln.MessageID], binary.BigEndian.Uint64(k))
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("move the job-lines index into the jobs: %w", err)
+	}
+	jobs := tx.Bucket(bucketJobs)
+	c := jobs.Cursor()
+	n := 0
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		var j Job
+		if err := decodeJob(v, &j); err != nil {
+			return 0, fmt.Errorf("move the job-lines index into the jobs: decode job %s: %w", k, err)
+		}
+		rec := encodeJob(&j, encodeSeqs(byJob[string(k)]))
+		if bytes.Equal(rec, v) {
+			continue
+		}
+		key := bytes.Clone(k)
+		if err := jobs.Put(key, rec); err != nil {
+			return 0, fmt.Errorf("move the job-lines index into the jobs: put job %s: %w", key, err)
+		}
+		n++
+		c.Seek(key) // a Put may move the cursor's page: back to where it was
+	}
+	if err := tx.DeleteBucket(bucketJobLinesV1); err != nil {
+		return 0, fmt.Errorf("delete the job-lines index: %w", err)
+	}
+	return n, nil
 }

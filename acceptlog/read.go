@@ -3,6 +3,7 @@ package acceptlog
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"time"
@@ -49,35 +50,52 @@ func (l *Log) Get(ctx context.Context, messageID string) (Job, error) {
 func (l *Log) JobLines(ctx context.Context, messageID string) ([]Line, error) {
 	var lines []Line
 	err := l.view(ctx, "job lines "+messageID, func(tx *bolt.Tx) error {
-		if tx.Bucket(bucketJobs).Get([]byte(messageID)) == nil {
-			return ErrNotFound
-		}
 		var err error
-		lines, err = jobLines(tx, messageID)
+		_, lines, err = jobLines(tx, messageID)
 		return err
 	})
 	return lines, err
 }
 
-// jobLines reads a job's lines through the joblines index.
-func jobLines(tx *bolt.Tx, id string) ([]Line, error) {
+// jobLines reads a job and its lines, oldest first: the seqs its record
+// lists, each read from the lines bucket through one cursor (the seqs
+// ascend, so each seek moves forward). ErrNotFound when there is no job.
+func jobLines(tx *bolt.Tx, id string) (*Job, []Line, error) {
+	v := tx.Bucket(bucketJobs).Get([]byte(id))
+	if v == nil {
+		return nil, nil, ErrNotFound
+	}
+	var j Job
+	seqs, err := decodeJobRecord(v, &j)
+	if err != nil {
+		return nil, nil, fmt.Errorf("decode job %s: %w", id, err)
+	}
 	var lines []Line
-	prefix := jobLinesPrefix(id)
-	lb := tx.Bucket(bucketLines)
-	c := tx.Bucket(bucketJobLines).Cursor()
-	for k, _ := c.Seek(prefix); hasPrefixKey(k, prefix); k, _ = c.Next() {
-		seqk := k[len(prefix):]
-		v := lb.Get(seqk)
-		if v == nil {
-			return nil, fmt.Errorf("job line %x of %s has no line", seqk, id)
+	var readErr error
+	c := tx.Bucket(bucketLines).Cursor()
+	var key [8]byte
+	_, err = seqs.each(func(seq uint64) bool {
+		binary.BigEndian.PutUint64(key[:], seq)
+		k, v := c.Seek(key[:])
+		if !bytes.Equal(k, key[:]) {
+			readErr = fmt.Errorf("its record lists line %d, which is not in the log", seq)
+			return false
 		}
 		var ln Line
-		if err := decodeLine(v, &ln); err != nil {
-			return nil, fmt.Errorf("decode line %x: %w", seqk, err)
+		if readErr = decodeLine(v, &ln); readErr != nil {
+			readErr = fmt.Errorf("decode line %d: %w", seq, readErr)
+			return false
 		}
 		lines = append(lines, ln)
+		return true
+	})
+	if err == nil {
+		err = readErr
 	}
-	return lines, nil
+	if err != nil {
+		return nil, nil, fmt.Errorf("lines of job %s: %w", id, err)
+	}
+	return &j, lines, nil
 }
 
 // Raw returns the message stored for messageID (by a Change with Raw), or

@@ -98,11 +98,7 @@ func (l *Log) Prune(ctx context.Context, cutoff time.Time, limit int) (PruneResu
 
 // pruneJob prunes one job inside tx and adds what it removed to res.
 func (l *Log) pruneJob(tx *bolt.Tx, id string, now time.Time, res *PruneResult) error {
-	cur, err := getJob(tx, id)
-	if err != nil {
-		return fmt.Errorf("prune %s: %w", id, err)
-	}
-	lines, err := jobLines(tx, id)
+	cur, lines, err := jobLines(tx, id)
 	if err != nil {
 		return fmt.Errorf("prune %s: %w", id, err)
 	}
@@ -114,18 +110,18 @@ func (l *Log) pruneJob(tx *bolt.Tx, id string, now time.Time, res *PruneResult) 
 	}
 	counts := map[string]int64{}
 	w := l.writeTx(tx)
+	// The record keeps the seqs of the kept lines.
+	w.seqs = w.seqs[:0]
+	var last uint64
 	for i := range lines {
 		ln := &lines[i]
 		if keptWhenPruned(ln, lastState) {
+			w.seqs, last = appendSeq(w.seqs, last, ln.Seq), ln.Seq
 			continue
 		}
 		w.key = binary.BigEndian.AppendUint64(w.key[:0], ln.Seq)
 		if err := w.delete(wLines, w.key); err != nil {
 			return fmt.Errorf("prune %s: delete line %d: %w", id, ln.Seq, err)
-		}
-		w.key = appendJobLineKey(w.key[:0], id, ln.Seq)
-		if err := w.delete(wJobLines, w.key); err != nil {
-			return fmt.Errorf("prune %s: delete job line %d: %w", id, ln.Seq, err)
 		}
 		for _, k := range lineCounters(ln) {
 			counts[k]--
@@ -141,7 +137,7 @@ func (l *Log) pruneJob(tx *bolt.Tx, id string, now time.Time, res *PruneResult) 
 	}
 	j := cloneJob(*cur)
 	j.PrunedAt = now
-	if err := putJob(w, cur, nil, &j, counts); err != nil {
+	if err := putJob(w, cur, nil, &j, w.seqs, counts); err != nil {
 		return err
 	}
 	res.Jobs++

@@ -8,11 +8,12 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// The buckets a write transaction touches, by number (see writeTx).
+// The buckets a write transaction touches, by number (see writeTx). The
+// journal names buckets by these numbers: renumbering them is a new
+// journal version (see journalBuckets).
 const (
 	wJobs = iota
 	wLines
-	wJobLines
 	wState // the indexes, in indexState.. order
 	wDue
 	wUnknown
@@ -25,7 +26,7 @@ const (
 )
 
 var writeBucketNames = [numWriteBuckets][]byte{
-	wJobs: bucketJobs, wLines: bucketLines, wJobLines: bucketJobLines,
+	wJobs: bucketJobs, wLines: bucketLines,
 	wState: bucketState, wDue: bucketDue, wUnknown: bucketUnknown, wPrunable: bucketPrunable,
 	wBodies: bucketBodies, wMailboxes: bucketMailboxes, wCounters: bucketCounters, wSends: bucketSends,
 }
@@ -44,6 +45,9 @@ type writeTx struct {
 	buckets  [numWriteBuckets]*bolt.Bucket
 	cursors  [numWriteBuckets]*bolt.Cursor
 	key, old []byte
+	// seqs is a scratch buffer for a job record's seq list (encodeJob
+	// copies it).
+	seqs []byte
 	// rec, when not nil, records every change for the journal: every
 	// write of the log goes through put, delete and nextSequence.
 	rec *opRecorder
@@ -133,27 +137,30 @@ func (w *writeTx) nextSequence(b int) (uint64, error) {
 	return seq, nil
 }
 
-// getJob reads a job and its stored record; ErrNotFound (and a nil job)
-// when absent. The record stays valid until the transaction ends.
-func (w *writeTx) getJob(id string) (*Job, []byte, error) {
+// getJob reads a job, its stored record and the seqs of its lines;
+// ErrNotFound (and a nil job) when absent. The record stays valid until
+// the transaction ends.
+func (w *writeTx) getJob(id string) (*Job, []byte, seqList, error) {
 	w.key = append(w.key[:0], id...)
 	v := w.get(wJobs, w.key)
 	if v == nil {
-		return nil, nil, ErrNotFound
+		return nil, nil, "", ErrNotFound
 	}
 	var j Job
-	if err := decodeJob(v, &j); err != nil {
-		return nil, nil, fmt.Errorf("decode job %s: %w", id, err)
+	seqs, err := decodeJobRecord(v, &j)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("decode job %s: %w", id, err)
 	}
-	return &j, v, nil
+	return &j, v, seqs, nil
 }
 
-// putJob stores j in place of cur (nil when new; old is its stored
-// record), moving the index entries whose key changes and adding its
-// counter deltas to counts. An index entry whose key stays, the counters
-// of an unchanged state and channel, and a record that encodes to the
-// stored bytes are not written again.
-func putJob(w *writeTx, cur *Job, old []byte, j *Job, counts map[string]int64) error {
+// putJob stores j, with seqs (a seqList's bytes) as the seqs of its lines,
+// in place of cur (nil when new; old is its stored record), moving the
+// index entries whose key changes and adding its counter deltas to
+// counts. An index entry whose key stays, the counters of an unchanged
+// state and channel, and a record that encodes to the stored bytes are not
+// written again.
+func putJob(w *writeTx, cur *Job, old []byte, j *Job, seqs []byte, counts map[string]int64) error {
 	for i := range numIndexes {
 		var hadOld, hasNew bool
 		if cur != nil {
@@ -187,7 +194,7 @@ func putJob(w *writeTx, cur *Job, old []byte, j *Job, counts map[string]int64) e
 			counts[k]++
 		}
 	}
-	v := encodeJob(j)
+	v := encodeJob(j, seqs)
 	if old != nil && bytes.Equal(old, v) {
 		return nil
 	}

@@ -65,7 +65,9 @@ func TestCheckBadFlagsOrFileExitTwo(t *testing.T) {
 // plant edits the stored job <a@x> behind the log's back (bbolt directly)
 // and, when extra is set, appends a raw line with seq 99.
 // The job is read through the log (its records are binary) and written
-// back as JSON, the older form the log still reads.
+// back as JSON, the older form the log still reads; a JSON record lists no
+// line seqs, so check also finds the job's lines missing from its record.
+// With edit nil the record is left as it is.
 func plant(t *testing.T, path string, edit func(j map[string]any), extra map[string]any) {
 	t.Helper()
 	l, err := acceptlog.Open(path, acceptlog.Options{})
@@ -93,10 +95,10 @@ func plant(t *testing.T, path string, edit func(j map[string]any), extra map[str
 		}
 		if edit != nil {
 			edit(j)
-		}
-		v, _ := json.Marshal(j)
-		if err := b.Put([]byte("<a@x>"), v); err != nil {
-			return err
+			v, _ := json.Marshal(j)
+			if err := b.Put([]byte("<a@x>"), v); err != nil {
+				return err
+			}
 		}
 		if extra != nil {
 			extra["seq"], extra["message_id"] = 99, "<a@x>"
@@ -123,6 +125,7 @@ func TestCheckPlantedViolationsExitOne(t *testing.T) {
 		"state is not a fold": {edit: func(j map[string]any) { j["state"] = "unknown" }, want: "fold"},
 		"transition":          {extra: map[string]any{"kind": "state", "attempt": 1, "state": "forwarding"}, edit: func(j map[string]any) { j["state"] = "forwarding" }, want: "not in the table"},
 		"index":               {edit: func(j map[string]any) { j["next_check_at"] = "2030-01-01T00:00:00Z" }, want: "due index"},
+		"line not in its job": {extra: map[string]any{"kind": "search", "attempt": 1}, want: "job <a@x>: line 99 is not listed in its record"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
