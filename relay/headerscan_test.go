@@ -1,0 +1,205 @@
+package relay
+
+import (
+	"bytes"
+	"io"
+	"maps"
+	"net/mail"
+	"net/textproto"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// headerScanSeeds are header sections where a hand-written reader could
+// part from net/mail: folding, blanks, colons, 8-bit bytes, line endings
+// and where the header section ends.
+var headerScanSeeds = []string{
+	"From: a@example.com\r\nTo: b@example.com\r\nSubject: hi\r\n\r\nbody\r\n",
+	"Subject: folded\r\n  over\r\n\tthree lines\r\nTo: b@example.com\r\n\r\n",
+	"Subject:\r\nTo:   \r\nCc:\t\r\n\r\n",
+	"Subject :x\r\nTo\t: b@example.com\r\n\r\n",
+	"To b@example.com\r\n\r\n",
+	" Subject: leading space\r\n\r\n",
+	"\tSubject: leading tab",
+	"Subject: caf\xc3\xa9 \xff\xfe\r\nX-\xe9t\xe9: 8-bit name\r\n\r\n",
+	"Subject: no blank line\r\nTo: b@example.com",
+	"Subject: no blank line\r\nTo: b@example.com\r\n",
+	"",
+	"\r\n",
+	"\r\nSubject: in the body\r\n",
+	": no name\r\n\r\n",
+	": no name and no blank line",
+	": no name\r\nTo: b@example.com",
+	"Subject: trailing blanks at the end\r\n   ",
+	"Subject: blank continuation\r\n \r\n\t\r\n\r\nbody",
+	"Foo\r\n bar: name over two lines\r\n\r\n",
+	"Subject: a\rb\r\n\r\n",
+	"Subject: a\r\n\rX: b\r\n\r\n",
+	"Subject: bare LF\nTo: b@example.com\n\nbody\n",
+	"Subject: mixed\r\n continued\n\tagain\r\n\nbody",
+	"Subject: last\r",
+	"message-id: <a@b>\r\nMESSAGE-ID: <c@d>\r\nMessage-Id: <e@f>\r\n\r\n",
+	"\u017fubject: long s\r\nSubject: s\r\n\r\n",
+	"reply-to: a@b\r\nREPLY-TO: c@d\r\nx-a-b-c: 1\r\nX-A-B-C: 2\r\n\r\n",
+	"Subject:: double colon\r\nTo:b@example.com:c\r\n\r\n",
+	"(weird)name: v\r\n\"q\": v\r\na@b: v\r\n\r\n",
+	"Subject: \x00nul\x7f\x1b\r\n\r\n",
+	"Subject: " + strings.Repeat("x", 4090) + "\r\n\r\n",
+	"Subject: " + strings.Repeat("y", 5000) + "\r\n " + strings.Repeat("z", 5000) + "\r\n\r\n",
+	strings.Repeat("X-Many: v\r\n", 300) + "\r\n",
+}
+
+// FuzzHeaderScanAgreesWithNetMail holds scanHeader to net/mail.ReadMessage
+// on arbitrary bytes, both as given (ReadMessageID's input) and after
+// normalizeLineEndings (PrepareRaw's): the same error text, the same
+// Header map once names are canonicalised, the same body; and
+// sameHeaderName and headerNameLess agree with the canonical keys.
+func FuzzHeaderScanAgreesWithNetMail(f *testing.F) {
+	for _, s := range headerScanSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		checkHeaderScan(t, raw)
+		if norm, err := normalizeLineEndings(raw); err == nil {
+			checkHeaderScan(t, norm)
+		}
+	})
+}
+
+// namesLookedUp are the canonical names PrepareRaw looks up.
+var namesLookedUp = []string{"Message-Id", "From", "Sender", "To", "Cc", "Bcc", "Reply-To", "Subject", "Date"}
+
+func checkHeaderScan(t *testing.T, msg []byte) {
+	t.Helper()
+	orig := bytes.Clone(msg)
+	fields, body, err := scanHeader(msg, nil)
+	if !bytes.Equal(msg, orig) {
+		t.Fatalf("scanHeader(%q) changed its input", orig)
+	}
+	want, wantErr := mail.ReadMessage(bytes.NewReader(msg))
+	if (err == nil) != (wantErr == nil) || err != nil && err.Error() != wantErr.Error() {
+		t.Fatalf("scanHeader(%q) error = %v; net/mail: %v", msg, err, wantErr)
+	}
+	if err != nil {
+		return
+	}
+	got := mail.Header{}
+	var keys []string
+	var names [][]byte
+	for _, f := range fields {
+		if len(f.name) == 0 {
+			continue // net/mail drops a field with no name
+		}
+		key := textproto.CanonicalMIMEHeaderKey(string(f.name))
+		got[key] = append(got[key], string(f.value))
+		keys, names = append(keys, key), append(names, f.name)
+		for _, canon := range namesLookedUp {
+			if g, w := sameHeaderName(f.name, canon), key == canon; g != w {
+				t.Fatalf("sameHeaderName(%q, %q) = %v, want %v", f.name, canon, g, w)
+			}
+		}
+	}
+	if !reflect.DeepEqual(got, want.Header) {
+		t.Fatalf("scanHeader(%q) header = %q; net/mail: %q", msg, got, want.Header)
+	}
+	wantBody, err := io.ReadAll(want.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(msg[body:], wantBody) {
+		t.Fatalf("scanHeader(%q) body = %q; net/mail: %q", msg, msg[body:], wantBody)
+	}
+	// Every pair of nearby names, both ways round (all pairs would make
+	// big inputs slow to fuzz).
+	for i := range names {
+		for j := i; j < len(names) && j < i+16; j++ {
+			for _, ij := range [][2]int{{i, j}, {j, i}} {
+				a, b := ij[0], ij[1]
+				if g, w := headerNameLess(names[a], names[b]), keys[a] < keys[b]; g != w {
+					t.Fatalf("headerNameLess(%q, %q) = %v, want %v (keys %q, %q)", names[a], names[b], g, w, keys[a], keys[b])
+				}
+			}
+		}
+	}
+}
+
+// FuzzHeaderChecksAgreeWithSortedKeys holds PrepareRaw's header checks
+// (names, values, one of each), which walk the scanned fields once, to the
+// ones they replaced, which walked net/mail's Header map in sorted key
+// order: the same verdict with the same message, so the same header is
+// named; and the same value for each header looked up.
+func FuzzHeaderChecksAgreeWithSortedKeys(f *testing.F) {
+	for _, s := range headerScanSeeds {
+		f.Add([]byte(s))
+	}
+	f.Add([]byte("Zz : 1\r\nA\x01b: 2\r\nB c: 3\r\n\r\n"))
+	f.Add([]byte("X-B: a\x0bb\r\nx-a: ok\r\nX-A: c\u2028d\r\nx-a: e\u0085f\r\n\r\n"))
+	f.Add([]byte("To: a@b\r\nCc: c@d\r\nCC: e@f\r\nto: g@h\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		norm, err := normalizeLineEndings(raw)
+		if err != nil {
+			return
+		}
+		msg, err := mail.ReadMessage(bytes.NewReader(norm))
+		if err != nil {
+			return // FuzzHeaderScanAgreesWithNetMail covers this
+		}
+		fields, _, err := scanHeader(norm, nil)
+		if err != nil {
+			t.Fatalf("scanHeader(%q): %v; net/mail accepts it", norm, err)
+		}
+		got := checkHeaderNames(fields)
+		if got == nil {
+			got = checkRawHeaderValues(fields)
+		}
+		var once [len(onceHeaders)]onceField
+		if got == nil {
+			once, got = onceHeaderValues(fields)
+		}
+		want := sortedKeyChecks(msg.Header)
+		if (got == nil) != (want == nil) || got != nil && got.Error() != want.Error() {
+			t.Fatalf("header checks of %q: %v; over sorted keys: %v", norm, got, want)
+		}
+		if got != nil {
+			return
+		}
+		for i, name := range onceHeaders {
+			values, ok := msg.Header[name]
+			if once[i].present != ok || ok && string(once[i].value) != values[0] {
+				t.Fatalf("%s of %q: %q (present %v); net/mail: %q", name, norm, once[i].value, once[i].present, values)
+			}
+		}
+	})
+}
+
+// sortedKeyChecks is how PrepareRaw checked header names, values and
+// repeats before it scanned the header itself: over net/mail's Header map
+// in sorted key order.
+func sortedKeyChecks(h mail.Header) error {
+	keys := slices.Sorted(maps.Keys(h))
+	for _, name := range keys {
+		for _, c := range []byte(name) {
+			if c == ' ' || c == '\t' {
+				return Invalid("raw", "raw header %q has whitespace before its colon (obsolete RFC 5322 syntax); write %q", name, strings.TrimRight(name, " \t")+":")
+			}
+			if c < 33 || c > 126 || c == ':' {
+				return Invalid("raw", "raw header name %q holds the byte %#02x, which is not allowed in a header name", name, c)
+			}
+		}
+	}
+	for _, name := range keys {
+		for _, v := range h[name] {
+			if r, bad := badRawRune([]byte(v)); bad {
+				return Invalid("raw", "raw %s header holds the control or line-breaking character %U", fieldName(name), r)
+			}
+		}
+	}
+	for _, name := range onceHeaders {
+		if n := len(h[name]); n > 1 {
+			return Invalid("raw", "raw has %d %s headers; at most one is allowed", n, name)
+		}
+	}
+	return nil
+}
