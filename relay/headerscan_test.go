@@ -159,6 +159,10 @@ func FuzzHeaderChecksAgreeWithSortedKeys(f *testing.F) {
 			once, got = onceHeaderValues(fields)
 		}
 		want := sortedKeyChecks(msg.Header)
+		if bytes.HasPrefix(norm, []byte(":")) || bytes.Contains(norm[:headerEnd(norm)], []byte("\n:")) {
+			// A line net/mail drops, which the sorted keys never showed.
+			want = Invalid("raw", "raw has a header line that starts with a colon (no header name)")
+		}
 		if (got == nil) != (want == nil) || got != nil && got.Error() != want.Error() {
 			t.Fatalf("header checks of %q: %v; over sorted keys: %v", norm, got, want)
 		}
@@ -202,4 +206,40 @@ func sortedKeyChecks(h mail.Header) error {
 		}
 	}
 	return nil
+}
+
+// headerEnd is the offset of the blank line that ends norm's header
+// section, or len(norm).
+func headerEnd(norm []byte) int {
+	if bytes.HasPrefix(norm, []byte("\r\n")) {
+		return 0
+	}
+	if i := bytes.Index(norm, []byte("\r\n\r\n")); i >= 0 {
+		return i
+	}
+	return len(norm)
+}
+
+// A line that starts with a colon used to be dropped by net/mail unseen,
+// so its value went to Gmail unchecked, U+2028 and all.
+func TestPrepareRawRefusesHeaderLineWithoutName(t *testing.T) {
+	for _, line := range []string{": a\u2028Bcc: e@evil.example", ":\x0bX", ":", ": plain"} {
+		for _, raw := range []string{
+			"Message-ID: <e@x.example>\r\nTo: a@x.com\r\n" + line + "\r\n\r\nbody\r\n",
+			line + "\r\nMessage-ID: <e@x.example>\r\nTo: a@x.com\r\n\r\nbody\r\n",
+		} {
+			_, err := PrepareRaw([]byte(raw), "", "", "x.example")
+			if err == nil || !strings.Contains(err.Error(), "starts with a colon") {
+				t.Errorf("PrepareRaw(%q) = %v, want the no-name refusal", raw, err)
+			}
+			if _, err := ReadMessageID([]byte(raw)); err == nil {
+				t.Errorf("ReadMessageID(%q) accepted it", raw)
+			}
+		}
+	}
+	// A colon inside a folded value is not a line of its own.
+	raw := "Message-ID: <e@x.example>\r\nTo: a@x.com\r\nSubject: a\r\n :b\r\n\r\nbody\r\n"
+	if _, err := PrepareRaw([]byte(raw), "", "", "x.example"); err != nil {
+		t.Errorf("PrepareRaw(%q) = %v", raw, err)
+	}
 }

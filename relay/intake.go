@@ -365,15 +365,19 @@ func structuredFingerprint(v validated, channel, threadID string) string {
 // the first header. The fingerprint is the hex sha256 of the message as it
 // will be sent (normalised, with the Message-ID).
 //
-// Refused with a CodeInvalid *Error, field raw: an unparseable message, NUL
-// bytes, a bare CR in the header section, a repeated From/To/Cc/Bcc/
-// Reply-To/Subject/Message-ID header, malformed addresses, no recipient (To,
-// Cc or Bcc), a header name with whitespace before its colon (obsolete
-// "Name :" syntax) or other bytes outside RFC 5322 ftext, a malformed Message-ID, a Message-ID that is not the key's
-// ("Message-ID mismatch"), and no Message-ID with no key. A Message-ID
-// that fails CheckMessageIDShape is refused with field message_id. A key or channel
-// that is not valid is an error naming that field. Over MaxMessageBytes is
-// CodeTooLarge. A bad domain is a CodeInternal error.
+// Refused with a CodeInvalid *Error, field raw: an unparseable message
+// (as net/mail.ReadMessage reads it), NUL bytes, a bare CR in the header
+// section, a repeated Message-ID/From/Sender/To/Cc/Bcc/Reply-To/Subject/
+// Date header, malformed addresses, no recipient (To, Cc or Bcc), a header
+// name with whitespace before its colon (obsolete "Name :" syntax) or other
+// bytes outside RFC 5322 ftext, a header line that starts with a colon, a
+// control or line-breaking character in a header value
+// (checkRawHeaderValues), a malformed Message-ID, a Message-ID that is not
+// the key's ("Message-ID mismatch"), and no Message-ID with no key. A
+// Message-ID that fails CheckMessageIDShape is refused with field
+// message_id. A key or channel that is not valid is an error naming that
+// field. Over MaxMessageBytes is CodeTooLarge. A bad domain is a
+// CodeInternal error.
 func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 	if err := checkDomain(domain); err != nil {
 		return Prepared{}, err
@@ -508,9 +512,16 @@ func normalizeLineEndings(raw []byte) ([]byte, error) {
 // such names it names the first in net/mail's Header key order (byte
 // order: a name that is not a token is its own key), as it did when it
 // sorted the keys, whatever their order in the message.
+//
+// A line that starts with a colon is refused first: net/mail drops it, so
+// no check here would see its value, which could carry U+2028 and a header
+// for software that breaks lines there.
 func checkHeaderNames(fields []headerField) error {
 	var worst []byte
 	for _, f := range fields {
+		if len(f.name) == 0 {
+			return Invalid("raw", "raw has a header line that starts with a colon (no header name)")
+		}
 		if badNameByte(f.name) >= 0 && (worst == nil || headerNameLess(f.name, worst)) {
 			worst = f.name
 		}
