@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 )
 
 // headerField is one field of a message's header section, as
@@ -169,25 +170,15 @@ func canonByte(c byte, upper bool) (byte, bool) {
 // isToken reports whether name is a non-empty RFC 7230 token, the names
 // CanonicalMIMEHeaderKey canonicalises.
 func isToken(name []byte) bool {
-	if len(name) == 0 {
-		return false
-	}
 	for _, c := range name {
 		if !isTokenByte(c) {
 			return false
 		}
 	}
-	return true
+	return len(name) > 0
 }
 
 func isTokenByte(c byte) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
-	}
-	switch c {
-	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
-		return true
-	}
-	return false
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
