@@ -31,6 +31,15 @@ type headerField struct {
 // without a colon, and returns io.EOF for a message with no named field
 // and no blank line. The errors' texts are net/mail's. The differential
 // fuzz target FuzzHeaderScanAgreesWithNetMail holds the two together.
+//
+// It departs from net/mail in one place, on purpose: net/mail reads through
+// a 4096-byte bufio.Reader and loses a last line without a line ending
+// whose length (after any leading blanks of a continuation line) bufio
+// hands out in full buffers only, 4096 bytes or a multiple: it reports EOF
+// where that line was. scanHeader reads that line like any other, as
+// net/mail does when its buffer holds the whole message. Otherwise such a
+// line, say a second To or Message-ID padded with blanks, reached Gmail
+// without any check.
 func scanHeader(msg []byte, dst []headerField) (fields []headerField, body int, err error) {
 	fields = dst[:0]
 	if len(msg) > 0 && isWSP(msg[0]) {

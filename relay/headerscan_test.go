@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bufio"
 	"bytes"
 	"io"
 	"maps"
@@ -49,6 +50,12 @@ var headerScanSeeds = []string{
 	"Subject: " + strings.Repeat("x", 4090) + "\r\n\r\n",
 	"Subject: " + strings.Repeat("y", 5000) + "\r\n " + strings.Repeat("z", 5000) + "\r\n\r\n",
 	strings.Repeat("X-Many: v\r\n", 300) + "\r\n",
+	// Last lines net/mail loses through its 4096-byte buffer.
+	"To: a@example.com\r\nTo: b@example.com" + strings.Repeat(" ", 4096-len("To: b@example.com")),
+	"X: " + strings.Repeat("k", 4093),
+	"\t" + strings.Repeat("k", 4095),
+	"X: a\r\n  " + strings.Repeat("k", 8192),
+	"X: " + strings.Repeat("k", 4092) + "\r" + strings.Repeat("k", 4095),
 }
 
 // FuzzHeaderScanAgreesWithNetMail holds scanHeader to net/mail.ReadMessage
@@ -68,6 +75,36 @@ func FuzzHeaderScanAgreesWithNetMail(f *testing.F) {
 	})
 }
 
+// readWholeMessage is net/mail.ReadMessage reading msg through a buffer
+// that holds all of it, which scanHeader agrees with. Through its usual
+// 4096-byte buffer, net/mail loses a last line without a line ending that
+// bufio hands out in full buffers only (bufioLosesLastLine): that line is
+// never seen, so PrepareRaw used to send it to Gmail unchecked.
+func readWholeMessage(msg []byte) (*mail.Message, error) {
+	return mail.ReadMessage(bufio.NewReaderSize(bytes.NewReader(msg), max(len(msg)+16, 4096)))
+}
+
+// bufioLosesLastLine reports whether net/mail, reading msg through
+// bufio's 4096-byte buffer, loses its last line: one without a line
+// ending whose bytes after any leading blanks (which net/mail reads one at
+// a time) bufio returns as full buffers, 4096 bytes each, or 4095 when the
+// last is CR (kept back for a possible LF), ending exactly at the end.
+func bufioLosesLastLine(msg []byte) bool {
+	start := bytes.LastIndexByte(msg, '\n') + 1
+	for start < len(msg) && isWSP(msg[start]) && start > 0 {
+		start++
+	}
+	rest := len(msg) - start
+	for rest >= 4096 {
+		if msg[len(msg)-rest+4095] == '\r' {
+			rest -= 4095
+		} else {
+			rest -= 4096
+		}
+	}
+	return rest == 0 && len(msg) > start
+}
+
 // namesLookedUp are the canonical names PrepareRaw looks up.
 var namesLookedUp = []string{"Message-Id", "From", "Sender", "To", "Cc", "Bcc", "Reply-To", "Subject", "Date"}
 
@@ -78,7 +115,17 @@ func checkHeaderScan(t *testing.T, msg []byte) {
 	if !bytes.Equal(msg, orig) {
 		t.Fatalf("scanHeader(%q) changed its input", orig)
 	}
-	want, wantErr := mail.ReadMessage(bytes.NewReader(msg))
+	want, wantErr := readWholeMessage(msg)
+	checkScanAgainst(t, msg, fields, body, err, want, wantErr)
+	if !bufioLosesLastLine(msg) {
+		want, wantErr = mail.ReadMessage(bytes.NewReader(msg))
+		checkScanAgainst(t, msg, fields, body, err, want, wantErr)
+	}
+}
+
+// checkScanAgainst compares scanHeader's result on msg with net/mail's.
+func checkScanAgainst(t *testing.T, msg []byte, fields []headerField, body int, err error, want *mail.Message, wantErr error) {
+	t.Helper()
 	if (err == nil) != (wantErr == nil) || err != nil && err.Error() != wantErr.Error() {
 		t.Fatalf("scanHeader(%q) error = %v; net/mail: %v", msg, err, wantErr)
 	}
@@ -142,7 +189,7 @@ func FuzzHeaderChecksAgreeWithSortedKeys(f *testing.F) {
 		if err != nil {
 			return
 		}
-		msg, err := mail.ReadMessage(bytes.NewReader(norm))
+		msg, err := readWholeMessage(norm)
 		if err != nil {
 			return // FuzzHeaderScanAgreesWithNetMail covers this
 		}
@@ -241,5 +288,26 @@ func TestPrepareRawRefusesHeaderLineWithoutName(t *testing.T) {
 	raw := "Message-ID: <e@x.example>\r\nTo: a@x.com\r\nSubject: a\r\n :b\r\n\r\nbody\r\n"
 	if _, err := PrepareRaw([]byte(raw), "", "", "x.example"); err != nil {
 		t.Errorf("PrepareRaw(%q) = %v", raw, err)
+	}
+}
+
+// net/mail, through its 4096-byte buffer, lost an unterminated last header
+// line whose length is a multiple of 4096 (see scanHeader), and PrepareRaw
+// accepted whatever it said unchecked.
+func TestPrepareRawChecksUnterminatedLastLineOf4096Bytes(t *testing.T) {
+	for last, want := range map[string]string{
+		"To: evil@x.com":                 "raw has 2 To headers",
+		"Message-ID: <other@x.example>":  "raw has 2 Message-Id headers",
+		"Bcc: e@evil.example \u2028X: y": "U+2028",
+		"Subject :x":                     "whitespace before its colon",
+		"no colon at all":                "malformed header line",
+	} {
+		for _, n := range []int{4096, 8192} {
+			raw := "Message-ID: <a@x.example>\r\nTo: a@x.com\r\n" + last + strings.Repeat(" ", n-len(last))
+			_, err := PrepareRaw([]byte(raw), "", "", "x.example")
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%d-byte last line %q: PrepareRaw = %v, want an error with %q", n, last, err, want)
+			}
+		}
 	}
 }
