@@ -295,13 +295,10 @@ func TestPrepareRawRefusesHeaderLineWithoutName(t *testing.T) {
 // line whose length is a multiple of 4096 (see scanHeader), and PrepareRaw
 // accepted whatever it said unchecked.
 func TestPrepareRawChecksUnterminatedLastLineOf4096Bytes(t *testing.T) {
-	for last, want := range map[string]string{
-		"To: evil@x.com":                 "raw has 2 To headers",
-		"Message-ID: <other@x.example>":  "raw has 2 Message-Id headers",
-		"Bcc: e@evil.example \u2028X: y": "U+2028",
-		"Subject :x":                     "whitespace before its colon",
-		"no colon at all":                "malformed header line",
-	} {
+	for _, c := range [][2]string{{"To: evil@x.com", "raw has 2 To headers"},
+		{"Message-ID: <other@x.example>", "raw has 2 Message-Id headers"}, {"Bcc: e@evil.example \u2028X: y", "U+2028"},
+		{"Subject :x", "whitespace before its colon"}, {"no colon at all", "malformed header line"}} {
+		last, want := c[0], c[1]
 		for _, n := range []int{4096, 8192} {
 			raw := "Message-ID: <a@x.example>\r\nTo: a@x.com\r\n" + last + strings.Repeat(" ", n-len(last))
 			_, err := PrepareRaw([]byte(raw), "", "", "x.example")
