@@ -8,10 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"net/mail"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 )
@@ -367,15 +365,19 @@ func structuredFingerprint(v validated, channel, threadID string) string {
 // the first header. The fingerprint is the hex sha256 of the message as it
 // will be sent (normalised, with the Message-ID).
 //
-// Refused with a CodeInvalid *Error, field raw: an unparseable message, NUL
-// bytes, a bare CR in the header section, a repeated From/To/Cc/Bcc/
-// Reply-To/Subject/Message-ID header, malformed addresses, no recipient (To,
-// Cc or Bcc), a header name with whitespace before its colon (obsolete
-// "Name :" syntax) or other bytes outside RFC 5322 ftext, a malformed Message-ID, a Message-ID that is not the key's
-// ("Message-ID mismatch"), and no Message-ID with no key. A Message-ID
-// that fails CheckMessageIDShape is refused with field message_id. A key or channel
-// that is not valid is an error naming that field. Over MaxMessageBytes is
-// CodeTooLarge. A bad domain is a CodeInternal error.
+// Refused with a CodeInvalid *Error, field raw: an unparseable message
+// (as net/mail.ReadMessage reads it), NUL bytes, a bare CR in the header
+// section, a repeated Message-ID/From/Sender/To/Cc/Bcc/Reply-To/Subject/
+// Date header, malformed addresses, no recipient (To, Cc or Bcc), a header
+// name with whitespace before its colon (obsolete "Name :" syntax) or other
+// bytes outside RFC 5322 ftext, a header line that starts with a colon, a
+// control or line-breaking character in a header value
+// (checkRawHeaderValues), a malformed Message-ID, a Message-ID that is not
+// the key's ("Message-ID mismatch"), and no Message-ID with no key. A
+// Message-ID that fails CheckMessageIDShape is refused with field
+// message_id. A key or channel that is not valid is an error naming that
+// field. Over MaxMessageBytes is CodeTooLarge. A bad domain is a
+// CodeInternal error.
 func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 	if err := checkDomain(domain); err != nil {
 		return Prepared{}, err
@@ -396,41 +398,38 @@ func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 	if err != nil {
 		return Prepared{}, err
 	}
-	msg, err := mail.ReadMessage(bytes.NewReader(norm))
+	var buf [32]headerField // enough for most messages: no allocation
+	fields, _, err := scanHeader(norm, buf[:0])
 	if err != nil {
 		return Prepared{}, Invalid("raw", "raw is not an RFC 5322 message: %v", err)
 	}
-	h := msg.Header
-	if err := checkHeaderNames(h); err != nil {
+	if err := checkHeaderNames(fields); err != nil {
 		return Prepared{}, err
 	}
-	if err := checkRawHeaderValues(h); err != nil {
+	if err := checkRawHeaderValues(fields); err != nil {
 		return Prepared{}, err
 	}
-	// These may appear at most once: two To headers could be read
-	// differently by the relay and by Gmail.
-	for _, name := range []string{"Message-Id", "From", "Sender", "To", "Cc", "Bcc", "Reply-To", "Subject", "Date"} {
-		if n := len(h[name]); n > 1 {
-			return Prepared{}, Invalid("raw", "raw has %d %s headers; at most one is allowed", n, name)
-		}
+	once, err := onceHeaderValues(fields)
+	if err != nil {
+		return Prepared{}, err
 	}
 	recipients, from := 0, ""
-	for _, name := range []string{"To", "Cc", "Bcc", "Reply-To", "From"} {
-		values, ok := h[name]
-		if !ok {
+	for _, i := range [...]int{hTo, hCc, hBcc, hReplyTo, hFrom} {
+		if !once[i].present {
 			continue
 		}
-		addrs, err := parseAddresses("raw", values)
+		name := onceHeaders[i]
+		addrs, err := parseAddresses("raw", []string{string(once[i].value)})
 		if err != nil {
 			return Prepared{}, Invalid("raw", "raw %s header: %s", name, errMessage(err))
 		}
-		if name == "From" {
+		if i == hFrom {
 			if len(addrs) != 1 {
 				return Prepared{}, Invalid("raw", "raw From header must hold exactly one address")
 			}
 			from = bareAddress(addrs[0])
 		}
-		if name != "Reply-To" && name != "From" {
+		if i != hReplyTo && i != hFrom {
 			recipients += len(addrs)
 		}
 	}
@@ -438,11 +437,12 @@ func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 		return Prepared{}, Invalid("raw", "raw has no recipients (To, Cc or Bcc)")
 	}
 	p := Prepared{Key: key, Channel: channel, From: from}
-	if values, ok := h["Message-Id"]; ok {
-		if err := CheckMessageIDShape(strings.TrimSpace(values[0])); err != nil {
+	if once[hMessageID].present {
+		value := string(once[hMessageID].value)
+		if err := CheckMessageIDShape(strings.TrimSpace(value)); err != nil {
 			return Prepared{}, err
 		}
-		id, err := NormalizeMessageID(values[0])
+		id, err := NormalizeMessageID(value)
 		if err != nil {
 			return Prepared{}, Invalid("raw", "raw Message-ID header: %s", errMessage(err))
 		}
@@ -466,7 +466,9 @@ func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 	}
 	p.Raw = norm
 	sum := sha256.Sum256(norm)
-	p.Fingerprint = hex.EncodeToString(sum[:])
+	var fp [2 * sha256.Size]byte // one allocation (the string), not two
+	hex.Encode(fp[:], sum[:])
+	p.Fingerprint = string(fp[:])
 	return p, nil
 }
 
@@ -506,34 +508,63 @@ func normalizeLineEndings(raw []byte) ([]byte, error) {
 // checkHeaderNames refuses a header whose name is not RFC 5322 ftext,
 // above all the obsolete "Name :" (§4.5.1): it is read as a header other
 // than "Name", so a second Message-ID or To would pass the one-of-each
-// checks and reach Gmail, which may read it as the real one.
-func checkHeaderNames(h mail.Header) error {
-	for _, name := range slices.Sorted(maps.Keys(h)) {
-		for i := 0; i < len(name); i++ {
-			c := name[i]
-			if c == ' ' || c == '\t' {
-				return Invalid("raw", "raw header %q has whitespace before its colon (obsolete RFC 5322 syntax); write %q", name, strings.TrimRight(name, " \t")+":")
-			}
-			if c < 33 || c > 126 || c == ':' {
-				return Invalid("raw", "raw header name %q holds the byte %#02x, which is not allowed in a header name", name, c)
-			}
+// checks and reach Gmail, which may read it as the real one. Of several
+// such names it names the first in net/mail's Header key order (byte
+// order: a name that is not a token is its own key), as it did when it
+// sorted the keys, whatever their order in the message.
+//
+// A line that starts with a colon is refused first: net/mail drops it, so
+// no check here would see its value, which could carry U+2028 and a header
+// for software that breaks lines there.
+func checkHeaderNames(fields []headerField) error {
+	var worst []byte
+	for _, f := range fields {
+		if len(f.name) == 0 {
+			return Invalid("raw", "raw has a header line that starts with a colon (no header name)")
+		}
+		if badNameByte(f.name) >= 0 && (worst == nil || headerNameLess(f.name, worst)) {
+			worst = f.name
 		}
 	}
-	return nil
+	if worst == nil {
+		return nil
+	}
+	name, c := string(worst), worst[badNameByte(worst)]
+	if c == ' ' || c == '\t' {
+		return Invalid("raw", "raw header %q has whitespace before its colon (obsolete RFC 5322 syntax); write %q", name, strings.TrimRight(name, " \t")+":")
+	}
+	return Invalid("raw", "raw header name %q holds the byte %#02x, which is not allowed in a header name", name, c)
+}
+
+// badNameByte is the index of name's first byte outside RFC 5322 ftext,
+// or -1.
+func badNameByte(name []byte) int {
+	for i, c := range name {
+		if c < 33 || c > 126 || c == ':' {
+			return i
+		}
+	}
+	return -1
 }
 
 // ReadMessageID returns the normalised Message-ID header of a raw message,
 // or "" when it has none. An unparseable message, a repeated Message-ID or
 // a malformed one is a CodeInvalid *Error with field raw.
 func ReadMessageID(raw []byte) (string, error) {
-	msg, err := mail.ReadMessage(bytes.NewReader(raw))
+	var buf [32]headerField
+	fields, _, err := scanHeader(raw, buf[:0])
 	if err != nil {
 		return "", Invalid("raw", "raw is not an RFC 5322 message: %v", err)
 	}
-	if err := checkHeaderNames(msg.Header); err != nil {
+	if err := checkHeaderNames(fields); err != nil {
 		return "", err
 	}
-	values := msg.Header["Message-Id"]
+	var values []string
+	for _, f := range fields {
+		if sameHeaderName(f.name, "Message-Id") {
+			values = append(values, string(f.value))
+		}
+	}
 	switch len(values) {
 	case 0:
 		return "", nil
