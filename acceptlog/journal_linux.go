@@ -3,14 +3,18 @@ package acceptlog
 import (
 	"errors"
 	"os"
+	"strconv"
 	"syscall"
 	"time"
 
 	berrors "go.etcd.io/bbolt/errors"
 )
 
-// journalSupported: the journal needs fdatasync and flock.
-const journalSupported = true
+// journalSupported: the journal needs fdatasync and flock, and a 64-bit
+// address space: the file is mapped far larger than it is (minMapping),
+// which neither fits bbolt's mapping limit nor an int on a 32-bit
+// platform, where the log keeps bbolt's own synced commits.
+const journalSupported = strconv.IntSize == 64
 
 // fdatasync flushes f's data (and the size it needs to be read back).
 func fdatasync(f *os.File) error {
