@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -378,5 +379,35 @@ func TestJournalAndSyncedFilesOpenEachOther(t *testing.T) {
 		if d := want.diff(openDump(t, path)); d != "" {
 			t.Fatalf("open %d: %s", i, d)
 		}
+	}
+}
+
+// A mapping the system refuses (here: larger than bbolt maps at all) does
+// not keep the log from opening: it opens without its journal, with
+// bbolt's own synced commits, says so, and a journal left by an unclean
+// stop is still replayed.
+func TestJournalOpensSyncedWhenTheMappingIsRefused(t *testing.T) {
+	l, path, clock := newJournalLog(t)
+	workload(t, l, clock, "map", 6, rand.New(rand.NewPCG(11, 12)))
+	want := dumpLog(t, l)
+	crashed := filepath.Join(t.TempDir(), "crashed.db")
+	copyFiles(t, path, crashed)
+	setVar(t, &minMapping, 1<<50) // past bbolt's largest mapping
+	var said []string
+	c, err := Open(crashed, Options{Logf: func(format string, args ...any) {
+		said = append(said, fmt.Sprintf(format, args...))
+	}})
+	if err != nil {
+		t.Fatalf("open with a refused mapping: %v", err)
+	}
+	defer c.Close()
+	if c.j != nil || !strings.Contains(strings.Join(said, "\n"), "without its journal") {
+		t.Fatalf("journal %v, log said %q: want no journal and a message saying so", c.j != nil, said)
+	}
+	if d := want.diff(dumpLog(t, c)); d != "" {
+		t.Fatalf("the replayed log differs: %s", d)
+	}
+	if _, err := os.Stat(journalPath(crashed)); !os.IsNotExist(err) {
+		t.Fatalf("journal after the replay: %v, want none", err)
 	}
 }

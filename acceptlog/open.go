@@ -82,6 +82,14 @@ func (l *Log) open(synced bool) error {
 		bopts.InitialMmapSize = int(l.mapping)
 	}
 	db, err := bolt.Open(l.path, 0o600, bopts)
+	if err != nil && !synced {
+		// The large mapping was refused (an address-space limit, say):
+		// bbolt has closed the file; open it again without the journal,
+		// whose recovery does not depend on it.
+		l.logf("acceptlog: mapping %s at %d MiB failed (%v); the log commits with bbolt's own syncs, without its journal", l.path, l.mapping>>20, err)
+		l.mapping = 0
+		return l.open(true)
+	}
 	if err != nil {
 		return err
 	}
