@@ -42,9 +42,9 @@ func report(b *testing.B, m bench.Metrics) {
 }
 
 // BenchmarkSendOverhead: Google's client straight to the emulator vs
-// through the relay's Gmail-compatible path (in the order direct, relayed,
-// relayed, direct), at emulator latency 0 and 150 ms and concurrency 1,
-// 16, 64.
+// through the relay's Gmail-compatible path vs through a bare reverse
+// proxy (in the order direct, relayed, proxied, proxied, relayed, direct),
+// at emulator latency 0 and 150 ms and concurrency 1, 16, 64.
 func BenchmarkSendOverhead(b *testing.B) {
 	ctx := context.Background()
 	for _, lat := range []time.Duration{0, 150 * time.Millisecond} {

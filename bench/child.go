@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,7 +38,7 @@ import (
 // that each one's CPU and allocations are its own: the test process holds
 // only Google's client.
 const (
-	childRoleEnv     = "GMAILRELAY_BENCH_SERVE" // "emulator" or "relay"
+	childRoleEnv     = "GMAILRELAY_BENCH_SERVE" // "emulator", "relay" or "proxy"
 	childLatencyEnv  = "GMAILRELAY_BENCH_LATENCY"
 	childEmulatorEnv = "GMAILRELAY_BENCH_EMULATOR"
 	childDirEnv      = "GMAILRELAY_BENCH_DIR"
@@ -53,6 +55,7 @@ const (
 const (
 	roleEmulator = "emulator"
 	roleRelay    = "relay"
+	roleProxy    = "proxy"
 )
 
 // IsChild says whether this process was started by SendOverhead as one of
@@ -76,7 +79,8 @@ type ChildStats struct {
 	GCNanos   int64  `json:"gc_ns"`
 	GCs       uint64 `json:"gcs"`
 	HeapBytes uint64 `json:"heap_bytes"`
-	// Commits are the relay's acceptance-log commits (fsyncs).
+	// Commits are the relay's acceptance-log commits (fsyncs); zero for
+	// the other roles.
 	Commits uint64 `json:"commits"`
 	// Deliveries are the sends the emulator accepted.
 	Deliveries int `json:"deliveries"`
@@ -177,8 +181,14 @@ func runChild() error {
 			return err
 		}
 		handler, stats, cleanup = r.handler, r.stats, r.close
+	case roleProxy:
+		p, err := newChildProxy(os.Getenv(childEmulatorEnv))
+		if err != nil {
+			return err
+		}
+		handler, stats = p, func(*ChildStats, bool) {}
 	default:
-		return fmt.Errorf("%s=%q: want %s or %s", childRoleEnv, role, roleEmulator, roleRelay)
+		return fmt.Errorf("%s=%q: want %s, %s or %s", childRoleEnv, role, roleEmulator, roleRelay, roleProxy)
 	}
 	defer cleanup()
 	var conns atomic.Int64
@@ -298,6 +308,31 @@ func (c *childRelay) stats(st *ChildStats, _ bool) {
 }
 
 func (c *childRelay) close() { _ = c.log.Close() }
+
+// newChildProxy is a bare reverse proxy to the emulator: what any Go
+// proxy pays per request on this machine (server, a request cloned and
+// forwarded over a pooled transport, the answer copied back), with no
+// log, no decoding and no Google client. Its transport is configured as
+// the relay's Gmail client's (gmailapi's pooledTransport: 128 idle
+// connections per host, 256 in all, no gzip), and it is served with the
+// relay's server settings (runChild), so that relay ÷ proxy is the cost
+// of what the relay does beyond forwarding.
+func newChildProxy(emulator string) (http.Handler, error) {
+	if emulator == "" {
+		return nil, fmt.Errorf("proxy child needs %s", childEmulatorEnv)
+	}
+	target, err := url.Parse(emulator)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", childEmulatorEnv, err)
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 128
+	t.MaxIdleConns = 256
+	t.DisableCompression = true
+	p := httputil.NewSingleHostReverseProxy(target)
+	p.Transport = t
+	return p, nil
+}
 
 // arrivals records when each send request reaches the emulator (a clock
 // read and an append under a lock per send, the same on every path).

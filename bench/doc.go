@@ -4,7 +4,9 @@
 //
 //  1. Send overhead: Google's Go client sending straight to the Gmail
 //     emulator next to the same client sending through the relay's
-//     Gmail-compatible path to the same emulator (SendOverhead).
+//     Gmail-compatible path to the same emulator, and through a bare
+//     reverse proxy to it, the bar a relay's CPU per send is judged
+//     against (SendOverhead).
 //  2. The durable log: acceptance-log appends next to the raw write+fsync
 //     rate of the same filesystem (DurableLog).
 //  3. The sweeper: a backlog of unknown jobs reconciled against the

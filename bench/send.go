@@ -65,7 +65,7 @@ type SendConfig struct {
 // to the Gmail emulator and the same number through the relay's
 // Gmail-compatible path (POST /gmail/v1/users/me/messages/send) to the same
 // emulator, with the same client settings and message shape (distinct
-// Message-IDs of one length). Both paths are warmed up first (connections,
+// Message-IDs of one length). Every path is warmed up first (connections,
 // and the relay runs with verify_handle never so no send pays a
 // read-back).
 //
@@ -83,12 +83,18 @@ type SendConfig struct {
 // their own (this test binary started again: its TestMain must call
 // RunChild when IsChild), the relay wired as `gmailrelay serve` wires it,
 // so that the test process holds only the client and every process's CPU
-// and allocations are its own. Between the relayed halves the direct
-// client then sends again, paced: each send released at the offset at
-// which the first relayed half's send reached the emulator, so that the
+// and allocations are its own. A third path is then measured in the same
+// run: the same client through a bare reverse proxy to the emulator
+// (httputil.ReverseProxy with the relay's Gmail transport settings, in a
+// process of its own: newChildProxy), the calibration of what any Go
+// proxy pays per request here. Its two halves sit in the middle, direct,
+// relayed, proxied, proxied, relayed, direct, so that each path's halves
+// are symmetric around the middle of the run. In that middle the direct
+// client sends again, paced: each send released at the offset at which
+// the first relayed half's send reached the emulator, so that the
 // emulator sees the relay's arrival pattern from Google's own client.
 // Otherwise (and always with cfg.Log set), the relay and the emulator run
-// inside this process (see sendInProcess).
+// inside this process (see sendInProcess), with no proxy.
 //
 // Figures, per path (direct_, relay_): sends/s, p50_ms, p99_ms, and the
 // client process's client_allocs/send and client_cpu_us/send, and the
@@ -107,11 +113,21 @@ type SendConfig struct {
 // phase_gmail_us, phase_commit2_us, phase_answer_us, phase_total_us; see
 // api.SendTiming), and ratio (relay sends/s ÷ direct sends/s),
 // added_p50_ms (relay p50 − direct p50) and emu_ratio (emulator CPU per
-// relayed send ÷ per direct send).
+// relayed send ÷ per direct send). relay_proc_waits/send are the relay
+// process's voluntary context switches (its idle/wake cycle).
 //
-// Per half (direct1_, relay1_, relay2_, direct2_, in the order they ran)
-// and for the paced direct sends (paced_): sends/s, p50_ms, the emu_
-// figures above and, relayed, proc_cpu_us/send (see halfFigures). And
+// For the proxy, with processes: the same per-path figures under proxy_
+// (proxy_proc_cpu_us/send, proxy_proc_sys_us/send, proxy_proc_allocs/send
+// and proxy_proc_waits/send from the proxy process's own rusage and
+// Mallocs), proxy_ratio (proxy sends/s ÷ direct), proxy_added_p50_ms,
+// proxy_emu_ratio (emulator CPU per proxied send ÷ per direct send), and
+// relay_proxy_cpu_ratio and relay_proxy_allocs_ratio (the relay process's
+// CPU and allocations per send ÷ the proxy process's).
+//
+// Per half (direct1_, relay1_, proxy1_, proxy2_, relay2_, direct2_) and
+// for the paced direct sends (paced_): sends/s, p50_ms, the emu_ figures
+// above and, for the relay and the proxy, proc_cpu_us/send (see
+// halfFigures). And
 // emu_drift (emulator CPU per send, second direct half ÷ first),
 // emu_ratio_first (first relayed half ÷ first direct half: the order this
 // harness used before ABBA), emu_ratio_paced (relayed ÷ paced direct),
@@ -138,19 +154,22 @@ func SendOverhead(ctx context.Context, cfg SendConfig) (Metrics, error) {
 		return nil, err
 	}
 	defer rel.stop()
-
-	direct, viaRelay, err := warmClients(ctx, emu.URL, rel.URL, cfg.Concurrency, cfg.Preload)
+	prx, err := startChild(roleProxy, childEmulatorEnv+"="+emu.URL)
 	if err != nil {
 		return nil, err
 	}
-	h := harness{conc: cfg.Concurrency, read: func(ctx context.Context) (e, r ChildStats, err error) {
-		if e, err = emu.stats(ctx, false); err != nil {
-			return e, r, err
-		}
-		r, err = rel.stats(ctx, false) // also drops the phases recorded so far
-		return e, r, err
-	}}
-	halves, err := h.abba(ctx, direct, viaRelay, cfg.Sends, true)
+	defer prx.stop()
+
+	direct, via, err := warmClients(ctx, emu.URL, cfg.Concurrency, cfg.Preload, rel.URL, prx.URL)
+	if err != nil {
+		return nil, err
+	}
+	stats := func(c *child) func(context.Context) (ChildStats, error) {
+		return func(ctx context.Context) (ChildStats, error) { return c.stats(ctx, false) } // the relay's also drops the phases recorded so far
+	}
+	h := harness{conc: cfg.Concurrency, emu: stats(emu)}
+	relayed, proxied := route{via[0], stats(rel)}, route{via[1], stats(prx)}
+	halves, err := h.abba(ctx, route{svc: direct}, relayed, &proxied, cfg.Sends, true)
 	if err != nil {
 		return nil, err
 	}
@@ -160,29 +179,38 @@ func SendOverhead(ctx context.Context, cfg SendConfig) (Metrics, error) {
 		return nil, err
 	}
 	m["emu_heap_MiB"] = float64(end.HeapBytes) / (1 << 20)
-	if got, want := end.Messages, cfg.Preload+2*cfg.Concurrency+4*cfg.Sends+halves.paced.sends; got != want {
+	if got, want := end.Messages, cfg.Preload+3*cfg.Concurrency+6*cfg.Sends+halves.paced.sends; got != want {
 		return nil, fmt.Errorf("send overhead: emulator holds %d messages, want %d", got, want)
 	}
 	return m, nil
 }
 
-// harness measures stretches of sends with conc callers; read returns the
-// emulator's and the relay's figures (zero for what it cannot see).
+// harness measures stretches of sends with conc callers; emu returns the
+// emulator's figures (zero when it runs in this process).
 type harness struct {
 	conc int
-	read func(ctx context.Context) (emu, rel ChildStats, err error)
+	emu  func(ctx context.Context) (ChildStats, error)
+}
+
+// route is one way from Google's client to the emulator: the client
+// pointed at it and, when a server stands between the client and the
+// emulator (the relay, the bare proxy), a read of that server's figures;
+// hop is nil on the direct path.
+type route struct {
+	svc *gmail.Service
+	hop func(ctx context.Context) (ChildStats, error)
 }
 
 // sample is what one stretch of sends cost: the client's side, measured in
-// this process, and the emulator's and the relay's (ChildStats.sub of the
-// reads around it).
+// this process, and the emulator's and the server's between them (hop:
+// ChildStats.sub of the reads around it).
 type sample struct {
 	sends         int
 	took          time.Duration
 	lat           []time.Duration
 	clientCPU     time.Duration
 	clientMallocs uint64
-	emu, rel      ChildStats
+	emu, hop      ChildStats
 	// gaps are the times between two sends reaching the emulator.
 	gaps []time.Duration
 }
@@ -196,15 +224,15 @@ func (s sample) plus(o sample) sample {
 		clientCPU:     s.clientCPU + o.clientCPU,
 		clientMallocs: s.clientMallocs + o.clientMallocs,
 		emu:           s.emu.plus(o.emu),
-		rel:           s.rel.plus(o.rel),
+		hop:           s.hop.plus(o.hop),
 		gaps:          append(slices.Clip(s.gaps), o.gaps...),
 	}
 }
 
 // metrics are the sample's per-path figures (see SendOverhead): the
-// client's always, the emulator's with processes, the relay process's
-// when relayed too.
-func (s sample) metrics(processes, relayed bool) Metrics {
+// client's always, the emulator's with processes, and with hop too the
+// process's between them (the relay's or the proxy's).
+func (s sample) metrics(processes, hop bool) Metrics {
 	n := float64(s.sends)
 	m := Metrics{
 		"sends/s":            rate(s.sends, s.took),
@@ -224,61 +252,90 @@ func (s sample) metrics(processes, relayed bool) Metrics {
 	m["emu_preempted/send"] = float64(s.emu.Preempted) / n
 	m["emu_gc_cpu_us/send"] = float64(s.emu.GCNanos) / 1e3 / n
 	m["emu_gap_p50_us"] = float64(Percentile(slices.Clone(s.gaps), 50)) / float64(time.Microsecond)
-	if relayed {
-		m["proc_cpu_us/send"] = float64(s.rel.CPUNanos) / 1e3 / n
-		m["proc_sys_us/send"] = float64(s.rel.SysNanos) / 1e3 / n
-		m["proc_allocs/send"] = float64(s.rel.Mallocs) / n
+	if hop {
+		m["proc_cpu_us/send"] = float64(s.hop.CPUNanos) / 1e3 / n
+		m["proc_sys_us/send"] = float64(s.hop.SysNanos) / 1e3 / n
+		m["proc_allocs/send"] = float64(s.hop.Mallocs) / n
+		m["proc_waits/send"] = float64(s.hop.Waits) / n
 	}
 	return m
 }
 
-// window sends n messages (Message-IDs under prefix) on svc and returns
+// window sends n messages (Message-IDs under prefix) on r and returns
 // their sample; with at, send i leaves at offset at[i] from the start (see
 // runSends).
-func (h harness) window(ctx context.Context, prefix string, svc *gmail.Service, n int, at []time.Duration) (sample, error) {
+func (h harness) window(ctx context.Context, prefix string, r route, n int, at []time.Duration) (sample, error) {
 	msgs := buildMessages(prefix, n)
-	e0, r0, err := h.read(ctx)
+	e0, r0, err := h.read(ctx, r)
 	if err != nil {
 		return sample{}, err
 	}
-	s, err := measure(ctx, svc, msgs, h.conc, at)
+	s, err := measure(ctx, r.svc, msgs, h.conc, at)
 	if err != nil {
 		return sample{}, fmt.Errorf("%s sends: %w", prefix, err)
 	}
-	e1, r1, err := h.read(ctx)
+	e1, r1, err := h.read(ctx, r)
 	if err != nil {
 		return sample{}, err
 	}
-	s.emu, s.rel = e1.sub(e0), r1.sub(r0)
+	s.emu, s.hop = e1.sub(e0), r1.sub(r0)
 	for i := 1; i < len(s.emu.Arrivals); i++ {
 		s.gaps = append(s.gaps, time.Duration(s.emu.Arrivals[i]-s.emu.Arrivals[i-1]))
 	}
 	return s, nil
 }
 
-// halves are the stretches of one ABBA run, and the paced direct sends
-// between its relayed halves (none in process).
+// read returns the emulator's figures and those of r's server (zero for
+// what it cannot see), the emulator's first.
+func (h harness) read(ctx context.Context, r route) (emu, hop ChildStats, err error) {
+	if h.emu != nil {
+		if emu, err = h.emu(ctx); err != nil {
+			return emu, hop, err
+		}
+	}
+	if r.hop != nil {
+		hop, err = r.hop(ctx)
+	}
+	return emu, hop, err
+}
+
+// halves are the stretches of one ABBA run (ABCCBA with the proxy), and
+// the paced direct sends in its middle (none in process).
 type halves struct {
-	direct1, relay1, paced, relay2, direct2 sample
+	direct1, relay1, proxy1, paced, proxy2, relay2, direct2 sample
 }
 
 // Message-ID prefixes of the stretches: one length, so that every message
 // has the same size.
 const (
-	prefixDirect1, prefixRelay1, prefixPaced, prefixRelay2, prefixDirect2 = "dir1", "rel1", "pace", "rel2", "dir2"
+	prefixDirect1, prefixRelay1, prefixProxy1, prefixPaced = "dir1", "rel1", "prx1", "pace"
+	prefixProxy2, prefixRelay2, prefixDirect2              = "prx2", "rel2", "dir2"
 )
 
-// abba sends two halves of sends messages on each path, direct, relayed,
-// relayed, direct; with paced, the direct client replays the first relayed
-// half's arrivals at the emulator between the relayed halves.
-func (h harness) abba(ctx context.Context, direct, viaRelay *gmail.Service, sends int, paced bool) (halves, error) {
+// abba sends two halves of sends messages on each path, nested so that
+// every path's halves lie symmetrically around the middle of the run:
+// direct, relayed, relayed, direct, or with proxy direct, relayed,
+// proxied, proxied, relayed, direct (a drift linear in time then weighs
+// on every path alike). With paced, the direct client replays the first
+// relayed half's arrivals at the emulator in the middle of the run.
+func (h harness) abba(ctx context.Context, direct, relayed route, proxy *route, sends int, paced bool) (halves, error) {
 	var hs halves
-	var err error
-	if hs.direct1, err = h.window(ctx, prefixDirect1, direct, sends, nil); err != nil {
-		return hs, err
+	type leg struct {
+		prefix string
+		r      route
+		dst    *sample
 	}
-	if hs.relay1, err = h.window(ctx, prefixRelay1, viaRelay, sends, nil); err != nil {
-		return hs, err
+	first := []leg{{prefixDirect1, direct, &hs.direct1}, {prefixRelay1, relayed, &hs.relay1}}
+	second := []leg{{prefixDirect2, direct, &hs.direct2}, {prefixRelay2, relayed, &hs.relay2}}
+	if proxy != nil {
+		first = append(first, leg{prefixProxy1, *proxy, &hs.proxy1})
+		second = append(second, leg{prefixProxy2, *proxy, &hs.proxy2})
+	}
+	var err error
+	for _, l := range first {
+		if *l.dst, err = h.window(ctx, l.prefix, l.r, sends, nil); err != nil {
+			return hs, err
+		}
 	}
 	if paced {
 		arr := hs.relay1.emu.Arrivals
@@ -290,11 +347,10 @@ func (h harness) abba(ctx context.Context, direct, viaRelay *gmail.Service, send
 			return hs, err
 		}
 	}
-	if hs.relay2, err = h.window(ctx, prefixRelay2, viaRelay, sends, nil); err != nil {
-		return hs, err
-	}
-	if hs.direct2, err = h.window(ctx, prefixDirect2, direct, sends, nil); err != nil {
-		return hs, err
+	for _, l := range slices.Backward(second) {
+		if *l.dst, err = h.window(ctx, l.prefix, l.r, sends, nil); err != nil {
+			return hs, err
+		}
 	}
 	return hs, nil
 }
@@ -308,29 +364,27 @@ func (hs halves) metrics(processes bool) Metrics {
 	d, r := hs.direct1.plus(hs.direct2), hs.relay1.plus(hs.relay2)
 	dm, rm := d.metrics(processes, false), r.metrics(processes, true)
 	m := Metrics{}
-	for k, v := range dm {
-		m["direct_"+k] = v
-	}
-	for k, v := range rm {
-		m["relay_"+k] = v
-	}
+	addPrefixed(m, "direct_", dm)
+	addPrefixed(m, "relay_", rm)
 	m["ratio"] = rm["sends/s"] / dm["sends/s"]
 	m["added_p50_ms"] = rm["p50_ms"] - dm["p50_ms"]
-	m["fsyncs/send"] = float64(r.rel.Commits) / float64(r.sends)
-	parts := []struct {
-		name    string
-		s       sample
-		relayed bool
-	}{{"direct1_", hs.direct1, false}, {"relay1_", hs.relay1, true}, {"relay2_", hs.relay2, true}, {"direct2_", hs.direct2, false}}
+	m["fsyncs/send"] = float64(r.hop.Commits) / float64(r.sends)
+	type part struct {
+		name string
+		s    sample
+		hop  bool
+	}
+	parts := []part{{"direct1_", hs.direct1, false}, {"relay1_", hs.relay1, true}, {"relay2_", hs.relay2, true}, {"direct2_", hs.direct2, false}}
+	px := hs.proxy1.plus(hs.proxy2)
+	proxied := px.sends > 0
+	if proxied {
+		parts = append(parts, part{"proxy1_", hs.proxy1, true}, part{"proxy2_", hs.proxy2, true})
+	}
 	if processes {
-		parts = append(parts, struct {
-			name    string
-			s       sample
-			relayed bool
-		}{"paced_", hs.paced, false})
+		parts = append(parts, part{"paced_", hs.paced, false})
 	}
 	for _, p := range parts {
-		pm := p.s.metrics(processes, p.relayed)
+		pm := p.s.metrics(processes, p.hop)
 		for _, k := range halfFigures {
 			if v, ok := pm[k]; ok {
 				m[p.name+k] = v
@@ -340,17 +394,33 @@ func (hs halves) metrics(processes bool) Metrics {
 	if !processes {
 		return m
 	}
+	if proxied {
+		pm := px.metrics(processes, true)
+		addPrefixed(m, "proxy_", pm)
+		m["proxy_ratio"] = pm["sends/s"] / dm["sends/s"]
+		m["proxy_added_p50_ms"] = pm["p50_ms"] - dm["p50_ms"]
+		m["proxy_emu_ratio"] = pm["emu_cpu_us/send"] / dm["emu_cpu_us/send"]
+		m["relay_proxy_cpu_ratio"] = rm["proc_cpu_us/send"] / pm["proc_cpu_us/send"]
+		m["relay_proxy_allocs_ratio"] = rm["proc_allocs/send"] / pm["proc_allocs/send"]
+	}
 	m["emu_ratio"] = rm["emu_cpu_us/send"] / dm["emu_cpu_us/send"]
 	m["emu_ratio_first"] = m["relay1_emu_cpu_us/send"] / m["direct1_emu_cpu_us/send"]
 	m["emu_drift"] = m["direct2_emu_cpu_us/send"] / m["direct1_emu_cpu_us/send"]
 	m["emu_ratio_paced"] = rm["emu_cpu_us/send"] / m["paced_emu_cpu_us/send"]
 	// A collection falls in one stretch: over the whole run its share is
 	// steadier than per half.
-	all := d.plus(r).plus(hs.paced)
+	all := d.plus(r).plus(px).plus(hs.paced)
 	m["emu_run_gc_cpu_us/send"] = float64(all.emu.GCNanos) / 1e3 / float64(all.sends)
 	m["emu_run_gcs"] = float64(all.emu.GCs)
-	maps.Copy(m, phaseMedians(r.rel.Phases))
+	maps.Copy(m, phaseMedians(r.hop.Phases))
 	return m
+}
+
+// addPrefixed adds src's figures to m, each name under prefix.
+func addPrefixed(m Metrics, prefix string, src Metrics) {
+	for k, v := range src {
+		m[prefix+k] = v
+	}
 }
 
 // phaseMedians is the p50, in µs, of each phase of the sends in ts.
@@ -377,14 +447,12 @@ func phaseMedians(ts []api.SendTiming) Metrics {
 	return m
 }
 
-// warmUp makes one round of sends on each path (connections).
-func warmUp(ctx context.Context, direct, viaRelay *gmail.Service, conc int) error {
-	for _, p := range []struct {
-		name string
-		svc  *gmail.Service
-	}{{"warm-direct", direct}, {"warm-relay", viaRelay}} {
-		if _, err := runSends(ctx, p.svc, buildMessages(p.name, conc), conc, nil); err != nil {
-			return fmt.Errorf("%s: %w", p.name, err)
+// warmUp makes one round of sends on each client (connections).
+func warmUp(ctx context.Context, conc int, svcs ...*gmail.Service) error {
+	for i, svc := range svcs {
+		name := fmt.Sprintf("warm%d", i)
+		if _, err := runSends(ctx, svc, buildMessages(name, conc), conc, nil); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	return nil
@@ -425,14 +493,13 @@ func sendInProcess(ctx context.Context, cfg SendConfig) (Metrics, error) {
 	relaySrv := httptest.NewServer(api.New(api.Config{Service: svc, MsgIDDomain: MsgIDDomain, Logger: zerolog.Nop()}))
 	defer relaySrv.Close()
 
-	direct, viaRelay, err := warmClients(ctx, emuSrv.URL, relaySrv.URL, cfg.Concurrency, cfg.Preload)
+	direct, via, err := warmClients(ctx, emuSrv.URL, cfg.Concurrency, cfg.Preload, relaySrv.URL)
 	if err != nil {
 		return nil, err
 	}
-	h := harness{conc: cfg.Concurrency, read: func(context.Context) (_, rel ChildStats, _ error) {
-		return ChildStats{}, ChildStats{Commits: log.Commits()}, nil
-	}}
-	halves, err := h.abba(ctx, direct, viaRelay, cfg.Sends, false)
+	h := harness{conc: cfg.Concurrency}
+	relayed := route{via[0], func(context.Context) (ChildStats, error) { return ChildStats{Commits: log.Commits()}, nil }}
+	halves, err := h.abba(ctx, route{svc: direct}, relayed, nil, cfg.Sends, false)
 	if err != nil {
 		return nil, err
 	}
@@ -443,24 +510,29 @@ func sendInProcess(ctx context.Context, cfg SendConfig) (Metrics, error) {
 }
 
 // warmClients returns Google's Gmail client pointed at the emulator
-// (direct) and at the relay, both warmed up (see warmUp) after the direct
-// client has stored preload messages in the emulator.
-func warmClients(ctx context.Context, emuURL, relayURL string, conc, preload int) (direct, viaRelay *gmail.Service, err error) {
+// (direct) and one pointed at each of hops (the relay, the proxy), all
+// warmed up (see warmUp) after the direct client has stored preload
+// messages in the emulator.
+func warmClients(ctx context.Context, emuURL string, conc, preload int, hops ...string) (direct *gmail.Service, via []*gmail.Service, err error) {
 	if direct, err = newGmailClient(ctx, emuURL, conc); err != nil {
 		return nil, nil, err
 	}
-	if viaRelay, err = newGmailClient(ctx, relayURL, conc); err != nil {
-		return nil, nil, err
+	for _, u := range hops {
+		svc, err := newGmailClient(ctx, u, conc)
+		if err != nil {
+			return nil, nil, err
+		}
+		via = append(via, svc)
 	}
 	if preload > 0 {
 		if _, err := runSends(ctx, direct, buildMessages("preload", preload), conc, nil); err != nil {
 			return nil, nil, fmt.Errorf("preload: %w", err)
 		}
 	}
-	if err := warmUp(ctx, direct, viaRelay, conc); err != nil {
+	if err := warmUp(ctx, conc, append([]*gmail.Service{direct}, via...)...); err != nil {
 		return nil, nil, err
 	}
-	return direct, viaRelay, nil
+	return direct, via, nil
 }
 
 // newGmailClient is Google's Gmail client pointed at base, with a

@@ -88,9 +88,11 @@ type Row struct {
 }
 
 // Rows turns parsed results into the table's rows: every figure issues 7
-// and 16 ask for, with its target. A send row's ratios compare both paths
-// over both of their halves (SendOverhead measures direct, relayed,
-// relayed, direct). A benchmark missing from results gives a row saying
+// and 16 ask for, with its target, and, beside the relay's own CPU and
+// allocations, a bare reverse proxy's in the same run (its calibration).
+// A send row's ratios compare the paths over both of their halves
+// (SendOverhead measures direct, relayed, proxied, proxied, relayed,
+// direct). A benchmark missing from results gives a row saying
 // it did not run, so a broken run cannot pass silently.
 func Rows(results []Result) []Row {
 	by := map[string]Metrics{}
@@ -164,6 +166,15 @@ func Rows(results []Result) []Row {
 				add(label+": relay process allocs/send", allocs, "≤ 250", check(m["relay_proc_allocs/send"] <= 250))
 			} else {
 				add(label+": relay process allocs/send", allocs, "—", StatusInfo)
+			}
+			if _, ok := m["proxy_proc_cpu_us/send"]; ok {
+				add(label+": bare reverse proxy (httputil) per request, and relay ÷ proxy",
+					fmt.Sprintf("proxy %.0f µs CPU (system %.0f µs), %.0f allocs; relay ÷ proxy: CPU %.2f, allocs %.2f; proxy %.0f/s (÷ direct %.3f), p50 %.2f ms (%+.2f vs direct)",
+						m["proxy_proc_cpu_us/send"], m["proxy_proc_sys_us/send"], m["proxy_proc_allocs/send"], m["relay_proxy_cpu_ratio"], m["relay_proxy_allocs_ratio"],
+						m["proxy_sends/s"], m["proxy_ratio"], m["proxy_p50_ms"], m["proxy_added_p50_ms"]),
+					"—", StatusInfo)
+			} else {
+				add(label+": bare reverse proxy (httputil) per request, and relay ÷ proxy", "—", "", StatusNotRun)
 			}
 			emu := fmt.Sprintf("%.3f (relayed %.0f µs, direct %.0f µs; allocs relayed %.0f, direct %.0f; new connections relayed %.0f, direct %.0f)",
 				m["emu_ratio"], m["relay_emu_cpu_us/send"], m["direct_emu_cpu_us/send"], m["relay_emu_allocs/send"], m["direct_emu_allocs/send"],

@@ -54,7 +54,9 @@ func TestTinyRun(t *testing.T) {
 					t.Errorf("fsyncs/send = %v, want > 0: every relay send is logged durably", got)
 				}
 				for _, k := range []string{"direct1_sends/s", "relay1_sends/s", "relay2_sends/s", "direct2_sends/s",
-					"paced_sends/s", "paced_emu_cpu_us/send", "relay1_proc_cpu_us/send", "emu_drift", "emu_ratio_first", "emu_ratio_paced"} {
+					"paced_sends/s", "paced_emu_cpu_us/send", "relay1_proc_cpu_us/send", "emu_drift", "emu_ratio_first", "emu_ratio_paced",
+					"proxy1_sends/s", "proxy2_sends/s", "proxy_sends/s", "proxy_p50_ms", "proxy_proc_cpu_us/send", "proxy_proc_allocs/send",
+					"proxy2_proc_cpu_us/send", "proxy_emu_cpu_us/send", "relay_proxy_cpu_ratio", "relay_proxy_allocs_ratio"} {
 					if m[k] <= 0 {
 						t.Errorf("%s = %v, want > 0", k, m[k])
 					}
@@ -75,6 +77,9 @@ func TestTinyRun(t *testing.T) {
 		}
 		if _, ok := m["paced_sends/s"]; ok {
 			t.Errorf("in process: paced sends reported, but there is no emulator process to see arrivals")
+		}
+		if _, ok := m["proxy_sends/s"]; ok {
+			t.Errorf("in process: proxied sends reported, but the proxy only runs in a process of its own")
 		}
 	}
 	for _, conc := range []int{1, 16, 64} {
@@ -171,6 +176,11 @@ func TestRowsTargets(t *testing.T) {
 		{"emulator halves and paced sends are for the record", bench.Result{Name: "BenchmarkSendOverhead/latency=0ms/conc=64",
 			Metrics: bench.Metrics{"relay_proc_cpu_us/send": 1, "emu_ratio": 1.5, "paced_emu_cpu_us/send": 60, "emu_ratio_paced": 1}},
 			"send, latency 0 ms, concurrency 64: emulator CPU per send, by half and paced", bench.StatusInfo},
+		{"the bare proxy is for the record", bench.Result{Name: "BenchmarkSendOverhead/latency=150ms/conc=64",
+			Metrics: bench.Metrics{"relay_proc_cpu_us/send": 400, "proxy_proc_cpu_us/send": 200, "relay_proxy_cpu_ratio": 2}},
+			"send, latency 150 ms, concurrency 64: bare reverse proxy (httputil) per request, and relay ÷ proxy", bench.StatusInfo},
+		{"a run without the proxy says so", bench.Result{Name: "BenchmarkSendOverhead/latency=0ms/conc=64", Metrics: bench.Metrics{"relay_proc_cpu_us/send": 150}},
+			"send, latency 0 ms, concurrency 64: bare reverse proxy (httputil) per request, and relay ÷ proxy", bench.StatusNotRun},
 		{"in-process run has no relay process figures", bench.Result{Name: "BenchmarkSendOverhead/latency=0ms/conc=64", Metrics: send(0.6, 1, 0.4)},
 			"send, latency 0 ms, concurrency 64: relay process CPU and allocs per send", bench.StatusNotRun},
 		{"durable missed", bench.Result{Name: "BenchmarkDurableLog/conc=1", Metrics: bench.Metrics{"ratio_vs_raw": 0.3}},
