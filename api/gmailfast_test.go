@@ -28,7 +28,8 @@ func TestWriteGmailSentIsWriteJSON(t *testing.T) {
 	}
 }
 
-// FuzzRawOnly: a body rawOnly reads is the message json.Unmarshal reads.
+// FuzzRawOnly: a body rawOnly reads is the message json.Unmarshal reads,
+// and one CheckJSON accepts (gmailSend skips CheckJSON for it).
 func FuzzRawOnly(f *testing.F) {
 	for _, s := range []string{`{"raw":"abc"}`, "{\"raw\":\"RnJvbTo=\"}\n", `{"raw":"a\"b"}`, `{"raw":"x"} }`, `{"raw":"x","id":"1"}`, `{"raw":1}`, `{"raw":"x"}}`, `{"raw":""}`} {
 		f.Add([]byte(s))
@@ -41,6 +42,9 @@ func FuzzRawOnly(f *testing.F) {
 		var want gmailMessage
 		if err := json.Unmarshal(body, &want); err != nil || !reflect.DeepEqual(got, want) {
 			t.Fatalf("rawOnly(%q) = %+v; json.Unmarshal: %+v, %v", body, got, want, err)
+		}
+		if err := CheckJSON(body); err != nil {
+			t.Fatalf("rawOnly(%q) reads it, CheckJSON refuses it: %v", body, err)
 		}
 	})
 }

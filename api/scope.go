@@ -28,12 +28,19 @@ import (
 // reqScope is one request's scope. It is its own context (ctx), response
 // writer (w) and request body wrapper (body).
 type reqScope struct {
-	ctx    scopeCtx
-	rctx   *chi.Context
-	logger zerolog.Logger
-	role   role
-	w      scopeWriter
-	body   eofBody
+	ctx  scopeCtx
+	rctx *chi.Context
+	// parent is the server's logger and id the request id; logger, the
+	// request's own (parent with req_id), is built on first use
+	// (requestLogger): zerolog's With allocates a 500-byte context, and a
+	// request that logs nothing but its access line needs none.
+	parent  *zerolog.Logger
+	id      string
+	logOnce sync.Once
+	logger  zerolog.Logger
+	role    role
+	w       scopeWriter
+	body    eofBody
 	// idHeader backs the X-Request-Id header's value slice.
 	idHeader [1]string
 }
@@ -58,7 +65,7 @@ func (c *scopeCtx) Value(key any) any {
 	case chi.RouteCtxKey:
 		return c.s.rctx
 	case zerologKey:
-		return &c.s.logger
+		return c.s.requestLogger()
 	}
 	return c.Context.Value(key)
 }
@@ -81,6 +88,15 @@ func (p *keyProbe) Value(key any) any {
 	p.key = key
 	return nil
 }
+
+// requestLogger is the request's logger, the server's with req_id, built
+// on its first use (safe from any goroutine of the request).
+func (s *reqScope) requestLogger() *zerolog.Logger {
+	s.logOnce.Do(s.buildLogger)
+	return &s.logger
+}
+
+func (s *reqScope) buildLogger() { s.logger = s.parent.With().Str("req_id", s.id).Logger() }
 
 // scopeOf returns r's scope, or nil for a request that did not pass the
 // scope middleware (a handler called directly).
@@ -112,7 +128,7 @@ func (s *Server) scope(mux chi.Router) http.Handler {
 		sc.rctx.Reset()
 		sc.rctx.Routes = mux
 		id := xid.New().String()
-		sc.logger = s.cfg.Logger.With().Str("req_id", id).Logger()
+		sc.parent, sc.id = &s.cfg.Logger, id
 		sc.idHeader[0] = id
 		w.Header()["X-Request-Id"] = sc.idHeader[:]
 		sc.w = scopeWriter{ResponseWriter: w}
@@ -123,7 +139,9 @@ func (s *Server) scope(mux chi.Router) http.Handler {
 			sc.w.body = &sc.body
 		}
 		defer func() {
-			sc.logger.Info().Str("method", r.Method).Str("path", clipText(r.URL.Path)).Int("status", sc.w.status).
+			// The same line as sc.requestLogger().Info() writes: the
+			// parent's fields, then req_id, then the event's.
+			s.cfg.Logger.Info().Str("req_id", id).Str("method", r.Method).Str("path", clipText(r.URL.Path)).Int("status", sc.w.status).
 				Int("size", sc.w.size).Dur("took", time.Since(start)).Msg("request")
 		}()
 		mux.ServeHTTP(&sc.w, r)

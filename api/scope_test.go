@@ -70,3 +70,28 @@ func TestScopeRequestIDsDiffer(t *testing.T) {
 		seen[id] = true
 	}
 }
+
+// TestScopeAccessLineBytes: the access line is written byte for byte as
+// the request logger (the server's, with req_id) writes it, its fields in
+// the same order, also when no handler asked for that logger.
+func TestScopeAccessLineBytes(t *testing.T) {
+	for _, name := range []string{"unused", "used"} {
+		t.Run(name, func(t *testing.T) {
+			var logs bytes.Buffer
+			inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if name == "used" {
+					_ = zerolog.Ctx(r.Context())
+				}
+				_, _ = w.Write([]byte("ok"))
+			})
+			s := New(Config{Logger: zerolog.New(&logs).With().Str("svc", "relay").Logger(), Console: inner})
+			rec := httptest.NewRecorder()
+			s.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://localhost/ui", nil))
+			id := rec.Header().Get("X-Request-Id")
+			want := `{"level":"info","svc":"relay","req_id":"` + id + `","method":"GET","path":"/ui","status":200,"size":2,"took":`
+			if got := logs.String(); !strings.HasPrefix(got, want) || !strings.HasSuffix(got, `,"message":"request"}`+"\n") {
+				t.Errorf("access line %q, want it to start %q and end with the message", got, want)
+			}
+		})
+	}
+}
