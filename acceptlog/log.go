@@ -406,7 +406,9 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 		}
 		ln.Seq = seq
 		w.key = binary.BigEndian.AppendUint64(w.key[:0], seq)
-		if err := w.put(wLines, w.key, encodeLine(ln)); err != nil {
+		v := appendLine(w.value(lineSize(ln)), ln)
+		w.used(v)
+		if err := w.put(wLines, w.key, v); err != nil {
 			return Job{}, nil, nil, fmt.Errorf("put line %d: %w", seq, err)
 		}
 		w.seqs, last = appendSeq(w.seqs, last, seq), seq
