@@ -54,12 +54,28 @@ const (
 // encodeJob returns j's record, with seqs (a seqList's bytes) as the seqs
 // of its lines, in one allocation.
 func encodeJob(j *Job, seqs []byte) []byte {
-	strs := [...]string{j.MessageID, j.Key, j.Channel, j.Mailbox, j.Fingerprint, string(j.State),
+	return appendJob(make([]byte, 0, jobSize(j, seqs)), j, seqs)
+}
+
+// jobStrings are the strings of j's record.
+func jobStrings(j *Job) [11]string {
+	return [...]string{j.MessageID, j.Key, j.Channel, j.Mailbox, j.Fingerprint, string(j.State),
 		j.ThreadIDIn, j.GmailID, j.ThreadID, j.LastError, string(j.LastReason)}
+}
+
+// jobSize bounds the length of j's record (see appendJob).
+func jobSize(j *Job, seqs []byte) int {
 	n := 1 + 7*binary.MaxVarintLen64 + 6*maxTimeSize + listSize(j.LabelIDs) + len(seqs)
-	for _, s := range strs {
+	for _, s := range jobStrings(j) {
 		n += binary.MaxVarintLen64 + len(s)
 	}
+	return n
+}
+
+// appendJob appends j's record to b (which jobSize(j, seqs) more bytes
+// fit in without a new allocation).
+func appendJob(b []byte, j *Job, seqs []byte) []byte {
+	strs := jobStrings(j)
 	var flags uint64
 	if j.Retryable {
 		flags |= jobRetryable
@@ -67,7 +83,6 @@ func encodeJob(j *Job, seqs []byte) []byte {
 	if j.Verified {
 		flags |= jobVerified
 	}
-	b := make([]byte, 0, n)
 	b = append(b, recordV1)
 	for _, s := range strs[:7] { // identity and request
 		b = appendString(b, s)
@@ -204,13 +219,23 @@ func encodeSeqs(seqs []uint64) []byte {
 
 // encodeLine returns ln's record in one allocation.
 func encodeLine(ln *Line) []byte {
-	strs := [...]string{ln.MessageID, string(ln.Kind), string(ln.State), string(ln.Reason), ln.Source,
-		ln.GmailID, ln.ThreadID, ln.Error, ln.Query, ln.Witness, ln.RuleID, ln.Mode,
-		ln.StoredMessageID, ln.Channel, ln.Actor, ln.Note}
+	return appendLine(make([]byte, 0, lineSize(ln)), ln)
+}
+
+// lineSize bounds the length of ln's record (see appendLine).
+func lineSize(ln *Line) int {
 	n := 1 + 7*binary.MaxVarintLen64 + maxTimeSize + listSize(ln.LabelIDs)
-	for _, s := range strs {
+	for _, s := range [...]string{ln.MessageID, string(ln.Kind), string(ln.State), string(ln.Reason), ln.Source,
+		ln.GmailID, ln.ThreadID, ln.Error, ln.Query, ln.Witness, ln.RuleID, ln.Mode,
+		ln.StoredMessageID, ln.Channel, ln.Actor, ln.Note} {
 		n += binary.MaxVarintLen64 + len(s)
 	}
+	return n
+}
+
+// appendLine appends ln's record to b (which lineSize(ln) more bytes fit
+// in without a new allocation).
+func appendLine(b []byte, ln *Line) []byte {
 	var flags uint64
 	if ln.Retryable {
 		flags |= lineRetryable
@@ -221,7 +246,6 @@ func encodeLine(ln *Line) []byte {
 			flags |= lineHandleKept
 		}
 	}
-	b := make([]byte, 0, n)
 	b = append(b, recordV1)
 	b = binary.AppendUvarint(b, ln.Seq)
 	b = appendTime(b, ln.Time)

@@ -158,8 +158,9 @@ type Log struct {
 	// when the group has run (flushCounts), instead of a read and a write
 	// of every counter by every Mutate. Only touched inside write
 	// transactions.
-	countsTx *bolt.Tx
-	counts   map[string]int64
+	countsTx  *bolt.Tx
+	counts    map[string]int64
+	countsBuf map[string]int64
 	// w is the write transaction's buckets, cursors and key buffers (see
 	// writeTx). Only touched inside write transactions.
 	w *writeTx
@@ -405,7 +406,9 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 		}
 		ln.Seq = seq
 		w.key = binary.BigEndian.AppendUint64(w.key[:0], seq)
-		if err := w.put(wLines, w.key, encodeLine(ln)); err != nil {
+		v := appendLine(w.value(lineSize(ln)), ln)
+		w.used(v)
+		if err := w.put(wLines, w.key, v); err != nil {
 			return Job{}, nil, nil, fmt.Errorf("put line %d: %w", seq, err)
 		}
 		w.seqs, last = appendSeq(w.seqs, last, seq), seq
@@ -450,7 +453,13 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 // counted runs a group's Mutates in tx, collecting their counter deltas,
 // and writes the deltas once when all have run.
 func (l *Log) counted(tx *bolt.Tx, run func() error) error {
-	l.countsTx, l.counts = tx, nil
+	// The map is the Log's own, emptied for each group: clear keeps its
+	// room, so a group's deltas cost no allocation.
+	if l.countsBuf == nil {
+		l.countsBuf = map[string]int64{}
+	}
+	clear(l.countsBuf)
+	l.countsTx, l.counts = tx, l.countsBuf
 	defer func() {
 		l.countsTx, l.counts = nil, nil
 		if l.w != nil {

@@ -48,6 +48,12 @@ type writeTx struct {
 	// seqs is a scratch buffer for a job record's seq list (encodeJob
 	// copies it).
 	seqs []byte
+	// values holds the records the transaction puts (see value): bbolt's
+	// Put keeps the value it is given, not a copy, until the commit
+	// writes it into a page, so a record cannot live in a scratch buffer;
+	// but once the transaction has ended nothing refers to them and the
+	// next transaction writes over them.
+	values []byte
 	// rec, when not nil, records every change for the journal: every
 	// write of the log goes through put, delete and nextSequence.
 	rec *opRecorder
@@ -74,14 +80,48 @@ func (w *writeTx) reset(tx *bolt.Tx) {
 	w.tx = tx
 	clear(w.buckets[:])
 	clear(w.cursors[:])
+	w.values = w.values[:0]
+}
+
+// valuesChunk is the least room values is given at once.
+const valuesChunk = 16 << 10
+
+// value returns an empty slice with room for n bytes, in values, for a
+// record that the transaction puts; used marks the bytes the record took.
+// A full chunk is left to the nodes that refer to it and a new one is
+// started (only the newest is reused).
+func (w *writeTx) value(n int) []byte {
+	if cap(w.values)-len(w.values) < n {
+		w.values = make([]byte, 0, max(valuesChunk, n))
+	}
+	k := len(w.values)
+	return w.values[k : k : k+n]
+}
+
+// used marks v, which value returned and the record was appended to, as
+// taken.
+func (w *writeTx) used(v []byte) {
+	w.values = w.values[:len(w.values)+len(v)]
 }
 
 func (w *writeTx) bucket(b int) *bolt.Bucket {
 	if w.buckets[b] == nil {
 		w.buckets[b] = w.tx.Bucket(writeBucketNames[b])
+		if appendBuckets[b] {
+			w.buckets[b].FillPercent = 1
+		}
 	}
 	return w.buckets[b]
 }
+
+// appendBuckets are the buckets whose new keys mostly sort after every
+// stored one (a seq, a time of now): a leaf that splits there keeps all it
+// can hold instead of bbolt's default half, so the right-edge leaf every
+// commit reads (and bbolt copies into a node) holds half a page on
+// average instead of three quarters, and the tree has fewer, fuller pages.
+// FillPercent is not stored in the file: it only shapes the splits of the
+// transaction that sets it.
+var appendBuckets = [numWriteBuckets]bool{wLines: true, wPrunable: true, wSends: true}
 
 func (w *writeTx) cursor(b int) *bolt.Cursor {
 	if w.cursors[b] == nil {
@@ -194,10 +234,11 @@ func putJob(w *writeTx, cur *Job, old []byte, j *Job, seqs []byte, counts map[st
 			counts[k]++
 		}
 	}
-	v := encodeJob(j, seqs)
+	v := appendJob(w.value(jobSize(j, seqs)), j, seqs)
 	if old != nil && bytes.Equal(old, v) {
 		return nil
 	}
+	w.used(v)
 	w.key = append(w.key[:0], j.MessageID...)
 	if err := w.put(wJobs, w.key, v); err != nil {
 		return fmt.Errorf("put job %s: %w", j.MessageID, err)
