@@ -324,17 +324,6 @@ func syncDir(path string) error {
 	return err
 }
 
-// useSynced stops the journal (for benchmarks of bbolt's own commits, see
-// SetBatching).
-func (l *Log) useSynced() error {
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	if l.j == nil {
-		return nil
-	}
-	return l.stopJournal()
-}
-
 // Close closes the file, waiting for transactions in progress: the file is
 // synced and the journal removed, so a file closed cleanly opens with any
 // gmailrelay. Calling it again does nothing and returns nil.

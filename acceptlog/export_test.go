@@ -19,6 +19,17 @@ func SetBatching(l *Log, alwaysBatch bool, delay time.Duration) {
 	l.db.MaxBatchDelay = delay
 }
 
+// useSynced stops the journal (for benchmarks of bbolt's own commits, see
+// SetBatching).
+func (l *Log) useSynced() error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if l.j == nil {
+		return nil
+	}
+	return l.stopJournal()
+}
+
 // EditJobRecord decodes a stored job record (binary or, from an older log,
 // JSON), lets edit change the job and the seqs of its lines the record
 // lists, and returns the record encoded again (binary), for tests that
