@@ -375,7 +375,8 @@ func structuredFingerprint(v validated, channel, threadID string) string {
 // (checkRawHeaderValues), a malformed Message-ID, a Message-ID that is not
 // the key's ("Message-ID mismatch"), and no Message-ID with no key. A
 // Message-ID that fails CheckMessageIDShape is refused with field
-// message_id. A key or channel that is not valid is an error naming that
+// message_id. Prepared.Raw may share raw's bytes: the caller must not
+// change raw afterwards. A key or channel that is not valid is an error naming that
 // field. Over MaxMessageBytes is CodeTooLarge. A bad domain is a
 // CodeInternal error.
 func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
@@ -418,19 +419,18 @@ func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 		if !once[i].present {
 			continue
 		}
-		name := onceHeaders[i]
-		addrs, err := parseAddresses("raw", []string{string(once[i].value)})
+		n, first, err := countAddresses(onceHeaders[i], once[i].value)
 		if err != nil {
-			return Prepared{}, Invalid("raw", "raw %s header: %s", name, errMessage(err))
+			return Prepared{}, err
 		}
 		if i == hFrom {
-			if len(addrs) != 1 {
+			if n != 1 {
 				return Prepared{}, Invalid("raw", "raw From header must hold exactly one address")
 			}
-			from = bareAddress(addrs[0])
+			from = first
 		}
 		if i != hReplyTo && i != hFrom {
-			recipients += len(addrs)
+			recipients += n
 		}
 	}
 	if recipients == 0 {
@@ -474,10 +474,35 @@ func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 
 // normalizeLineEndings turns bare LF into CRLF and refuses NUL anywhere and
 // a bare CR in the header section, where readers disagree about it.
+// A message whose line endings are all CRLF already (the usual case) is
+// returned as it is, not copied: PrepareRaw's Prepared.Raw then shares
+// raw's bytes.
 func normalizeLineEndings(raw []byte) ([]byte, error) {
 	if bytes.IndexByte(raw, 0) >= 0 {
 		return nil, Invalid("raw", "raw contains a NUL byte")
 	}
+	if bytes.Count(raw, []byte("\n")) != bytes.Count(raw, []byte("\r\n")) {
+		return rewriteLineEndings(raw)
+	}
+	header := raw // up to the first empty line, or all of raw
+	if bytes.HasPrefix(raw, []byte("\r\n")) {
+		header = nil
+	} else if i := bytes.Index(raw, []byte("\r\n\r\n")); i >= 0 {
+		header = raw[:i+2]
+	}
+	for i, c := range header {
+		if c == '\r' && (i+1 == len(raw) || raw[i+1] != '\n') {
+			return nil, errBareCR()
+		}
+	}
+	return raw, nil
+}
+
+func errBareCR() error { return Invalid("raw", "raw has a bare CR in its header section") }
+
+// rewriteLineEndings is normalizeLineEndings for a raw (free of NUL) with
+// a bare LF: a copy with CRLF line endings.
+func rewriteLineEndings(raw []byte) ([]byte, error) {
 	out := make([]byte, 0, len(raw)+bytes.Count(raw, []byte("\n"))-bytes.Count(raw, []byte("\r\n")))
 	inHeader := true
 	lineStart := 0 // index in out of the current line's first byte
@@ -495,7 +520,7 @@ func normalizeLineEndings(raw []byte) ([]byte, error) {
 			lineStart = len(out)
 		case c == '\r' && (i+1 == len(raw) || raw[i+1] != '\n'):
 			if inHeader {
-				return nil, Invalid("raw", "raw has a bare CR in its header section")
+				return nil, errBareCR()
 			}
 			out = append(out, c)
 		default:
@@ -584,6 +609,24 @@ func ReadMessageID(raw []byte) (string, error) {
 
 // bareAddress is a's address, lower-case ("" for nil): what picks a
 // mailbox by From.
+// countAddresses checks a raw address header's value, named name, and
+// returns how many addresses it holds and the first one's addr-spec in
+// lower case: simpleAddressList when it can read the value, net/mail
+// (parseAddresses) when it cannot.
+func countAddresses(name string, v []byte) (int, string, error) {
+	if n, first, ok := simpleAddressList(v); ok {
+		return n, strings.ToLower(string(first)), nil
+	}
+	addrs, err := parseAddresses("raw", []string{string(v)})
+	if err != nil {
+		return 0, "", Invalid("raw", "raw %s header: %s", name, errMessage(err))
+	}
+	if len(addrs) == 0 {
+		return 0, "", nil
+	}
+	return len(addrs), bareAddress(addrs[0]), nil
+}
+
 func bareAddress(a *mail.Address) string {
 	if a == nil {
 		return ""

@@ -19,12 +19,14 @@ type keyGate struct {
 	busy map[string]*gateHold
 }
 
-// gateHold is one request's hold on a Message-ID: waiters wait for done.
+// gateHold is one request's hold on a Message-ID. done is made only when
+// another request waits (most holds are never waited on); all its fields
+// are guarded by the gate's mutex.
 type gateHold struct {
-	g    *keyGate
-	id   string
-	done chan struct{}
-	once sync.Once
+	g        *keyGate
+	id       string
+	done     chan struct{}
+	released bool
 }
 
 // enter waits until no other request holds id, then holds it; the
@@ -38,14 +40,18 @@ func (g *keyGate) enter(ctx context.Context, id string) (*gateHold, error) {
 			if g.busy == nil {
 				g.busy = make(map[string]*gateHold)
 			}
-			h := &gateHold{g: g, id: id, done: make(chan struct{})}
+			h := &gateHold{g: g, id: id}
 			g.busy[id] = h
 			g.mu.Unlock()
 			return h, nil
 		}
+		if other.done == nil {
+			other.done = make(chan struct{})
+		}
+		done := other.done
 		g.mu.Unlock()
 		select {
-		case <-other.done:
+		case <-done:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -54,10 +60,14 @@ func (g *keyGate) enter(ctx context.Context, id string) (*gateHold, error) {
 
 // release lets the next request for the id in.
 func (h *gateHold) release() {
-	h.once.Do(func() {
-		h.g.mu.Lock()
-		delete(h.g.busy, h.id)
-		h.g.mu.Unlock()
+	h.g.mu.Lock()
+	defer h.g.mu.Unlock()
+	if h.released {
+		return
+	}
+	h.released = true
+	delete(h.g.busy, h.id)
+	if h.done != nil {
 		close(h.done)
-	})
+	}
 }

@@ -158,7 +158,9 @@ func ValidDomain(domain string) error {
 	if len(domain) > 253 {
 		return Invalid(field, "domain is longer than 253 characters")
 	}
-	for _, label := range strings.Split(domain, ".") {
+	for rest := domain; ; {
+		label, after, more := strings.Cut(rest, ".")
+		rest = after
 		if label == "" {
 			return Invalid(field, "domain %q has an empty label", domain)
 		}
@@ -174,6 +176,8 @@ func ValidDomain(domain string) error {
 				return Invalid(field, "domain %q has a character that is not a letter, digit or hyphen", domain)
 			}
 		}
+		if !more {
+			return nil
+		}
 	}
-	return nil
 }
