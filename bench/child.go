@@ -29,6 +29,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/gctune"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -176,12 +177,16 @@ func runChild() error {
 			}
 		}
 	case roleRelay:
+		gctune.Apply(os.Getenv, gctune.Limit(api.DefaultMaxInflightBytes)) // as serve does
 		r, err := newChildRelay(ctx, os.Getenv(childEmulatorEnv), os.Getenv(childDirEnv))
 		if err != nil {
 			return err
 		}
 		handler, stats, cleanup = r.handler, r.stats, r.close
 	case roleProxy:
+		// The relay's collector settings, like its server's and transport's:
+		// the proxy is measured as the relay's floor.
+		gctune.Apply(os.Getenv, gctune.Limit(api.DefaultMaxInflightBytes))
 		p, err := newChildProxy(os.Getenv(childEmulatorEnv))
 		if err != nil {
 			return err

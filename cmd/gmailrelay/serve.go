@@ -23,6 +23,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/gctune"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/outbox"
 	"github.com/gmailrelay/gmailrelay/pglog"
@@ -483,6 +484,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 2
 	}
 	logger := newLogger(stderr, c.LogFormat, c.LogLevel)
+	if limit := gctune.Limit(c.MaxInflightBytes); gctune.Apply(os.Getenv, limit) {
+		logger.Info().Int("gc_percent", gctune.Percent).Int64("memory_limit_bytes", limit).
+			Msg("garbage collector tuned for a server (GOGC and GOMEMLIMIT, when set, win)")
+	}
 	rs, err := startRelay(ctx, c, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "gmailrelay serve: %v\n", err)
