@@ -287,14 +287,19 @@ func TestSoakThreeReplicasOnePostgres(t *testing.T) {
 		}
 	}
 
-	// Quiescence: no fault rules (cleared through one replica, for all),
-	// no emulator faults, every replica swept.
-	clearFaults(t, rs.procs[0], func() {
-		deaths.Add(1)
-		if err := rs.start(rs.procs[0]); err != nil {
-			t.Fatal(err)
-		}
-	})
+	// Quiescence: no fault rules (shared: the first clear is for all),
+	// no emulator faults, every replica swept. Each replica settles in
+	// turn: an attempt one of them decided under a crash rule before the
+	// clear kills it when its Gmail call returns, and that must happen
+	// here (and be restarted), not in the sweeps after.
+	for _, r := range rs.procs {
+		clearFaults(t, r, func() {
+			deaths.Add(1)
+			if err := rs.start(r); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 	emuHits := clearEmulatorFaults(rs.Emu)
 	rounds := rs.sweepUntilQuiet(t)
 

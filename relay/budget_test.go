@@ -260,6 +260,40 @@ func TestConcurrentDuplicatesSpendQuotaAndFaultCountOnce(t *testing.T) {
 	}
 }
 
+// A replay is answered from the log whatever the quota, and takes none:
+// with the mailbox paused (every take refused) a second request for a
+// sent job replays it, and a new job is refused with nothing written or
+// sent. The admission transaction decides both (Send's doc comment).
+func TestReplayWhileQuotaPausedTakesNothing(t *testing.T) {
+	e := newEnv(t, gmailfake.Options{})
+	ctx := context.Background()
+	p := e.prepare("replay-paused", "x")
+	if _, err := e.svc.Send(ctx, p, relay.SendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	q := e.svc.Quota()
+	q.Pause(time.Hour)
+	before := q.Spent()
+	res, err := e.svc.Send(ctx, e.prepare("replay-paused", "x"), relay.SendOptions{})
+	if err != nil || !res.Replayed || res.Job.State != acceptlog.StateSent {
+		t.Fatalf("replay with the quota paused: replayed %v state %s err %v, want a replay of the sent job", res.Replayed, res.Job.State, err)
+	}
+	fresh := e.prepare("new-paused", "y")
+	if _, err := e.svc.Send(ctx, fresh, relay.SendOptions{}); relay.ErrorCode(err) != relay.CodeRateLimited {
+		t.Fatalf("new job with the quota paused: %v, want rate_limited", err)
+	}
+	if got := q.Spent() - before; got != 0 {
+		t.Errorf("quota spent while paused = %d, want 0", got)
+	}
+	if _, err := e.te.Log.Get(ctx, fresh.MessageID); !errors.Is(err, acceptlog.ErrNotFound) {
+		t.Errorf("refused new job: log read %v, want not found (nothing written)", err)
+	}
+	if got := e.emu.Count(fresh.MessageID); got != 0 {
+		t.Errorf("emulator holds %d of the refused job, want 0", got)
+	}
+	e.wantOne(t, p.MessageID, acceptlog.KindEffect)
+}
+
 // A resolve retry refused for quota writes nothing: before the fix the
 // resolved line was committed first, so the log said a retry happened
 // that did not.

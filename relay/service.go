@@ -99,6 +99,10 @@ type Service struct {
 
 	inflight sync.WaitGroup // Gmail calls in progress, for graceful shutdown
 	gate     keyGate        // one admission per Message-ID at a time
+	// shared: the log is shared by replicas (PostgreSQL), so a mailbox's
+	// daily budget and pause live in it and are read in transactions of
+	// their own; Send then admits before its transaction (see Send).
+	shared bool
 }
 
 // SendOptions adjust one Send.
@@ -146,7 +150,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.Log == nil || cfg.Policy == nil {
 		return nil, errors.New("relay: Log and Policy are required")
 	}
-	s := &Service{
+	s := &Service{shared: acceptlog.IsShared(cfg.Log),
 		log: cfg.Log, policy: cfg.Policy, faults: cfg.Faults,
 		onQueued: cfg.OnQueued, now: cfg.Now, logger: cfg.Logger,
 		timeout: cfg.SendTimeout, crash: cfg.Crash, obs: cfg.Observer, point: cfg.CrashPoint,
@@ -262,6 +266,7 @@ const (
 	admitForward admission = iota // a new attempt was logged as forwarding
 	admitFailed                   // the attempt failed at once (fail-before-forward)
 	admitReplay                   // an earlier result is replayed
+	admitRefused                  // no attempt: the quota or daily budget is spent
 )
 
 // Send runs one request through the idempotent front door (DESIGN.md): a
@@ -271,13 +276,18 @@ const (
 // CodeRateLimited (the relay's quota budget is spent; nothing was sent).
 // The attempt's own outcome is in Result.Job.
 //
-// Quota and fault rules: a send's units and a counted rule's count are
-// taken before the admission transaction and given back when, inside it,
-// the front door finds nothing to attempt (a concurrent duplicate got in
-// first: 409, 422 or a replay) or the transaction fails. So once Send has
-// returned, only attempts that were made have spent units or counts. While
-// a refused duplicate is between take and give-back, a concurrent request
-// of another job may see the budget (or a count: 1 rule) as spent.
+// On a log of its own, the front door, the quota and the fault rules are
+// decided inside the admission transaction, which reads the job as
+// stored: a send's units and a counted rule's count are taken there, only
+// when an attempt is to be made, and given back if the transaction then
+// fails. On a log shared by replicas the budget and the pause are rows of
+// the database, read in transactions of their own: the job is read first
+// (a replay answers from it), units and counts are taken, then the
+// admission transaction runs the front door again and gives them back
+// when it finds nothing to attempt (another replica got in first: 409,
+// 422 or a replay) or fails. Either way, once Send has returned only
+// attempts that were made have spent units or counts, and a replay is
+// answered whatever the budget.
 func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, error) {
 	var start time.Time
 	if o.Timing != nil {
@@ -297,63 +307,82 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 		return Result{}, err
 	}
 	defer held.release()
-	cur, err := s.log.Get(ctx, p.MessageID)
-	switch {
-	case errors.Is(err, acceptlog.ErrNotFound):
-	case err != nil:
-		return Result{}, err
-	default:
-		if res, done, err := s.frontDoor(&cur, p); done {
+	a := &admitTx{s: s, p: p, box: box, forced: o.Fault}
+	if s.shared {
+		if res, done, err := s.frontDoorRead(ctx, p); done {
 			return res, err
 		}
 	}
 	if s.mustQueue(ctx, box, p, o) {
-		return s.enqueue(ctx, box, p, o)
+		return s.enqueue(ctx, box, p, o) // answers an existing job as the front door does
 	}
-	d, err := s.admitAttempt(box, o.Fault, p.Channel, p.Key, p.MessageID, takeForeground)
-	if err != nil {
-		if o.Queue && IsRateLimited(err) {
-			return s.enqueue(ctx, box, p, o)
+	if s.shared {
+		d, err := s.admitAttempt(box, o.Fault, p.Channel, p.Key, p.MessageID, takeForeground)
+		if err != nil {
+			if o.Queue && IsRateLimited(err) {
+				return s.enqueue(ctx, box, p, o)
+			}
+			return Result{}, err
 		}
-		return Result{}, err
+		a.d, a.took = d, true
 	}
 	var t0 time.Time
 	if o.Timing != nil {
 		t0 = time.Now()
 		o.Timing.Admit = t0.Sub(start)
 	}
-	a := &admitTx{s: s, p: p, box: box, d: d}
 	job, _, err := s.log.Mutate(ctx, p.MessageID, a.change)
 	if o.Timing != nil {
 		o.Timing.FirstCommit = time.Since(t0)
 	}
-	held.release() // the job's state now tells a duplicate what to answer
-	adm := a.adm
-	if err != nil || adm == admitReplay {
+	if a.took && (err != nil || a.adm != admitForward && a.adm != admitFailed) {
 		// Nothing was attempted: give back what admission took.
-		s.giveBack(box, o.Fault, d, true)
+		s.giveBack(box, o.Fault, a.d, true)
 	}
 	if err != nil {
 		return Result{}, err
 	}
-	switch adm {
-	case admitReplay:
+	if a.adm == admitRefused && o.Queue && IsRateLimited(a.err) {
+		return s.enqueue(ctx, box, p, o)
+	}
+	held.release() // the job's state now tells a duplicate what to answer
+	switch a.adm {
+	case admitReplay, admitRefused:
 		return a.res, a.err
 	case admitFailed:
-		s.observeFault(d)
-		return Result{Job: job, Fault: d}, nil
+		s.observeFault(a.d)
+		return Result{Job: job, Fault: a.d}, nil
 	}
-	s.observeFault(d)
-	return s.forward(ctx, box, job, p.Raw, d, o.Timing)
+	s.observeFault(a.d)
+	return s.forward(ctx, box, job, p.Raw, a.d, o.Timing)
+}
+
+// frontDoorRead reads the job of p, if any, and answers from it as the
+// front door does (done), or says a new attempt is due.
+func (s *Service) frontDoorRead(ctx context.Context, p Prepared) (Result, bool, error) {
+	cur, err := s.log.Get(ctx, p.MessageID)
+	switch {
+	case errors.Is(err, acceptlog.ErrNotFound):
+		return Result{}, false, nil
+	case err != nil:
+		return Result{}, true, err
+	}
+	return s.frontDoor(&cur, p)
 }
 
 // admitTx is Send's admission transaction, its inputs and what it
 // decided, in one allocation (a closure would capture each on its own).
 type admitTx struct {
-	s   *Service
-	p   Prepared
-	box *Mailbox
-	d   faultmodes.Decision
+	s      *Service
+	p      Prepared
+	box    *Mailbox
+	forced faultmodes.Decision // the request's X-Relay-Fault, if any
+	// d is the fault decision admitAttempt made and took says it took
+	// quota and a rule's count for it (before the transaction on a
+	// shared log, in its first run that attempts otherwise): kept across
+	// runs of the transaction, so a run again does not take twice.
+	d    faultmodes.Decision
+	took bool
 	// What the transaction decided; reset on every run.
 	adm admission
 	res Result
@@ -376,6 +405,14 @@ func (a *admitTx) change(cur *acceptlog.Job) (acceptlog.Change, error) {
 			a.adm, a.res, a.err = admitReplay, res, err
 			return acceptlog.Change{}, nil
 		}
+	}
+	if !a.took {
+		d, err := s.admitAttempt(a.box, a.forced, p.Channel, p.Key, p.MessageID, takeForeground)
+		if err != nil {
+			a.adm, a.err = admitRefused, err
+			return acceptlog.Change{}, nil
+		}
+		a.d, a.took = d, true
 	}
 	now := s.now()
 	rec := &newRecord{}
