@@ -427,7 +427,7 @@ func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 			if n != 1 {
 				return Prepared{}, Invalid("raw", "raw From header must hold exactly one address")
 			}
-			from = first
+			from = strings.ToLower(string(first))
 		}
 		if i != hReplyTo && i != hFrom {
 			recipients += n
@@ -607,26 +607,26 @@ func ReadMessageID(raw []byte) (string, error) {
 	return id, nil
 }
 
-// bareAddress is a's address, lower-case ("" for nil): what picks a
-// mailbox by From.
 // countAddresses checks a raw address header's value, named name, and
-// returns how many addresses it holds and the first one's addr-spec in
-// lower case: simpleAddressList when it can read the value, net/mail
-// (parseAddresses) when it cannot.
-func countAddresses(name string, v []byte) (int, string, error) {
+// returns how many addresses it holds and the first one's addr-spec:
+// simpleAddressList when it can read the value, net/mail (parseAddresses)
+// when it cannot.
+func countAddresses(name string, v []byte) (int, []byte, error) {
 	if n, first, ok := simpleAddressList(v); ok {
-		return n, strings.ToLower(string(first)), nil
+		return n, first, nil
 	}
 	addrs, err := parseAddresses("raw", []string{string(v)})
 	if err != nil {
-		return 0, "", Invalid("raw", "raw %s header: %s", name, errMessage(err))
+		return 0, nil, Invalid("raw", "raw %s header: %s", name, errMessage(err))
 	}
 	if len(addrs) == 0 {
-		return 0, "", nil
+		return 0, nil, nil
 	}
-	return len(addrs), bareAddress(addrs[0]), nil
+	return len(addrs), []byte(addrs[0].Address), nil
 }
 
+// bareAddress is a's address, lower-case ("" for nil): what picks a
+// mailbox by From.
 func bareAddress(a *mail.Address) string {
 	if a == nil {
 		return ""
