@@ -26,6 +26,10 @@ type Options struct {
 	// (the log before issue 16's journal), instead of one append and one
 	// sync of the journal: for benchmarks comparing the two.
 	Synced bool
+	// GroupWait is the longest a group commit waits for company when the
+	// last group had some (see Log.commitWaiter): 0 is DefaultGroupWait,
+	// a negative value never waits.
+	GroupWait time.Duration
 }
 
 // Mailbox is what the log remembers about one Gmail mailbox.
@@ -126,6 +130,7 @@ type Log struct {
 
 	// group is the group commit every Mutate goes through (see commit).
 	group       groupCommit
+	groupWait   time.Duration
 	alwaysBatch bool // benchmarks only: use db.Batch instead, see export_test.go
 
 	// wmu is held by the writer of a transaction from its begin to its
@@ -245,121 +250,6 @@ func (m *mutation) run(tx *bolt.Tx) error {
 	var err error
 	m.job, m.lines, m.fnErr, err = l.apply(tx, m.id, m.fn)
 	return err
-}
-
-// commit runs txFn in a group commit (see commitWaiter).
-func (l *Log) commit(txFn func(*bolt.Tx) error) error {
-	return l.commitWaiter(&waiter{fn: txFn, wake: make(chan struct{}, 1)})
-}
-
-// commitWaiter runs w in a group commit: the first Mutate to arrive when
-// no commit is running leads, committing at once with everything queued so
-// far in one write transaction (one fsync); Mutates arriving meanwhile
-// queue, and when the leader's commit is done the first of them leads the
-// next group. A lone writer so never waits for company, and under
-// concurrency the group grows with the time a commit takes — no timer.
-// If a group's transaction fails, each member is retried alone so one bad
-// member cannot fail the others (as bbolt's Batch does).
-func (l *Log) commitWaiter(w *waiter) error {
-	if l.alwaysBatch {
-		return l.db.Batch(w.run)
-	}
-	l.group.mu.Lock()
-	l.group.queue = append(l.group.queue, w)
-	if l.group.leading {
-		l.group.mu.Unlock()
-		<-w.wake
-		if w.next != nil {
-			return l.lead(w.next, w)
-		}
-		return w.err
-	}
-	l.group.leading = true
-	batch := l.group.queue
-	l.group.queue = nil
-	l.group.mu.Unlock()
-	return l.lead(batch, w)
-}
-
-// groupCommit is the queue of Mutates waiting for the running commit.
-type groupCommit struct {
-	mu      sync.Mutex
-	queue   []*waiter
-	leading bool
-}
-
-// waiter is one queued Mutate. wake is signalled when its group has been
-// committed (err says how) or, with next set, when it is to lead the next
-// group.
-type waiter struct {
-	fn   func(*bolt.Tx) error
-	m    *mutation // a Mutate's waiter runs m instead of fn
-	err  error
-	next []*waiter
-	wake chan struct{}
-}
-
-func (w *waiter) run(tx *bolt.Tx) error {
-	if w.m != nil {
-		return w.m.run(tx)
-	}
-	return w.fn(tx)
-}
-
-// lead commits batch (which holds self), wakes its members and hands the
-// lead to the first Mutate that queued meanwhile. A callback that panics
-// fails its whole group and the panic goes on up the leader's stack, but
-// only after the lead is handed over: the log never stays locked.
-func (l *Log) lead(batch []*waiter, self *waiter) error {
-	defer func() {
-		if p := recover(); p != nil {
-			for _, w := range batch {
-				w.err = fmt.Errorf("acceptlog: a callback in the same commit group panicked: %v", p)
-			}
-			l.handOver(batch, self)
-			panic(p)
-		}
-	}()
-	err := l.commitTx(func(tx *bolt.Tx) error {
-		for _, w := range batch {
-			if err := w.run(tx); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	switch {
-	case err == nil:
-	case len(batch) == 1:
-		batch[0].err = err
-	default:
-		for _, w := range batch {
-			w.err = l.commitTx(w.run)
-		}
-	}
-	l.handOver(batch, self)
-	return self.err
-}
-
-// handOver wakes batch's members but self and gives the lead to the first
-// Mutate that queued meanwhile, or ends the leading.
-func (l *Log) handOver(batch []*waiter, self *waiter) {
-	l.group.mu.Lock()
-	next := l.group.queue
-	l.group.queue = nil
-	if len(next) == 0 {
-		l.group.leading = false
-	}
-	l.group.mu.Unlock()
-	for _, w := range batch {
-		if w != self {
-			w.wake <- struct{}{}
-		}
-	}
-	if len(next) > 0 {
-		next[0].next = next
-		next[0].wake <- struct{}{}
-	}
 }
 
 // apply is one run of a Mutate inside tx. fnErr is the callback's error or a

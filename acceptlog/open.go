@@ -33,7 +33,10 @@ func Open(path string, opts Options) (*Log, error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	l := &Log{path: path, jpath: journalPath(path), now: now, logf: logf}
+	l := &Log{path: path, jpath: journalPath(path), now: now, logf: logf, groupWait: opts.GroupWait}
+	if l.groupWait == 0 {
+		l.groupWait = DefaultGroupWait
+	}
 	if err := l.open(opts.Synced || !journalSupported); err != nil {
 		return nil, fmt.Errorf("open log %s: %w", path, err)
 	}
