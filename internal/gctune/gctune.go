@@ -1,10 +1,11 @@
 // Package gctune sets the garbage collector of a relay process.
 //
-// A relay holds a small live heap (a few MB: connections, the policy, the
-// log's buffers) and allocates fast (≈ 260 allocations a send), so with
-// Go's default GOGC=100 it collects every few hundred sends, and the
-// collector took ≈ 15 % of the relay's CPU in the send benchmark
-// (docs/benchmarks.md, issue 16). A GC percent of 400 lets the heap grow
+// A relay holds a small live heap (connections, the policy, the log's
+// buffers; the log's data is bbolt's mapping, not heap) and allocates fast
+// (≈ 250 allocations a send), so with Go's default GOGC=100 the collector
+// and the allocator took ≈ 22 % of the relay's CPU in the send benchmark,
+// and GC percent 400 cut its CPU a send by ≈ 13 % (docs/benchmarks.md,
+// issue 16: emulator results). A GC percent of 400 lets the heap grow
 // to five times the live heap between collections; a soft memory limit
 // bounds what that can cost when the live heap itself is large (many big
 // messages at once): near the limit the runtime collects more often again.
