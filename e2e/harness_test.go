@@ -447,9 +447,14 @@ func (r *relayProc) Sweep(t testing.TB) sweepResult {
 	return res
 }
 
-// maxSweeps bounds SweepUntilQuiet: far more rounds than any job needs
-// (checks × max_attempts × verify, plus backoffs).
-const maxSweeps = 60
+// maxSweeps bounds SweepUntilQuiet: more rounds (of one grace each) than
+// any job needs — checks × max_attempts × verify, plus backoffs, plus the
+// sweeper's wait for the mailbox's observed p99 lag, which a soak's kills
+// inflate (a lag is measured send → first hit, and a relay that was down
+// looks late): a random realism soak once had jobs scheduled an hour after
+// their attempt, unresolved after 60 rounds. The loop ends as soon as
+// nothing is left, so the bound only costs a run that would fail.
+const maxSweeps = 150
 
 // SweepUntilQuiet repeats "advance both clocks by the grace, sweep" until
 // no job is forwarding or unknown and none has a check scheduled; it
