@@ -67,7 +67,7 @@ func simpleMailbox(e []byte) ([]byte, bool) {
 		return nil, false
 	}
 	for _, c := range e[:lt] {
-		if !isWSP(c) && (!isPlainAtext(c) || c == '=') {
+		if !isWSP(c) && (!isAtext(c) || c == '=') {
 			return nil, false
 		}
 	}
@@ -102,22 +102,9 @@ func isDotAtom(s []byte) bool {
 			}
 			continue
 		}
-		if !isPlainAtext(c) {
+		if !isAtext(c) {
 			return false
 		}
-	}
-	return true
-}
-
-// isPlainAtext reports whether c is ASCII atext (RFC 5322 section 3.2.3):
-// a visible character that is not a special, the dot excluded.
-func isPlainAtext(c byte) bool {
-	if c <= ' ' || c > '~' {
-		return false
-	}
-	switch c {
-	case '(', ')', '<', '>', '[', ']', ':', ';', '@', '\\', ',', '"', '.':
-		return false
 	}
 	return true
 }
