@@ -80,6 +80,17 @@ func firstDiff(want, got []string) string {
 	return ""
 }
 
+// openBolt opens the bbolt file at path directly, as a tool or an older
+// gmailrelay would, with opts; the caller closes it.
+func openBolt(t testing.TB, path string, opts *bolt.Options) *bolt.DB {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
 // openDump opens the log at path (recovering it from its journal), dumps
 // it and closes it.
 func openDump(t testing.TB, path string) dump {
@@ -224,10 +235,7 @@ func verifyJournal(t testing.TB, l *Log) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openBolt(t, path, nil)
 	defer db.Close()
 	var got, want dump
 	err = db.Update(func(tx *bolt.Tx) error {

@@ -68,12 +68,9 @@ func oldLogContent(t *testing.T) (string, map[string][]Line) {
 // wrote; index says which lines go into the joblines bucket.
 func makeOld(t *testing.T, path string, index func(seq uint64) bool) {
 	t.Helper()
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openBolt(t, path, nil)
 	defer db.Close()
-	err = db.Update(func(tx *bolt.Tx) error {
+	err := db.Update(func(tx *bolt.Tx) error {
 		jobs := tx.Bucket(bucketJobs)
 		recs := map[string][]byte{}
 		i := 0
@@ -85,6 +82,7 @@ func makeOld(t *testing.T, path string, index func(seq uint64) bool) {
 			old := encodeJob(&j, nil)
 			old = old[:len(old)-1] // no seqs field: the record ended at PrunedAt
 			if i%3 == 0 {
+				var err error
 				if old, err = json.Marshal(&j); err != nil {
 					return err
 				}
@@ -126,14 +124,11 @@ func makeOld(t *testing.T, path string, index func(seq uint64) bool) {
 // bucket exists.
 func jobRecords(t *testing.T, path string) (map[string]string, bool) {
 	t.Helper()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openBolt(t, path, &bolt.Options{ReadOnly: true})
 	defer db.Close()
 	recs := map[string]string{}
 	hasIndex := false
-	err = db.View(func(tx *bolt.Tx) error {
+	err := db.View(func(tx *bolt.Tx) error {
 		hasIndex = tx.Bucket(bucketJobLinesV1) != nil
 		return tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
 			recs[string(k)] = string(v)
@@ -253,11 +248,8 @@ func TestOpenMovesTheJobLinesIndexIntoTheJobs(t *testing.T) {
 func TestFailedMigrationLeavesTheFile(t *testing.T) {
 	path, _ := oldLogContent(t)
 	makeOld(t, path, func(uint64) bool { return true })
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
+	db := openBolt(t, path, nil)
+	err := db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketLines).Put(binary.BigEndian.AppendUint64(nil, 1<<40), []byte{0x7f})
 	})
 	if cerr := db.Close(); err != nil || cerr != nil {
@@ -285,14 +277,11 @@ func TestOldJournalIsReplayedThenMigrated(t *testing.T) {
 	// commit, lost from the file, that added a search line to a job
 	// (the line, its joblines entry, the lines' sequence, the counters).
 	id := "<old-0005@journal.example>"
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openBolt(t, path, nil)
 	var txid, seq uint64
 	var rec opRecorder
 	rec.reset()
-	err = db.View(func(tx *bolt.Tx) error {
+	err := db.View(func(tx *bolt.Tx) error {
 		txid, seq = uint64(tx.ID()), tx.Bucket(bucketLines).Sequence()+1
 		ln := Line{Seq: seq, Time: t0, MessageID: id, Kind: KindSearch, Query: "journaled"}
 		rec.put(1, seqKey(seq), encodeLine(&ln))

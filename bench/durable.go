@@ -15,27 +15,23 @@ import (
 // RawFsyncRate appends 512 bytes to a file in dir and fsyncs it, n times,
 // and returns the fsyncs per second: the filesystem's floor for durable
 // appends by one writer.
-func RawFsyncRate(dir string, n int) (float64, error) {
-	a, err := newRawAppender(dir)
-	if err != nil {
-		return 0, err
-	}
-	defer a.close()
-	took, err := a.run(n, false)
-	return rate(n, took), err
-}
+func RawFsyncRate(dir string, n int) (float64, error) { return rawRate(dir, n, false) }
 
 // RawTwoSyncRate is RawFsyncRate with two write+fsync pairs per append, the
 // second of 4 KiB at the file's start (as a bbolt commit writes its pages
 // and syncs, then writes its meta page and syncs again): the floor of any
 // bbolt commit on this filesystem, as appends per second.
-func RawTwoSyncRate(dir string, n int) (float64, error) {
+func RawTwoSyncRate(dir string, n int) (float64, error) { return rawRate(dir, n, true) }
+
+// rawRate makes n appends (see rawAppender.run) to a fresh file in dir and
+// returns them per second.
+func rawRate(dir string, n int, two bool) (float64, error) {
 	a, err := newRawAppender(dir)
 	if err != nil {
 		return 0, err
 	}
 	defer a.close()
-	took, err := a.run(n, true)
+	took, err := a.run(n, two)
 	return rate(n, took), err
 }
 

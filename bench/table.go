@@ -109,6 +109,15 @@ func Rows(results []Result) []Row {
 		}
 		return StatusMiss
 	}
+	// addIf adds a row judged against target where judged holds (the cells
+	// the target was set for), and for the record everywhere else.
+	addIf := func(judged bool, figure, value, target string, ok bool) {
+		if judged {
+			add(figure, value, target, check(ok))
+		} else {
+			add(figure, value, "—", StatusInfo)
+		}
+	}
 
 	for _, lat := range []int{0, 150} {
 		for _, conc := range []int{1, 16, 64} {
@@ -134,17 +143,9 @@ func Rows(results []Result) []Row {
 			}
 			lats := fmt.Sprintf("%+.2f ms (p50 relay %.2f, direct %.2f; p99 relay %.2f, direct %.2f)",
 				m["added_p50_ms"], m["relay_p50_ms"], m["direct_p50_ms"], m["relay_p99_ms"], m["direct_p99_ms"])
-			if lat == 150 {
-				add(label+": p50 added latency", lats, "≤ 2 ms", check(m["added_p50_ms"] <= 2))
-			} else {
-				add(label+": p50 added latency", lats, "—", StatusInfo)
-			}
+			addIf(lat == 150, label+": p50 added latency", lats, "≤ 2 ms", m["added_p50_ms"] <= 2)
 			fs := fmt.Sprintf("%.3f", m["fsyncs/send"])
-			if lat == 0 && conc == 64 {
-				add(label+": fsyncs/send", fs, "< 1", check(m["fsyncs/send"] < 1))
-			} else {
-				add(label+": fsyncs/send", fs, "—", StatusInfo)
-			}
+			addIf(lat == 0 && conc == 64, label+": fsyncs/send", fs, "< 1", m["fsyncs/send"] < 1)
 			if _, ok := m["relay_proc_cpu_us/send"]; !ok {
 				add(label+": relay process CPU and allocs per send", "—", "", StatusNotRun)
 				continue
@@ -162,11 +163,7 @@ func Rows(results []Result) []Row {
 				add(label+": relay process CPU/send", cpu, "—", StatusInfo)
 			}
 			allocs := fmt.Sprintf("%.0f", m["relay_proc_allocs/send"])
-			if conc == 64 {
-				add(label+": relay process allocs/send", allocs, "≤ 250", check(m["relay_proc_allocs/send"] <= 250))
-			} else {
-				add(label+": relay process allocs/send", allocs, "—", StatusInfo)
-			}
+			addIf(conc == 64, label+": relay process allocs/send", allocs, "≤ 250", m["relay_proc_allocs/send"] <= 250)
 			if _, ok := m["proxy_proc_cpu_us/send"]; ok {
 				add(label+": bare reverse proxy (httputil) per request, and relay ÷ proxy",
 					fmt.Sprintf("proxy %.0f µs CPU (system %.0f µs), %.0f allocs; relay ÷ proxy: CPU %.2f, allocs %.2f; proxy %.0f/s (÷ direct %.3f), p50 %.2f ms (%+.2f vs direct)",
@@ -179,11 +176,7 @@ func Rows(results []Result) []Row {
 			emu := fmt.Sprintf("%.3f (relayed %.0f µs, direct %.0f µs; allocs relayed %.0f, direct %.0f; new connections relayed %.0f, direct %.0f)",
 				m["emu_ratio"], m["relay_emu_cpu_us/send"], m["direct_emu_cpu_us/send"], m["relay_emu_allocs/send"], m["direct_emu_allocs/send"],
 				m["relay_emu_new_conns"], m["direct_emu_new_conns"])
-			if conc == 64 {
-				add(label+": emulator CPU per send, relayed/direct", emu, "≤ 1.10 (both paths over both halves, ABBA)", check(m["emu_ratio"] <= 1.10))
-			} else {
-				add(label+": emulator CPU per send, relayed/direct", emu, "—", StatusInfo)
-			}
+			addIf(conc == 64, label+": emulator CPU per send, relayed/direct", emu, "≤ 1.10 (both paths over both halves, ABBA)", m["emu_ratio"] <= 1.10)
 			if _, ok := m["paced_emu_cpu_us/send"]; ok {
 				add(label+": emulator CPU per send, by half and paced",
 					fmt.Sprintf("direct %.0f then %.0f µs (drift %.3f), relayed %.0f then %.0f µs (first halves %.3f); direct paced as the relay's arrivals %.0f µs (relayed/paced %.3f); wake-ups (voluntary context switches) per send direct %.2f, relayed %.2f, paced %.2f; heap at the end %.1f MiB",

@@ -214,12 +214,7 @@ func (o *Outbox) logPass(res Result) {
 }
 
 // Wake makes the loop run a pass now (a job was queued). It never blocks.
-func (o *Outbox) Wake() {
-	select {
-	case o.wake <- struct{}{}:
-	default:
-	}
-}
+func (o *Outbox) Wake() { lifecycle.Wake(o.wake) }
 
 // Start runs the loop in the background: a pass at once, then one when
 // woken, when the first queued job may go, or every Interval. Starting a

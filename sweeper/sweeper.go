@@ -270,12 +270,7 @@ func (s *Sweeper) Totals() Result {
 
 // Wake asks the loop to run a pass soon. It never blocks; it does nothing
 // when the loop is not running (RunOnce is for that).
-func (s *Sweeper) Wake() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
+func (s *Sweeper) Wake() { lifecycle.Wake(s.wake) }
 
 // Start runs the loop in the background: one pass at once, then one every
 // Interval, sooner after Wake or when the last pass left due jobs it could

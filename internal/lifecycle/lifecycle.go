@@ -1,7 +1,7 @@
 // Package lifecycle is the Start/Stop of a background loop, shared by the
 // sweeper, the outbox and the retention pass: started once, stopped by
-// cancelling its context, Stop waiting for the loop to return; and Repeat,
-// the timer loop they run.
+// cancelling its context, Stop waiting for the loop to return; Repeat,
+// the timer loop they run; and Wake, which cuts Repeat's wait short.
 package lifecycle
 
 import (
@@ -63,5 +63,14 @@ func Repeat(ctx context.Context, wake <-chan struct{}, pass func(ctx context.Con
 		case <-wake:
 		}
 		timer.Reset(pass(ctx)) // Go ≥ 1.23: Reset never leaves a stale tick behind
+	}
+}
+
+// Wake delivers on wake, Repeat's channel, without blocking: when the
+// channel is full a wake is already pending and one more adds nothing.
+func Wake(wake chan<- struct{}) {
+	select {
+	case wake <- struct{}{}:
+	default:
 	}
 }
