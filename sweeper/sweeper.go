@@ -268,8 +268,10 @@ func (s *Sweeper) Totals() Result {
 	return s.totals
 }
 
-// Wake asks the loop to run a pass soon. It never blocks; it does nothing
-// when the loop is not running (RunOnce is for that).
+// Wake asks the loop to run a pass soon. It never blocks. A wake while the
+// loop is not running is kept (one at most): the loop's first pass after
+// Start is then followed at once by another. RunOnce runs a pass without
+// the loop.
 func (s *Sweeper) Wake() { lifecycle.Wake(s.wake) }
 
 // Start runs the loop in the background: one pass at once, then one every
