@@ -240,8 +240,8 @@ func TestJournalTornTail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := len(jb)
-	if len(whole) <= start+recordHeaderSize {
+	start, end := recordsEnd(t, jb), recordsEnd(t, whole)
+	if end <= start+recordHeaderSize {
 		t.Fatal("no record appended")
 	}
 	// The first group of "last" is its forward; the rest of that call
@@ -267,6 +267,11 @@ func TestJournalTornTail(t *testing.T) {
 	}
 	for _, c := range cuts {
 		check("cut at "+strconv.Itoa(c), whole[:start+c])
+		// The record torn inside the zeros written ahead of it (the
+		// file keeps its length; what was not written reads as zeros).
+		torn := bytes.Clone(whole)
+		clear(torn[start+c : start+n])
+		check("torn over zeros at "+strconv.Itoa(c), torn)
 	}
 	for range 4 {
 		b := bytes.Clone(whole[:start+n])
@@ -278,6 +283,77 @@ func TestJournalTornTail(t *testing.T) {
 	copyFiles(t, path, dst)
 	if d := after.diff(openDump(t, dst)); d != "" {
 		t.Errorf("whole journal: %s", d)
+	}
+}
+
+// recordsEnd returns where the valid records of the journal b end (the
+// zeros written ahead of them, if any, start there).
+func recordsEnd(t *testing.T, b []byte) int {
+	t.Helper()
+	_, n, err := decodeJournalHeader(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, k, ok := nextRecord(b[n:])
+		if !ok {
+			return n
+		}
+		n += k
+	}
+}
+
+// The journal's records are written over zeros the file already holds,
+// so a commit's fdatasync does not change the file's length; a record
+// that passes the end brings zeros up to the next chunk, in its own sync.
+func TestJournalWritesRecordsOverZeros(t *testing.T) {
+	setVar(t, &journalChunk, 64<<10)
+	l, path, clock := newJournalLog(t)
+	length := func() int64 {
+		t.Helper()
+		fi, err := os.Stat(journalPath(path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	if got := length(); got != journalChunk {
+		t.Fatalf("new journal is %d bytes, want one chunk (%d)", got, journalChunk)
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	grew := false
+	for i := 0; l.j.size < 3*journalChunk; i++ {
+		before := length()
+		workload(t, l, clock, "z"+strconv.Itoa(i), 1, rng)
+		got := length()
+		switch {
+		case got != l.j.alloc:
+			t.Fatalf("journal is %d bytes, the log believes %d", got, l.j.alloc)
+		case got%journalChunk != 0 || got <= l.j.size || got > l.j.size+journalChunk:
+			t.Fatalf("journal is %d bytes for %d of records, want the next multiple of %d", got, l.j.size, journalChunk)
+		case got != before:
+			grew = true
+		}
+		b, err := os.ReadFile(journalPath(path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if end := recordsEnd(t, b); int64(end) != l.j.size {
+			t.Fatalf("records end at %d, the log wrote %d", end, l.j.size)
+		}
+		if bytes.ContainsFunc(b[l.j.size:], func(r rune) bool { return r != 0 }) {
+			t.Fatal("bytes after the last record are not zeros")
+		}
+	}
+	if !grew {
+		t.Fatal("the journal never grew: the test proved nothing")
+	}
+	// What a crash leaves (records, then zeros) replays in full.
+	want := dumpLog(t, l)
+	dst := filepath.Join(t.TempDir(), "copy.db")
+	copyFiles(t, path, dst)
+	if d := want.diff(openDump(t, dst)); d != "" {
+		t.Fatalf("replayed over zeros: %s", d)
 	}
 }
 
