@@ -69,7 +69,7 @@ type journal struct {
 	// alloc is the file's length: after size it holds zeros, written and
 	// synced (see appendJournal).
 	alloc  int64
-	groups int   // records since the checkpoint
+	groups int // records since the checkpoint
 	txid   uint64
 	hwm    int64    // the file's high-water mark at the checkpoint
 	pin    *bolt.Tx // nil only when a test turned the pin off
