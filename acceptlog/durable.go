@@ -149,9 +149,9 @@ func (l *Log) commitTx(run func(*bolt.Tx) error) error {
 // passes the end of the file is followed by zeros up to the next multiple
 // of journalChunk, synced with it. An fdatasync that only overwrites
 // blocks the file has needs no metadata journaling by the filesystem (its
-// length and block map stay): on this project's ext4 VM that halves the
-// CPU and wall time of a commit's sync (docs/benchmarks.md, issue 16,
-// fifth session), as PostgreSQL's zero-filled WAL segments do. A reader
+// length and block map stay): on this project's ext4 VM that cut a sync's
+// CPU by a third and its wall time by a quarter (docs/benchmarks.md, issue
+// 16, fifth session); PostgreSQL zero-fills its WAL segments alike. A reader
 // stops at the zeros: a record length of 0 is no record (nextRecord).
 func (l *Log) appendJournal(rec []byte) error {
 	j := l.j
