@@ -1,0 +1,226 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/outbox"
+	"github.com/gmailrelay/gmailrelay/relay"
+	"github.com/gmailrelay/gmailrelay/sweeper"
+)
+
+// listJobs answers GET /v1/jobs: the jobs of a state or channel, a page
+// at a time in Message-ID order (after, limit; see acceptlog.Log.List).
+func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	o := acceptlog.ListOptions{State: acceptlog.State(q.Get("state")), Channel: q.Get("channel"), After: q.Get("after")}
+	if o.State != "" && !o.State.Valid() {
+		writeError(w, r, relay.Invalid("state", "unknown state %q", o.State))
+		return
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			writeError(w, r, relay.Invalid("limit", "limit must be 1..1000"))
+			return
+		}
+		o.Limit = n
+	}
+	mailbox, err := s.mailboxParam(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var jobs []acceptlog.Job
+	var next string
+	if mailbox == "" {
+		jobs, next, err = s.cfg.Log.List(r.Context(), o)
+	} else {
+		jobs, next, err = s.listMailboxJobs(r.Context(), o, mailbox)
+	}
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if jobs == nil {
+		jobs = []acceptlog.Job{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"jobs": s.withETAs(r.Context(), jobs), "next": next})
+}
+
+var statesForMetrics = acceptlog.States
+
+// jobView is a job with its lines, oldest first.
+type jobView struct {
+	acceptlog.Job
+	URL   string           `json:"url"`
+	Lines []acceptlog.Line `json:"lines"`
+}
+
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
+	id, err := s.idParam(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	j, err := s.cfg.Log.Get(r.Context(), id)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	lines, err := s.cfg.Log.JobLines(r.Context(), id)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	j.Mailbox = s.viewMailbox(j)
+	writeJSON(w, http.StatusOK, jobView{Job: j, URL: jobURL(id), Lines: lines})
+}
+
+func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var after uint64
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			writeError(w, r, relay.Invalid("after", "after must be a sequence number"))
+			return
+		}
+		after = n
+	}
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			writeError(w, r, relay.Invalid("limit", "limit must be 1..1000 (the log pages at most 1000 lines; follow next)"))
+			return
+		}
+		limit = n
+	}
+	mailbox, err := s.mailboxParam(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var lines []acceptlog.Line
+	var next uint64
+	if mailbox == "" {
+		lines, next, err = s.cfg.Log.Lines(r.Context(), after, limit)
+	} else {
+		lines, next, err = s.mailboxLines(r.Context(), after, limit, mailbox)
+	}
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if strings.Contains(r.Header.Get("Accept"), "application/x-ndjson") {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.Header().Set("X-Next", strconv.FormatUint(next, 10))
+		enc := json.NewEncoder(w)
+		for _, l := range lines {
+			_ = enc.Encode(l)
+		}
+		return
+	}
+	if lines == nil {
+		lines = []acceptlog.Line{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"lines": lines, "next": next})
+}
+
+// Stats is the body of GET /v1/stats.
+type Stats struct {
+	acceptlog.Stats
+	EffectLines      int                     `json:"effect_lines"`
+	DuplicatesFound  int                     `json:"duplicates_found"`
+	HandleRewrites   int                     `json:"handle_rewrites"`
+	ReviewDepth      int                     `json:"review_queue_depth"`
+	OldestUnknownAge float64                 `json:"oldest_unknown_age_seconds"`
+	FaultsInjected   map[faultmodes.Mode]int `json:"faults_injected"`
+	QuotaUnitsSpent  int64                   `json:"quota_units_spent"`
+	Sweeper          *sweeper.Result         `json:"sweeper,omitempty"`
+	// LogBytes is the size of the acceptance log file.
+	LogBytes int64 `json:"log_bytes"`
+	// Pruned sums the retention passes since start (absent when retention
+	// is off).
+	Pruned *acceptlog.PruneResult `json:"pruned,omitempty"`
+	// Outbox is the queue and the daily budgets, over the mailboxes.
+	Outbox outbox.Snapshot `json:"outbox"`
+	// Mailboxes holds each mailbox's figures by name (only the one
+	// ?mailbox= names, when given).
+	Mailboxes map[string]MailboxStats `json:"mailboxes"`
+}
+
+// CollectStats gathers /v1/stats; /metrics reads the same numbers.
+func (s *Server) CollectStats(ctx context.Context) (Stats, error) { return s.collectStats(ctx, "") }
+
+// collectStats is CollectStats narrowed to mailbox when it is not "": the
+// mailboxes map holds that mailbox only, and the outbox and
+// quota_units_spent are its own. The log's counters (jobs, by_state, …)
+// stay the relay's totals: the log counts them per relay, not per mailbox.
+func (s *Server) collectStats(ctx context.Context, mailbox string) (Stats, error) {
+	st, err := s.cfg.Log.Stats(ctx)
+	if err != nil {
+		return Stats{}, err
+	}
+	out := Stats{Stats: st, EffectLines: st.ByKind[acceptlog.KindEffect],
+		DuplicatesFound: st.ByReason[acceptlog.KindReview][string(acceptlog.ReasonDuplicate)],
+		HandleRewrites:  st.ByReason[acceptlog.KindHandle][string(acceptlog.ReasonHandleRewritten)],
+		ReviewDepth:     st.ByState[acceptlog.StateReview],
+		QuotaUnitsSpent: s.cfg.Quota.Spent(),
+		FaultsInjected:  map[faultmodes.Mode]int{},
+	}
+	if !st.OldestUnknown.IsZero() {
+		out.OldestUnknownAge = s.cfg.Now().Sub(st.OldestUnknown).Seconds()
+	}
+	if f := s.cfg.Faults; f != nil {
+		out.FaultsInjected = f.Injected()
+	}
+	if s.cfg.Sweeper != nil {
+		t := s.cfg.Sweeper.Totals()
+		out.Sweeper = &t
+	}
+	if s.cfg.Retention != nil && s.cfg.Retention.Enabled() {
+		t := s.cfg.Retention.Totals()
+		out.Pruned = &t
+	}
+	if out.LogBytes, err = s.cfg.Log.Size(ctx); err != nil {
+		return Stats{}, err
+	}
+	if out.Outbox, _, err = outbox.Estimate(ctx, s.svc); err != nil {
+		return Stats{}, err
+	}
+	if out.Mailboxes, err = s.mailboxStats(ctx, out.Outbox, mailbox); err != nil {
+		return Stats{}, err
+	}
+	switch {
+	case mailbox != "":
+		out.Outbox = narrow(out.Outbox, mailbox)
+		out.QuotaUnitsSpent = out.Mailboxes[mailbox].QuotaUnitsSpent
+	case len(out.Mailboxes) > 1: // the total over the mailboxes' own quotas
+		out.QuotaUnitsSpent = 0
+		for _, m := range out.Mailboxes {
+			out.QuotaUnitsSpent += m.QuotaUnitsSpent
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
+	mailbox, err := s.mailboxParam(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	st, err := s.collectStats(r.Context(), mailbox)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}

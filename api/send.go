@@ -1,0 +1,259 @@
+package api
+
+import (
+	"cmp"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog/hlog"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// sendAnswer is the 200/202 body of POST /v1/send.
+type sendAnswer struct {
+	MessageID string `json:"message_id"`
+	State     string `json:"state"`
+	// Mailbox is the name of the mailbox the job sends as.
+	Mailbox  string   `json:"mailbox"`
+	GmailID  string   `json:"gmail_id,omitempty"`
+	ThreadID string   `json:"thread_id,omitempty"`
+	LabelIDs []string `json:"label_ids,omitempty"`
+	Attempts int      `json:"attempts"`
+	Channel  string   `json:"channel"`
+	URL      string   `json:"url,omitempty"`
+	Replayed bool     `json:"replayed,omitempty"`
+	// ETA is a queued job's estimated delivery time.
+	ETA *time.Time `json:"eta,omitempty"`
+}
+
+func jobURL(id string) string { return "/v1/jobs/" + url.PathEscape(id) }
+
+func (s *Server) send(w http.ResponseWriter, r *http.Request) {
+	start := s.timingStart()
+	p, queue, err := s.prepare(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	s.run(w, r, start, p, queue, func(w http.ResponseWriter, r *http.Request, err error) {
+		writeErrorFor(w, r, err, p.MessageID, "")
+	}, s.writeSendAnswer)
+}
+
+// prepare reads and validates a /v1/send request of either content type.
+// queue is false only when the caller asked to be refused when busy
+// (when_busy "reject", or the X-Relay-When-Busy header).
+func (s *Server) prepare(r *http.Request) (_ relay.Prepared, queue bool, _ error) {
+	ct := parseMediaType(r.Header.Get("Content-Type"))
+	key := r.Header.Get("Idempotency-Key")
+	switch ct {
+	case "message/rfc822":
+		body, err := readBody(r, relay.MaxMessageBytes)
+		if err != nil {
+			return relay.Prepared{}, false, err
+		}
+		queue, err := whenBusyHeader(r, true)
+		if err != nil {
+			return relay.Prepared{}, false, err
+		}
+		p, err := relay.PrepareRaw(body, key, channelOf(r), s.cfg.MsgIDDomain)
+		return p, queue, err
+	case "application/json", "":
+		body, err := readBody(r, MaxJSONBytes)
+		if err != nil {
+			return relay.Prepared{}, false, err
+		}
+		req, err := DecodeSendRequest(body)
+		if err != nil {
+			return relay.Prepared{}, false, err
+		}
+		if req.Channel == "" {
+			req.Channel = channelOf(r)
+		}
+		sendAt, queue, err := req.Schedule()
+		if err != nil {
+			return relay.Prepared{}, false, err
+		}
+		p, err := relay.Prepare(req, key, s.cfg.MsgIDDomain, s.cfg.Now())
+		p.SendAt = sendAt
+		return p, queue, err
+	default:
+		return relay.Prepared{}, false, relay.Invalid("Content-Type", "send application/json or message/rfc822, not %q", ct)
+	}
+}
+
+func channelOf(r *http.Request) string {
+	if c := r.Header.Get("X-Relay-Channel"); c != "" {
+		return c
+	}
+	return queryValue(r.URL.RawQuery, "channel")
+}
+
+// queryValue is url.ParseQuery(rawQuery).Get(key) without building the
+// map: every send asks for ?channel=, and the Gmail-compatible path's query
+// (alt=json&prettyPrint=false) would cost four allocations a send. Pairs
+// that ParseQuery skips (a semicolon, a bad escape) are skipped here too
+// (FuzzQueryValue checks it against url.ParseQuery).
+func queryValue(rawQuery, key string) string {
+	for rawQuery != "" {
+		var pair string
+		pair, rawQuery, _ = strings.Cut(rawQuery, "&")
+		if pair == "" || strings.Contains(pair, ";") {
+			continue
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		if k != key {
+			if uk, err := url.QueryUnescape(k); err != nil || uk != key {
+				continue
+			}
+		}
+		if uv, err := url.QueryUnescape(v); err == nil {
+			return uv
+		}
+	}
+	return ""
+}
+
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	body, err := readAllSized(http.MaxBytesReader(nil, r.Body, limit), r.ContentLength, limit)
+	if err != nil {
+		return nil, bodyError(err, limit)
+	}
+	return body, nil
+}
+
+// bodyError is readBody's answer to a failed read (apart, so that the
+// successful read allocates no error target).
+func bodyError(err error, limit int64) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return &relay.Error{Code: relay.CodeTooLarge, Message: "request body larger than " + strconv.FormatInt(limit, 10) + " bytes"}
+	}
+	return relay.Invalid("body", "read request body: %v", err)
+}
+
+// readAllSized is io.ReadAll with the buffer sized from the request's
+// Content-Length n (when known and within limit), so a body is read into
+// one allocation instead of a doubling series from 512 bytes.
+func readAllSized(rd io.Reader, n, limit int64) ([]byte, error) {
+	if n < 0 || n > limit {
+		return io.ReadAll(rd)
+	}
+	b := make([]byte, 0, n+1) // +1: room for the read that finds EOF
+	for {
+		m, err := rd.Read(b[len(b):cap(b)])
+		b = b[:len(b)+m]
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // a body longer than it said: grow
+		}
+	}
+}
+
+// run sends p and answers through write, which sees every outcome that is
+// not a refusal (answered by fail) or a dropped response. start is the
+// handler's timingStart.
+func (s *Server) run(w http.ResponseWriter, r *http.Request, start time.Time, p relay.Prepared, queue bool,
+	fail func(http.ResponseWriter, *http.Request, error), write func(http.ResponseWriter, *http.Request, relay.Result)) {
+	fault, err := s.faultOverride(r)
+	if err != nil {
+		fail(w, r, err)
+		return
+	}
+	opts := relay.SendOptions{Fault: fault, Queue: queue}
+	var tm *SendTiming
+	var sent time.Time
+	if s.cfg.OnSendTiming != nil {
+		tm = &SendTiming{Decode: time.Since(start)}
+		opts.Timing = &tm.Timing
+		defer func() {
+			tm.Total = time.Since(start)
+			tm.Answer = time.Since(sent)
+			s.cfg.OnSendTiming(*tm)
+		}()
+	}
+	res, err := s.svc.Send(r.Context(), p, opts)
+	if tm != nil {
+		sent = time.Now()
+	}
+	if err != nil {
+		fail(w, r, err)
+		return
+	}
+	if res.Dropped {
+		hlog.FromRequest(r).Warn().Str("message_id", p.MessageID).Str("rule", res.Fault.RuleID).
+			Msg("fault forward-then-drop-response: Gmail's answer dropped, job unknown")
+		if res.Fault.Drop == "504" {
+			fail(w, r, &relay.Error{Code: relay.CodeFaultDropped,
+				Message: "fault forward-then-drop-response injected (rule " + res.Fault.RuleID + "): Gmail's answer was dropped; the relay owns the job"})
+			return
+		}
+		panic(http.ErrAbortHandler) // cut the connection: no HTTP answer at all
+	}
+	write(w, r, res)
+}
+
+func (s *Server) writeSendAnswer(w http.ResponseWriter, r *http.Request, res relay.Result) {
+	j := res.Job
+	if res.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	a := sendAnswer{MessageID: j.MessageID, State: string(j.State), Mailbox: s.viewMailbox(j), Attempts: j.Attempts,
+		Channel: j.Channel, Replayed: res.Replayed}
+	switch j.State {
+	case acceptlog.StateSent:
+		a.GmailID, a.ThreadID, a.LabelIDs = j.GmailID, j.ThreadID, j.LabelIDs
+		writeJSON(w, http.StatusOK, a)
+	case acceptlog.StateFailed:
+		writeErrorFor(w, r, failureError(j, res), j.MessageID, j.State)
+	default: // queued, unknown, review, forwarding
+		a.URL = jobURL(j.MessageID)
+		if j.State == acceptlog.StateQueued {
+			a.ETA = s.eta(r.Context(), j.MessageID)
+		}
+		w.Header().Set("Location", a.URL)
+		writeJSON(w, http.StatusAccepted, a)
+	}
+}
+
+// failureError turns a failed job into the answer CONTRACT.md gives it.
+func failureError(j acceptlog.Job, res relay.Result) *relay.Error {
+	d := res.Fault
+	switch {
+	case j.LastReason == acceptlog.ReasonFaultInjected:
+		return &relay.Error{Code: relay.CodeUnavailable, RetryAfter: 1,
+			Message: "fault fail-before-forward injected (rule " + d.RuleID + "): nothing was sent; safe to retry"}
+	case j.Retryable && j.LastReason == acceptlog.ReasonRateLimited:
+		retry := 30 // a replayed answer: the pause is not known here
+		if res.RetryIn > 0 {
+			retry = int((res.RetryIn + time.Second - 1) / time.Second) // the mailbox's pause
+		}
+		return &relay.Error{Code: relay.CodeRateLimited, RetryAfter: retry, Message: "Gmail's rate limit: nothing was sent; retry later"}
+	case j.LastReason == acceptlog.ReasonTokenRefresh:
+		return &relay.Error{Code: relay.CodeUnavailable, RetryAfter: 30,
+			Message: "the relay could not refresh its Gmail token (mailbox " + cmp.Or(j.Mailbox, "default") +
+				"): nothing was sent; an operator must fix the credentials (see /readyz)"}
+	case j.Retryable:
+		return &relay.Error{Code: relay.CodeUnavailable, RetryAfter: 5, Message: "Gmail was not reached: nothing was sent; safe to retry"}
+	case j.LastReason == acceptlog.ReasonAuth:
+		return &relay.Error{Code: relay.CodeProviderRejected, Message: "Gmail refused the relay's credentials (status " + strconv.Itoa(j.LastStatus) + "); an operator must fix them"}
+	default:
+		msg := "Gmail rejected the message (status " + strconv.Itoa(j.LastStatus) + ")"
+		if j.LastError != "" {
+			msg += ": " + j.LastError
+		}
+		return &relay.Error{Code: relay.CodeProviderRejected, Message: msg}
+	}
+}

@@ -1,0 +1,241 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/policy"
+)
+
+// forward calls Gmail for a job already logged as forwarding and records
+// the outcome. The call runs on its own context. tm, when non-nil, gets
+// the Gmail call's and the outcome commit's durations.
+func (s *Service) forward(ctx context.Context, box *Mailbox, job acceptlog.Job, raw []byte, d faultmodes.Decision, tm *Timing) (Result, error) {
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+	if raw == nil {
+		var err error
+		if raw, err = s.log.Raw(ctx, job.MessageID); err != nil {
+			return Result{}, fmt.Errorf("read stored message %s: %w", job.MessageID, err)
+		}
+	}
+	s.point(CrashAfterForwardingLogged)
+	// The call and the outcome's record run on a context the caller
+	// cannot cancel.
+	rec := context.WithoutCancel(ctx)
+	callCtx, cancel := context.WithTimeout(rec, s.timeout)
+	defer cancel()
+	start := time.Now()
+	sent, err := box.provider.Send(callCtx, box.userID, raw, job.ThreadIDIn)
+	took := time.Since(start)
+	if tm != nil {
+		tm.Gmail = took
+		defer func(at time.Time) { tm.OutcomeCommit = time.Since(at) }(time.Now())
+	}
+	s.point(CrashAfterGmailAnswer)
+	out := Classify(err)
+	s.noteRateLimit(box, out)
+	if s.obs != nil {
+		s.obs.Attempted(job.Channel, out, took)
+	}
+	switch d.Mode {
+	case faultmodes.CrashAfterForward:
+		if s.crash != nil {
+			s.crash()
+		}
+		fallthrough
+	case faultmodes.ForwardThenDropResponse:
+		j, err := s.markUnknown(rec, job.MessageID, job.Attempts, Outcome{Verdict: Unknown, Reason: acceptlog.ReasonFaultInjectedDrop}, d.RuleID)
+		return Result{Job: j, Fault: d, Dropped: true}, err
+	}
+	var j acceptlog.Job
+	var retryIn time.Duration
+	switch out.Verdict {
+	case Sent:
+		j, err = s.markSent(rec, job.MessageID, job.Attempts, sent)
+		if err == nil {
+			s.verifyHandle(rec, box, j)
+		}
+	case Failed:
+		j, err = s.markFailed(rec, job.MessageID, job.Attempts, out)
+		if out.Reason == acceptlog.ReasonRateLimited {
+			retryIn = max(box.quota.PausedFor(), time.Second)
+		}
+		if out.Alarm {
+			s.logger.Error().Str("message_id", job.MessageID).Str("mailbox", box.name).Int("status", out.Status).Str("reason", string(out.Reason)).
+				Msg("ALARM: Gmail refused the mailbox's credentials (or their refresh failed); its sends fail until an operator fixes them")
+		}
+	default:
+		j, err = s.markUnknown(rec, job.MessageID, job.Attempts, out, "")
+	}
+	if err != nil {
+		s.logger.Error().Err(err).Str("message_id", job.MessageID).Msg("record outcome; the job stays forwarding and recovery will make it unknown")
+		return Result{}, err
+	}
+	s.point(CrashAfterOutcomeLogged)
+	return Result{Job: j, Fault: d, RetryIn: retryIn}, nil
+}
+
+// noteRateLimit tells the mailbox's quota what Gmail's answer says of its
+// rate limit: a rate limit pauses sends and searches until Gmail's retry
+// time (or the next backoff step); any other answer from Gmail resets the
+// backoff. No answer at all (not reached, timeout) changes nothing.
+func (s *Service) noteRateLimit(box *Mailbox, out Outcome) {
+	switch {
+	case out.Reason == acceptlog.ReasonRateLimited:
+		d := box.quota.RateLimited(out.RetryIn)
+		s.logger.Warn().Str("mailbox", box.name).Int("status", out.Status).Dur("pause", d).Bool("gmail_retry_time", out.RetryIn > 0).
+			Msg("Gmail rate limit: the mailbox's sends and searches pause")
+	case out.Verdict == Sent || out.Status != 0:
+		box.quota.Answered()
+	}
+}
+
+// errStale says a recorded outcome no longer applies (the attempt is not
+// the job's current one): a programming or concurrency error.
+var errStale = errors.New("outcome of an attempt that is not in flight")
+
+// recordOutcome writes the outcome of the attempt in flight: edit turns
+// the job (a copy, already stamped UpdatedAt) into its new record and
+// returns the line that explains it. An attempt that is no longer the
+// job's one in flight is errStale and writes nothing.
+func (s *Service) recordOutcome(ctx context.Context, id string, attempt int, edit func(j *acceptlog.Job, now time.Time) (acceptlog.State, acceptlog.Line)) (acceptlog.Job, error) {
+	j, _, err := s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		if cur == nil || cur.State != acceptlog.StateForwarding || cur.Attempts != attempt {
+			return acceptlog.Change{}, errStale
+		}
+		now := s.now()
+		rec := &outcomeRecord{job: *cur}
+		j := &rec.job
+		j.UpdatedAt = now
+		to, line := edit(j, now)
+		line.Attempt = attempt
+		rec.lines[0] = acceptlog.Move(j, to, line)
+		return acceptlog.Change{Job: j, Lines: rec.lines[:]}, nil
+	})
+	return j, err
+}
+
+// outcomeRecord is an outcome's job record and its one line, in one
+// allocation.
+type outcomeRecord struct {
+	job   acceptlog.Job
+	lines [1]acceptlog.Line
+}
+
+func (s *Service) markSent(ctx context.Context, id string, attempt int, m SentMessage) (acceptlog.Job, error) {
+	return s.recordOutcome(ctx, id, attempt, func(j *acceptlog.Job, now time.Time) (acceptlog.State, acceptlog.Line) {
+		j.GmailID, j.ThreadID, j.LabelIDs = m.ID, m.ThreadID, m.LabelIDs
+		j.Effects++
+		j.Verified, j.Checks = false, 0
+		j.NextCheckAt = now.Add(s.grace(j.Channel)) // the verify pass
+		return acceptlog.StateSent, acceptlog.Line{Kind: acceptlog.KindEffect, Source: acceptlog.SourceResponse,
+			GmailID: m.ID, ThreadID: m.ThreadID, LabelIDs: m.LabelIDs}
+	})
+}
+
+func (s *Service) markFailed(ctx context.Context, id string, attempt int, o Outcome) (acceptlog.Job, error) {
+	return s.recordOutcome(ctx, id, attempt, func(j *acceptlog.Job, now time.Time) (acceptlog.State, acceptlog.Line) {
+		j.Retryable = o.Retryable
+		j.LastStatus, j.LastReason, j.LastError = o.Status, o.Reason, errText(o.Err)
+		j.NextCheckAt = time.Time{}
+		s.scheduleRetry(j, now)
+		return acceptlog.StateFailed, acceptlog.Line{Kind: acceptlog.KindNotSent, Status: o.Status, Retryable: o.Retryable,
+			Reason: o.Reason, Error: j.LastError}
+	})
+}
+
+func (s *Service) markUnknown(ctx context.Context, id string, attempt int, o Outcome, ruleID string) (acceptlog.Job, error) {
+	return s.recordOutcome(ctx, id, attempt, func(j *acceptlog.Job, now time.Time) (acceptlog.State, acceptlog.Line) {
+		j.LastStatus, j.LastReason, j.LastError = o.Status, o.Reason, errText(o.Err)
+		j.AmbiguousAt, j.Checks = now, 0
+		j.NextCheckAt = now.Add(s.grace(j.Channel))
+		return acceptlog.StateUnknown, acceptlog.Line{Kind: acceptlog.KindAmbiguous, Status: o.Status, Reason: o.Reason,
+			Error: j.LastError, RuleID: ruleID}
+	})
+}
+
+// grace is the channel's grace, or the default channel's for a channel
+// that has left the policy since the job was logged.
+func (s *Service) grace(channel string) time.Duration {
+	if ch, err := s.policy.Channel(channel); err == nil {
+		return ch.Grace
+	}
+	return 3 * time.Minute
+}
+
+// verifyHandle reads the stored Message-ID back per the policy's
+// verify_handle setting and records a handle line. A rewritten id marks
+// the mailbox untrusted: from then on its ambiguous jobs go to review.
+func (s *Service) verifyHandle(ctx context.Context, box *Mailbox, j acceptlog.Job) {
+	mode := s.policy.VerifyHandle
+	if mode == policy.VerifyNever || j.GmailID == "" {
+		return
+	}
+	if mode == policy.VerifyFirst && box.handleChecked.Load() {
+		return
+	}
+	if ok, _ := box.quota.TakeForeground(UnitsGet); !ok {
+		return // try again on a later send
+	}
+	callCtx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	h, err := box.provider.GetHeader(callCtx, box.userID, j.GmailID)
+	s.noteRateLimit(box, Classify(err))
+	if err != nil {
+		s.logger.Warn().Err(err).Str("message_id", j.MessageID).Msg("read the Message-ID back")
+		return
+	}
+	if err := s.RecordHandle(ctx, j.MessageID, h.MessageID); err != nil {
+		s.logger.Error().Err(err).Str("message_id", j.MessageID).Msg("record handle check")
+		return
+	}
+	box.handleChecked.Store(true)
+}
+
+// RecordHandle writes a handle line for a job whose stored Message-ID was
+// read back as stored, and updates the mailbox's record. A mismatch marks
+// the mailbox's handle untrusted and raises an alarm in the log.
+func (s *Service) RecordHandle(ctx context.Context, id, stored string) error {
+	kept := stored == id
+	reason := acceptlog.ReasonHandleKept
+	if !kept {
+		reason = acceptlog.ReasonHandleRewritten
+	}
+	var mailbox string
+	// The mailbox is read and written back in the same transaction as the
+	// handle line: a concurrent kept read-back can never reset the
+	// untrusted flag a rewritten one set, nor lose a rewrite's count.
+	_, _, err := s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		if cur == nil {
+			return acceptlog.Change{}, acceptlog.ErrNotFound
+		}
+		mailbox = cur.Mailbox
+		return acceptlog.Change{
+			EditMailbox: func(mb *acceptlog.Mailbox) {
+				mb.HandleChecked = true
+				if !kept {
+					mb.HandleUntrusted = true
+					mb.Rewrites++
+				}
+			},
+			Lines: []acceptlog.Line{{Kind: acceptlog.KindHandle, Attempt: cur.Attempts,
+				Reason: reason, StoredMessageID: stored, HandleKept: &kept}},
+		}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("record handle of %s: %w", id, err)
+	}
+	if s.obs != nil {
+		s.obs.HandleChecked(kept)
+	}
+	if !kept {
+		s.logger.Error().Str("message_id", id).Str("stored_message_id", stored).Str("mailbox", mailbox).
+			Msg("ALARM: Gmail replaced our Message-ID; ambiguous jobs of this mailbox now go to review (a search miss proves nothing)")
+	}
+	return nil
+}

@@ -1,0 +1,292 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/policy"
+)
+
+// admission is what the front door decided for a request.
+type admission int
+
+const (
+	admitForward admission = iota // a new attempt was logged as forwarding
+	admitFailed                   // the attempt failed at once (fail-before-forward)
+	admitReplay                   // an earlier result is replayed
+	admitRefused                  // no attempt: the quota or daily budget is spent
+)
+
+// Send runs one request through the idempotent front door (DESIGN.md): a
+// new job or a retryable failure is attempted; anything else replays or
+// reports the job. Request-level refusals are *Error: CodeInvalid (unknown
+// channel), CodeMismatch (same key, other content), CodeInFlight,
+// CodeRateLimited (the relay's quota budget is spent; nothing was sent).
+// The attempt's own outcome is in Result.Job.
+//
+// On a log of its own, the front door, the quota and the fault rules are
+// decided inside the admission transaction, which reads the job as
+// stored: a send's units and a counted rule's count are taken there, only
+// when an attempt is to be made, and given back if the transaction then
+// fails. On a log shared by replicas the budget and the pause are rows of
+// the database, read in transactions of their own: the job is read first
+// (a replay answers from it), units and counts are taken, then the
+// admission transaction runs the front door again and gives them back
+// when it finds nothing to attempt (another replica got in first: 409,
+// 422 or a replay) or fails. Either way, once Send has returned only
+// attempts that were made have spent units or counts, and a replay is
+// answered whatever the budget.
+func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, error) {
+	var start time.Time
+	if o.Timing != nil {
+		start = time.Now()
+	}
+	ch, err := s.policy.Channel(p.Channel)
+	if err != nil {
+		return Result{}, &Error{Code: CodeInvalid, Field: "channel", Message: err.Error()}
+	}
+	p.Channel = ch.Name
+	box, err := s.pick(p)
+	if err != nil {
+		return Result{}, err
+	}
+	held, err := s.gate.enter(ctx, p.MessageID)
+	if err != nil {
+		return Result{}, err
+	}
+	defer held.release()
+	a := &admitTx{s: s, p: p, box: box, forced: o.Fault}
+	if s.shared {
+		if res, done, err := s.frontDoorRead(ctx, p); done {
+			return res, err
+		}
+	}
+	if s.mustQueue(ctx, box, p, o) {
+		return s.enqueue(ctx, box, p, o) // answers an existing job as the front door does
+	}
+	if s.shared {
+		d, err := s.admitAttempt(box, o.Fault, p.Channel, p.Key, p.MessageID, takeForeground)
+		if err != nil {
+			if o.Queue && IsRateLimited(err) {
+				return s.enqueue(ctx, box, p, o)
+			}
+			return Result{}, err
+		}
+		a.d, a.took = d, true
+	}
+	var t0 time.Time
+	if o.Timing != nil {
+		t0 = time.Now()
+		o.Timing.Admit = t0.Sub(start)
+	}
+	job, _, err := s.log.Mutate(ctx, p.MessageID, a.change)
+	if o.Timing != nil {
+		o.Timing.FirstCommit = time.Since(t0)
+	}
+	if a.took && (err != nil || a.adm != admitForward && a.adm != admitFailed) {
+		// Nothing was attempted: give back what admission took.
+		s.giveBack(box, o.Fault, a.d, true)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	if a.adm == admitRefused && o.Queue && IsRateLimited(a.err) {
+		return s.enqueue(ctx, box, p, o)
+	}
+	held.release() // the job's state now tells a duplicate what to answer
+	switch a.adm {
+	case admitReplay, admitRefused:
+		return a.res, a.err
+	case admitFailed:
+		s.observeFault(a.d)
+		return Result{Job: job, Fault: a.d}, nil
+	}
+	s.observeFault(a.d)
+	return s.forward(ctx, box, job, p.Raw, a.d, o.Timing)
+}
+
+// frontDoorRead reads the job of p, if any, and answers from it as the
+// front door does (done), or says a new attempt is due.
+func (s *Service) frontDoorRead(ctx context.Context, p Prepared) (Result, bool, error) {
+	cur, err := s.log.Get(ctx, p.MessageID)
+	switch {
+	case errors.Is(err, acceptlog.ErrNotFound):
+		return Result{}, false, nil
+	case err != nil:
+		return Result{}, true, err
+	}
+	return s.frontDoor(&cur, p)
+}
+
+// admitTx is Send's admission transaction, its inputs and what it
+// decided, in one allocation (a closure would capture each on its own).
+type admitTx struct {
+	s      *Service
+	p      Prepared
+	box    *Mailbox
+	forced faultmodes.Decision // the request's X-Relay-Fault, if any
+	// d is the fault decision admitAttempt made and took says it took
+	// quota and a rule's count for it (before the transaction on a
+	// shared log, in its first run that attempts otherwise): kept across
+	// runs of the transaction, so a run again does not take twice.
+	d    faultmodes.Decision
+	took bool
+	// What the transaction decided; reset on every run.
+	adm admission
+	res Result
+	err error
+}
+
+// newRecord is a new attempt's job record and the lines it writes (a
+// received line, a fault line, the forwarding or not_sent line) in one
+// allocation.
+type newRecord struct {
+	job   acceptlog.Job
+	lines [3]acceptlog.Line
+}
+
+func (a *admitTx) change(cur *acceptlog.Job) (acceptlog.Change, error) {
+	s, p := a.s, &a.p
+	a.adm, a.res, a.err = admitForward, Result{}, nil
+	if cur != nil {
+		if res, done, err := s.frontDoor(cur, *p); done {
+			a.adm, a.res, a.err = admitReplay, res, err
+			return acceptlog.Change{}, nil
+		}
+	}
+	if !a.took {
+		d, err := s.admitAttempt(a.box, a.forced, p.Channel, p.Key, p.MessageID, takeForeground)
+		if err != nil {
+			a.adm, a.err = admitRefused, err
+			return acceptlog.Change{}, nil
+		}
+		a.d, a.took = d, true
+	}
+	now := s.now()
+	rec := &newRecord{}
+	j := &rec.job
+	var raw []byte
+	if cur != nil {
+		*j = *cur
+	} else {
+		*j = acceptlog.Job{MessageID: p.MessageID, Key: p.Key, Channel: p.Channel, Mailbox: a.box.name,
+			Fingerprint: p.Fingerprint, ThreadIDIn: p.ThreadID, CreatedAt: now}
+		raw = p.Raw
+	}
+	j.Attempts++
+	lines := append(rec.lines[:0], acceptlog.Line{Kind: acceptlog.KindReceived, Attempt: j.Attempts, Channel: p.Channel})
+	lines, a.adm = s.startAttempt(j, lines, a.d, now)
+	return acceptlog.Change{Job: j, Lines: lines, Raw: raw}, nil
+}
+
+// admitAttempt takes the fault decision and the quota for one attempt. The
+// quota is checked before a fault rule is consumed, so an attempt refused
+// for quota never uses up a counted rule; fail-before-forward spends no
+// quota. forced, when set, replaces the rule-based decision.
+func (s *Service) admitAttempt(box *Mailbox, forced faultmodes.Decision, channel, key, id string, mode takeMode) (faultmodes.Decision, error) {
+	refused := func(in time.Duration) error {
+		return &Error{Code: CodeRateLimited, RetryAfter: seconds(in),
+			Message: "mailbox " + box.name + ": the relay's Gmail quota budget is spent for now; nothing was sent"}
+	}
+	spent := func(in time.Duration) error {
+		return &Error{Code: CodeRateLimited, RetryAfter: seconds(in),
+			Message: "mailbox " + box.name + ": the daily sending budget is spent; nothing was sent"}
+	}
+	if ok, in := box.budget.Available(); !ok {
+		return faultmodes.Decision{}, spent(in)
+	}
+	if ok, in := box.quota.availableFor(UnitsSend, mode); !ok {
+		return faultmodes.Decision{}, refused(in)
+	}
+	d := forced
+	if d.Mode == "" && s.faults != nil {
+		d = s.faults.Decide(channel, key, id)
+	}
+	if d.Mode == faultmodes.FailBeforeForward {
+		return d, nil
+	}
+	if ok, in := box.budget.Take(); !ok {
+		return faultmodes.Decision{}, spent(in)
+	}
+	if ok, in := box.quota.takeFor(UnitsSend, mode); !ok {
+		box.budget.Refund()
+		return faultmodes.Decision{}, refused(in)
+	}
+	return d, nil
+}
+
+// giveBack returns the quota units and the fault rule's count that
+// admitAttempt took for an attempt that was then not made. A forced
+// decision (the X-Relay-Fault header) consumed no rule.
+func (s *Service) giveBack(box *Mailbox, forced, d faultmodes.Decision, tookQuota bool) {
+	if d.Mode != faultmodes.FailBeforeForward && tookQuota {
+		box.quota.Refund(UnitsSend)
+		box.budget.Refund()
+	}
+	if forced.Mode == "" && s.faults != nil {
+		s.faults.Refund(d)
+	}
+}
+
+// frontDoor answers a request for an existing job without attempting
+// anything, or says (done == false) that a new attempt is due.
+func (s *Service) frontDoor(cur *acceptlog.Job, p Prepared) (Result, bool, error) {
+	if cur.Fingerprint != p.Fingerprint {
+		return Result{}, true, &Error{Code: CodeMismatch, Field: "key",
+			Message: "this key was already used for a message with different content"}
+	}
+	switch cur.State {
+	case acceptlog.StateForwarding:
+		return Result{}, true, &Error{Code: CodeInFlight, RetryAfter: 2,
+			Message: "a send with this key is being forwarded to Gmail right now"}
+	case acceptlog.StateFailed:
+		if cur.Retryable {
+			return Result{}, false, nil
+		}
+	case acceptlog.StateUnknown:
+		if brokenResendUnknown {
+			return Result{}, false, nil
+		}
+	case acceptlog.StateAbandoned:
+		return Result{}, true, &Error{Code: CodeConflict, Field: "key",
+			Message: "an operator abandoned this job; it will not be sent"}
+	}
+	// sent, unknown, review, failed-not-retryable: report the job as it is.
+	return Result{Job: *cur, Replayed: true}, true, nil
+}
+
+// startAttempt appends the fault and forwarding (or not_sent) lines of a
+// new attempt to lines and sets the job's state accordingly.
+func (s *Service) startAttempt(j *acceptlog.Job, lines []acceptlog.Line, d faultmodes.Decision, now time.Time) ([]acceptlog.Line, admission) {
+	if d.Mode != "" {
+		lines = append(lines, acceptlog.Line{Kind: acceptlog.KindFault, Attempt: j.Attempts, RuleID: d.RuleID, Mode: string(d.Mode)})
+	}
+	j.UpdatedAt = now
+	j.NextCheckAt = time.Time{}
+	if d.Mode == faultmodes.FailBeforeForward {
+		j.Retryable = true
+		j.LastStatus, j.LastReason, j.LastError = 0, "fault_injected", "fail-before-forward fault injected: nothing was sent"
+		s.scheduleRetry(j, now)
+		return append(lines, acceptlog.Move(j, acceptlog.StateFailed, acceptlog.Line{Kind: acceptlog.KindNotSent, Attempt: j.Attempts,
+			Retryable: true, Reason: acceptlog.ReasonFaultInjected, RuleID: d.RuleID})), admitFailed
+	}
+	return append(lines, acceptlog.Move(j, acceptlog.StateForwarding, acceptlog.Line{Kind: acceptlog.KindForwarding, Attempt: j.Attempts})), admitForward
+}
+
+// scheduleRetry lets the sweeper retry a retryable failure on a retry
+// channel whose caller never comes back.
+func (s *Service) scheduleRetry(j *acceptlog.Job, now time.Time) {
+	ch, err := s.policy.Channel(j.Channel)
+	if err == nil && ch.OnUnknown == policy.Retry && j.Retryable {
+		j.NextCheckAt = now.Add(ch.Grace)
+	}
+}
+
+func (s *Service) observeFault(d faultmodes.Decision) {
+	if d.Mode != "" && d.Mode != faultmodes.ForwardAndRespond && s.obs != nil {
+		s.obs.Faulted(d.Mode)
+	}
+}
