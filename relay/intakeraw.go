@@ -1,0 +1,288 @@
+package relay
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/mail"
+	"strings"
+)
+
+// PrepareRaw validates a raw RFC 5322 message (a message/rfc822 body, the
+// Gmail-compatible path, or a request's raw field) and ties it to its key.
+//
+// Bare LF line endings are accepted and normalised to CRLF. When the message
+// has a Message-ID and key is not empty, the Message-ID must equal
+// MessageID(key, domain); with no key, the Message-ID itself is the key.
+// When it has none and key is not empty, MessageID(key, domain) is added as
+// the first header. The fingerprint is the hex sha256 of the message as it
+// will be sent (normalised, with the Message-ID).
+//
+// Refused with a CodeInvalid *Error, field raw: an unparseable message
+// (as net/mail.ReadMessage reads it), NUL bytes, a bare CR in the header
+// section, a repeated Message-ID/From/Sender/To/Cc/Bcc/Reply-To/Subject/
+// Date header, malformed addresses, no recipient (To, Cc or Bcc), a header
+// name with whitespace before its colon (obsolete "Name :" syntax) or other
+// bytes outside RFC 5322 ftext, a header line that starts with a colon, a
+// control or line-breaking character in a header value
+// (checkRawHeaderValues), a malformed Message-ID, a Message-ID that is not
+// the key's ("Message-ID mismatch"), and no Message-ID with no key. A
+// Message-ID that fails CheckMessageIDShape is refused with field
+// message_id. Prepared.Raw may share raw's bytes: the caller must not
+// change raw afterwards. A key or channel that is not valid is an error naming that
+// field. Over MaxMessageBytes is CodeTooLarge. A bad domain is a
+// CodeInternal error.
+func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
+	if err := checkDomain(domain); err != nil {
+		return Prepared{}, err
+	}
+	channel, err := checkChannel(channel)
+	if err != nil {
+		return Prepared{}, err
+	}
+	if key != "" {
+		if err := validKey("key", key); err != nil {
+			return Prepared{}, err
+		}
+	}
+	if len(raw) > MaxMessageBytes {
+		return Prepared{}, tooLarge(len(raw))
+	}
+	norm, err := normalizeLineEndings(raw)
+	if err != nil {
+		return Prepared{}, err
+	}
+	var buf [32]headerField // enough for most messages: no allocation
+	fields, _, err := scanHeader(norm, buf[:0])
+	if err != nil {
+		return Prepared{}, Invalid("raw", "raw is not an RFC 5322 message: %v", err)
+	}
+	if err := checkHeaderNames(fields); err != nil {
+		return Prepared{}, err
+	}
+	if err := checkRawHeaderValues(fields); err != nil {
+		return Prepared{}, err
+	}
+	once, err := onceHeaderValues(fields)
+	if err != nil {
+		return Prepared{}, err
+	}
+	recipients, from := 0, ""
+	for _, i := range [...]int{hTo, hCc, hBcc, hReplyTo, hFrom} {
+		if !once[i].present {
+			continue
+		}
+		n, first, err := countAddresses(onceHeaders[i], once[i].value)
+		if err != nil {
+			return Prepared{}, err
+		}
+		if i == hFrom {
+			if n != 1 {
+				return Prepared{}, Invalid("raw", "raw From header must hold exactly one address")
+			}
+			from = strings.ToLower(string(first))
+		}
+		if i != hReplyTo && i != hFrom {
+			recipients += n
+		}
+	}
+	if recipients == 0 {
+		return Prepared{}, Invalid("raw", "raw has no recipients (To, Cc or Bcc)")
+	}
+	p := Prepared{Key: key, Channel: channel, From: from}
+	if once[hMessageID].present {
+		value := string(once[hMessageID].value)
+		if err := CheckMessageIDShape(strings.TrimSpace(value)); err != nil {
+			return Prepared{}, err
+		}
+		id, err := NormalizeMessageID(value)
+		if err != nil {
+			return Prepared{}, Invalid("raw", "raw Message-ID header: %s", errMessage(err))
+		}
+		if key == "" {
+			p.Key = id
+		} else if want := MessageID(key, domain); id != want {
+			return Prepared{}, Invalid("raw", "Message-ID mismatch: raw carries %s but the key gives %s", id, want)
+		}
+		p.MessageID = id
+	} else {
+		if key == "" {
+			return Prepared{}, Invalid("raw", "raw has no Message-ID and no key was given")
+		}
+		p.MessageID = MessageID(key, domain)
+		injected := make([]byte, 0, len(norm)+len(p.MessageID)+14)
+		injected = append(injected, "Message-ID: "+p.MessageID+"\r\n"...)
+		norm = append(injected, norm...)
+		if len(norm) > MaxMessageBytes {
+			return Prepared{}, tooLarge(len(norm))
+		}
+	}
+	p.Raw = norm
+	sum := sha256.Sum256(norm)
+	var fp [2 * sha256.Size]byte // one allocation (the string), not two
+	hex.Encode(fp[:], sum[:])
+	p.Fingerprint = string(fp[:])
+	return p, nil
+}
+
+// normalizeLineEndings turns bare LF into CRLF and refuses NUL anywhere and
+// a bare CR in the header section, where readers disagree about it.
+// A message whose line endings are all CRLF already (the usual case) is
+// returned as it is, not copied: PrepareRaw's Prepared.Raw then shares
+// raw's bytes.
+func normalizeLineEndings(raw []byte) ([]byte, error) {
+	if bytes.IndexByte(raw, 0) >= 0 {
+		return nil, Invalid("raw", "raw contains a NUL byte")
+	}
+	if bytes.Count(raw, []byte("\n")) != bytes.Count(raw, []byte("\r\n")) {
+		return rewriteLineEndings(raw)
+	}
+	header := raw // up to the first empty line, or all of raw
+	if bytes.HasPrefix(raw, []byte("\r\n")) {
+		header = nil
+	} else if i := bytes.Index(raw, []byte("\r\n\r\n")); i >= 0 {
+		header = raw[:i+2]
+	}
+	for i, c := range header {
+		if c == '\r' && (i+1 == len(raw) || raw[i+1] != '\n') {
+			return nil, errBareCR()
+		}
+	}
+	return raw, nil
+}
+
+func errBareCR() error { return Invalid("raw", "raw has a bare CR in its header section") }
+
+// rewriteLineEndings is normalizeLineEndings for a raw (free of NUL) with
+// a bare LF: a copy with CRLF line endings.
+func rewriteLineEndings(raw []byte) ([]byte, error) {
+	out := make([]byte, 0, len(raw)+bytes.Count(raw, []byte("\n"))-bytes.Count(raw, []byte("\r\n")))
+	inHeader := true
+	lineStart := 0 // index in out of the current line's first byte
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		switch {
+		case c == '\n':
+			if i == 0 || raw[i-1] != '\r' {
+				out = append(out, '\r')
+			}
+			out = append(out, '\n')
+			if inHeader && len(out)-lineStart == 2 {
+				inHeader = false
+			}
+			lineStart = len(out)
+		case c == '\r' && (i+1 == len(raw) || raw[i+1] != '\n'):
+			if inHeader {
+				return nil, errBareCR()
+			}
+			out = append(out, c)
+		default:
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// checkHeaderNames refuses a header whose name is not RFC 5322 ftext,
+// above all the obsolete "Name :" (§4.5.1): it is read as a header other
+// than "Name", so a second Message-ID or To would pass the one-of-each
+// checks and reach Gmail, which may read it as the real one. Of several
+// such names it names the first in net/mail's Header key order (byte
+// order: a name that is not a token is its own key), as it did when it
+// sorted the keys, whatever their order in the message.
+//
+// A line that starts with a colon is refused first: net/mail drops it, so
+// no check here would see its value, which could carry U+2028 and a header
+// for software that breaks lines there.
+func checkHeaderNames(fields []headerField) error {
+	var worst []byte
+	for _, f := range fields {
+		if len(f.name) == 0 {
+			return Invalid("raw", "raw has a header line that starts with a colon (no header name)")
+		}
+		if badNameByte(f.name) >= 0 && (worst == nil || headerNameLess(f.name, worst)) {
+			worst = f.name
+		}
+	}
+	if worst == nil {
+		return nil
+	}
+	name, c := string(worst), worst[badNameByte(worst)]
+	if c == ' ' || c == '\t' {
+		return Invalid("raw", "raw header %q has whitespace before its colon (obsolete RFC 5322 syntax); write %q", name, strings.TrimRight(name, " \t")+":")
+	}
+	return Invalid("raw", "raw header name %q holds the byte %#02x, which is not allowed in a header name", name, c)
+}
+
+// badNameByte is the index of name's first byte outside RFC 5322 ftext,
+// or -1.
+func badNameByte(name []byte) int {
+	for i, c := range name {
+		if c < 33 || c > 126 || c == ':' {
+			return i
+		}
+	}
+	return -1
+}
+
+// ReadMessageID returns the normalised Message-ID header of a raw message,
+// or "" when it has none. An unparseable message, a repeated Message-ID or
+// a malformed one is a CodeInvalid *Error with field raw.
+func ReadMessageID(raw []byte) (string, error) {
+	var buf [32]headerField
+	fields, _, err := scanHeader(raw, buf[:0])
+	if err != nil {
+		return "", Invalid("raw", "raw is not an RFC 5322 message: %v", err)
+	}
+	if err := checkHeaderNames(fields); err != nil {
+		return "", err
+	}
+	var values []string
+	for _, f := range fields {
+		if sameHeaderName(f.name, "Message-Id") {
+			values = append(values, string(f.value))
+		}
+	}
+	switch len(values) {
+	case 0:
+		return "", nil
+	case 1:
+	default:
+		return "", Invalid("raw", "raw has %d Message-ID headers", len(values))
+	}
+	if err := CheckMessageIDShape(strings.TrimSpace(values[0])); err != nil {
+		return "", err
+	}
+	id, err := NormalizeMessageID(values[0])
+	if err != nil {
+		return "", Invalid("raw", "raw Message-ID header: %s", errMessage(err))
+	}
+	return id, nil
+}
+
+// countAddresses checks a raw address header's value, named name, and
+// returns how many addresses it holds and the first one's addr-spec:
+// simpleAddressList when it can read the value, net/mail (parseAddresses)
+// when it cannot.
+func countAddresses(name string, v []byte) (int, []byte, error) {
+	if n, first, ok := simpleAddressList(v); ok {
+		return n, first, nil
+	}
+	addrs, err := parseAddresses("raw", []string{string(v)})
+	if err != nil {
+		return 0, nil, Invalid("raw", "raw %s header: %s", name, errMessage(err))
+	}
+	if len(addrs) == 0 {
+		return 0, nil, nil
+	}
+	return len(addrs), []byte(addrs[0].Address), nil
+}
+
+// bareAddress is a's address, lower-case ("" for nil): what picks a
+// mailbox by From.
+func bareAddress(a *mail.Address) string {
+	if a == nil {
+		return ""
+	}
+	return strings.ToLower(a.Address)
+}
