@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/gmailfake"
-	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"google.golang.org/api/gmail/v1"
 	"google.golang.org/api/option"
+
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
 )
 
 // plenty is a quota no test of many sends runs out of.
