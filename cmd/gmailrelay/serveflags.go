@@ -1,0 +1,229 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gmailrelay/gmailrelay/api"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// serveConfig is everything `gmailrelay serve` is configured with.
+type serveConfig struct {
+	Addr             string
+	Data             string
+	Database         string
+	GmailEndpoint    string
+	Credentials      string
+	Subject          string
+	Mailbox          string
+	PolicyPath       string
+	MsgIDDomain      string
+	APIToken         string
+	AdminToken       string
+	Sandbox          bool
+	AllowCrashFaults bool
+	MaxInflightBytes int64
+	FaultHeader      bool
+	FaultSeed        int64
+	LogLevel         string
+	LogFormat        string
+	QuotaPerMinute   int
+	SweepInterval    time.Duration
+	SendTimeout      time.Duration
+	Clock            string
+	ClockStart       string
+
+	policy *policy.Policy
+	// In-process users (demo, selftest) may pass these.
+	clock      *testclock.Clock   // the manual clock to use (with Clock "manual")
+	emulator   *gmailfake.Server  // the sandbox emulator to reuse across restarts
+	crashPoint func(point string) // CrashPoint hook
+}
+
+// parseServeFlags reads defaults, then the policy file, then GMAILRELAY_*
+// environment variables, then flags (flags win), and validates.
+func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
+	var c serveConfig
+	fs := flag.NewFlagSet("gmailrelay serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "listen address")
+	fs.StringVar(&c.Data, "data", "gmailrelay.db", "acceptance log file (bbolt)")
+	fs.StringVar(&c.Database, "database", "", "postgres://… URL: keep the acceptance log in PostgreSQL (shared by several relays) instead of --data")
+	fs.StringVar(&c.GmailEndpoint, "gmail-endpoint", "", "base URL of a Gmail-compatible API (default: Google's)")
+	fs.StringVar(&c.Credentials, "credentials", "", "Google credentials JSON (authorized user or service account)")
+	fs.StringVar(&c.Subject, "subject", "", "user a service account acts for (domain-wide delegation)")
+	fs.StringVar(&c.Mailbox, "mailbox", "me", "Gmail userId to send as")
+	fs.StringVar(&c.PolicyPath, "policy", "", "channel policy file (YAML)")
+	fs.StringVar(&c.MsgIDDomain, "msgid-domain", "", "domain part of derived Message-IDs (overrides the policy's msgid_domain)")
+	fs.StringVar(&c.APIToken, "api-token", "", "bearer token that may send and read")
+	fs.StringVar(&c.AdminToken, "admin-token", "", "bearer token that may also change faults, resolve jobs and sweep")
+	fs.BoolVar(&c.Sandbox, "sandbox", false, "send to the embedded Gmail emulator even if credentials are given")
+	fs.BoolVar(&c.AllowCrashFaults, "allow-crash-faults", false, "permit the crash-after-forward fault (the process really exits)")
+	fs.BoolVar(&c.FaultHeader, "fault-header", false, "honour X-Relay-Fault on requests with the admin token")
+	fs.Int64Var(&c.FaultSeed, "fault-seed", 0, "seed for probabilistic fault rules (0: random, logged)")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", "json", "json or console")
+	fs.IntVar(&c.QuotaPerMinute, "quota-per-minute", 6000, "the relay's Gmail quota budget per mailbox, in Gmail units per minute")
+	fs.Int64Var(&c.MaxInflightBytes, "max-inflight-bytes", api.DefaultMaxInflightBytes, "request body bytes handled at once; a request that does not fit is answered 503 + Retry-After")
+	fs.DurationVar(&c.SweepInterval, "sweep-interval", 5*time.Second, "how often the sweeper looks for due jobs")
+	fs.DurationVar(&c.SendTimeout, "send-timeout", 60*time.Second, "deadline of each Gmail call")
+	fs.StringVar(&c.Clock, "clock", "real", "real, or manual (for tests: time moves only through POST /admin/clock)")
+	fs.StringVar(&c.ClockStart, "clock-start", "", "with --clock manual: the clock's first reading (RFC 3339; default now)")
+	// Environment twins: GMAILRELAY_<FLAG>, applied before the command line.
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "GMAILRELAY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(name); v != "" && envErr == nil {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("%s=%q: %v", name, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return c, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return c, c.validate()
+}
+
+func (c *serveConfig) validate() error {
+	if c.PolicyPath != "" {
+		p, err := policy.Load(c.PolicyPath)
+		if err != nil {
+			return fmt.Errorf("--policy: %w", err)
+		}
+		c.policy = p
+	} else {
+		c.policy = policy.Default()
+	}
+	if c.MsgIDDomain != "" {
+		if err := relay.ValidDomain(c.MsgIDDomain); err != nil {
+			return fmt.Errorf("--msgid-domain: %w", err)
+		}
+		c.policy.MsgIDDomain = c.MsgIDDomain
+	}
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return fmt.Errorf("--addr: %w", err)
+	}
+	if !loopback(c.Addr) && c.APIToken == "" {
+		return fmt.Errorf("--addr %s is not a loopback address: set --api-token (and --admin-token) first", c.Addr)
+	}
+	if !loopback(c.Addr) {
+		// Beyond loopback a guessable token is an open mail gateway.
+		for _, t := range []struct{ flag, v string }{{"api-token", c.APIToken}, {"admin-token", c.AdminToken}} {
+			if t.v != "" && len(t.v) < minPublicToken {
+				return fmt.Errorf("--%s: %d characters is too short for a non-loopback --addr; use at least %d (e.g. openssl rand -hex 16)", t.flag, len(t.v), minPublicToken)
+			}
+		}
+	}
+	if c.APIToken != "" && c.APIToken == c.AdminToken {
+		return errors.New("--admin-token must differ from --api-token")
+	}
+	if err := validateInflight(c.MaxInflightBytes); err != nil { // httpserver.go
+		return err
+	}
+	if c.Data == "" && c.Database == "" {
+		return errors.New("--data: a file path is required")
+	}
+	if c.Database != "" {
+		u, err := url.Parse(c.Database)
+		if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Host == "" {
+			return errors.New("--database: want a postgres://user:password@host:port/dbname URL")
+		}
+	}
+	if c.QuotaPerMinute < 1 {
+		return errors.New("--quota-per-minute must be at least 1")
+	}
+	if c.SweepInterval <= 0 || c.SendTimeout <= 0 {
+		return errors.New("--sweep-interval and --send-timeout must be positive")
+	}
+	switch c.LogFormat {
+	case "json", "console":
+	default:
+		return fmt.Errorf("--log-format must be json or console, not %q", c.LogFormat)
+	}
+	if _, err := zerolog.ParseLevel(c.LogLevel); err != nil || c.LogLevel == "" {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	if c.Clock != "real" && c.Clock != "manual" {
+		return fmt.Errorf("--clock must be real or manual, not %q", c.Clock)
+	}
+	if c.ClockStart != "" {
+		t, err := time.Parse(time.RFC3339Nano, c.ClockStart)
+		if err != nil || c.Clock != "manual" {
+			return fmt.Errorf("--clock-start needs --clock manual and an RFC 3339 time, got %q", c.ClockStart)
+		}
+		c.clock = testclock.At(t)
+	}
+	if c.Credentials == "" && c.GmailEndpoint == "" && !c.Sandbox {
+		// The token `gmailrelay auth` stored, if there is one.
+		if p := defaultTokenPath(); p != "" {
+			if _, err := os.Stat(p); err == nil {
+				c.Credentials = p
+			}
+		}
+	}
+	if c.Subject != "" && c.Credentials == "" {
+		return errors.New("--subject needs --credentials (a service-account key)")
+	}
+	for _, m := range c.policy.MailboxList() {
+		if m.Credentials != "" {
+			if _, err := os.Stat(m.Credentials); err != nil {
+				return fmt.Errorf("--policy: mailboxes.%s.credentials: %w", m.Name, err)
+			}
+		}
+		if m.Subject != "" && m.Credentials == "" && c.Credentials == "" && !c.Sandbox {
+			return fmt.Errorf("--policy: mailboxes.%s.subject needs a service-account key: its credentials, or --credentials", m.Name)
+		}
+	}
+	return nil
+}
+
+// sandbox reports whether serve uses the embedded emulator: asked for,
+// or no Gmail credentials (no --credentials, none in the policy's
+// mailboxes) and no --gmail-endpoint.
+func (c *serveConfig) sandbox() bool {
+	return c.Sandbox || (c.Credentials == "" && c.GmailEndpoint == "" && !c.policyCredentials())
+}
+
+// minPublicToken is the shortest token accepted when the relay listens
+// beyond loopback.
+const minPublicToken = 16
+
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func newLogger(w io.Writer, format, level string) zerolog.Logger {
+	lvl, _ := zerolog.ParseLevel(level)
+	if format == "console" {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+}
