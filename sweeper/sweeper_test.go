@@ -1,15 +1,17 @@
 package sweeper_test
 
 import (
-	"strings"
-	"testing"
-	"time"
-
+	"context"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/sweeper"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
 )
 
 // A send Gmail accepted but whose answer was lost, on a retry channel: the
@@ -297,4 +299,342 @@ func TestRestartRecovery(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Several due jobs share one query, and hits are attributed by their
+// Message-ID: 100 jobs take at most 5 list calls, plus one companion
+// after: query (the misses have no later confirmed send to witness them).
+func TestBatchedSearch(t *testing.T) {
+	h := newHarness(t, setup{})
+	var found, lost []string
+	for i := range 100 {
+		if i%4 == 3 {
+			lost = append(lost, h.sendLost(retryChannel))
+		} else {
+			found = append(found, h.sendAmbiguous(retryChannel))
+		}
+	}
+	before := h.srv.Stats().Calls
+	h.clock.Advance(grace)
+	r := h.sweep()
+	wantResult(t, r, sweeper.Result{Checked: 100, Found: 75, Missed: 25})
+	calls := h.srv.Stats().Calls
+	if got := calls[gmailfake.MethodList] - before[gmailfake.MethodList]; got > 6 {
+		t.Errorf("list calls for 100 jobs: %d, want at most 6 (5 searches, 1 companion query)", got)
+	}
+	if got := calls[gmailfake.MethodGet] - before[gmailfake.MethodGet]; got != 75 {
+		t.Errorf("get calls: %d, want 75 (one per hit, to attribute it)", got)
+	}
+	for _, id := range found {
+		h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+	}
+	for _, id := range lost {
+		if j := h.wantJob(id, acceptlog.StateUnknown, 1, 0, 0); j.Checks != 1 {
+			t.Errorf("job %s: checks %d, want 1", id, j.Checks)
+		}
+	}
+}
+
+// A hit that is gone when its header is read (messages.get answers 404,
+// which the Gmail adapter hands over as relay.ErrMessageNotFound) is
+// skipped, not a pass error: its job is simply not found this pass.
+func TestBatchedSearchSkipsMessageGoneBeforeGet(t *testing.T) {
+	h := newHarness(t, setup{})
+	a, b := h.sendAmbiguous(retryChannel), h.sendAmbiguous(retryChannel)
+	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodGet, Action: gmailfake.ActionError, Status: 404})
+	h.clock.Advance(grace)
+	r := h.sweep()
+	wantResult(t, r, sweeper.Result{Checked: 2, Found: 1, Missed: 1})
+	sent := 0
+	for _, id := range []string{a, b} {
+		if h.job(id).State == acceptlog.StateSent {
+			sent++
+		}
+	}
+	if sent != 1 {
+		t.Errorf("sent jobs after the pass: %d, want 1 (the other's hit was skipped)", sent)
+	}
+}
+
+// Retryable failures on retry channels whose caller never came back are
+// retried by the sweeper after grace, up to max_attempts; then review.
+func TestRetryableFailure(t *testing.T) {
+	h := newHarness(t, setup{})
+	count := 3
+	if _, err := h.faults.Add(faultmodes.Spec{Mode: faultmodes.FailBeforeForward, Count: &count}); err != nil {
+		t.Fatalf("add fault rule: %v", err)
+	}
+	id, res := h.send(retryChannel) // attempt 1 fails before forward
+	h.wantState(id, res.Job, acceptlog.StateFailed)
+
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Retried: 1}) // attempt 2 fails too
+	h.wantJob(id, acceptlog.StateFailed, 2, 0, 0)
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Retried: 1}) // attempt 3 fails too
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Reviewed: 1}) // max_attempts is 3
+	h.wantJob(id, acceptlog.StateReview, 3, 0, 0)
+	if r := h.lines(id, acceptlog.KindReview); len(r) != 1 || r[0].Reason != sweeper.ReasonMaxAttempts {
+		t.Errorf("review lines %+v, want one with reason %s", r, sweeper.ReasonMaxAttempts)
+	}
+
+	// A retry that gets through ends sent with one message.
+	id2, res := h.send(retryChannel) // the rule's count is used up: sent
+	h.wantState(id2, res.Job, acceptlog.StateSent)
+	count = 1
+	if _, err := h.faults.Add(faultmodes.Spec{Mode: faultmodes.FailBeforeForward, Count: &count}); err != nil {
+		t.Fatalf("add fault rule: %v", err)
+	}
+	id3, res := h.send(retryChannel)
+	h.wantState(id3, res.Job, acceptlog.StateFailed)
+	h.clock.Advance(grace)
+	r := h.sweep()
+	if r.Retried != 1 {
+		t.Errorf("retried %d, want 1", r.Retried)
+	}
+	h.wantJob(id3, acceptlog.StateSent, 2, 1, 1)
+}
+
+// Where Gmail was seen rewriting Message-IDs a search miss proves nothing:
+// unknown jobs go to review without a search, and sent jobs are not
+// verified.
+func TestUntrustedHandle(t *testing.T) {
+	h := newHarness(t, setup{})
+	sent, res := h.send(retryChannel)
+	h.wantState(sent, res.Job, acceptlog.StateSent)
+	unknown := h.sendAmbiguous(retryChannel)
+	if _, _, err := h.log.Mutate(h.ctx, sent, func(*acceptlog.Job) (acceptlog.Change, error) {
+		return acceptlog.Change{Mailbox: &acceptlog.Mailbox{Name: "default", HandleChecked: true, HandleUntrusted: true, Rewrites: 1}}, nil
+	}); err != nil {
+		t.Fatalf("mark the handle untrusted: %v", err)
+	}
+	h.clock.Advance(grace)
+	// The unknown job goes to review without a search; the sent job is
+	// still verified (two hits would prove a duplicate even here).
+	wantResult(t, h.sweep(), sweeper.Result{Reviewed: 1, Checked: 1, Verified: 1})
+	h.wantJob(unknown, acceptlog.StateReview, 1, 0, 1)
+	if r := h.lines(unknown, acceptlog.KindReview); len(r) != 1 || r[0].Reason != sweeper.ReasonHandleUntrusted {
+		t.Errorf("review lines %+v, want one with reason %s", r, sweeper.ReasonHandleUntrusted)
+	}
+	if j := h.wantJob(sent, acceptlog.StateSent, 1, 1, 1); !confirmedOnce(j) {
+		t.Errorf("sent job: next check %v, verified %v; want it confirmed once (late look to come)", j.NextCheckAt, j.Verified)
+	}
+	if got := h.srv.Stats().Calls[gmailfake.MethodList]; got != 1 {
+		t.Errorf("list calls: %d, want 1 (the sent job's verify search)", got)
+	}
+}
+
+// A 5xx answer to a search is an error of that search only: the job keeps
+// its state, gets no line, and is searched again a little later.
+func TestSearchServerErrorKeepsJobDue(t *testing.T) {
+	h := newHarness(t, setup{})
+	id := h.sendAmbiguous(retryChannel)
+	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodList, Action: gmailfake.ActionError, Status: 503})
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Errors: 1})
+	j := h.wantJob(id, acceptlog.StateUnknown, 1, 0, 1)
+	if len(h.lines(id, acceptlog.KindSearch)) != 0 || j.Checks != 0 {
+		t.Errorf("after a failed search: %d search lines, checks %d; want none", len(h.lines(id, acceptlog.KindSearch)), j.Checks)
+	}
+	if !j.NextCheckAt.After(h.clock.Now()) || j.NextCheckAt.After(h.clock.Now().Add(grace)) {
+		t.Errorf("next check %v: want a little after now (%v)", j.NextCheckAt, h.clock.Now())
+	}
+	wantResult(t, h.sweep(), sweeper.Result{}) // not due again at once
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Found: 1})
+	h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+}
+
+// Gmail's 429 never fails or resolves a job: the sweeper pauses the shared
+// budget (longer each time), stops the pass, asks Gmail nothing while
+// paused, and resolves the job once Gmail lets it.
+func TestRateLimitedSearchBacksOff(t *testing.T) {
+	h := newHarness(t, setup{})
+	id := h.sendAmbiguous(retryChannel)
+	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodList, Action: gmailfake.ActionError, Status: 429, Count: 3})
+	h.clock.Advance(grace)
+	var last time.Duration
+	for i := range 3 {
+		lists := h.srv.Stats().Calls[gmailfake.MethodList]
+		r := h.sweep()
+		if r.Deferred != 1 || r.Wait <= 0 || r.Checked != 0 || r.Errors != 0 {
+			t.Fatalf("pass %d under 429: %+v, want the job deferred with a wait", i, r)
+		}
+		if got := h.srv.Stats().Calls[gmailfake.MethodList] - lists; got != 1 {
+			t.Fatalf("pass %d: %d list calls, want 1 (stop at the first 429)", i, got)
+		}
+		if r.Wait <= last {
+			t.Errorf("pass %d: wait %v after %v, want exponential backoff", i, r.Wait, last)
+		}
+		last = r.Wait
+		// Paused: a pass right away asks Gmail nothing.
+		again := h.sweep()
+		if got := h.srv.Stats().Calls[gmailfake.MethodList] - lists; got != 1 || again.Deferred != 1 {
+			t.Fatalf("pass %d while paused: %d list calls in all, result %+v; want no new call and the job deferred", i, got, again)
+		}
+		h.wantJob(id, acceptlog.StateUnknown, 1, 0, 1)
+		h.clock.Advance(r.Wait)
+	}
+	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Found: 1})
+	h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+	if n := len(h.lines(id, acceptlog.KindSearch)); n != 1 {
+		t.Errorf("search lines %d, want 1 (a 429 is not a search)", n)
+	}
+}
+
+// With a small Gmail budget, 500 unknown jobs are all resolved correctly by
+// passes that stop when the budget is spent; Gmail's rate-limit answers
+// never come twice in a pass (each one pauses the sweeper), and a send
+// still gets through while the sweeper has work.
+func TestQuota(t *testing.T) {
+	tests := []struct {
+		name          string
+		relayQuota    int
+		emulatorQuota int
+		quotaStatus   int // the emulator's over-quota answer
+		found, lost   int
+		foreground    bool
+	}{
+		{"relay budget matches gmail", 600, 600, 429, 400, 100, true},
+		{"gmail stricter than the relay budget, 429", 1200, 600, 429, 100, 20, false},
+		{"gmail stricter than the relay budget, 403", 1200, 600, 403, 100, 20, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, setup{indexLag: 30 * time.Second, emulatorQuota: 1 << 30, quotaStatus: tt.quotaStatus, limit: 100})
+			h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionAcceptThenError, Status: 500, Count: tt.found})
+			found := h.sendMany(tt.found, retryChannel)
+			h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionError, Status: 500, Count: tt.lost})
+			lost := h.sendMany(tt.lost, retryChannel)
+
+			// From now on Gmail's budget is small, and so is the relay's.
+			unitsBefore := h.srv.Stats().QuotaUnits
+			h.srv.SetQuotaPerMinute(tt.emulatorQuota)
+			h.set.relayQuota = tt.relayQuota
+			h.build(tt.relayQuota)
+			h.clock.Advance(grace)
+
+			var foreground string
+			prevLimited := h.srv.Stats().RateLimited
+			unresolved := func() int {
+				st, err := h.log.Stats(h.ctx)
+				if err != nil {
+					t.Fatalf("stats: %v", err)
+				}
+				return st.ByState[acceptlog.StateUnknown] + st.ByState[acceptlog.StateFailed] + st.ByState[acceptlog.StateForwarding]
+			}
+			pass := 0
+			for ; unresolved() > 0; pass++ {
+				if pass > 3000 {
+					t.Fatalf("%d jobs unresolved after %d passes", unresolved(), pass)
+				}
+				r := h.sweep()
+				limited := h.srv.Stats().RateLimited
+				if limited-prevLimited > 1 {
+					t.Fatalf("pass %d: %d rate-limit answers in one pass, want at most 1 (then pause)", pass, limited-prevLimited)
+				}
+				prevLimited = limited
+				if tt.foreground && pass == 2 {
+					id, res := h.send(retryChannel)
+					h.wantState(id, res.Job, acceptlog.StateSent)
+					foreground = id
+				}
+				step := r.Wait
+				if step <= 0 {
+					step = 10 * time.Second
+				}
+				h.clock.Advance(step)
+			}
+			totals := h.sw.Totals()
+			if totals.Found != tt.found || totals.Resent != tt.lost || totals.Reviewed != 0 || totals.Duplicates != 0 {
+				t.Errorf("totals %+v: want %d found, %d resent, none reviewed", totals, tt.found, tt.lost)
+			}
+			for _, id := range found {
+				h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+			}
+			for _, id := range lost {
+				// One ambiguous attempt and one resend; a resend that Gmail
+				// refused with a rate limit sent nothing and was retried.
+				j := h.job(id)
+				h.wantJob(id, acceptlog.StateSent, j.Attempts, 1, 1)
+				limited := 0
+				for _, l := range h.lines(id, acceptlog.KindNotSent) {
+					if l.Reason == "rate_limited" {
+						limited++
+					}
+				}
+				if j.Attempts-limited != 2 {
+					t.Errorf("job %s: %d attempts, %d of them rate limited; want 2 others", id, j.Attempts, limited)
+				}
+			}
+			if foreground != "" {
+				h.wantJob(foreground, acceptlog.StateSent, 1, 1, 1)
+			}
+			st := h.srv.Stats()
+			if tt.relayQuota <= tt.emulatorQuota && st.RateLimited != 0 {
+				t.Errorf("%d rate-limit answers although the relay's budget is within Gmail's", st.RateLimited)
+			}
+			// The relay's budget spends exactly what Gmail charged: asking
+			// whether a search fits takes nothing (a peek, not a take).
+			if got, want := h.svc.Quota().Spent(), int64(st.QuotaUnits-unitsBefore); tt.relayQuota <= tt.emulatorQuota && got != want {
+				t.Errorf("the relay's quota spent %d units, Gmail charged %d for the same calls", got, want)
+			}
+			t.Logf("%d passes, %v of fake time, emulator %+v, sweeper totals %+v", pass, h.clock.Now().Sub(testclock.New().Now()), st, totals)
+		})
+	}
+}
+
+// The loop runs a pass at start and another one on Wake, reported through
+// Passes; Stop waits for it and is safe twice.
+func TestStartWakeStop(t *testing.T) {
+	h := newHarness(t, setup{})
+	id := h.sendAmbiguous(retryChannel)
+	h.sw.Stop() // before Start: nothing to stop
+
+	ctx, cancel := context.WithCancel(h.ctx)
+	defer cancel()
+	h.sw.Start(ctx)
+	h.sw.Start(ctx) // already started: nothing happens
+	first := waitPass(t, h.sw)
+	wantResult(t, first, sweeper.Result{})
+
+	h.clock.Advance(grace)
+	h.sw.Wake()
+	second := waitPass(t, h.sw)
+	wantResult(t, second, sweeper.Result{Checked: 1, Found: 1})
+	h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+
+	h.sw.Stop()
+	h.sw.Stop()
+	if got := h.sw.Totals(); got.Found != 1 || got.Checked != 1 {
+		t.Errorf("totals %+v, want the second pass's counts", got)
+	}
+	// Stopped: a Wake runs nothing, RunOnce still works.
+	h.sw.Wake()
+	wantResult(t, h.sweep(), sweeper.Result{})
+	select {
+	case r := <-h.sw.Passes():
+		wantResult(t, r, sweeper.Result{})
+	default:
+		t.Errorf("RunOnce's pass was not reported on Passes")
+	}
+	select {
+	case r := <-h.sw.Passes():
+		t.Errorf("a pass ran after Stop: %+v", r)
+	default:
+	}
+}
+
+// waitPass waits for the next finished pass. The timeout only turns a hang
+// into a failure; nothing waits on it in a passing run.
+func waitPass(t *testing.T, sw *sweeper.Sweeper) sweeper.Result {
+	t.Helper()
+	select {
+	case r := <-sw.Passes():
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no pass finished")
+	}
+	return sweeper.Result{}
 }
