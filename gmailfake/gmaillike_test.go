@@ -11,11 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/api/gmail/v1"
-	"google.golang.org/api/option"
-
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"google.golang.org/api/gmail/v1"
+	"google.golang.org/api/option"
 )
 
 // plenty is a quota no test of many sends runs out of.

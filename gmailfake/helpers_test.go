@@ -12,11 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"google.golang.org/api/gmail/v1"
 	"google.golang.org/api/googleapi"
 	"google.golang.org/api/option"
-
-	"github.com/gmailrelay/gmailrelay/gmailfake"
 )
 
 // emulator starts an emulator with an injected clock (unless opts has one)
