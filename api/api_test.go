@@ -3,16 +3,24 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/rs/zerolog"
+	"google.golang.org/api/gmail/v1"
+	"google.golang.org/api/googleapi"
+	"google.golang.org/api/option"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/api"
@@ -300,4 +308,582 @@ func TestEmulatorSameKeyDifferentBodyIs422(t *testing.T) {
 	if r := e.must("POST", "/v1/send", apiToken, b); r.status != 422 {
 		t.Errorf("status %d %s, want 422", r.status, r.raw)
 	}
+}
+
+func (e *env) addFault(spec map[string]any) string {
+	e.t.Helper()
+	r := e.must("POST", "/admin/faults", adminToken, spec)
+	if r.status != 201 {
+		e.t.Fatalf("add fault: %d %s", r.status, r.raw)
+	}
+	return fmt.Sprint(r.body["id"])
+}
+
+func TestEmulatorFailBeforeForwardThenRetry(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.addFault(map[string]any{"mode": "fail-before-forward", "count": 1})
+	r := e.must("POST", "/v1/send", apiToken, sendBody("fbf"))
+	if r.status != 503 || r.header.Get("Retry-After") == "" || !strings.Contains(string(r.raw), "fault") {
+		t.Fatalf("faulted send: %d %v %s, want 503 with Retry-After and a fault message", r.status, r.header, r.raw)
+	}
+	id := relay.MessageID("fbf", domain)
+	if got := e.Emulator.Count(id); got != 0 {
+		t.Fatalf("emulator holds %d after fail-before-forward, want 0", got)
+	}
+	r = e.must("POST", "/v1/send", apiToken, sendBody("fbf"))
+	if r.status != 200 {
+		t.Fatalf("retry: %d %s", r.status, r.raw)
+	}
+	e.wantOneEffect(id)
+}
+
+func TestEmulatorDropResponseCutsConnection(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	rule := e.addFault(map[string]any{"mode": "forward-then-drop-response", "key": "drop"})
+	_, err := e.do("POST", "/v1/send", apiToken, sendBody("drop"))
+	if err == nil {
+		t.Fatal("the caller got an HTTP answer; want a cut connection")
+	}
+	id := relay.MessageID("drop", domain)
+	if got := e.Emulator.Count(id); got != 1 {
+		t.Errorf("emulator holds %d, want 1", got)
+	}
+	j, lines := e.job(id)
+	if j.State != acceptlog.StateUnknown {
+		t.Errorf("state %s, want unknown", j.State)
+	}
+	var faultLine bool
+	for _, l := range lines {
+		faultLine = faultLine || (l.Kind == acceptlog.KindFault && l.RuleID == rule)
+	}
+	if !faultLine {
+		t.Errorf("no fault line naming rule %s in %+v", rule, lines)
+	}
+	// An immediate retry answers 202 and does not forward.
+	r := e.must("POST", "/v1/send", apiToken, sendBody("drop"))
+	if r.status != 202 || r.header.Get("Location") == "" || r.body["state"] != "unknown" {
+		t.Errorf("retry: %d %v %s, want 202 unknown with Location", r.status, r.header, r.raw)
+	}
+	if got := e.Emulator.Count(id); got != 1 {
+		t.Errorf("after retry emulator holds %d, want 1", got)
+	}
+	// The rules list shows the hit.
+	f := e.must("GET", "/admin/faults", adminToken, nil)
+	if !strings.Contains(string(f.raw), `"hits":1`) {
+		t.Errorf("faults list %s, want hits 1", f.raw)
+	}
+}
+
+func TestEmulatorDrop504Variant(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.addFault(map[string]any{"mode": "forward-then-drop-response", "drop": "504"})
+	r := e.must("POST", "/v1/send", apiToken, sendBody("d504"))
+	if r.status != 504 {
+		t.Errorf("status %d, want 504", r.status)
+	}
+	if _, ok := r.body["error"]; !ok {
+		t.Errorf("504 body %s has no error", r.raw)
+	}
+}
+
+func TestEmulatorForwardAndRespondExemptsAKey(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.addFault(map[string]any{"mode": "fail-before-forward"})
+	e.addFault(map[string]any{"mode": "forward-and-respond", "key": "vip"})
+	if r := e.must("POST", "/v1/send", apiToken, sendBody("vip")); r.status != 200 {
+		t.Errorf("exempt key: %d %s, want 200", r.status, r.raw)
+	}
+	if r := e.must("POST", "/v1/send", apiToken, sendBody("other")); r.status != 503 {
+		t.Errorf("other key: %d, want 503", r.status)
+	}
+}
+
+func TestFaultHeaderNeedsFlagAndAdminToken(t *testing.T) {
+	tests := []struct {
+		name   string
+		flag   bool
+		token  string
+		status int
+	}{
+		{"without --fault-header", false, adminToken, 200},
+		{"without the admin token", true, apiToken, 200},
+		{"with both", true, adminToken, 503},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, envOpts{faultHeader: tt.flag})
+			r := e.must("POST", "/v1/send", tt.token, sendBody("hdr"), "X-Relay-Fault", "fail-before-forward")
+			if r.status != tt.status {
+				t.Errorf("status %d %s, want %d", r.status, r.raw, tt.status)
+			}
+		})
+	}
+}
+
+func TestAdminFaultValidation(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	tests := []struct {
+		body  map[string]any
+		field string
+	}{
+		{map[string]any{"mode": "explode"}, "mode"},
+		{map[string]any{"mode": "fail-before-forward", "probability": 1.5}, "probability"},
+		{map[string]any{"mode": "fail-before-forward", "count": -1}, "count"},
+		{map[string]any{"mode": "fail-before-forward", "ttl": "soon"}, "ttl"},
+		{map[string]any{"mode": "crash-after-forward"}, "mode"},
+		{map[string]any{"mode": "fail-before-forward", "channel": "nope"}, "channel"},
+	}
+	for _, tt := range tests {
+		r := e.must("POST", "/admin/faults", adminToken, tt.body)
+		errObj, _ := r.body["error"].(map[string]any)
+		if r.status != 400 || errObj == nil || errObj["field"] != tt.field {
+			t.Errorf("%v: %d %s, want 400 naming %s", tt.body, r.status, r.raw, tt.field)
+		}
+	}
+	id := e.addFault(map[string]any{"mode": "fail-before-forward"})
+	if r := e.must("DELETE", "/admin/faults/"+id, adminToken, nil); r.status != 204 {
+		t.Errorf("delete: %d", r.status)
+	}
+	if r := e.must("DELETE", "/admin/faults/"+id, adminToken, nil); r.status != 404 {
+		t.Errorf("delete again: %d, want 404", r.status)
+	}
+}
+
+func TestEmulatorRawAndRFC822Intake(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	id := relay.MessageID("raw-key", domain)
+	msg := "From: me@example.org\r\nTo: a@example.org\r\nSubject: raw\r\nMessage-ID: " + id + "\r\n\r\nhello\r\n"
+	r := e.must("POST", "/v1/send", apiToken, map[string]any{"key": "raw-key", "raw": base64.RawURLEncoding.EncodeToString([]byte(msg))})
+	if r.status != 200 || r.body["message_id"] != id {
+		t.Fatalf("raw JSON: %d %s", r.status, r.raw)
+	}
+	// message/rfc822 without a Message-ID: the key's is injected.
+	r = e.must("POST", "/v1/send", apiToken, []byte("To: b@example.org\r\nSubject: rfc822\r\n\r\nhi\r\n"), "Idempotency-Key", "rfc822-key")
+	want := relay.MessageID("rfc822-key", domain)
+	if r.status != 200 || r.body["message_id"] != want || e.Emulator.Count(want) != 1 {
+		t.Fatalf("rfc822: %d %s", r.status, r.raw)
+	}
+	// A Message-ID that is not the key's is refused.
+	r = e.must("POST", "/v1/send", apiToken, []byte("To: b@example.org\r\nMessage-ID: <other@x.org>\r\n\r\nhi\r\n"), "Idempotency-Key", "rfc822-key-2")
+	if r.status != 400 {
+		t.Errorf("mismatched Message-ID: %d %s, want 400", r.status, r.raw)
+	}
+}
+
+func TestTooLargeIs413(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	big := strings.Repeat("a", api.MaxJSONBytes+10)
+	r := e.must("POST", "/v1/send", apiToken, `{"key":"big","to":"a@example.org","text":"`+big+`"}`)
+	if r.status != 413 {
+		t.Errorf("status %d, want 413", r.status)
+	}
+}
+
+func TestEmulatorQuotaSpentIs429AndSendsNothing(t *testing.T) {
+	e := newEnv(t, envOpts{quota: 100}) // one send a minute
+	if r := e.must("POST", "/v1/send", apiToken, sendBody("q1")); r.status != 200 {
+		t.Fatalf("first: %d %s", r.status, r.raw)
+	}
+	b := sendBody("q2")
+	b["when_busy"] = "reject" // the outbox's default would queue it
+	r := e.must("POST", "/v1/send", apiToken, b)
+	if r.status != 429 || r.header.Get("Retry-After") == "" {
+		t.Fatalf("second: %d %v, want 429 with Retry-After", r.status, r.header)
+	}
+	if got := e.Emulator.Count(relay.MessageID("q2", domain)); got != 0 {
+		t.Errorf("emulator holds %d for the refused send, want 0", got)
+	}
+	if _, err := e.Log.Get(context.Background(), relay.MessageID("q2", domain)); !errors.Is(err, acceptlog.ErrNotFound) {
+		t.Errorf("refused send left a job: %v", err)
+	}
+}
+
+func TestEmulatorGmailCompatiblePathWithGoogleClient(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	svc := e.gmailClient()
+	id := "<compat-1@example.org>"
+	raw := "To: a@example.org\r\nSubject: compat\r\nMessage-ID: " + id + "\r\n\r\nhi\r\n"
+	m, err := svc.Users.Messages.Send("me", &gmail.Message{Raw: base64.URLEncoding.EncodeToString([]byte(raw))}).Do()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Id == "" || len(m.LabelIds) == 0 || m.LabelIds[0] != "SENT" {
+		t.Errorf("answer %+v, want a Gmail message with SENT", m)
+	}
+	// Same message again: replayed, not resent.
+	m2, err := svc.Users.Messages.Send("me", &gmail.Message{Raw: base64.URLEncoding.EncodeToString([]byte(raw))}).Do()
+	if err != nil || m2.Id != m.Id {
+		t.Errorf("second send: %v %v, want the same id %s", m2, err, m.Id)
+	}
+	// Upload path (multipart) through .Media().
+	id2 := "<compat-2@example.org>"
+	raw2 := "To: a@example.org\r\nSubject: upload\r\nMessage-ID: " + id2 + "\r\n\r\nhi\r\n"
+	if _, err := svc.Users.Messages.Send("me", &gmail.Message{}).Media(strings.NewReader(raw2), googleapi.ContentType("message/rfc822")).Do(); err != nil {
+		t.Fatalf("upload: %v", err)
+	}
+	// No Message-ID: Gmail-style 400.
+	_, err = svc.Users.Messages.Send("me", &gmail.Message{Raw: base64.URLEncoding.EncodeToString([]byte("To: a@example.org\r\n\r\nx"))}).Do()
+	var gerr *googleapi.Error
+	if !errors.As(err, &gerr) || gerr.Code != 400 || len(gerr.Errors) == 0 || gerr.Errors[0].Reason != "invalidArgument" {
+		t.Errorf("no Message-ID: %v, want googleapi 400 invalidArgument", err)
+	}
+	if e.Emulator.Count(id) != 1 || e.Emulator.Count(id2) != 1 {
+		t.Errorf("emulator holds %d and %d, want 1 and 1", e.Emulator.Count(id), e.Emulator.Count(id2))
+	}
+}
+
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// gmailClient is Google's own Gmail client pointed at the relay's
+// Gmail-compatible path, sending the API token.
+func (e *env) gmailClient() *gmail.Service {
+	e.t.Helper()
+	svc, err := gmail.NewService(context.Background(), option.WithEndpoint(e.url+"/"), option.WithHTTPClient(&http.Client{
+		Transport: bearer{token: apiToken}}))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return svc
+}
+
+func TestEmulatorReadingTheLog(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.must("POST", "/v1/send", apiToken, sendBody("read-1"))
+	e.addFault(map[string]any{"mode": "forward-then-drop-response", "drop": "504"})
+	e.must("POST", "/v1/send", apiToken, sendBody("read-2"))
+	id := relay.MessageID("read-1", domain)
+
+	for _, path := range []string{"/v1/jobs/" + url.PathEscape(id), "/v1/jobs/" + strings.Trim(id, "<>")} {
+		r := e.must("GET", path, apiToken, nil)
+		lines, _ := r.body["lines"].([]any)
+		if r.status != 200 || r.body["state"] != "sent" || len(lines) < 3 {
+			t.Errorf("GET %s: %d %s", path, r.status, r.raw)
+		}
+	}
+	if r := e.must("GET", "/v1/jobs/"+url.PathEscape("<nope@x.org>"), apiToken, nil); r.status != 404 {
+		t.Errorf("missing job: %d, want 404", r.status)
+	}
+	r := e.must("GET", "/v1/jobs?state=unknown", apiToken, nil)
+	jobs, _ := r.body["jobs"].([]any)
+	if r.status != 200 || len(jobs) != 1 {
+		t.Errorf("unknown jobs: %d %s, want one", r.status, r.raw)
+	}
+	if r := e.must("GET", "/v1/jobs?state=bogus", apiToken, nil); r.status != 400 {
+		t.Errorf("bad state filter: %d, want 400", r.status)
+	}
+	r = e.must("GET", "/v1/log?after=0&limit=3", apiToken, nil)
+	lines, _ := r.body["lines"].([]any)
+	if r.status != 200 || len(lines) != 3 || r.body["next"] == nil {
+		t.Errorf("log page: %d %s", r.status, r.raw)
+	}
+	r = e.must("GET", "/v1/log", apiToken, nil, "Accept", "application/x-ndjson")
+	rows := strings.Split(strings.TrimSpace(string(r.raw)), "\n")
+	var first acceptlog.Line
+	if err := json.Unmarshal([]byte(rows[0]), &first); err != nil || first.Seq != 1 || len(rows) < 6 {
+		t.Errorf("ndjson: %d rows, first %+v (%v)", len(rows), first, err)
+	}
+	r = e.must("GET", "/v1/stats", apiToken, nil)
+	if r.status != 200 || r.body["effect_lines"] != float64(1) {
+		t.Errorf("stats: %s", r.raw)
+	}
+}
+
+func TestEmulatorReviewResolveAndSweep(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.addFault(map[string]any{"mode": "forward-then-drop-response", "drop": "504", "channel": "billing"})
+	b := sendBody("bill-1")
+	b["channel"] = "billing"
+	e.must("POST", "/v1/send", apiToken, b)
+	id := relay.MessageID("bill-1", domain)
+	e.Clock.Advance(2 * time.Minute)
+	r := e.must("POST", "/admin/sweep", adminToken, nil)
+	if r.status != 200 {
+		t.Fatalf("sweep: %d %s", r.status, r.raw)
+	}
+	if j, _ := e.job(id); j.State != acceptlog.StateReview {
+		t.Fatalf("after sweep: %s, want review", j.State)
+	}
+	path := "/v1/jobs/" + url.PathEscape(id) + "/resolve"
+	if r := e.must("POST", path, apiToken, map[string]any{"action": "mark-sent"}); r.status != 403 {
+		t.Errorf("resolve with the API token: %d, want 403", r.status)
+	}
+	if r := e.must("POST", path, adminToken, map[string]any{"action": "mark-sent", "note": "seen in Sent", "typo": 1}); r.status != 400 {
+		t.Errorf("resolve with an unknown field: %d, want 400", r.status)
+	}
+	r = e.must("POST", path, adminToken, map[string]any{"action": "mark-sent", "note": "seen in Sent"})
+	if r.status != 200 || r.body["state"] != "sent" {
+		t.Fatalf("resolve: %d %s", r.status, r.raw)
+	}
+	if got := e.Emulator.Count(id); got != 1 {
+		t.Errorf("emulator holds %d, want 1 (never resent)", got)
+	}
+}
+
+func TestEmulatorMetricsMoveWithSends(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	scrape := func() map[string]float64 { return e.scrape() }
+	before := scrape()
+	e.must("POST", "/v1/send", apiToken, sendBody("m1"))
+	e.addFault(map[string]any{"mode": "fail-before-forward", "count": 1})
+	e.must("POST", "/v1/send", apiToken, sendBody("m2"))
+	after := scrape()
+	checks := []string{
+		"gmailrelay_sends_total,channel=default,outcome=sent,reason=",
+		"gmailrelay_gmail_call_seconds,mailbox=default,method=send,result=ok",
+		"gmailrelay_jobs,state=sent",
+		"gmailrelay_jobs,state=failed",
+		"gmailrelay_quota_units_spent_total",
+		"gmailrelay_effect_lines_total",
+		"gmailrelay_faults_injected_total,mode=fail-before-forward",
+	}
+	for _, k := range checks {
+		if after[k] <= before[k] {
+			t.Errorf("%s: %v -> %v, want it to grow", k, before[k], after[k])
+		}
+	}
+	for _, k := range []string{"gmailrelay_review_queue_depth", "gmailrelay_oldest_unknown_age_seconds", "gmailrelay_duplicates_found_total", "gmailrelay_handle_failures_total"} {
+		if _, ok := after[k]; !ok {
+			t.Errorf("metric %s missing", k)
+		}
+	}
+}
+
+func TestEmulatorConcurrentSameKeyGets409WithRetryAfter(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	if _, err := e.Emulator.AddFault(gmailfake.Fault{Method: "send", Action: "latency", Latency: 300 * time.Millisecond, Count: -1}); err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		status int
+		retry  string
+	}
+	out := make(chan res, 20)
+	start := make(chan struct{})
+	for range 20 {
+		go func() {
+			<-start
+			r, err := e.do("POST", "/v1/send", apiToken, sendBody("busy"))
+			if err != nil {
+				out <- res{}
+				return
+			}
+			out <- res{r.status, r.header.Get("Retry-After")}
+		}()
+	}
+	close(start)
+	counts := map[int]int{}
+	for range 20 {
+		r := <-out
+		counts[r.status]++
+		if r.status == 409 && r.retry == "" {
+			t.Error("409 without Retry-After")
+		}
+	}
+	if counts[200] < 1 || counts[200]+counts[409] != 20 {
+		t.Errorf("statuses %v, want 200s (sent or replayed) and 409s only", counts)
+	}
+	if got := e.Emulator.Count(relay.MessageID("busy", domain)); got != 1 {
+		t.Errorf("emulator holds %d, want 1", got)
+	}
+}
+
+// TestLogsNeverCarryTokensBodiesOrRecipients sends through every path that
+// logs (success, fault, drop, bad input, auth failure) with logging at
+// debug level, and searches the logs for the secrets.
+func TestLogsNeverCarryTokensBodiesOrRecipients(t *testing.T) {
+	logs := &testenv.LockedBuffer{}
+	e := newEnv(t, envOpts{logs: logs})
+	secretBody := "the-secret-body-text"
+	msg := map[string]any{"key": "log-1", "to": "secret.recipient@example.org", "cc": "cc.person@example.org",
+		"subject": "the-secret-subject", "body": secretBody}
+	e.must("POST", "/v1/send", apiToken, msg)
+	e.addFault(map[string]any{"mode": "forward-then-drop-response", "count": 1})
+	msg["key"] = "log-2"
+	_, _ = e.do("POST", "/v1/send", apiToken, msg)
+	msg["to"] = "bad\r\nsecret.recipient@example.org"
+	e.must("POST", "/v1/send", apiToken, msg)
+	e.must("GET", "/v1/jobs", "wrong-"+apiToken, nil)
+	out := logs.String()
+	if !strings.Contains(out, "request") {
+		t.Fatalf("no access log written: %q", out)
+	}
+	for _, secret := range []string{apiToken, adminToken, "secret.recipient", "cc.person", secretBody, "the-secret-subject"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("logs contain %q", secret)
+		}
+	}
+}
+
+func TestEmulatorGmailPathDrop504IsGatewayTimeout(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.addFault(map[string]any{"mode": "forward-then-drop-response", "drop": "504"})
+	svc := e.gmailClient()
+	raw := "To: a@example.org\r\nSubject: drop\r\nMessage-ID: <drop-504@example.org>\r\n\r\nhi\r\n"
+	_, err := svc.Users.Messages.Send("me", &gmail.Message{Raw: base64.URLEncoding.EncodeToString([]byte(raw))}).Do()
+	var gerr *googleapi.Error
+	if !errors.As(err, &gerr) || gerr.Code != 504 {
+		t.Fatalf("err = %v, want a googleapi 504", err)
+	}
+	if got := e.Emulator.Count("<drop-504@example.org>"); got != 1 {
+		t.Errorf("emulator holds %d, want 1 (Gmail got it; only the answer was dropped)", got)
+	}
+}
+
+// TestJobIDDecodedOnce: a Message-ID holding a '%' is found by its own
+// escaped URL and by nothing else, and a resolve on that URL acts on it,
+// never on the job its once-more-decoded form names.
+func TestJobIDDecodedOnce(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.addFault(map[string]any{"mode": "forward-then-drop-response", "drop": "504", "channel": "billing"})
+	const pct, plain = "<%6Aob-1@x.example>", "<job-1@x.example>"
+	for _, id := range []string{pct, plain} {
+		msg := "From: me@example.org\r\nTo: a@example.org\r\nSubject: s\r\nMessage-ID: " + id + "\r\n\r\nhi\r\n"
+		e.must("POST", "/v1/send", apiToken, map[string]any{"channel": "billing", "raw": base64.RawURLEncoding.EncodeToString([]byte(msg))})
+		if _, err := e.Log.Get(context.Background(), id); err != nil {
+			t.Fatalf("send %s: %v", id, err)
+		}
+	}
+	// Both end in review: forwarded, the answer lost, the channel reviews unknowns.
+	e.Clock.Advance(2 * time.Minute)
+	if r := e.must("POST", "/admin/sweep", adminToken, nil); r.status != 200 {
+		t.Fatalf("sweep: %d %s", r.status, r.raw)
+	}
+	for _, id := range []string{pct, plain} {
+		if j, _ := e.job(id); j.State != acceptlog.StateReview {
+			t.Fatalf("%s after sweep: %s, want review", id, j.State)
+		}
+	}
+	get := func(path string) string {
+		t.Helper()
+		r := e.must("GET", path, apiToken, nil)
+		if r.status != 200 {
+			return fmt.Sprintf("status %d", r.status)
+		}
+		s, _ := r.body["message_id"].(string)
+		return s
+	}
+	if got := get("/v1/jobs/" + url.PathEscape(pct)); got != pct {
+		t.Errorf("GET by the escaped %s: got %q", pct, got)
+	}
+	if got := get("/v1/jobs/" + url.PathEscape(plain)); got != plain {
+		t.Errorf("GET by the escaped %s: got %q", plain, got)
+	}
+	// The once-decoded path must not reach the plain job by a second decode.
+	if got := get("/v1/jobs/" + url.PathEscape(url.PathEscape(plain))); got == plain {
+		t.Errorf("GET by a doubly escaped %s found it", plain)
+	}
+	r := e.must("POST", "/v1/jobs/"+url.PathEscape(pct)+"/resolve", adminToken, map[string]any{"action": "mark-sent", "note": "seen"})
+	if r.status != 200 || r.body["message_id"] != pct {
+		t.Fatalf("resolve %s: %d %s", pct, r.status, r.raw)
+	}
+	if j, _ := e.job(pct); j.State != acceptlog.StateSent {
+		t.Errorf("%s after its resolve: %s, want sent", pct, j.State)
+	}
+	if j, _ := e.job(plain); j.State != acceptlog.StateReview {
+		t.Errorf("%s after the other job's resolve: %s, want review (untouched)", plain, j.State)
+	}
+}
+
+// TestSearchInjectionIDsRefusedAtIntake: Message-IDs holding Gmail search
+// syntax are refused with 400 naming message_id, on the raw intake and the
+// Gmail-compatible path, and nothing reaches Gmail or the log.
+func TestSearchInjectionIDsRefusedAtIntake(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	svc := e.gmailClient()
+	for _, id := range []string{"<p}q@attacker.example>", "<x@[}OR(in:sent)OR{in:x]>"} {
+		raw := "From: me@example.org\r\nTo: a@example.org\r\nSubject: s\r\nMessage-ID: " + id + "\r\n\r\nhi\r\n"
+		r := e.must("POST", "/v1/send", apiToken, []byte(raw))
+		ebody, _ := r.body["error"].(map[string]any)
+		if r.status != 400 || ebody["field"] != "message_id" || !strings.Contains(fmt.Sprint(ebody["message"]), "holds '") {
+			t.Errorf("rfc822 %s: %d %s, want 400 naming message_id and the character", id, r.status, r.raw)
+		}
+		r = e.must("POST", "/v1/send", apiToken, map[string]any{"raw": base64.RawURLEncoding.EncodeToString([]byte(raw))})
+		if ebody, _ := r.body["error"].(map[string]any); r.status != 400 || ebody["field"] != "message_id" {
+			t.Errorf("raw JSON %s: %d %s, want 400 naming message_id", id, r.status, r.raw)
+		}
+		_, err := svc.Users.Messages.Send("me", &gmail.Message{Raw: base64.URLEncoding.EncodeToString([]byte(raw))}).Do()
+		var gerr *googleapi.Error
+		if !errors.As(err, &gerr) || gerr.Code != 400 || !strings.Contains(gerr.Message, "Message-ID") {
+			t.Errorf("Gmail-compatible %s: %v, want googleapi 400 about the Message-ID", id, err)
+		}
+		if c, d := e.Emulator.Count(id), e.Emulator.Deliveries(id); c != 0 || d != 0 {
+			t.Errorf("%s: emulator holds %d copies, %d deliveries; want 0, 0", id, c, d)
+		}
+		if _, err := e.Log.Get(context.Background(), id); !errors.Is(err, acceptlog.ErrNotFound) {
+			t.Errorf("%s: log Get = %v, want ErrNotFound", id, err)
+		}
+	}
+	if st, err := e.Log.Stats(context.Background()); err != nil || st.Jobs != 0 {
+		t.Errorf("log stats %+v, %v; want no job", st, err)
+	}
+}
+
+// TestObsoleteHeaderNamesRefused: "Name :" (RFC 5322 §4.5 obs-syntax) is
+// refused with 400 naming the header, so a second Message-ID or To
+// cannot slip past the one-of-each checks; nothing reaches Gmail.
+func TestObsoleteHeaderNamesRefused(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	svc := e.gmailClient()
+	tests := []struct{ name, id, raw, header string }{
+		{"second Message-ID", "<obs-1@x.example>", "From: me@example.org\r\nTo: a@example.org\r\nMessage-ID: <obs-1@x.example>\r\nMessage-ID : <obs-other@x.example>\r\n\r\nhi\r\n", "Message-ID"},
+		{"only Message-ID", "<obs-2@x.example>", "From: me@example.org\r\nTo: a@example.org\r\nMessage-ID : <obs-2@x.example>\r\n\r\nhi\r\n", "Message-ID"},
+		{"second To", "<obs-3@x.example>", "From: me@example.org\r\nTo: a@example.org\r\nTo\t: b@example.org\r\nMessage-ID: <obs-3@x.example>\r\n\r\nhi\r\n", "To"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := e.must("POST", "/v1/send", apiToken, []byte(tt.raw))
+			ebody, _ := r.body["error"].(map[string]any)
+			if r.status != 400 || !strings.Contains(fmt.Sprint(ebody["message"]), `"`+tt.header) {
+				t.Errorf("rfc822: %d %s, want 400 naming %s", r.status, r.raw, tt.header)
+			}
+			_, err := svc.Users.Messages.Send("me", &gmail.Message{Raw: base64.URLEncoding.EncodeToString([]byte(tt.raw))}).Do()
+			var gerr *googleapi.Error
+			if !errors.As(err, &gerr) || gerr.Code != 400 || !strings.Contains(gerr.Message, tt.header) {
+				t.Errorf("Gmail-compatible: %v, want googleapi 400 naming %s", err, tt.header)
+			}
+			if d := e.Emulator.Deliveries(tt.id); d != 0 {
+				t.Errorf("emulator: %d deliveries of %s, want 0", d, tt.id)
+			}
+			if _, err := e.Log.Get(context.Background(), tt.id); !errors.Is(err, acceptlog.ErrNotFound) {
+				t.Errorf("log Get(%s) = %v, want ErrNotFound", tt.id, err)
+			}
+		})
+	}
+}
+
+// scrape reads /metrics into name,label=value… → value (histograms: their
+// sample count).
+func (e *env) scrape() map[string]float64 {
+	t := e.t
+	t.Helper()
+	r := e.must("GET", "/metrics", "", nil)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(r.raw))
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	out := map[string]float64{}
+	for name, f := range fams {
+		for _, m := range f.Metric {
+			key := name
+			for _, l := range m.Label {
+				key += "," + l.GetName() + "=" + l.GetValue()
+			}
+			switch {
+			case m.Counter != nil:
+				out[key] = m.Counter.GetValue()
+			case m.Gauge != nil:
+				out[key] = m.Gauge.GetValue()
+			case m.Histogram != nil:
+				out[key] = float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return out
 }
