@@ -158,14 +158,13 @@ type Log struct {
 	// lastTx is the write transaction whose commit is already counted. Only
 	// touched inside write transactions, which bbolt serialises.
 	lastTx *bolt.Tx
-	// countsTx is the group commit's transaction in progress and counts
-	// the counter deltas of its Mutates so far: they are written once,
-	// when the group has run (flushCounts), instead of a read and a write
-	// of every counter by every Mutate. Only touched inside write
-	// transactions.
-	countsTx  *bolt.Tx
-	counts    map[string]int64
-	countsBuf map[string]int64
+	// countsTx is the group commit's transaction in progress (nil between
+	// groups) and counts the counter deltas of its Mutates so far: they
+	// are written once, when the group has run (counted), instead of a
+	// read and a write of every counter by every Mutate. The map is kept
+	// from group to group. Only touched inside write transactions.
+	countsTx *bolt.Tx
+	counts   map[string]int64
 	// w is the write transaction's buckets, cursors and key buffers (see
 	// writeTx). Only touched inside write transactions.
 	w *writeTx
@@ -272,11 +271,8 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 	// writes its own.
 	grouped := l.countsTx == tx
 	counts := l.counts
-	if !grouped || counts == nil {
+	if !grouped {
 		counts = map[string]int64{}
-		if grouped {
-			l.counts = counts
-		}
 	}
 	// The job's record lists the seqs of its lines: the new lines' seqs
 	// are appended to the stored list, so a change with lines rewrites
@@ -345,13 +341,13 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 func (l *Log) counted(tx *bolt.Tx, run func() error) error {
 	// The map is the Log's own, emptied for each group: clear keeps its
 	// room, so a group's deltas cost no allocation.
-	if l.countsBuf == nil {
-		l.countsBuf = map[string]int64{}
+	if l.counts == nil {
+		l.counts = map[string]int64{}
 	}
-	clear(l.countsBuf)
-	l.countsTx, l.counts = tx, l.countsBuf
+	clear(l.counts)
+	l.countsTx = tx
 	defer func() {
-		l.countsTx, l.counts = nil, nil
+		l.countsTx = nil
 		if l.w != nil {
 			l.w.reset(nil)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -23,14 +24,12 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, relay.Invalid("state", "unknown state %q", o.State))
 		return
 	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			writeError(w, r, relay.Invalid("limit", "limit must be 1..1000"))
-			return
-		}
-		o.Limit = n
+	limit, err := limitParam(q, 0, "")
+	if err != nil {
+		writeError(w, r, err)
+		return
 	}
+	o.Limit = limit
 	mailbox, err := s.mailboxParam(r)
 	if err != nil {
 		writeError(w, r, err)
@@ -93,14 +92,10 @@ func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 		}
 		after = n
 	}
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			writeError(w, r, relay.Invalid("limit", "limit must be 1..1000 (the log pages at most 1000 lines; follow next)"))
-			return
-		}
-		limit = n
+	limit, err := limitParam(q, 100, " (the log pages at most 1000 lines; follow next)")
+	if err != nil {
+		writeError(w, r, err)
+		return
 	}
 	mailbox, err := s.mailboxParam(r)
 	if err != nil {
@@ -223,4 +218,19 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
+}
+
+// limitParam reads the page size in q's limit parameter, 1 to 1000, or
+// def when there is none; a bad one is 400 naming limit, its message
+// ending with hint.
+func limitParam(q url.Values, def int, hint string) (int, error) {
+	v := q.Get("limit")
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 1000 {
+		return 0, relay.Invalid("limit", "limit must be 1..1000%s", hint)
+	}
+	return n, nil
 }

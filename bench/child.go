@@ -317,9 +317,8 @@ func (c *childRelay) close() { _ = c.log.Close() }
 // newChildProxy is a bare reverse proxy to the emulator: what any Go
 // proxy pays per request on this machine (server, a request cloned and
 // forwarded over a pooled transport, the answer copied back), with no
-// log, no decoding and no Google client. Its transport is configured as
-// the relay's Gmail client's (gmailapi's pooledTransport: 128 idle
-// connections per host, 256 in all, no gzip), and it is served with the
+// log, no decoding and no Google client. Its transport is the relay's
+// Gmail client's (gmailapi.PooledTransport), and it is served with the
 // relay's server settings (runChild), so that relay ÷ proxy is the cost
 // of what the relay does beyond forwarding.
 func newChildProxy(emulator string) (http.Handler, error) {
@@ -330,12 +329,8 @@ func newChildProxy(emulator string) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", childEmulatorEnv, err)
 	}
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConnsPerHost = 128
-	t.MaxIdleConns = 256
-	t.DisableCompression = true
 	p := httputil.NewSingleHostReverseProxy(target)
-	p.Transport = t
+	p.Transport = gmailapi.PooledTransport()
 	return p, nil
 }
 

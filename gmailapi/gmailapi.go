@@ -81,7 +81,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		if err != nil {
 			return nil, err
 		}
-		base := pooledTransport()
+		base := PooledTransport()
 		if cfg.HTTPClient != nil && cfg.HTTPClient.Transport != nil {
 			base = cfg.HTTPClient.Transport
 		}
@@ -89,7 +89,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	case cfg.HTTPClient != nil:
 		hc = cfg.HTTPClient
 	default:
-		hc = &http.Client{Transport: pooledTransport()}
+		hc = &http.Client{Transport: PooledTransport()}
 	}
 	opts = append(opts, option.WithHTTPClient(hc))
 	svc, err := gmail.NewService(ctx, opts...)
@@ -100,7 +100,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	return g, nil
 }
 
-// pooledTransport is http.DefaultTransport keeping enough idle connections
+// PooledTransport is http.DefaultTransport keeping enough idle connections
 // per host for a busy relay (the default keeps 2, so concurrent sends to a
 // Gmail-compatible endpoint over HTTP/1.1 would reconnect every round),
 // and asking for no gzip: Gmail's answers to the relay's calls are a few
@@ -108,7 +108,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 // header), not worth compressing on either side; the transport then adds
 // no Accept-Encoding header (two allocations a call here, one header less
 // for the server to parse) and wraps no response in a gzip reader.
-func pooledTransport() http.RoundTripper {
+func PooledTransport() http.RoundTripper {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConnsPerHost = 128
 	t.MaxIdleConns = 256

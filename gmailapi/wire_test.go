@@ -51,7 +51,7 @@ func captureServer(t *testing.T) (*httptest.Server, func() []wireRequest) {
 // sends the same message to Gmail directly (the bench harness's direct
 // path: gmail.NewService with an endpoint and a plain transport): same
 // method, path and query, the same headers except Accept-Encoding (the
-// relay's transport asks for no gzip: pooledTransport), the same body byte
+// relay's transport asks for no gzip: PooledTransport), the same body byte
 // for byte, the same framing (Content-Length, no chunking, no Expect:
 // 100-continue), and connections reused on both. So the emulator's extra
 // CPU per relayed send is not the request's.

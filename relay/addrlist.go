@@ -1,5 +1,7 @@
 package relay
 
+import "bytes"
+
 // simpleAddressList reads the shapes an address header takes in nearly
 // every message a workflow sends, without net/mail's parser (≈ 20
 // allocations a header, issue 16): a comma-separated list of mailboxes,
@@ -16,12 +18,9 @@ package relay
 // with addr-spec first (FuzzSimpleAddressListAgreesWithNetMail).
 func simpleAddressList(v []byte) (n int, first []byte, ok bool) {
 	for {
-		end := len(v)
-		for i, c := range v {
-			if c == ',' {
-				end = i
-				break
-			}
+		end := bytes.IndexByte(v, ',')
+		if end < 0 {
+			end = len(v)
 		}
 		spec, ok := simpleMailbox(v[:end])
 		if !ok {
@@ -44,25 +43,14 @@ func simpleAddressList(v []byte) (n int, first []byte, ok bool) {
 // addr-spec are never longer than the entry), so an entry within
 // maxAddressLen's bound needs no further check.
 func simpleMailbox(e []byte) ([]byte, bool) {
-	for len(e) > 0 && isWSP(e[0]) {
-		e = e[1:]
-	}
-	for len(e) > 0 && isWSP(e[len(e)-1]) {
-		e = e[:len(e)-1]
-	}
+	e = trimWSP(e)
 	if len(e) == 0 || 4*len(e)+32 > maxAddressLen {
 		return nil, false
 	}
 	if e[len(e)-1] != '>' {
 		return e, isDotAtomAddrSpec(e)
 	}
-	lt := -1
-	for i, c := range e {
-		if c == '<' {
-			lt = i
-			break
-		}
-	}
+	lt := bytes.IndexByte(e, '<')
 	if lt < 0 {
 		return nil, false
 	}
@@ -79,16 +67,8 @@ func simpleMailbox(e []byte) ([]byte, bool) {
 // ASCII atext (RFC 5322 section 3.4.1): no blank, no leading, trailing or
 // doubled dot.
 func isDotAtomAddrSpec(s []byte) bool {
-	at := -1
-	for i, c := range s {
-		if c == '@' {
-			if at >= 0 {
-				return false
-			}
-			at = i
-		}
-	}
-	return at >= 0 && isDotAtom(s[:at]) && isDotAtom(s[at+1:])
+	local, domain, ok := bytes.Cut(s, []byte{'@'})
+	return ok && isDotAtom(local) && isDotAtom(domain) // a second @ is not atext
 }
 
 func isDotAtom(s []byte) bool {
