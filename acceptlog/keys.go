@@ -297,9 +297,8 @@ func statsFromCounters(counts map[string]int64) Stats {
 	return st
 }
 
-func encodeCount(n int64) []byte {
-	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), uint64(n))
-}
+// appendCount appends a counter's stored value (8 bytes) to b.
+func appendCount(b []byte, n int64) []byte { return binary.BigEndian.AppendUint64(b, uint64(n)) }
 
 func decodeCount(v []byte) (int64, error) {
 	if len(v) != 8 {

@@ -291,7 +291,7 @@ func TestOldJournalIsReplayedThenMigrated(t *testing.T) {
 		counters := tx.Bucket(bucketCounters)
 		for _, k := range lineCounters(&ln) {
 			n, _ := decodeCount(counters.Get([]byte(k)))
-			rec.put(9, []byte(k), encodeCount(n+1))
+			rec.put(9, []byte(k), appendCount(nil, n+1))
 		}
 		return nil
 	})

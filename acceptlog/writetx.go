@@ -298,7 +298,9 @@ func addCounts(w *writeTx, deltas map[string]int64) error {
 		if n == 0 {
 			err = w.delete(wCounters, w.key)
 		} else {
-			err = w.put(wCounters, w.key, encodeCount(n))
+			v := appendCount(w.value(8), n)
+			w.used(v)
+			err = w.put(wCounters, w.key, v)
 		}
 		if err != nil {
 			return fmt.Errorf("update counter %q: %w", k, err)
