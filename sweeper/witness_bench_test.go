@@ -3,18 +3,13 @@ package sweeper_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/gmailrelay/gmailrelay/acceptlog"
-	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
-	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
-	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/sweeper"
@@ -60,24 +55,13 @@ type quotaRun struct {
 func witnessQuotaScenario(tb testing.TB, disableWitness bool) quotaRun {
 	tb.Helper()
 	ctx := context.Background()
-	clock := testclock.New()
-	srv, url := gmailfake.NewTestServer(tb, gmailfake.Options{Now: clock.Now, QuotaPerMinute: 1 << 30, Seed: 13,
-		IndexLagDistribution: gmailfake.LagDistribution{P50: 5 * time.Second, P99: 10 * time.Minute, Max: 30 * time.Minute},
-		IndexOrder:           gmailfake.IndexFIFO})
-	prov, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: url})
-	if err != nil {
-		tb.Fatalf("gmail client: %v", err)
-	}
-	log := acceptlogtest.OpenPath(tb, filepath.Join(tb.TempDir(), "accept.db"), acceptlog.Options{Now: clock.Now})
-	faults := faultmodes.New(faultmodes.Options{Seed: 1, Now: clock.Now})
 	pol := &policy.Policy{MsgIDDomain: "relay.test", VerifyHandle: policy.VerifyNever, Channels: map[string]policy.Channel{
 		"default": {Name: "default", OnUnknown: policy.Retry, Grace: time.Minute, Checks: 2, MaxAttempts: 3},
 	}}
-	svc, err := relay.New(ctx, relay.Config{Log: log, Provider: prov, Policy: pol, Faults: faults,
-		Quota: relay.NewQuota(1<<30, clock.Now), Now: clock.Now, Logger: zerolog.Nop()})
-	if err != nil {
-		tb.Fatalf("relay.New: %v", err)
-	}
+	e := testenv.New(tb, testenv.Options{Policy: pol, Emulator: gmailfake.Options{QuotaPerMinute: 1 << 30, Seed: 13,
+		IndexLagDistribution: gmailfake.LagDistribution{P50: 5 * time.Second, P99: 10 * time.Minute, Max: 30 * time.Minute},
+		IndexOrder:           gmailfake.IndexFIFO}})
+	clock, srv, svc, faults, log := e.Clock, e.Emulator, e.Service, e.Faults, e.Log
 	cfg := sweeper.ConfigFor(svc)
 	cfg.Interval, cfg.DisableWitness = time.Hour, disableWitness
 	sw := sweeper.New(cfg)
