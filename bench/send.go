@@ -19,6 +19,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/lifecycle"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -338,8 +339,8 @@ func runSends(ctx context.Context, svc *gmail.Service, msgs []*gmail.Message, co
 					return
 				}
 				if at != nil {
-					if err := sleepUntil(ctx, start.Add(at[i])); err != nil {
-						once.Do(func() { firstErr = err })
+					if !lifecycle.Sleep(ctx, time.Until(start.Add(at[i]))) {
+						once.Do(func() { firstErr = ctx.Err() })
 						return
 					}
 				}
@@ -358,22 +359,6 @@ func runSends(ctx context.Context, svc *gmail.Service, msgs []*gmail.Message, co
 	}
 	wg.Wait()
 	return lat, firstErr
-}
-
-// sleepUntil waits until t, or returns ctx's error first.
-func sleepUntil(ctx context.Context, t time.Time) error {
-	d := time.Until(t)
-	if d <= 0 {
-		return nil
-	}
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-tm.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // encodeRaw is Gmail's raw field encoding (base64url with padding).

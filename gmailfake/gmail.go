@@ -1,7 +1,6 @@
 package gmailfake
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -12,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gmailrelay/gmailrelay/internal/lifecycle"
 )
 
 // Handler serves Gmail's paths (/gmail/v1/users/{userId}/messages…, the
@@ -105,7 +106,7 @@ func (s *Server) gmailCall(rt route) http.HandlerFunc {
 // answer writes the result after the latency; when the client goes away
 // first, nothing is written (whatever the call did stands).
 func (s *Server) answer(w http.ResponseWriter, r *http.Request, latency time.Duration, body any, e *apiError) {
-	if !sleepCtx(r.Context(), latency) {
+	if !lifecycle.Sleep(r.Context(), latency) {
 		return
 	}
 	if e != nil {
@@ -117,22 +118,6 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, latency time.Dur
 		return
 	}
 	writeJSON(w, http.StatusOK, body)
-}
-
-// sleepCtx waits d in real time, or until ctx is done; it reports whether the
-// full wait elapsed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return true
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // maxSendBody bounds the metadata-path JSON body: a 35 MB message in

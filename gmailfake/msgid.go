@@ -3,6 +3,8 @@ package gmailfake
 import (
 	"errors"
 	"strings"
+
+	"github.com/gmailrelay/gmailrelay/internal/rfc5322"
 )
 
 // maxMessageIDLen bounds a strict Message-ID, brackets included.
@@ -49,22 +51,12 @@ func checkDotAtom(s string) error {
 			return errors.New("empty atom (leading, trailing or double dot)")
 		}
 		for i := 0; i < len(atom); i++ {
-			if !isAtext(atom[i]) {
+			if !rfc5322.IsAtext(atom[i]) {
 				return errors.New("character " + quoteByte(atom[i]) + " is not atext")
 			}
 		}
 	}
 	return nil
-}
-
-// isAtext reports whether c is RFC 5322 atext: letters, digits and
-// !#$%&'*+-/=?^_`{|}~.
-func isAtext(c byte) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
-	}
-	return strings.IndexByte("!#$%&'*+-/=?^_`{|}~", c) >= 0
 }
 
 func quoteByte(c byte) string {

@@ -1,6 +1,10 @@
 package relay
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/gmailrelay/gmailrelay/internal/rfc5322"
+)
 
 // simpleAddressList reads the shapes an address header takes in nearly
 // every message a workflow sends, without net/mail's parser (≈ 20
@@ -55,7 +59,7 @@ func simpleMailbox(e []byte) ([]byte, bool) {
 		return nil, false
 	}
 	for _, c := range e[:lt] {
-		if !isWSP(c) && (!isAtext(c) || c == '=') {
+		if !isWSP(c) && (!rfc5322.IsAtext(c) || c == '=') {
 			return nil, false
 		}
 	}
@@ -82,7 +86,7 @@ func isDotAtom(s []byte) bool {
 			}
 			continue
 		}
-		if !isAtext(c) {
+		if !rfc5322.IsAtext(c) {
 			return false
 		}
 	}

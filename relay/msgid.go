@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/gmailrelay/gmailrelay/internal/rfc5322"
 )
 
 // maxMessageIDLen bounds a Message-ID so that its header line stays well
@@ -115,7 +117,7 @@ func NormalizeMessageID(s string) (string, error) {
 // isIDText reports whether s is made of atext and dots only.
 func isIDText(s string) bool {
 	for i := 0; i < len(s); i++ {
-		if !isAtext(s[i]) && s[i] != '.' {
+		if !rfc5322.IsAtext(s[i]) && s[i] != '.' {
 			return false
 		}
 	}
@@ -134,15 +136,6 @@ func isDomainLiteral(s string) bool {
 		}
 	}
 	return true
-}
-
-// isAtext reports whether c is RFC 5322 atext.
-func isAtext(c byte) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
-	}
-	return strings.IndexByte("!#$%&'*+-/=?^_`{|}~", c) >= 0
 }
 
 // ValidDomain checks that domain is a hostname usable as the right side of

@@ -3,6 +3,8 @@ package relay
 import (
 	"fmt"
 	"strings"
+
+	"github.com/gmailrelay/gmailrelay/internal/rfc5322"
 )
 
 // MaxCallerMessageIDLen bounds a caller's Message-ID, angle brackets
@@ -59,7 +61,7 @@ func checkDotAtom(side, s string) error {
 		switch {
 		case strings.IndexByte(searchMeta, c) >= 0:
 			return fmt.Errorf("%s part holds %q, which has meaning in Gmail's search", side, c)
-		case c == '.' || isAtext(c):
+		case c == '.' || rfc5322.IsAtext(c):
 		case c == ' ' || c == '\t':
 			return fmt.Errorf("%s part holds whitespace", side)
 		case c < 0x21 || c > 0x7e:

@@ -74,3 +74,19 @@ func Wake(wake chan<- struct{}) {
 	default:
 	}
 }
+
+// Sleep waits d in real time, or until ctx is done; it reports whether the
+// whole wait elapsed (a d ≤ 0 does not wait and reports true).
+func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
