@@ -160,7 +160,14 @@ func runChild() error {
 		stats   func(st *ChildStats, full bool)
 		cleanup = func() {}
 	)
-	switch role := os.Getenv(childRoleEnv); role {
+	role := os.Getenv(childRoleEnv)
+	if role == roleRelay || role == roleProxy {
+		// The relay's collector settings, as serve sets them; the proxy
+		// gets them too (like the relay's server and transport): it is
+		// measured as the relay's floor.
+		gctune.Apply(os.Getenv, gctune.Limit(api.DefaultMaxInflightBytes))
+	}
+	switch role {
 	case roleEmulator:
 		lat, err := time.ParseDuration(os.Getenv(childLatencyEnv))
 		if err != nil {
@@ -177,16 +184,12 @@ func runChild() error {
 			}
 		}
 	case roleRelay:
-		gctune.Apply(os.Getenv, gctune.Limit(api.DefaultMaxInflightBytes)) // as serve does
 		r, err := newChildRelay(ctx, os.Getenv(childEmulatorEnv), os.Getenv(childDirEnv))
 		if err != nil {
 			return err
 		}
 		handler, stats, cleanup = r.handler, r.stats, r.close
 	case roleProxy:
-		// The relay's collector settings, like its server's and transport's:
-		// the proxy is measured as the relay's floor.
-		gctune.Apply(os.Getenv, gctune.Limit(api.DefaultMaxInflightBytes))
 		p, err := newChildProxy(os.Getenv(childEmulatorEnv))
 		if err != nil {
 			return err

@@ -268,7 +268,7 @@ func (s *Service) startAttempt(j *acceptlog.Job, lines []acceptlog.Line, d fault
 	j.NextCheckAt = time.Time{}
 	if d.Mode == faultmodes.FailBeforeForward {
 		j.Retryable = true
-		j.LastStatus, j.LastReason, j.LastError = 0, "fault_injected", "fail-before-forward fault injected: nothing was sent"
+		j.LastStatus, j.LastReason, j.LastError = 0, acceptlog.ReasonFaultInjected, "fail-before-forward fault injected: nothing was sent"
 		s.scheduleRetry(j, now)
 		return append(lines, acceptlog.Move(j, acceptlog.StateFailed, acceptlog.Line{Kind: acceptlog.KindNotSent, Attempt: j.Attempts,
 			Retryable: true, Reason: acceptlog.ReasonFaultInjected, RuleID: d.RuleID})), admitFailed
