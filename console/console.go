@@ -138,22 +138,28 @@ func (c *Console) look(p page) http.HandlerFunc {
 	}
 }
 
-// post serves a form POST: a session (401 without), the session's CSRF
-// token in the form (403 without or wrong), and at least the role need (403).
+// post serves a form POST: a CSRF token in the form (403 without, session
+// or not: every POST carries one), a session (401 without, or ended), the
+// session's token (403 when it is another), and at least the role need
+// (403).
 func (c *Console) post(need role, p page) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s := c.sessions.get(cookieValue(r, sessionCookie))
-		if s == nil {
-			c.fail(w, r, nil, &pageError{status: http.StatusUnauthorized, title: "Not signed in",
-				msg: "Your session has ended or never began. Sign in again; nothing was changed."})
-			return
-		}
 		if err := parseForm(w, r); err != nil {
 			c.fail(w, r, s, err)
 			return
 		}
-		if !sameToken(r.PostForm.Get(csrfField), s.csrf) {
-			c.fail(w, r, s, errForbidden("This form's security token is missing or wrong (an old tab, or a request from another site). Nothing was changed; reload the page and try again."))
+		badToken := errForbidden("This form's security token is missing or wrong (an old tab, or a request from another site). Nothing was changed; reload the page and try again.")
+		switch tok := r.PostForm.Get(csrfField); {
+		case tok == "":
+			c.fail(w, r, s, badToken)
+			return
+		case s == nil:
+			c.fail(w, r, nil, &pageError{status: http.StatusUnauthorized, title: "Not signed in",
+				msg: "Your session has ended or never began. Sign in again; nothing was changed."})
+			return
+		case !sameToken(tok, s.csrf):
+			c.fail(w, r, s, badToken)
 			return
 		}
 		if s.role < need {

@@ -118,6 +118,51 @@ func TestPostNeedsCSRFToken(t *testing.T) {
 	e.wantUntouched(t, id, "refused")
 }
 
+// TestPostChecksCSRFBeforeSession: a POST whose form carries no CSRF token
+// is 403 whether or not a session exists (CONTRACT: every POST carries
+// one); one that carries a token but has no session, or an ended one, is
+// 401 "Not signed in"; a session with a wrong token stays 403.
+func TestPostChecksCSRFBeforeSession(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	id := e.reviewJob("cus_9:charge:ord_9", "Your invoice")
+	resolve := jobPath(id) + "/resolve"
+	expired := e.client()
+	oldTok := expired.mustSignIn(adminToken)
+	e.Clock.Advance(console.DefaultSessionTTL)
+	signed := e.client()
+	tok := signed.mustSignIn(adminToken) // signed in after the clock moved: still valid
+	wrong := "x" + tok[1:]
+	if tok[0] == 'x' {
+		wrong = "y" + tok[1:]
+	}
+	anon := e.client()
+	for _, tc := range []struct {
+		name       string
+		c          *client
+		path       string
+		form       url.Values
+		wantStatus int
+		wantText   string
+	}{
+		{"no session, no token", anon, resolve, url.Values{"action": {"abandon"}, "note": {"n"}}, http.StatusForbidden, "security token"},
+		{"no session, empty token", anon, resolve, url.Values{"csrf": {""}, "action": {"abandon"}}, http.StatusForbidden, "security token"},
+		{"no session, no token, fault", anon, "/ui/faults", url.Values{"mode": {"fail-before-forward"}}, http.StatusForbidden, "security token"},
+		{"no session, no token, sign-out", anon, "/ui/logout", url.Values{}, http.StatusForbidden, "security token"},
+		{"no session, a token", anon, resolve, url.Values{"csrf": {tok}, "action": {"abandon"}, "note": {"n"}}, http.StatusUnauthorized, "Not signed in"},
+		{"ended session, its token", expired, resolve, url.Values{"csrf": {oldTok}, "action": {"abandon"}, "note": {"n"}}, http.StatusUnauthorized, "Not signed in"},
+		{"session, no token", signed, resolve, url.Values{"action": {"abandon"}}, http.StatusForbidden, "security token"},
+		{"session, wrong token", signed, resolve, url.Values{"csrf": {wrong}, "action": {"abandon"}}, http.StatusForbidden, "security token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := tc.c.do(http.MethodPost, tc.path, tc.form)
+			if p.status != tc.wantStatus || !strings.Contains(p.body, tc.wantText) {
+				t.Errorf("got %d, want %d saying %q:\n%s", p.status, tc.wantStatus, tc.wantText, p.body)
+			}
+		})
+	}
+	e.wantUntouched(t, id, "refused")
+}
+
 // wantUntouched checks that the POSTs described by what changed nothing:
 // job id is still in review with no resolved line, and no fault rule exists.
 func (e *env) wantUntouched(t *testing.T, id, what string) {

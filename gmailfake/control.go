@@ -30,7 +30,7 @@ type ctlMessage struct {
 	ThreadID          string   `json:"threadId"`
 	LabelIDs          []string `json:"labelIds"`
 	MessageID         string   `json:"messageId"`
-	OriginalMessageID string   `json:"originalMessageId,omitempty"`
+	OriginalMessageID string   `json:"originalMessageId"` // the client's: Message.ClientMessageID
 	Account           string   `json:"account"`
 	Trashed           bool     `json:"trashed"`
 	Deleted           bool     `json:"deleted"`
@@ -38,7 +38,7 @@ type ctlMessage struct {
 
 func toCtlMessage(m Message) ctlMessage {
 	return ctlMessage{ID: m.ID, ThreadID: m.ThreadID, LabelIDs: m.LabelIDs, MessageID: m.MessageID,
-		OriginalMessageID: m.OriginalMessageID, Account: m.Account, Trashed: m.Trashed, Deleted: m.Deleted}
+		OriginalMessageID: m.ClientMessageID, Account: m.Account, Trashed: m.Trashed, Deleted: m.Deleted}
 }
 
 // ctlAccount reads ?account=: "" for every account, 400 naming the

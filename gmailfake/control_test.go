@@ -46,6 +46,50 @@ func TestEmulatorControlMessages(t *testing.T) {
 	_ = srv
 }
 
+// TestEmulatorControlOriginalMessageID: every message of the ground truth
+// carries originalMessageId, the Message-ID the client sent: equal to
+// messageId when Gmail kept it, the client's when Gmail replaced it, ""
+// when the client sent none.
+func TestEmulatorControlOriginalMessageID(t *testing.T) {
+	srv, svc, base := emulator(t, gmailfake.Options{})
+	malformed := "<202304061608.@keescook>"
+	kept := send(t, svc, rawMessage(msgID(1), "a@example.org", "kept"))
+	rewritten := send(t, svc, rawMessage(malformed, "a@example.org", "rewritten"))
+	none := send(t, svc, rawMessage("", "a@example.org", "none"))
+	stored := map[string]gmailfake.Message{}
+	for _, m := range srv.Messages("") {
+		stored[m.ID] = m
+	}
+	status, body := do(t, http.MethodGet, base+"/_emulator/messages", "")
+	msgs, _ := body["messages"].([]any)
+	if status != http.StatusOK || len(msgs) != 3 {
+		t.Fatalf("got %d %v, want 3 messages", status, body)
+	}
+	want := map[string]struct {
+		original  string
+		rewritten bool
+	}{
+		kept.Id:      {msgID(1), false},
+		rewritten.Id: {malformed, true},
+		none.Id:      {"", false},
+	}
+	for _, v := range msgs {
+		m := v.(map[string]any)
+		id, _ := m["id"].(string)
+		w := want[id]
+		got, present := m["originalMessageId"]
+		if !present || got != w.original {
+			t.Errorf("message %s: originalMessageId %v (present %v), want %q; %v", id, got, present, w.original, m)
+		}
+		if w.original == msgID(1) && m["messageId"] != got {
+			t.Errorf("kept message %s: messageId %v, want originalMessageId %v", id, m["messageId"], got)
+		}
+		if r := stored[id].Rewritten(); r != w.rewritten {
+			t.Errorf("message %s: Rewritten() %v, want %v", id, r, w.rewritten)
+		}
+	}
+}
+
 func TestEmulatorControlFaultValidation(t *testing.T) {
 	_, _, base := emulator(t, gmailfake.Options{})
 	cases := []struct {

@@ -135,6 +135,7 @@ func (s *Server) storeMessage(a *account, raw []byte, threadID string, duplicate
 	clientID := m.get("Message-ID")
 	msgID, original := clientID, ""
 	if normalizeMsgID(clientID) == "" {
+		clientID = "" // none worth the name: Gmail adds one
 		msgID = s.gmailMessageIDLocked(now, a)
 		m.set("Message-ID", msgID)
 		changed = true
@@ -168,6 +169,7 @@ func (s *Server) storeMessage(a *account, raw []byte, threadID string, duplicate
 			LabelIDs:          labels,
 			MessageID:         msgID,
 			OriginalMessageID: original,
+			ClientMessageID:   clientID,
 			Account:           a.addr,
 			Raw:               raw,
 			StoredAt:          now,

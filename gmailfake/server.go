@@ -148,7 +148,8 @@ type Message struct {
 	ThreadID          string    // the thread's id (the id of its first message)
 	LabelIDs          []string  // ["SENT"], plus INBOX and UNREAD for a self-send, TRASH once trashed
 	MessageID         string    // the stored Message-ID header, with angle brackets
-	OriginalMessageID string    // the client's Message-ID when Gmail replaced it; "" otherwise
+	OriginalMessageID string    // the client's Message-ID when Gmail replaced it; "" otherwise (see Rewritten)
+	ClientMessageID   string    // the Message-ID the client sent (MessageID unless Gmail replaced it); "" when it sent none
 	Account           string    // the mailbox that holds it
 	Raw               []byte    // the stored RFC 5322 message, after any rewriting
 	StoredAt          time.Time // when it was stored (internalDate), by Options.Now
@@ -156,6 +157,12 @@ type Message struct {
 	Trashed           bool      // labelled TRASH
 	Deleted           bool      // deleted: gone from list and get, kept here as truth
 }
+
+// Rewritten reports whether Gmail replaced the Message-ID the client sent
+// (the stored copy then carries another one, and rfc822msgid: with the
+// client's finds nothing). A Message-ID Gmail added to a message that had
+// none is not a rewrite.
+func (m Message) Rewritten() bool { return m.OriginalMessageID != "" }
 
 // Truth is the ground truth for one Message-ID (or all messages).
 type Truth struct {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,15 +18,33 @@ import (
 // runFakeGmail runs the Gmail emulator alone until ctx is done. Bad flags
 // exit 2; a listen or serve error exits 1; a clean shutdown exits 0.
 func runFakeGmail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	addr, opts, code, ok := parseFakeGmail(args, stderr)
+	if !ok {
+		return code
+	}
+	srv := gmailfake.New(opts)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "gmailrelay fakegmail: listen on %s: %v\n", addr, err)
+		return 1
+	}
+	return serveFakeGmail(ctx, srv, ln, stdout, stderr)
+}
+
+// parseFakeGmail reads fakegmail's flags into the emulator's options and
+// its listen address. When ok is false the command exits with code: 0
+// after -h, 2 after a bad flag (said on stderr, naming it).
+func parseFakeGmail(args []string, stderr io.Writer) (addr string, opts gmailfake.Options, code int, ok bool) {
 	fs := newFlagSet("fakegmail", stderr, "gmailrelay fakegmail [flags]",
 		"Runs the Gmail API emulator. Results against it are emulator results, not a Gmail guarantee.")
-	addr := fs.String("addr", "127.0.0.1:8089", "address to listen on (port 0 picks a free port)")
+	addrFlag := fs.String("addr", "127.0.0.1:8089", "address to listen on (port 0 picks a free port)")
 	indexLag := fs.String("index-lag", "0", "how long before a sent message is searchable: 0, a duration (30s) or a distribution p50=2s,p99=2m,max=20m drawn per message (get by id works at once)")
 	indexOrder := fs.String("index-order", "fifo", "fifo: never searchable before an earlier send of the account; random: each message on its own draw")
 	rewrite := fs.String("rewrite-message-id", "malformed", "which sends get a Gmail-generated Message-ID: malformed, never, always or a fraction such as 0.05 (the bare flag means always)")
-	sentDedupe := fs.Bool("sent-dedupe", false, "fold a send whose Message-ID matches a stored SENT message into it (still a second delivery)")
-	strict := fs.Bool("strict-queries", false, "answer 400 to a q the emulator cannot parse (Gmail answers an empty list)")
-	header := fs.Bool("rate-limit-header", false, "add a Retry-After header to quota answers (Gmail documents none)")
+	var sentDedupe, strict, header onOff
+	fs.Var(&sentDedupe, "sent-dedupe", "off or on (alone: on): fold a send whose Message-ID matches a stored SENT message into it (still a second delivery)")
+	fs.Var(&strict, "strict-queries", "off or on (alone: on): answer 400 to a q the emulator cannot parse (Gmail answers an empty list)")
+	fs.Var(&header, "rate-limit-header", "off or on (alone: on): add a Retry-After header to quota answers (Gmail documents none)")
 	rateStatus := fs.Int("rate-limit-status", http.StatusTooManyRequests, "status of per-minute quota answers: 429 (rateLimitExceeded) or 403 (userRateLimitExceeded)")
 	daily := fs.Int("daily-send-limit", 0, "sends per rolling 24 h per account (Workspace 2000, trial 500; 0: off)")
 	cost := fs.String("cost", "", "override quota costs per method, e.g. get=20,list=5")
@@ -35,14 +54,17 @@ func runFakeGmail(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var accounts, tokens listFlag
 	fs.Var(&accounts, "account", "a mailbox address the emulator serves (repeatable; the first is the primary; default "+gmailfake.DefaultAccount+")")
 	fs.Var(&tokens, "token", "TOKEN=ADDRESS: a bearer token for an account (repeatable; TOKEN alone is the primary account's; none: no auth)")
-	bad := failer(stderr, "fakegmail")
-	if code, ok := parseNoArgs(fs, bareRewriteFlag(args), bad); !ok {
-		return code
+	fail := failer(stderr, "fakegmail")
+	bad := func(code int, format string, a ...any) (string, gmailfake.Options, int, bool) {
+		return "", gmailfake.Options{}, fail(code, format, a...), false
 	}
-	opts := gmailfake.Options{
-		SentDedupe:      *sentDedupe,
-		StrictQueries:   *strict,
-		RateLimitHeader: *header,
+	if code, ok := parseNoArgs(fs, onOffValues(bareRewriteFlag(args), onOffFlags), fail); !ok {
+		return "", gmailfake.Options{}, code, false
+	}
+	opts = gmailfake.Options{
+		SentDedupe:      bool(sentDedupe),
+		StrictQueries:   bool(strict),
+		RateLimitHeader: bool(header),
 		QuotaStatus:     *rateStatus,
 		DailySendLimit:  *daily,
 		QuotaPerMinute:  *quota,
@@ -97,13 +119,12 @@ func runFakeGmail(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		opts.Tokens[tok] = address
 	}
+	return *addrFlag, opts, 0, true
+}
 
-	srv := gmailfake.New(opts)
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		fmt.Fprintf(stderr, "gmailrelay fakegmail: listen on %s: %v\n", *addr, err)
-		return 1
-	}
+// serveFakeGmail serves srv on ln until ctx is done: 0 after a clean
+// shutdown, 1 when serving or shutting down failed.
+func serveFakeGmail(ctx context.Context, srv *gmailfake.Server, ln net.Listener, stdout, stderr io.Writer) int {
 	url := "http://" + ln.Addr().String()
 	fmt.Fprintf(stdout, "Gmail emulator listening on %s (accounts %s, seed %d)\n", url, strings.Join(srv.Accounts(), ", "), srv.Seed())
 	fmt.Fprintln(stdout, "This is an emulator: results against it are not a Gmail guarantee.")
@@ -132,6 +153,58 @@ func runFakeGmail(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	<-served
 	fmt.Fprintln(stdout, "Gmail emulator stopped")
 	return 0
+}
+
+// onOff is a switch flag written as the emulator's docs write it, off or on;
+// true/false and 1/0 work too (the first emulator's flags were Go bools),
+// and the flag alone means on.
+type onOff bool
+
+func (f *onOff) String() string {
+	if f != nil && bool(*f) {
+		return "on"
+	}
+	return "off"
+}
+
+func (f *onOff) Set(v string) error {
+	switch strings.ToLower(v) {
+	case "on", "true", "1":
+		*f = true
+	case "off", "false", "0":
+		*f = false
+	default:
+		return errors.New("want on or off (or true/false, 1/0)")
+	}
+	return nil
+}
+
+// IsBoolFlag lets the flag stand alone.
+func (f *onOff) IsBoolFlag() bool { return true }
+
+// onOffFlags are fakegmail's onOff flags.
+var onOffFlags = []string{"sent-dedupe", "strict-queries", "rate-limit-header"}
+
+// onOffValues joins an onOff flag and an on/off value that follows it as a
+// separate argument (--sent-dedupe on → --sent-dedupe=on): the flag
+// package reads a value only after "=" for a flag that may stand alone,
+// and fakegmail takes no arguments that the value could be.
+func onOffValues(args, names []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		var value onOff
+		if name := strings.TrimLeft(a, "-"); strings.HasPrefix(a, "-") && slices.Contains(names, name) &&
+			i+1 < len(args) && value.Set(args[i+1]) == nil {
+			a += "=" + args[i+1]
+			i++
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // listFlag is a repeatable string flag.

@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/gmailrelay/gmailrelay/gmailfake"
 )
 
 func TestFakeGmailBadFlags(t *testing.T) {
@@ -41,6 +43,44 @@ func TestFakeGmailBadFlags(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			wantExit2(t, runFakeGmail, tc.args, tc.want)
+		})
+	}
+}
+
+// TestFakeGmailOnOffFlags: --sent-dedupe, --strict-queries and
+// --rate-limit-header take off or on (CONTRACT's values), Go's true/false/
+// 1/0 as before, and alone mean on; anything else exits 2 naming the flag
+// and the values.
+func TestFakeGmailOnOffFlags(t *testing.T) {
+	set := func(o gmailfake.Options) [3]bool { return [3]bool{o.SentDedupe, o.StrictQueries, o.RateLimitHeader} }
+	cases := []struct {
+		args []string
+		want [3]bool
+	}{
+		{nil, [3]bool{}},
+		{[]string{"--sent-dedupe", "--strict-queries", "--rate-limit-header"}, [3]bool{true, true, true}},
+		{[]string{"--sent-dedupe=on", "--strict-queries=ON", "--rate-limit-header=on"}, [3]bool{true, true, true}},
+		{[]string{"--sent-dedupe=off", "--strict-queries=off", "--rate-limit-header=Off"}, [3]bool{}},
+		{[]string{"--sent-dedupe=true", "--strict-queries=1", "--rate-limit-header=false"}, [3]bool{true, true, false}},
+		{[]string{"--sent-dedupe", "on", "--strict-queries", "off", "--rate-limit-header", "--seed", "3"}, [3]bool{true, false, true}},
+		{[]string{"-sent-dedupe", "true", "--rate-limit-header", "0"}, [3]bool{true, false, false}},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var stderr bytes.Buffer
+			_, opts, code, ok := parseFakeGmail(tc.args, &stderr)
+			if !ok {
+				t.Fatalf("exit %d: %s", code, stderr.String())
+			}
+			if got := set(opts); got != tc.want {
+				t.Errorf("sent-dedupe, strict-queries, rate-limit-header: got %v, want %v", got, tc.want)
+			}
+		})
+	}
+	for _, name := range []string{"sent-dedupe", "strict-queries", "rate-limit-header"} {
+		t.Run(name+"=maybe", func(t *testing.T) {
+			wantExit2(t, runFakeGmail, []string{"--" + name + "=maybe"}, "-"+name)
+			wantExit2(t, runFakeGmail, []string{"--" + name + "=maybe"}, "on or off")
 		})
 	}
 }

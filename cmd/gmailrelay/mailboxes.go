@@ -87,34 +87,76 @@ type mailboxSet struct {
 	probes  map[string]func(context.Context) error
 }
 
-// buildMailboxes makes one Gmail client per mailbox (its own token source;
-// one service account may serve several subjects), its quota (sharing its
-// Gmail pauses through a shared log) and its probe. wrap adds metrics to
-// a client. A credentials file that cannot be read or parsed is an error
-// naming the mailbox; a token that fails to refresh later only makes that
-// mailbox not ready.
+// loadGmailClients reads each mailbox's credentials file (once per file)
+// and builds its Gmail client (its own token source; one service account
+// may serve several subjects) into c.gmail; nothing in sandbox mode. A file
+// that cannot be read, or is not Google credentials of a supported type
+// (authorized_user or service_account), is an error naming the flag or
+// policy field it came from. It never calls Google.
+func (c *serveConfig) loadGmailClients() error {
+	if c.sandbox() {
+		return nil
+	}
+	files := map[string][]byte{}
+	c.gmail = map[string]*gmailapi.Client{}
+	for _, m := range c.policy.MailboxList() {
+		path, subject := c.mailboxCredentials(m)
+		if path == "" {
+			if subject != "" {
+				return fmt.Errorf("mailbox %s: subject %s needs a service-account key (credentials, or --credentials)", m.Name, subject)
+			}
+			continue
+		}
+		data, ok := files[path]
+		if !ok {
+			var err error
+			if data, err = os.ReadFile(path); err != nil {
+				return fmt.Errorf("%s: %w", c.credentialsName(m, path), err)
+			}
+			files[path] = data
+		}
+		// The token source keeps this context for its refreshes: not the
+		// signal's, so a send drained at shutdown can still refresh.
+		gm, err := gmailapi.New(context.Background(), gmailapi.Config{Endpoint: c.GmailEndpoint, Now: c.now(),
+			CredentialsJSON: data, Subject: subject})
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", c.credentialsName(m, path), path, err)
+		}
+		c.gmail[m.Name] = gm
+	}
+	return nil
+}
+
+// credentialsName names where mailbox m's credentials path came from, for
+// errors: the policy field, --credentials, or a token `gmailrelay auth`
+// stored.
+func (c *serveConfig) credentialsName(m policy.Mailbox, path string) string {
+	switch {
+	case path == m.Credentials:
+		return "--policy: mailboxes." + m.Name + ".credentials"
+	case path == c.Credentials && !c.storedToken:
+		return "--credentials"
+	}
+	return "mailbox " + m.Name + ": the token gmailrelay auth stored"
+}
+
+// buildMailboxes makes one Gmail client per mailbox (the one validate
+// built with its credentials, else one without authentication on base),
+// its quota (sharing its Gmail pauses through a shared log) and its probe.
+// wrap adds metrics to a client. A token that fails to refresh later only
+// makes that mailbox not ready.
 func (c *serveConfig) buildMailboxes(ctx context.Context, base gmailapi.Config, lg acceptlog.Store,
 	now func() time.Time, wrap func(relay.Provider, string) relay.Provider) (mailboxSet, error) {
 	set := mailboxSet{configs: map[string]relay.MailboxConfig{}, probes: map[string]func(context.Context) error{}}
 	mp, shared := lg.(acceptlog.MailboxPauses)
 	shared = shared && acceptlog.IsShared(lg)
 	for _, m := range c.policy.MailboxList() {
-		gcfg := base
-		if !c.sandbox() {
-			path, subject := c.mailboxCredentials(m)
-			if path != "" {
-				data, err := os.ReadFile(path)
-				if err != nil {
-					return set, fmt.Errorf("mailbox %s: credentials: %w", m.Name, err)
-				}
-				gcfg.CredentialsJSON, gcfg.Subject = data, subject
-			} else if subject != "" {
-				return set, fmt.Errorf("mailbox %s: subject %s needs a service-account key (credentials, or --credentials)", m.Name, subject)
+		gm := c.gmail[m.Name]
+		if gm == nil {
+			var err error
+			if gm, err = gmailapi.New(ctx, base); err != nil {
+				return set, fmt.Errorf("mailbox %s: %w", m.Name, err)
 			}
-		}
-		gm, err := gmailapi.New(ctx, gcfg)
-		if err != nil {
-			return set, fmt.Errorf("mailbox %s: %w", m.Name, err)
 		}
 		quota := relay.NewQuota(cmp.Or(m.QuotaPerMinute, c.QuotaPerMinute), now)
 		if shared {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -42,11 +43,7 @@ func msgID(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	case jobGiven:
 		var err error
 		if k, err = relay.JobKey(*customerID, *eventType, *orderID); err != nil {
-			var e *relay.Error
-			if errors.As(err, &e) {
-				return fail(2, "--%s is required", flagOf(e.Field))
-			}
-			return fail(2, "%v", err)
+			return fail(2, "%s", jobKeyProblem(err))
 		}
 	default:
 		return fail(2, "--key (or --customer-id, --event-type and --order-id) is required")
@@ -63,6 +60,21 @@ func msgID(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	}
 	fmt.Fprintln(stdout, relay.MessageID(k, *domain))
 	return 0
+}
+
+// jobKeyProblem says what is wrong with the --customer-id, --event-type and
+// --order-id of a JobKey error, in the flags' words: relay's message names
+// a part by its field (job.customer_id), which becomes the flag; a problem
+// of the joined key names all three flags.
+func jobKeyProblem(err error) string {
+	var e *relay.Error
+	if !errors.As(err, &e) {
+		return err.Error()
+	}
+	if f := flagOf(e.Field); f != "key" && strings.Contains(e.Message, e.Field) {
+		return strings.Replace(e.Message, e.Field, "--"+f, 1)
+	}
+	return "--customer-id, --event-type and --order-id: " + e.Message
 }
 
 // flagOf maps a JobKey error field to its flag name.

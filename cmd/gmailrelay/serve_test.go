@@ -66,6 +66,46 @@ func TestServeBadConfigurationExits2(t *testing.T) {
 	}
 }
 
+// TestServeBadGmailFlagsExit2: a credentials file that is missing or not
+// Google credentials of a supported type, and a --gmail-endpoint that is
+// not an absolute http(s) URL, are bad flags (exit 2 naming the flag), not
+// a start-up failure (exit 1) or a relay that serves anyway. The same holds
+// for a mailbox's credentials in the policy.
+func TestServeBadGmailFlagsExit2(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	bogus := write("bogus.json", `{"type":"bogus"}`)
+	notJSON := write("not.json", "client_id=x")
+	user := write("user.json", `{"type":"authorized_user","client_id":"c","client_secret":"s","refresh_token":"r"}`)
+	pol := write("p.yaml", "mailboxes:\n  billing: {address: b@x.test, credentials: "+bogus+"}\nchannels:\n  default: {on_unknown: retry}\n")
+	base := []string{"--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "r.db"), "--log-level", "error"}
+	tests := []struct {
+		name, want string
+		args       []string
+	}{
+		{"missing credentials", "--credentials: open " + filepath.Join(dir, "missing.json"), []string{"--credentials", filepath.Join(dir, "missing.json")}},
+		{"unsupported credentials type", `--credentials ` + bogus + `: credentials: type "bogus" is not supported`, []string{"--credentials", bogus}},
+		{"credentials not JSON", "--credentials " + notJSON + ": credentials: not JSON", []string{"--credentials", notJSON}},
+		{"subject with a user token", "--subject needs a service account", []string{"--credentials", user, "--subject", "a@x.test"}},
+		{"policy mailbox credentials", "--policy: mailboxes.billing.credentials " + bogus, []string{"--policy", pol}},
+		{"endpoint not a URL", `--gmail-endpoint: want an absolute http:// or https:// URL, got "not a url"`, []string{"--gmail-endpoint", "not a url"}},
+		{"endpoint without scheme", "--gmail-endpoint", []string{"--gmail-endpoint", "127.0.0.1:8089"}},
+		{"endpoint of another scheme", "--gmail-endpoint", []string{"--gmail-endpoint", "ftp://example.com/"}},
+		{"endpoint without host", "--gmail-endpoint", []string{"--gmail-endpoint", "http:///gmail"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			wantExit2(t, runServe, append(append([]string(nil), base...), tt.args...), tt.want)
+		})
+	}
+}
+
 // TestServeSandboxEndToEnd starts the whole service in-process on an
 // OS-chosen port, sends, replays, and shuts down gracefully.
 func TestServeSandboxEndToEnd(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmailrelay/gmailrelay/api"
+	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/policy"
@@ -47,6 +48,13 @@ type serveConfig struct {
 	ClockStart       string
 
 	policy *policy.Policy
+	// gmail holds the Gmail client of each mailbox that has credentials,
+	// built by validate (which reads and parses each credentials file
+	// there, once); nil in sandbox mode. buildMailboxes uses them.
+	gmail map[string]*gmailapi.Client
+	// storedToken: Credentials is the token `gmailrelay auth` stored, not
+	// a --credentials the user gave (errors name it so).
+	storedToken bool
 	// In-process users (demo, selftest) may pass these.
 	clock      *testclock.Clock   // the manual clock to use (with Clock "manual")
 	emulator   *gmailfake.Server  // the sandbox emulator to reuse across restarts
@@ -173,11 +181,17 @@ func (c *serveConfig) validate() error {
 		}
 		c.clock = testclock.At(t)
 	}
+	if c.Clock == "manual" && c.clock == nil {
+		c.clock = testclock.At(time.Now())
+	}
+	if err := validEndpoint(c.GmailEndpoint); err != nil {
+		return err
+	}
 	if c.Credentials == "" && c.GmailEndpoint == "" && !c.Sandbox {
 		// The token `gmailrelay auth` stored, if there is one.
 		if p := defaultTokenPath(); p != "" {
 			if _, err := os.Stat(p); err == nil {
-				c.Credentials = p
+				c.Credentials, c.storedToken = p, true
 			}
 		}
 	}
@@ -194,7 +208,29 @@ func (c *serveConfig) validate() error {
 			return fmt.Errorf("--policy: mailboxes.%s.subject needs a service-account key: its credentials, or --credentials", m.Name)
 		}
 	}
+	return c.loadGmailClients()
+}
+
+// validEndpoint checks --gmail-endpoint: empty (Google's), or an absolute
+// http or https URL with a host.
+func validEndpoint(endpoint string) error {
+	if endpoint == "" {
+		return nil
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return fmt.Errorf("--gmail-endpoint: want an absolute http:// or https:// URL, got %q", endpoint)
+	}
 	return nil
+}
+
+// now is the clock serve runs on: the manual clock with --clock manual,
+// else the real one.
+func (c *serveConfig) now() func() time.Time {
+	if c.Clock == "manual" && c.clock != nil {
+		return c.clock.Now
+	}
+	return time.Now
 }
 
 // sandbox reports whether serve uses the embedded emulator: asked for,
