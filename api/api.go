@@ -217,9 +217,37 @@ func New(cfg Config) *Server {
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, relay.Errorf(relay.CodeNotFound, "no such endpoint: %s %s", r.Method, clipText(r.URL.Path)))
 	})
+	r.MethodNotAllowed(s.methodNotAllowed)
 	s.router = r
 	s.handler = s.scope(r)
 	return s
+}
+
+// codeMethodNotAllowed answers 405: a known path asked with a method it
+// does not take (relay.Code has none: the send path never meets it).
+const codeMethodNotAllowed relay.Code = "method_not_allowed"
+
+// routeMethods are the methods the router is asked about for a 405's
+// Allow header, in the order the header lists them.
+var routeMethods = []string{http.MethodDelete, http.MethodGet, http.MethodHead, http.MethodOptions,
+	http.MethodPatch, http.MethodPost, http.MethodPut}
+
+// methodNotAllowed answers a known path asked with a method it does not
+// take: 405 method_not_allowed with Allow, in the shape its endpoint speaks.
+// chi hands a custom 405 handler no methods, so the router is asked again.
+func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range routeMethods {
+		if s.router.Match(chi.NewRouteContext(), m, r.URL.EscapedPath()) {
+			allow = append(allow, m)
+		}
+	}
+	msg := clipText(r.Method) + " is not allowed on " + clipText(r.URL.Path)
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		msg += " (allowed: " + strings.Join(allow, ", ") + ")"
+	}
+	guardError(w, r, &relay.Error{Code: codeMethodNotAllowed, Message: msg})
 }
 
 // ServeHTTP implements http.Handler.
@@ -256,11 +284,11 @@ func (s *Server) authenticate(need role) func(http.Handler) http.Handler {
 			got := s.roleOf(r)
 			if got == roleNone {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="gmailrelay"`)
-				writeError(w, r, relay.Errorf(relay.CodeUnauthorized, "missing or wrong bearer token"))
+				guardError(w, r, relay.Errorf(relay.CodeUnauthorized, "missing or wrong bearer token"))
 				return
 			}
 			if got < need {
-				writeError(w, r, relay.Errorf(relay.CodeForbidden, "this needs the admin token"))
+				guardError(w, r, relay.Errorf(relay.CodeForbidden, "this needs the admin token"))
 				return
 			}
 			if sc := scopeOf(r); sc != nil {

@@ -23,6 +23,7 @@ var statusOf = map[relay.Code]int{
 	relay.CodeConflict:         http.StatusConflict,
 	relay.CodeTooLarge:         http.StatusRequestEntityTooLarge,
 	codeUnsupportedType:        http.StatusUnsupportedMediaType,
+	codeMethodNotAllowed:       http.StatusMethodNotAllowed,
 	relay.CodeMismatch:         http.StatusUnprocessableEntity,
 	relay.CodeRateLimited:      http.StatusTooManyRequests,
 	relay.CodeProviderRejected: http.StatusBadGateway,
@@ -69,9 +70,10 @@ const (
 
 // answerError is the one writer of error answers, for both HTTP surfaces:
 // it maps err to a *relay.Error and its status, logs internal errors in
-// full (showing them as "internal error"), sets Retry-After, and writes
-// the body in shape. messageID and state, when set, are added to the
-// relay's shape (a 409 names the job it is about).
+// full (showing them as "internal error"), sets Retry-After in the relay's
+// shape only (the Gmail shape answers as Gmail, whose own quota answers
+// carry none), and writes the body in shape. messageID and state, when
+// set, are added to the relay's shape (a 409 names the job it is about).
 func answerError(w http.ResponseWriter, r *http.Request, err error, shape errorShape, messageID string, state acceptlog.State) {
 	re := asRelayError(err)
 	status, ok := statusOf[re.Code]
@@ -83,12 +85,12 @@ func answerError(w http.ResponseWriter, r *http.Request, err error, shape errorS
 		zerolog.Ctx(r.Context()).Error().Err(err).Msg("internal error")
 		msg = "internal error"
 	}
-	if re.RetryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(re.RetryAfter))
-	}
 	if shape == gmailShape {
 		writeJSON(w, status, gmailErrorBody(re, status, msg))
 		return
+	}
+	if re.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(re.RetryAfter))
 	}
 	writeJSON(w, status, errorBody{Error: errorDetail{Code: string(re.Code), Message: msg, Field: re.Field,
 		MessageID: messageID, State: string(state)}})

@@ -306,8 +306,10 @@ func (b *inflight) release(n int64) {
 	b.used -= min(n, b.max)
 }
 
-// guardError answers a refused request in the shape its endpoint speaks:
-// Gmail's error JSON on the Gmail-compatible paths, the relay's otherwise.
+// guardError answers a request refused before its handler (a guard, the
+// token, a method the path does not take) in the shape its endpoint
+// speaks: Gmail's error JSON on the Gmail-compatible paths, the relay's
+// otherwise.
 func guardError(w http.ResponseWriter, r *http.Request, err error) {
 	if strings.HasPrefix(r.URL.Path, "/gmail/") || strings.HasPrefix(r.URL.Path, "/upload/gmail/") {
 		writeGmailError(w, r, err)

@@ -122,8 +122,9 @@ func (s *Server) listMailboxJobs(ctx context.Context, o acceptlog.ListOptions, m
 }
 
 // mailboxLines is Lines keeping the lines of the jobs of mailbox only
-// (each job's mailbox read once per request), paging like
-// listMailboxJobs; next is 0 at the end.
+// (each job's mailbox read once per request), scanning until limit lines
+// match, the log ends or maxFilterPages were read; next is the cursor to
+// continue from (logCursor of the lines scanned, not only those kept).
 func (s *Server) mailboxLines(ctx context.Context, after uint64, limit int, mailbox string) ([]acceptlog.Line, uint64, error) {
 	limit = acceptlog.PageLimit(limit)
 	of := map[string]string{} // Message-ID → mailbox name
@@ -133,7 +134,7 @@ func (s *Server) mailboxLines(ctx context.Context, after uint64, limit int, mail
 		if err != nil {
 			return nil, 0, err
 		}
-		for i, l := range page {
+		for _, l := range page {
 			name, ok := of[l.MessageID]
 			if !ok {
 				j, err := s.cfg.Log.Get(ctx, l.MessageID)
@@ -151,16 +152,13 @@ func (s *Server) mailboxLines(ctx context.Context, after uint64, limit int, mail
 			}
 			out = append(out, l)
 			if len(out) == limit {
-				if i == len(page)-1 && next == 0 {
-					return out, 0, nil
-				}
 				return out, l.Seq, nil
 			}
 		}
-		if next == 0 {
-			return out, 0, nil
+		after = logCursor(after, page)
+		if next == 0 { // the log's end
+			break
 		}
-		after = next
 	}
 	return out, after, nil
 }

@@ -81,6 +81,8 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, jobView{Job: j, URL: jobURL(id), Lines: lines})
 }
 
+// readLog answers GET /v1/log: the lines after the after parameter, and
+// next, the cursor to continue from (see logCursor), also in X-Next.
 func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var after uint64
@@ -105,7 +107,8 @@ func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 	var lines []acceptlog.Line
 	var next uint64
 	if mailbox == "" {
-		lines, next, err = s.cfg.Log.Lines(r.Context(), after, limit)
+		lines, _, err = s.cfg.Log.Lines(r.Context(), after, limit)
+		next = logCursor(after, lines)
 	} else {
 		lines, next, err = s.mailboxLines(r.Context(), after, limit, mailbox)
 	}
@@ -126,6 +129,18 @@ func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 		lines = []acceptlog.Line{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"lines": lines, "next": next})
+}
+
+// logCursor is where a reader of the log continues after reading lines
+// after after: the Seq of the last line read, or after itself when there
+// was none. Unlike the log's own next, which is 0 once no more lines
+// follow, it never goes back, so a reader polling with it sees only new
+// lines; a reader has caught up when it comes back equal to after.
+func logCursor(after uint64, lines []acceptlog.Line) uint64 {
+	if len(lines) == 0 {
+		return after
+	}
+	return lines[len(lines)-1].Seq
 }
 
 // Stats is the body of GET /v1/stats.

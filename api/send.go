@@ -16,21 +16,36 @@ import (
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
-// sendAnswer is the 200/202 body of POST /v1/send.
+// sendAnswer is the 202 body of POST /v1/send (a job the relay owns: no
+// Gmail ids), of a cancel, and the relay's view on the Gmail-compatible
+// path's 202.
 type sendAnswer struct {
 	MessageID string `json:"message_id"`
 	State     string `json:"state"`
 	// Mailbox is the name of the mailbox the job sends as.
-	Mailbox  string   `json:"mailbox"`
-	GmailID  string   `json:"gmail_id,omitempty"`
-	ThreadID string   `json:"thread_id,omitempty"`
-	LabelIDs []string `json:"label_ids,omitempty"`
-	Attempts int      `json:"attempts"`
-	Channel  string   `json:"channel"`
-	URL      string   `json:"url,omitempty"`
-	Replayed bool     `json:"replayed,omitempty"`
+	Mailbox  string `json:"mailbox"`
+	Attempts int    `json:"attempts"`
+	Channel  string `json:"channel"`
+	URL      string `json:"url,omitempty"`
+	Replayed bool   `json:"replayed,omitempty"`
 	// ETA is a queued job's estimated delivery time.
 	ETA *time.Time `json:"eta,omitempty"`
+}
+
+// sentAnswer is the 200 body of POST /v1/send. CONTRACT lists gmail_id,
+// thread_id and label_ids in it, so they are there even when not known
+// (a job an operator marked sent, or one the sweeper found without a
+// thread id): "" and [].
+type sentAnswer struct {
+	MessageID string   `json:"message_id"`
+	State     string   `json:"state"`
+	Mailbox   string   `json:"mailbox"`
+	GmailID   string   `json:"gmail_id"`
+	ThreadID  string   `json:"thread_id"`
+	LabelIDs  []string `json:"label_ids"`
+	Attempts  int      `json:"attempts"`
+	Channel   string   `json:"channel"`
+	Replayed  bool     `json:"replayed,omitempty"`
 }
 
 func jobURL(id string) string { return "/v1/jobs/" + url.PathEscape(id) }
@@ -210,16 +225,20 @@ func (s *Server) writeSendAnswer(w http.ResponseWriter, r *http.Request, res rel
 	if res.Replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
-	a := sendAnswer{MessageID: j.MessageID, State: string(j.State), Mailbox: s.viewMailbox(j), Attempts: j.Attempts,
-		Channel: j.Channel, Replayed: res.Replayed}
 	switch j.State {
 	case acceptlog.StateSent:
-		a.GmailID, a.ThreadID, a.LabelIDs = j.GmailID, j.ThreadID, j.LabelIDs
-		writeJSON(w, http.StatusOK, a)
+		labels := j.LabelIDs
+		if labels == nil {
+			labels = []string{} // [], not null
+		}
+		writeJSON(w, http.StatusOK, sentAnswer{MessageID: j.MessageID, State: string(j.State), Mailbox: s.viewMailbox(j),
+			GmailID: j.GmailID, ThreadID: j.ThreadID, LabelIDs: labels, Attempts: j.Attempts, Channel: j.Channel,
+			Replayed: res.Replayed})
 	case acceptlog.StateFailed:
 		writeErrorFor(w, r, failureError(j, res), j.MessageID, j.State)
 	default: // queued, unknown, review, forwarding
-		a.URL = jobURL(j.MessageID)
+		a := sendAnswer{MessageID: j.MessageID, State: string(j.State), Mailbox: s.viewMailbox(j), Attempts: j.Attempts,
+			Channel: j.Channel, Replayed: res.Replayed, URL: jobURL(j.MessageID)}
 		if j.State == acceptlog.StateQueued {
 			a.ETA = s.eta(r.Context(), j.MessageID)
 		}

@@ -217,7 +217,7 @@ func (r *relayProc) Log(t testing.TB) []acceptlog.Line {
 			t.Fatal(err)
 		}
 		all = append(all, page.Lines...)
-		if page.Next == 0 {
+		if page.Next == after { // caught up: next never goes back
 			return all
 		}
 		after = page.Next
