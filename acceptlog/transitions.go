@@ -15,11 +15,15 @@ const StateQueued State = "queued"
 // Beyond DESIGN's table, a human's resolve may also move unknown → abandoned
 // and failed → sent, abandoned (failed → forwarding is in the table; a
 // resolve retry makes it for non-retryable failures too): the resolve
-// endpoint accepts unknown and failed jobs, as docs/api.md documents.
+// endpoint accepts unknown and failed jobs, as docs/api.md documents. And
+// the send path moves forwarding → queued when Gmail answered a rate limit
+// or was not reached (nothing was sent) and the attempt may wait: a
+// caller's send that accepts queueing, or the delivery loop's own attempt
+// (CONTRACT, "Outbox": such a job "is logged queued").
 var Transitions = map[State][]State{
 	"":              {StateQueued, StateForwarding, StateFailed},
 	StateQueued:     {StateForwarding, StateAbandoned},
-	StateForwarding: {StateSent, StateFailed, StateUnknown},
+	StateForwarding: {StateSent, StateFailed, StateUnknown, StateQueued},
 	StateFailed:     {StateForwarding, StateReview, StateSent, StateAbandoned},
 	StateUnknown:    {StateSent, StateForwarding, StateReview, StateAbandoned},
 	StateSent:       {StateReview},

@@ -81,6 +81,9 @@ func Estimate(ctx context.Context, svc *relay.Service) (Snapshot, map[string]tim
 		if !j.SendAt.IsZero() && j.SendAt.After(at) {
 			at = j.SendAt
 		}
+		if t := relay.HeldUntil(j); t.After(at) {
+			at = t
+		}
 		if l.snap.BudgetLeft >= 0 && l.snap.Depth >= l.snap.BudgetLeft {
 			at = at.Add(max(l.budgetWait, time.Second))
 		}

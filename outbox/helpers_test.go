@@ -39,7 +39,12 @@ func newEnv(t *testing.T, perMinute, dailyLimit int) *env {
 	t.Helper()
 	pol := policy.Default()
 	pol.Mailboxes = map[string]policy.Mailbox{policy.DefaultMailbox: {Name: policy.DefaultMailbox, DailySendLimit: dailyLimit}}
-	te := testenv.New(t, testenv.Options{Emulator: gmailfake.Options{QuotaPerMinute: perMinute}, Policy: pol, QuotaPerMinute: perMinute})
+	return newEnvFrom(t, testenv.New(t, testenv.Options{Emulator: gmailfake.Options{QuotaPerMinute: perMinute}, Policy: pol, QuotaPerMinute: perMinute}))
+}
+
+// newEnvFrom puts an outbox on a harness the test set up itself.
+func newEnvFrom(t *testing.T, te *testenv.Env) *env {
+	t.Helper()
 	e := &env{te: te, t: t, clock: te.Clock, emu: te.Emulator, policy: te.Policy, faults: te.Faults}
 	e.build()
 	return e

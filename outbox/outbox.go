@@ -55,6 +55,9 @@ type Result struct {
 	Sent      int `json:"sent"`
 	Failed    int `json:"failed"`
 	Unknown   int `json:"unknown"`
+	// Requeued attempts found Gmail rate-limiting or not reached: nothing
+	// was sent and the job is queued again.
+	Requeued int `json:"requeued"`
 	// Left is the number of jobs still queued after the pass.
 	Left int `json:"left"`
 	// Next is how long until the first queued job could go (quota, daily
@@ -164,6 +167,9 @@ func (o *Outbox) RunOnce(ctx context.Context) (Result, error) {
 		if !j.SendAt.IsZero() && j.SendAt.After(now) {
 			wait = j.SendAt.Sub(now)
 		}
+		if t := relay.HeldUntil(j); t.After(now) {
+			wait = max(wait, t.Sub(now))
+		}
 		if ok, in := m.Budget().Available(); !ok {
 			wait = max(wait, in)
 		}
@@ -198,6 +204,12 @@ func (o *Outbox) RunOnce(ctx context.Context) (Result, error) {
 			res.Sent++
 		case acceptlog.StateFailed:
 			res.Failed++
+		case acceptlog.StateQueued:
+			// Gmail rate-limited it or was not reached: it waits again at
+			// the head of its mailbox's queue.
+			res.Requeued++
+			res.Left++
+			hold(m, max(r.RetryIn, time.Second))
 		default:
 			res.Unknown++
 		}
@@ -209,7 +221,7 @@ func (o *Outbox) RunOnce(ctx context.Context) (Result, error) {
 func (o *Outbox) logPass(res Result) {
 	if res.Delivered > 0 {
 		o.logger.Info().Int("delivered", res.Delivered).Int("sent", res.Sent).Int("failed", res.Failed).
-			Int("unknown", res.Unknown).Int("left", res.Left).Msg("outbox pass")
+			Int("unknown", res.Unknown).Int("requeued", res.Requeued).Int("left", res.Left).Msg("outbox pass")
 	}
 }
 

@@ -12,9 +12,11 @@ import (
 )
 
 // forward calls Gmail for a job already logged as forwarding and records
-// the outcome. The call runs on its own context. tm, when non-nil, gets
-// the Gmail call's and the outcome commit's durations.
-func (s *Service) forward(ctx context.Context, box *Mailbox, job acceptlog.Job, raw []byte, d faultmodes.Decision, tm *Timing) (Result, error) {
+// the outcome. The call runs on its own context. queue says the attempt
+// may wait: an attempt Gmail did not take (a rate limit, or not reached)
+// then goes back to the outbox's queue instead of ending failed. tm, when
+// non-nil, gets the Gmail call's and the outcome commit's durations.
+func (s *Service) forward(ctx context.Context, box *Mailbox, job acceptlog.Job, raw []byte, d faultmodes.Decision, queue bool, tm *Timing) (Result, error) {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
 	if raw == nil {
@@ -61,9 +63,20 @@ func (s *Service) forward(ctx context.Context, box *Mailbox, job acceptlog.Job, 
 			s.verifyHandle(rec, box, j)
 		}
 	case Failed:
-		j, err = s.markFailed(rec, job.MessageID, job.Attempts, out)
-		if out.Reason == acceptlog.ReasonRateLimited {
+		requeue := queue && Requeues(out)
+		if requeue {
+			j, err = s.markQueued(rec, job.MessageID, job.Attempts, out)
+		} else {
+			j, err = s.markFailed(rec, job.MessageID, job.Attempts, out)
+		}
+		switch {
+		case out.Reason == acceptlog.ReasonRateLimited:
 			retryIn = max(box.quota.PausedFor(), time.Second)
+		case requeue:
+			retryIn = notReachedDelay(job.Attempts)
+		}
+		if requeue && err == nil && s.onQueued != nil {
+			s.onQueued()
 		}
 		if out.Alarm {
 			s.logger.Error().Str("message_id", job.MessageID).Str("mailbox", box.name).Int("status", out.Status).Str("reason", string(out.Reason)).
@@ -145,6 +158,19 @@ func (s *Service) markFailed(ctx context.Context, id string, attempt int, o Outc
 		j.NextCheckAt = time.Time{}
 		s.scheduleRetry(j, now)
 		return acceptlog.StateFailed, acceptlog.Line{Kind: acceptlog.KindNotSent, Status: o.Status, Retryable: o.Retryable,
+			Reason: o.Reason, Error: j.LastError}
+	})
+}
+
+// markQueued records an attempt Gmail did not take, for a job that may
+// wait: it goes back to the queue (its not_sent line says why) and the
+// delivery loop sends it when the mailbox's pause, or HeldUntil, allows.
+func (s *Service) markQueued(ctx context.Context, id string, attempt int, o Outcome) (acceptlog.Job, error) {
+	return s.recordOutcome(ctx, id, attempt, func(j *acceptlog.Job, now time.Time) (acceptlog.State, acceptlog.Line) {
+		j.Retryable = o.Retryable
+		j.LastStatus, j.LastReason, j.LastError = o.Status, o.Reason, errText(o.Err)
+		j.NextCheckAt = time.Time{}
+		return acceptlog.StateQueued, acceptlog.Line{Kind: acceptlog.KindNotSent, Status: o.Status, Retryable: o.Retryable,
 			Reason: o.Reason, Error: j.LastError}
 	})
 }
@@ -307,7 +333,7 @@ func (s *Service) attempt(ctx context.Context, id string, from []acceptlog.State
 	if adm == admitFailed {
 		return Result{Job: job, Fault: d}, nil
 	}
-	return s.forward(ctx, box, job, nil, d, nil)
+	return s.forward(ctx, box, job, nil, d, mode == takeDelivery, nil)
 }
 
 func stateIn(s acceptlog.State, set []acceptlog.State) bool {

@@ -148,3 +148,31 @@ func (s *Service) Cancel(ctx context.Context, id, actor string) (Result, error) 
 	}
 	return Result{Job: j}, err
 }
+
+// Requeues reports whether an attempt's outcome sends its job back to the
+// queue when the attempt may wait: Gmail answered a rate limit, or was not
+// reached, so nothing was sent and waiting is the cure. A token that
+// cannot be refreshed is not: an operator must fix it, and the job fails.
+func Requeues(o Outcome) bool {
+	return o.Verdict == Failed && (o.Reason == acceptlog.ReasonRateLimited || o.Reason == acceptlog.ReasonNotReached)
+}
+
+// notReachedDelay is how long a job that went back to the queue because
+// Gmail was not reached waits before the next attempt: 5 s after its
+// first attempt, doubling with each further one, at most 15 minutes (as
+// the rate-limit backoff): every attempt counts against the daily budget.
+func notReachedDelay(attempts int) time.Duration {
+	return min(5*time.Second<<min(max(attempts-1, 0), 8), 15*time.Minute)
+}
+
+// HeldUntil is the time before which the delivery loop leaves a queued job
+// alone on its own account: after an attempt that did not reach Gmail,
+// notReachedDelay after it. It is read off the job, so it holds across
+// restarts and replicas. A rate limit pauses the whole mailbox through its
+// quota instead. Zero for any other job.
+func HeldUntil(j acceptlog.Job) time.Time {
+	if j.State != acceptlog.StateQueued || j.LastReason != acceptlog.ReasonNotReached {
+		return time.Time{}
+	}
+	return j.UpdatedAt.Add(notReachedDelay(j.Attempts))
+}

@@ -105,7 +105,7 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 		return Result{Job: job, Fault: a.d}, nil
 	}
 	s.observeFault(a.d)
-	return s.forward(ctx, box, job, p.Raw, a.d, o.Timing)
+	return s.forward(ctx, box, job, p.Raw, a.d, o.Queue, o.Timing)
 }
 
 // frontDoorRead reads the job of p, if any, and answers from it as the

@@ -1,0 +1,136 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// lastLine is the newest line of a job.
+func (e *env) lastLine(id string) acceptlog.Line {
+	e.t.Helper()
+	lines, err := e.log.JobLines(context.Background(), id)
+	if err != nil || len(lines) == 0 {
+		e.t.Fatalf("lines of %s: %d, %v", id, len(lines), err)
+	}
+	return lines[len(lines)-1]
+}
+
+// checkLog runs the log's offline invariant check (every transition in
+// the table, state = fold of lines, effects counted).
+func (e *env) checkLog() {
+	e.t.Helper()
+	if err := e.log.Check(context.Background()); err != nil {
+		e.t.Errorf("acceptlog check: %v", err)
+	}
+}
+
+// CONTRACT, "Outbox": when Gmail answers a send with a rate limit, the job
+// is logged queued and delivered when Gmail allows — a caller that accepts
+// queueing never sees the 429. The attempt that met the 429 is in the log
+// (forwarding, then not_sent with state queued); the outbox waits out the
+// pause, then delivers it exactly once.
+func TestEmulatorGmailRateLimitOnASendQueuesTheJobAndTheOutboxDeliversItOnce(t *testing.T) {
+	e := newEnv(t, 1_000_000, 100)
+	if _, err := e.emu.AddFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionError, Status: 429}); err != nil {
+		t.Fatal(err)
+	}
+	p := e.prepare(0)
+	res := e.send(0)
+	if res.Job.State != acceptlog.StateQueued || res.Job.Attempts != 1 || res.RetryIn <= 0 {
+		t.Fatalf("send that met Gmail's 429: %s after %d attempts, retry in %s; want queued after 1, with the pause",
+			res.Job.State, res.Job.Attempts, res.RetryIn)
+	}
+	if ln := e.lastLine(p.MessageID); ln.Kind != acceptlog.KindNotSent || ln.State != acceptlog.StateQueued || ln.Reason != acceptlog.ReasonRateLimited {
+		t.Fatalf("last line %+v; want not_sent, state queued, reason rate_limited", ln)
+	}
+	sends := e.emu.Stats().Calls[gmailfake.MethodSend]
+	pass, err := e.box.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pass.Left != 1 || pass.Next <= 0 || e.emu.Stats().Calls[gmailfake.MethodSend] != sends {
+		t.Fatalf("pass during Gmail's pause: %+v, %d sends at Gmail (was %d); want the job held, Gmail not called",
+			pass, e.emu.Stats().Calls[gmailfake.MethodSend], sends)
+	}
+	e.drain(time.Hour, nil)
+	if st, n := e.state(p), e.emu.Deliveries(p.MessageID); st != acceptlog.StateSent || n != 1 {
+		t.Fatalf("after the pause: %s with %d deliveries; want sent once", st, n)
+	}
+	e.checkLog()
+}
+
+// when_busy: reject (SendOptions.Queue false) keeps the old answer: the job
+// that met Gmail's 429 ends failed, retryable, and is not queued.
+func TestEmulatorGmailRateLimitWithoutQueueingFailsTheJob(t *testing.T) {
+	e := newEnv(t, 1_000_000, 100)
+	if _, err := e.emu.AddFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionError, Status: 429}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.svc.Send(context.Background(), e.prepare(0), relay.SendOptions{})
+	if err != nil || res.Job.State != acceptlog.StateFailed || !res.Job.Retryable || res.Job.LastReason != acceptlog.ReasonRateLimited {
+		t.Fatalf("send that met Gmail's 429 without queueing: %+v, %v; want failed, retryable, rate_limited", res.Job, err)
+	}
+	e.checkLog()
+}
+
+// unreachable is a Provider whose first n sends never reach Gmail.
+type unreachable struct {
+	relay.Provider
+	left  atomic.Int32
+	calls atomic.Int32
+}
+
+func (u *unreachable) Send(ctx context.Context, mailbox string, raw []byte, threadID string) (relay.SentMessage, error) {
+	u.calls.Add(1)
+	if u.left.Add(-1) >= 0 {
+		return relay.SentMessage{}, &relay.NotReachedError{Err: errors.New("dial tcp: connection refused")}
+	}
+	return u.Provider.Send(ctx, mailbox, raw, threadID)
+}
+
+// CONTRACT, "Outbox": Gmail unreachable before anything was sent → the job
+// is logged queued. The outbox then leaves it alone for a backoff read off
+// the job (5 s, then 10 s: relay.HeldUntil) — a wake-up does not make it
+// hammer a Gmail it cannot reach — and delivers it once Gmail answers.
+func TestEmulatorGmailNotReachedQueuesTheJobAndTheOutboxBacksOff(t *testing.T) {
+	u := &unreachable{}
+	u.left.Store(2)
+	te := testenv.New(t, testenv.Options{Configure: func(c *relay.Config) { u.Provider = c.Provider; c.Provider = u }})
+	e := newEnvFrom(t, te)
+	ctx := context.Background()
+	p := e.prepare(0)
+	if res := e.send(0); res.Job.State != acceptlog.StateQueued || res.Job.LastReason != acceptlog.ReasonNotReached {
+		t.Fatalf("send that did not reach Gmail: %s (%s); want queued (not_reached)", res.Job.State, res.Job.LastReason)
+	}
+	for _, step := range []struct {
+		advance time.Duration
+		calls   int32
+		state   acceptlog.State
+	}{
+		{0, 1, acceptlog.StateQueued},                                 // held: no second call at once
+		{5*time.Second - time.Millisecond, 1, acceptlog.StateQueued},  // still held
+		{time.Millisecond, 2, acceptlog.StateQueued},                  // 5 s after: tried, not reached again
+		{10*time.Second - time.Millisecond, 2, acceptlog.StateQueued}, // the backoff doubled
+		{time.Millisecond, 3, acceptlog.StateSent},                    // 10 s after: delivered
+	} {
+		e.clock.Advance(step.advance)
+		if _, err := e.box.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got, st := u.calls.Load(), e.state(p); got != step.calls || st != step.state {
+			t.Fatalf("after +%s: %d send calls, %s; want %d, %s", step.advance, got, st, step.calls, step.state)
+		}
+	}
+	if n := e.emu.Deliveries(p.MessageID); n != 1 {
+		t.Errorf("deliveries %d, want 1", n)
+	}
+	e.checkLog()
+}
