@@ -72,6 +72,10 @@ func runSelftest(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "gmailrelay selftest: --msgid-domain: %v\n", err)
 		return 2
 	}
+	if err := validEndpoint(*endpoint); err != nil {
+		fmt.Fprintf(stderr, "gmailrelay selftest: %v\n", err)
+		return 2
+	}
 	if !*live {
 		// Sandbox: the embedded emulator, on a manual clock with a 90s index lag.
 		clock := testclock.At(time.Now())

@@ -84,6 +84,8 @@ func TestSelftestFlags(t *testing.T) {
 		{"--live", "--to", "a@b.c", "--credentials", "/nonexistent"},
 		{"--poll", "0s"},
 		{"--bogus"},
+		{"--live", "--to", "me@example.com", "--gmail-endpoint", "not a url"},
+		{"--live", "--to", "me@example.com", "--gmail-endpoint", "ftp://127.0.0.1:1"},
 	}
 	for _, args := range tests {
 		var out, errb bytes.Buffer
