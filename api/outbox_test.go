@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/api"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/outbox"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -67,5 +70,65 @@ func TestEmulatorBusyQueuesRejectRefusesAndCancel(t *testing.T) {
 	e.Clock.Advance(time.Hour)
 	if d := e.Emulator.Deliveries(id); d != 0 {
 		t.Errorf("cancelled job delivered %d times, want 0", d)
+	}
+}
+
+// CONTRACT, "Outbox": Gmail's own rate limit on the attempt (not the
+// relay's budget) queues the job too — 202 queued on /v1/send and on the
+// Gmail-compatible path with X-Relay-When-Busy: queue, and the outbox
+// delivers it once after the pause; the Gmail path without the header
+// keeps Gmail's 429 and the job fails, retryable.
+func TestEmulatorGmailRateLimitOnTheAttemptQueues(t *testing.T) {
+	e := newEnv(t, envOpts{configure: func(c *api.Config) {
+		var err error
+		if c.Outbox, err = outbox.New(outbox.Config{Service: c.Service}); err != nil {
+			t.Fatal(err)
+		}
+	}})
+	limitNextSend := func() {
+		t.Helper()
+		if _, err := e.Emulator.AddFault(gmailfake.Fault{Method: "send", Action: "error", Status: 429}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw := func(id string) map[string]any {
+		return map[string]any{"raw": base64.RawURLEncoding.EncodeToString([]byte(
+			"From: a@example.com\r\nTo: b@example.org\r\nMessage-ID: " + id + "\r\nSubject: x\r\n\r\nhi\r\n"))}
+	}
+	queuedThenDelivered := func(what string, r reply, state any, id string) {
+		t.Helper()
+		j, lines := e.job(id)
+		last := lines[len(lines)-1]
+		if r.status != 202 || state != "queued" || j.State != acceptlog.StateQueued ||
+			last.Kind != acceptlog.KindNotSent || last.Reason != acceptlog.ReasonRateLimited {
+			t.Fatalf("%s under Gmail's 429: %d %s, job %s, last line %+v; want 202 queued, a not_sent rate_limited line",
+				what, r.status, r.raw, j.State, last)
+		}
+		e.Clock.Advance(time.Hour) // past the pause
+		if p := e.must("POST", "/admin/outbox", adminToken, nil); p.status != 200 {
+			t.Fatalf("outbox pass: %d %s", p.status, p.raw)
+		}
+		if j, _ := e.job(id); j.State != acceptlog.StateSent || e.Emulator.Deliveries(id) != 1 {
+			t.Errorf("%s after the pause: %s, %d deliveries; want sent once", what, j.State, e.Emulator.Deliveries(id))
+		}
+	}
+	limitNextSend()
+	r := e.must("POST", "/v1/send", apiToken, sendBody("rl1"))
+	if r.body["eta"] == nil {
+		t.Errorf("/v1/send queued answer without eta: %s", r.raw)
+	}
+	queuedThenDelivered("/v1/send", r, r.body["state"], relay.MessageID("rl1", domain))
+
+	limitNextSend()
+	r = e.must("POST", "/gmail/v1/users/me/messages/send", apiToken, raw("<rl2@example.com>"), "X-Relay-When-Busy", "queue")
+	view, _ := r.body["relay"].(map[string]any)
+	queuedThenDelivered("Gmail path with X-Relay-When-Busy: queue", r, view["state"], "<rl2@example.com>")
+
+	limitNextSend()
+	if r := e.must("POST", "/gmail/v1/users/me/messages/send", apiToken, raw("<rl3@example.com>")); r.status != 429 {
+		t.Errorf("Gmail path without the header under Gmail's 429: %d %s, want 429", r.status, r.raw)
+	}
+	if j, _ := e.job("<rl3@example.com>"); j.State != acceptlog.StateFailed || !j.Retryable || e.Emulator.Deliveries("<rl3@example.com>") != 0 {
+		t.Errorf("Gmail path job: %s retryable %v, want failed, retryable, not delivered", j.State, j.Retryable)
 	}
 }
