@@ -63,7 +63,7 @@ func (s *Service) forward(ctx context.Context, box *Mailbox, job acceptlog.Job, 
 			s.verifyHandle(rec, box, j)
 		}
 	case Failed:
-		requeue := queue && Requeues(out)
+		requeue := queue && requeues(out)
 		if requeue {
 			j, err = s.markQueued(rec, job.MessageID, job.Attempts, out)
 		} else {

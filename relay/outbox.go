@@ -149,11 +149,11 @@ func (s *Service) Cancel(ctx context.Context, id, actor string) (Result, error) 
 	return Result{Job: j}, err
 }
 
-// Requeues reports whether an attempt's outcome sends its job back to the
+// requeues reports whether an attempt's outcome sends its job back to the
 // queue when the attempt may wait: Gmail answered a rate limit, or was not
 // reached, so nothing was sent and waiting is the cure. A token that
 // cannot be refreshed is not: an operator must fix it, and the job fails.
-func Requeues(o Outcome) bool {
+func requeues(o Outcome) bool {
 	return o.Verdict == Failed && (o.Reason == acceptlog.ReasonRateLimited || o.Reason == acceptlog.ReasonNotReached)
 }
 

@@ -113,7 +113,7 @@ type SendOptions struct {
 	// Queue: when the budget is spent (or other jobs wait in the outbox),
 	// log the job queued instead of refusing it with CodeRateLimited; and
 	// when the attempt finds Gmail rate-limiting or not reached, put the
-	// job back in the queue instead of failing it (see Requeues).
+	// job back in the queue instead of failing it (see requeues).
 	// A job with a future Prepared.SendAt is queued whatever Queue says.
 	Queue bool
 	// Timing, when non-nil, is filled with where the Send's time went (the
