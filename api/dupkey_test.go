@@ -59,6 +59,9 @@ var duplicateKeySeeds = []string{
 	`{"é":1,"\u00e9":2}`, `{"a\"b":1,"a\"b":2}`, `{ "a" : 1 , "b" : [ true , null , -1.5e3 ] , "a" : 0 }`,
 	`{"to":["x@example.com"],"subject":"s","text":"t"}`, `"str"`, `12`, `{}`, `[]`, "{\"\xff\":1,\"\xfe\":2}",
 	`{"a":{"b":1},"c":{"b":1}}`, `{"a":{"a":1}}`,
+	// Objects past smallObject keys, whose keys go into a set.
+	manyKeys(smallObject, `"X3":1`), manyKeys(smallObject, `"\u00583":1`), manyKeys(smallObject-1, `"X3":1`),
+	manyKeys(40, `"n":{"a":1,"a":2},"X1":0`), manyKeys(40, `"X1":0,"n":{"a":1,"a":2}`), `[` + manyKeys(40, "") + `,` + manyKeys(20, `"X0":1`) + `]`,
 }
 
 func TestDuplicateKey(t *testing.T) {

@@ -124,6 +124,9 @@ func loopbackHost(host string) bool {
 		}
 		h = h[:i]
 	}
+	if strings.Contains(h, ":") {
+		return false // an IPv6 address must be bracketed, as the bracketed branch requires
+	}
 	if strings.EqualFold(h, "localhost") {
 		return true
 	}

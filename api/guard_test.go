@@ -91,7 +91,7 @@ func TestTokenlessRelayAnswersOnlyLoopbackHosts(t *testing.T) {
 	e := newEnv(t, envOpts{configure: tokenless})
 	for _, host := range []string{
 		"rebind.attacker.example", "rebind.attacker.example:8080", "127.0.0.1.nip.io", "localhost.attacker.example",
-		"10.0.0.5:8080", "[::ffff:127.0.0.1]:8080", "0.0.0.0:8080", "127.0.0.1:99999", "[fe80::1]",
+		"10.0.0.5:8080", "[::ffff:127.0.0.1]:8080", "::ffff:127.0.0.1:80", "::ffff:7f00:1:", "0.0.0.0:8080", "127.0.0.1:99999", "[fe80::1]",
 	} {
 		for _, c := range []call{
 			{method: "POST", path: "/v1/send", ct: "application/json", body: sendJSON("k1")},

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
@@ -258,7 +259,8 @@ func retryAfter(h http.Header, now time.Time) time.Duration {
 		return 0
 	}
 	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
+		// Clamped so that a huge value cannot wrap to a negative pause.
+		return time.Duration(min(int64(s), math.MaxInt64/int64(time.Second))) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		if d := t.Sub(now); d > 0 {

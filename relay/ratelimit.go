@@ -19,6 +19,12 @@ const (
 	MaxBackoff = 15 * time.Minute
 )
 
+// MaxPause is the longest pause a retry time from Gmail may set. The
+// daily sending limit's rolling 24 h is the longest wait Gmail has reason
+// to ask for; a longer one (a broken header, proxy or clock) would
+// otherwise stop the mailbox for good.
+const MaxPause = 24 * time.Hour
+
 // retryAfterMarker is how Gmail writes the retry instant in the text of a
 // quota answer: "User-rate limit exceeded.  Retry after
 // 2024-11-12T11:16:42.247Z" (and "Daily user sending limit exceeded. Retry
@@ -96,12 +102,12 @@ func (b *backoff) take() time.Duration {
 // RateLimited records that Gmail answered this mailbox with a rate limit
 // and pauses every caller (sends and the sweeper's searches) until Gmail's
 // retry time: retryIn when Gmail gave one (header or message text, see
-// ProviderError.RetryAfter), else the next step of the exponential
+// ProviderError.RetryAfter; at most MaxPause), else the next step of the exponential
 // backoff (MinBackoff doubling to MaxBackoff, with jitter). It returns the
 // pause it set.
 func (q *Quota) RateLimited(retryIn time.Duration) time.Duration {
 	q.mu.Lock()
-	d := retryIn
+	d := min(retryIn, MaxPause)
 	if d <= 0 {
 		d = q.backoff.take()
 	}
