@@ -245,15 +245,20 @@ func readMultipartRelated(r *http.Request) (gmailMessage, []byte, error) {
 	return meta, raw, nil
 }
 
+// gmailSendRaw sends raw with threadID, the JSON body's or the metadata
+// part's threadId ("" for none), which is checked as /v1/send checks
+// thread_id: it is stored with the job and handed to Gmail.
 func (s *Server) gmailSendRaw(w http.ResponseWriter, r *http.Request, start time.Time, raw []byte, threadID string) {
+	if err := relay.CheckThreadID("threadId", threadID); err != nil {
+		writeGmailError(w, r, err)
+		return
+	}
 	p, err := relay.PrepareRaw(raw, "", channelOf(r), s.cfg.MsgIDDomain)
 	if err != nil {
 		writeGmailError(w, r, err)
 		return
 	}
-	if threadID != "" {
-		p.ThreadID = threadID
-	}
+	p.ThreadID = threadID
 	if p.Mailbox, err = s.userMailbox(r); err != nil {
 		writeGmailError(w, r, err)
 		return

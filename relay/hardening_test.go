@@ -2,6 +2,8 @@ package relay_test
 
 import (
 	"bytes"
+	"io"
+	"mime"
 	"net/mail"
 	"strings"
 	"testing"
@@ -62,12 +64,19 @@ func TestRawHeaderValuesRefuseLineBreakingCharacters(t *testing.T) {
 }
 
 // FuzzRawHeaderValues: a raw message PrepareRaw accepts carries no control
-// character but tab, no C1 control and no U+2028/U+2029 in any header.
+// character but tab, no C1 control (nor a byte 0x80–0x9F outside UTF-8)
+// and no U+2028/U+2029 in any header, and no CR, LF or NUL in the decoded
+// text of any encoded-word, whatever its charset.
 func FuzzRawHeaderValues(f *testing.F) {
 	f.Add("Subject", "a\u2028b")
 	f.Add("X-A", "a\u0085b")
 	f.Add("To", "\"x\u2029\" <b@x.com>")
 	f.Add("Subject", "plain")
+	f.Add("Subject", "hi\x85Bcc: e@x.com")
+	f.Add("Subject", "=?utf-8?q?hi=0D=0ABcc:_evil@example.com?=")
+	f.Add("Sender", "=?utf-8?q?A=0D=0ABcc:_e@x.com?= <s@x.com>")
+	f.Add("X-Note", "=?x-any?b?eA0KQmNjOiBldmlsQGV4YW1wbGUuY29t?=")
+	f.Add("Subject", "=?iso-2022-jp?b?GyRCJEgkbxsoQg==?=")
 	f.Fuzz(func(t *testing.T, name, value string) {
 		raw := "Message-ID: <f@x.example>\r\nTo: a@x.com\r\n" + name + ": " + value + "\r\n\r\nbody\r\n"
 		p, err := relay.PrepareRaw([]byte(raw), "", "", testDomain)
@@ -78,12 +87,19 @@ func FuzzRawHeaderValues(f *testing.F) {
 		if err != nil {
 			t.Fatalf("accepted raw does not parse: %v", err)
 		}
+		asIs := mime.WordDecoder{CharsetReader: func(_ string, r io.Reader) (io.Reader, error) { return r, nil }}
 		for hn, vs := range msg.Header {
 			for _, v := range vs {
+				if text, err := asIs.DecodeHeader(v); err != nil || strings.ContainsAny(text, "\r\n\x00") {
+					t.Fatalf("accepted header %s %q decodes to %q, %v", hn, v, text, err)
+				}
 				for i := 0; i < len(v); {
 					r, size := utf8.DecodeRuneInString(v[i:])
 					i += size
 					if size == 1 && r == utf8.RuneError {
+						if c := v[i-1]; c >= 0x80 && c <= 0x9f {
+							t.Fatalf("accepted header %s holds the byte %#02x outside UTF-8", hn, c)
+						}
 						continue
 					}
 					if (r < 0x20 && r != '\t') || r == 0x7f || (r >= 0x80 && r <= 0x9f) || r == 0x2028 || r == 0x2029 {

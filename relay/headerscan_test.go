@@ -242,8 +242,8 @@ func sortedKeyChecks(h mail.Header) error {
 	}
 	for _, name := range keys {
 		for _, v := range h[name] {
-			if r, bad := badRawRune([]byte(v)); bad {
-				return Invalid("raw", "raw %s header holds the control or line-breaking character %U", fieldName(name), r)
+			if p, bad := rawValueProblem([]byte(v)); bad {
+				return p.err(name)
 			}
 		}
 	}

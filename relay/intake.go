@@ -17,13 +17,28 @@ import (
 // 35 MB upload ceiling. Larger messages are a CodeTooLarge error.
 const MaxMessageBytes = 35 << 20
 
+// MaxHeaderBytes bounds a raw message's header section (everything before
+// the blank line that ends it, line endings included, as sent). Reading a
+// header keeps a record of every field, so without a bound a message of
+// millions of one-byte header lines cost dozens of times its size. 1 MiB
+// is generous: Postfix's header_size_limit is 100 KiB, and that is for
+// one header. A larger header section is a CodeInvalid error (field raw).
+const MaxHeaderBytes = 1 << 20
+
+// MaxRecipients bounds the addresses of To, Cc and Bcc together, on every
+// path. It is Google's figure for a message's recipients in "Gmail sending
+// limits in Google Workspace" (support.google.com/a/answer/166852), which
+// allows only 100 to messages sent through the Gmail API: the relay caps
+// at 2,000 to bound the memory a request costs, not to second-guess Gmail,
+// which answers for itself. More is a CodeInvalid error naming the field.
+const MaxRecipients = 2000
+
 // DefaultChannel is the channel of a request that names none.
 const DefaultChannel = "default"
 
 // AddressList is a list of address lists as a send request carries it:
-// each string may itself hold several comma-separated addresses. (The
-// HTTP shapes that decode into it, a string or a list of strings, are the
-// api package's.)
+// each string may itself hold several comma-separated addresses. Its JSON
+// shapes are a string or a list of strings (UnmarshalJSON).
 type AddressList []string
 
 // JobRef is a job's source-event identity; its key is
@@ -124,10 +139,10 @@ func Prepare(req SendRequest, headerKey, domain string, now time.Time) (Prepared
 	if err != nil {
 		return Prepared{}, err
 	}
-	threadID, err := checkThreadID(req.ThreadID)
-	if err != nil {
+	if err := CheckThreadID("thread_id", req.ThreadID); err != nil {
 		return Prepared{}, err
 	}
+	threadID := req.ThreadID
 	key, err := resolveKey(req, headerKey)
 	if err != nil {
 		return Prepared{}, err
@@ -282,14 +297,24 @@ func checkChannel(channel string) (string, error) {
 	return channel, nil
 }
 
-// threadIDPattern is what a Gmail thread id may look like.
-var threadIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+// maxThreadIDLen bounds a Gmail thread id; Gmail's are 16 hex digits.
+const maxThreadIDLen = 128
 
-func checkThreadID(id string) (string, error) {
-	if id != "" && !threadIDPattern.MatchString(id) {
-		return "", Invalid("thread_id", "thread_id %q is not a valid Gmail thread id", fieldName(id))
+// CheckThreadID refuses a thread id that is not "" (none) and not the shape
+// of a Gmail thread id, [A-Za-z0-9_-]{1,128}: a CodeInvalid *Error naming
+// field (thread_id on /v1/send, threadId on the Gmail-compatible path).
+// Service.Send checks Prepared.ThreadID again, so a caller that sets it
+// without this check cannot get a bad one into the log.
+func CheckThreadID(field, id string) error {
+	if len(id) > maxThreadIDLen {
+		return Invalid(field, "%s is %d bytes, more than a Gmail thread id's %d", field, len(id), maxThreadIDLen)
 	}
-	return id, nil
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return Invalid(field, "%s %q is not a valid Gmail thread id (letters, digits, _ and -)", field, fieldName(id))
+		}
+	}
+	return nil
 }
 
 // checkDomain reports a bad Message-ID domain as the relay's own

@@ -18,13 +18,16 @@ import (
 // the first header. The fingerprint is the hex sha256 of the message as it
 // will be sent (normalised, with the Message-ID).
 //
-// Refused with a CodeInvalid *Error, field raw: an unparseable message
-// (as net/mail.ReadMessage reads it), NUL bytes, a bare CR in the header
-// section, a repeated Message-ID/From/Sender/To/Cc/Bcc/Reply-To/Subject/
-// Date header, malformed addresses, no recipient (To, Cc or Bcc), a header
-// name with whitespace before its colon (obsolete "Name :" syntax) or other
-// bytes outside RFC 5322 ftext, a header line that starts with a colon, a
-// control or line-breaking character in a header value
+// Refused with a CodeInvalid *Error, field raw: a header section over
+// MaxHeaderBytes, an unparseable message (as net/mail.ReadMessage reads
+// it), NUL bytes, a bare CR in the header section, a repeated
+// Message-ID/From/Sender/To/Cc/Bcc/Reply-To/Subject/Date header, malformed
+// addresses, a From or Sender that is not exactly one address, no
+// recipient (To, Cc or Bcc) or more than MaxRecipients, a header name with
+// whitespace before its colon (obsolete "Name :" syntax) or other bytes
+// outside RFC 5322 ftext, a header line that starts with a colon, a
+// control or line-breaking character in a header value or in the decoded
+// text of its encoded-words, or a byte 0x80–0x9F outside UTF-8
 // (checkRawHeaderValues), a malformed Message-ID, a Message-ID that is not
 // the key's ("Message-ID mismatch"), and no Message-ID with no key. A
 // Message-ID that fails CheckMessageIDShape is refused with field
@@ -48,12 +51,22 @@ func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 	if len(raw) > MaxMessageBytes {
 		return Prepared{}, tooLarge(len(raw))
 	}
+	headerLen, ok := headerSectionLen(raw, MaxHeaderBytes)
+	if !ok {
+		return Prepared{}, errHeaderTooLarge()
+	}
 	norm, err := normalizeLineEndings(raw)
 	if err != nil {
 		return Prepared{}, err
 	}
 	var buf [32]headerField // enough for most messages: no allocation
-	fields, _, err := scanHeader(norm, buf[:0])
+	fields := buf[:0]
+	if lines := bytes.Count(raw[:headerLen], []byte("\n")) + 1; lines > len(buf) {
+		// One allocation of the size needed: appending field by field
+		// allocates about five times that in all (slices grow by 1.25).
+		fields = make([]headerField, 0, lines)
+	}
+	fields, _, err = scanHeader(norm, fields)
 	if err != nil {
 		return Prepared{}, Invalid("raw", "raw is not an RFC 5322 message: %v", err)
 	}
@@ -67,8 +80,13 @@ func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 	if err != nil {
 		return Prepared{}, err
 	}
+	// Counted before any list is parsed: net/mail costs hundreds of bytes
+	// an address.
+	if n := countAddrSpecs(once[hTo].value) + countAddrSpecs(once[hCc].value) + countAddrSpecs(once[hBcc].value); n > MaxRecipients {
+		return Prepared{}, errTooManyRawRecipients(n)
+	}
 	recipients, from := 0, ""
-	for _, i := range [...]int{hTo, hCc, hBcc, hReplyTo, hFrom} {
+	for _, i := range [...]int{hTo, hCc, hBcc, hReplyTo, hFrom, hSender} {
 		if !once[i].present {
 			continue
 		}
@@ -76,18 +94,23 @@ func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 		if err != nil {
 			return Prepared{}, err
 		}
-		if i == hFrom {
+		switch i {
+		case hFrom, hSender:
 			if n != 1 {
-				return Prepared{}, Invalid("raw", "raw From header must hold exactly one address")
+				return Prepared{}, Invalid("raw", "raw %s header must hold exactly one address", onceHeaders[i])
 			}
-			from = strings.ToLower(string(first))
-		}
-		if i != hReplyTo && i != hFrom {
+			if i == hFrom {
+				from = strings.ToLower(string(first))
+			}
+		case hTo, hCc, hBcc:
 			recipients += n
 		}
 	}
 	if recipients == 0 {
 		return Prepared{}, Invalid("raw", "raw has no recipients (To, Cc or Bcc)")
+	}
+	if recipients > MaxRecipients {
+		return Prepared{}, errTooManyRawRecipients(recipients)
 	}
 	p := Prepared{Key: key, Channel: channel, From: from}
 	if once[hMessageID].present {
@@ -152,6 +175,37 @@ func normalizeLineEndings(raw []byte) ([]byte, error) {
 }
 
 func errBareCR() error { return Invalid("raw", "raw has a bare CR in its header section") }
+
+func errHeaderTooLarge() error {
+	return Invalid("raw", "raw's header section is more than %d bytes (1 MiB), more than the relay accepts", MaxHeaderBytes)
+}
+
+func errTooManyRawRecipients(n int) error {
+	return Invalid("raw", "raw has %d recipients in To, Cc and Bcc; at most %d are accepted", n, MaxRecipients)
+}
+
+// headerSectionLen returns the length of raw's header section: everything
+// before its first empty line (nothing, or a lone CR, before an LF: where
+// scanHeader stops), or all of raw when there is none. ok is false, and
+// n meaningless, when that is more than limit bytes; it reads at most
+// limit+2 bytes of raw.
+func headerSectionLen(raw []byte, limit int) (n int, ok bool) {
+	window := raw[:min(len(raw), limit+2)] // enough to see an empty line that starts at limit
+	for p := 0; p <= limit; {
+		if p == len(raw) {
+			return p, true
+		}
+		i := bytes.IndexByte(window[p:], '\n')
+		if i < 0 {
+			return len(raw), len(raw) <= limit // the rest is one line
+		}
+		if i == 0 || i == 1 && window[p] == '\r' {
+			return p, true
+		}
+		p += i + 1
+	}
+	return 0, false
+}
 
 // rewriteLineEndings is normalizeLineEndings for a raw (free of NUL) with
 // a bare LF: a copy with CRLF line endings.
@@ -226,9 +280,13 @@ func badNameByte(name []byte) int {
 }
 
 // ReadMessageID returns the normalised Message-ID header of a raw message,
-// or "" when it has none. An unparseable message, a repeated Message-ID or
-// a malformed one is a CodeInvalid *Error with field raw.
+// or "" when it has none. A header section over MaxHeaderBytes, an
+// unparseable message, a repeated Message-ID or a malformed one is a
+// CodeInvalid *Error with field raw.
 func ReadMessageID(raw []byte) (string, error) {
+	if _, ok := headerSectionLen(raw, MaxHeaderBytes); !ok {
+		return "", errHeaderTooLarge()
+	}
 	var buf [32]headerField
 	fields, _, err := scanHeader(raw, buf[:0])
 	if err != nil {

@@ -225,6 +225,11 @@ func validate(m Message, messageID string) (validated, error) {
 		{"bcc", m.Bcc, &v.bcc},
 		{"reply_to", m.ReplyTo, &v.replyTo},
 	}
+	// Counted before any list is parsed (net/mail costs hundreds of bytes
+	// an address), and again after, exactly.
+	if err := capRecipients(countListAddrSpecs(m.To), countListAddrSpecs(m.Cc), countListAddrSpecs(m.Bcc)); err != nil {
+		return v, err
+	}
 	for _, l := range lists {
 		if *l.out, err = parseAddresses(l.field, l.in); err != nil {
 			return v, err
@@ -232,6 +237,9 @@ func validate(m Message, messageID string) (validated, error) {
 	}
 	if len(v.to)+len(v.cc)+len(v.bcc) == 0 {
 		return v, Invalid("to", "at least one recipient (to, cc or bcc) is required")
+	}
+	if err := capRecipients(len(v.to), len(v.cc), len(v.bcc)); err != nil {
+		return v, err
 	}
 	if err := checkHeaderText("subject", m.Subject); err != nil {
 		return v, err
@@ -265,6 +273,30 @@ func validate(m Message, messageID string) (validated, error) {
 	return v, nil
 }
 
+// capRecipients refuses more than MaxRecipients addresses in to, cc and
+// bcc together, given their counts, naming the list that passes the cap.
+func capRecipients(to, cc, bcc int) error {
+	total := 0
+	for _, l := range [...]struct {
+		field string
+		n     int
+	}{{"to", to}, {"cc", cc}, {"bcc", bcc}} {
+		if total += l.n; total > MaxRecipients {
+			return Invalid(l.field, "%s brings the addresses in to, cc and bcc to %d; at most %d recipients are accepted", l.field, total, MaxRecipients)
+		}
+	}
+	return nil
+}
+
+// countListAddrSpecs is countAddrSpecs over every string of list.
+func countListAddrSpecs(list []string) int {
+	n := 0
+	for _, s := range list {
+		n += countAddrSpecs(s)
+	}
+	return n
+}
+
 // BuildMIME validates m and writes it as an RFC 5322 message with CRLF line
 // endings: Date, From (when given), To, Cc, Bcc, Reply-To, Subject,
 // Message-ID (messageID, normalised), MIME-Version: 1.0, the extra headers
@@ -276,10 +308,11 @@ func validate(m Message, messageID string) (validated, error) {
 //
 // Bad input is a CodeInvalid *Error naming the field (from, to, cc, bcc,
 // reply_to, subject, text, html, headers, headers.<Name>, message_id). No
-// recipient at all is field "to". As a last guard the result is parsed back
-// with net/mail and must carry exactly the validated headers; a difference
-// (a bug, never expected) is a CodeInternal error rather than a message
-// that says something else than what was checked.
+// recipient at all is field "to"; more than MaxRecipients in to, cc and bcc
+// together names the list that passes the cap. As a last guard the result
+// is parsed back with net/mail and must carry exactly the validated
+// headers; a difference (a bug, never expected) is a CodeInternal error
+// rather than a message that says something else than what was checked.
 func BuildMIME(m Message, messageID string, date time.Time) ([]byte, error) {
 	raw, _, err := buildMIME(m, messageID, date)
 	return raw, err

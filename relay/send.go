@@ -23,8 +23,10 @@ const (
 // Send runs one request through the idempotent front door (DESIGN.md): a
 // new job or a retryable failure is attempted; anything else replays or
 // reports the job. Request-level refusals are *Error: CodeInvalid (unknown
-// channel), CodeMismatch (same key, other content), CodeInFlight,
-// CodeRateLimited (the relay's quota budget is spent; nothing was sent).
+// channel; a ThreadID CheckThreadID refuses, which Prepare and the api's
+// Gmail-compatible path refuse first, naming their field), CodeMismatch
+// (same key, other content), CodeInFlight, CodeRateLimited (the relay's
+// quota budget is spent; nothing was sent).
 // The attempt's own outcome is in Result.Job.
 //
 // On a log of its own, the front door, the quota and the fault rules are
@@ -43,6 +45,11 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 	var start time.Time
 	if o.Timing != nil {
 		start = time.Now()
+	}
+	// The thread id is stored (thread_id_in) and handed to Gmail: a caller
+	// that set it unchecked must not get CR/LF or megabytes into the log.
+	if err := CheckThreadID("thread_id", p.ThreadID); err != nil {
+		return Result{}, err
 	}
 	ch, err := s.policy.Channel(p.Channel)
 	if err != nil {
