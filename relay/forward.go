@@ -11,20 +11,16 @@ import (
 	"github.com/gmailrelay/gmailrelay/policy"
 )
 
-// forward calls Gmail for a job already logged as forwarding and records
-// the outcome. The call runs on its own context. queue says the attempt
+// forward calls Gmail with raw, the message of a job already logged as
+// forwarding, and records the outcome. The call runs on its own context.
+// Nothing may fail between the forwarding commit and the call but the
+// call itself, so raw is read before the attempt is logged. queue says the attempt
 // may wait: an attempt Gmail did not take (a rate limit, or not reached)
 // then goes back to the outbox's queue instead of ending failed. tm, when
 // non-nil, gets the Gmail call's and the outcome commit's durations.
 func (s *Service) forward(ctx context.Context, box *Mailbox, job acceptlog.Job, raw []byte, d faultmodes.Decision, queue bool, tm *Timing) (Result, error) {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
-	if raw == nil {
-		var err error
-		if raw, err = s.log.Raw(ctx, job.MessageID); err != nil {
-			return Result{}, fmt.Errorf("read stored message %s: %w", job.MessageID, err)
-		}
-	}
 	s.point(CrashAfterForwardingLogged)
 	// The call and the outcome's record run on a context the caller
 	// cannot cancel.
@@ -305,6 +301,18 @@ func (s *Service) attempt(ctx context.Context, id string, from []acceptlog.State
 		return Result{Job: cur, Fault: d}, &Error{Code: CodeRateLimited, RetryAfter: 1,
 			Message: "fault fail-before-forward injected (rule " + d.RuleID + ") on delivery: nothing was sent; the job stays queued"}
 	}
+	// The message is read before the attempt is logged: a forwarding line
+	// with nothing to send (retention pruned the message, or the read
+	// failed) would leave the job in flight with nothing in flight.
+	raw, err := s.log.Raw(ctx, id)
+	if err != nil {
+		s.giveBack(box, faultmodes.Decision{}, d, true)
+		if errors.Is(err, acceptlog.ErrNotFound) {
+			return Result{}, &Error{Code: CodeConflict,
+				Message: "the job's message is no longer stored (retention pruned it): it cannot be sent again"}
+		}
+		return Result{}, fmt.Errorf("read stored message %s: %w", id, err)
+	}
 	var adm admission
 	job, _, err := s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
 		if cur == nil {
@@ -333,7 +341,7 @@ func (s *Service) attempt(ctx context.Context, id string, from []acceptlog.State
 	if adm == admitFailed {
 		return Result{Job: job, Fault: d}, nil
 	}
-	return s.forward(ctx, box, job, nil, d, mode == takeDelivery, nil)
+	return s.forward(ctx, box, job, raw, d, mode == takeDelivery, nil)
 }
 
 func stateIn(s acceptlog.State, set []acceptlog.State) bool {

@@ -218,7 +218,10 @@ func (s *Service) Lease() time.Duration { return 2 * s.timeout }
 // whose attempt started (UpdatedAt) more than Lease ago: its owner, this
 // process or another replica on a shared log, died before recording the
 // outcome. The sweeper calls it on every pass on a shared log. An owner
-// that records late still moves the job on (unknown → sent is allowed).
+// that is only late (its Gmail call outlived twice its own deadline) finds
+// the job no longer forwarding and records nothing (its caller gets an
+// error); the job is then the sweeper's, like any unknown one: a send
+// Gmail took is found by search (or goes to review on a review channel).
 func (s *Service) RecoverExpired(ctx context.Context) (int, error) {
 	jobs, err := s.log.ByState(ctx, acceptlog.StateForwarding, 0)
 	if err != nil {
