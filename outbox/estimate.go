@@ -43,6 +43,7 @@ func Estimate(ctx context.Context, svc *relay.Service) (Snapshot, map[string]tim
 	if err != nil {
 		return Snapshot{}, nil, err
 	}
+	held := heldMailboxes(svc, jobs)
 	now := svc.Now()
 	type line struct {
 		next       time.Time
@@ -59,7 +60,7 @@ func Estimate(ctx context.Context, svc *relay.Service) (Snapshot, map[string]tim
 		perMin := float64(q.PerMinute()) * 0.9
 		_, quotaWait := q.AvailableDelivery(relay.UnitsSend)
 		_, budgetWait := b.Available()
-		lines[m] = &line{next: now.Add(quotaWait), step: time.Duration(float64(relay.UnitsSend) / perMin * float64(time.Minute)),
+		lines[m] = &line{next: latest(now.Add(quotaWait), held[m]), step: time.Duration(float64(relay.UnitsSend) / perMin * float64(time.Minute)),
 			budgetWait: budgetWait, snap: MailboxSnapshot{BudgetLeft: b.Left(), DailyLimit: b.Limit()}, oldest: now}
 		order = append(order, m)
 	}
@@ -81,9 +82,6 @@ func Estimate(ctx context.Context, svc *relay.Service) (Snapshot, map[string]tim
 		if !j.SendAt.IsZero() && j.SendAt.After(at) {
 			at = j.SendAt
 		}
-		if t := relay.HeldUntil(j); t.After(at) {
-			at = t
-		}
 		if l.snap.BudgetLeft >= 0 && l.snap.Depth >= l.snap.BudgetLeft {
 			at = at.Add(max(l.budgetWait, time.Second))
 		}
@@ -100,4 +98,12 @@ func Estimate(ctx context.Context, svc *relay.Service) (Snapshot, map[string]tim
 	}
 	snap.OldestAge = now.Sub(oldest).Seconds()
 	return snap, etas, nil
+}
+
+// latest is the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

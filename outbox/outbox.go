@@ -144,6 +144,15 @@ func (o *Outbox) RunOnce(ctx context.Context) (Result, error) {
 	if err != nil {
 		return res, err
 	}
+	all := jobs
+	if _, shared := o.log.(acceptlog.QueueClaimer); shared {
+		// Another replica's held job holds this replica's deliveries of
+		// its mailbox too.
+		if all, err = o.log.ByState(ctx, acceptlog.StateQueued, 0); err != nil {
+			return res, err
+		}
+	}
+	held := heldMailboxes(o.svc, all)
 	waiting := map[*relay.Mailbox]bool{} // mailboxes done for this pass
 	hold := func(m *relay.Mailbox, wait time.Duration) {
 		waiting[m] = true
@@ -167,7 +176,7 @@ func (o *Outbox) RunOnce(ctx context.Context) (Result, error) {
 		if !j.SendAt.IsZero() && j.SendAt.After(now) {
 			wait = j.SendAt.Sub(now)
 		}
-		if t := relay.HeldUntil(j); t.After(now) {
+		if t := held[m]; t.After(now) {
 			wait = max(wait, t.Sub(now))
 		}
 		if ok, in := m.Budget().Available(); !ok {
@@ -216,6 +225,23 @@ func (o *Outbox) RunOnce(ctx context.Context) (Result, error) {
 	}
 	o.logPass(res)
 	return res, nil
+}
+
+// heldMailboxes returns, per mailbox, the latest relay.HeldUntil of the
+// queued jobs: while one of them waits after not reaching Gmail, the whole
+// mailbox does, as it waits behind its head job on one relay.
+func heldMailboxes(svc *relay.Service, queued []acceptlog.Job) map[*relay.Mailbox]time.Time {
+	held := map[*relay.Mailbox]time.Time{}
+	for _, j := range queued {
+		t := relay.HeldUntil(j)
+		if t.IsZero() {
+			continue
+		}
+		if m, err := svc.MailboxOf(j.Mailbox); err == nil && t.After(held[m]) {
+			held[m] = t
+		}
+	}
+	return held
 }
 
 func (o *Outbox) logPass(res Result) {

@@ -11,6 +11,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/relay"
+	"github.com/gmailrelay/gmailrelay/sweeper"
 )
 
 // lastLine is the newest line of a job.
@@ -131,6 +132,48 @@ func TestEmulatorGmailNotReachedQueuesTheJobAndTheOutboxBacksOff(t *testing.T) {
 	}
 	if n := e.emu.Deliveries(p.MessageID); n != 1 {
 		t.Errorf("deliveries %d, want 1", n)
+	}
+	e.checkLog()
+}
+
+// Attempts that went back to the queue sent nothing, so they do not use up
+// the channel's max_attempts (3 by default): a job whose delivery did not
+// reach Gmail twice and then met an ambiguous 5xx is still resent by the
+// sweeper once its searches miss, and delivered once — not handed to a
+// human for max_attempts.
+func TestEmulatorRequeuedAttemptsDoNotUseUpMaxAttempts(t *testing.T) {
+	u := &unreachable{}
+	u.left.Store(2)
+	te := testenv.New(t, testenv.Options{Configure: func(c *relay.Config) { u.Provider = c.Provider; c.Provider = u }})
+	e := newEnvFrom(t, te)
+	ctx := context.Background()
+	p := e.prepare(0)
+	e.send(0) // attempt 1: not reached → queued
+	e.clock.Advance(5 * time.Second)
+	if _, err := e.box.RunOnce(ctx); err != nil { // attempt 2: not reached → queued
+		t.Fatal(err)
+	}
+	if _, err := e.emu.AddFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionError, Status: 500}); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(10 * time.Second)
+	if _, err := e.box.RunOnce(ctx); err != nil { // attempt 3: 500 → unknown
+		t.Fatal(err)
+	}
+	if j := e.te.Job(p.MessageID); j.State != acceptlog.StateUnknown || j.Attempts != 3 {
+		t.Fatalf("after the deliveries: %s after %d attempts; want unknown after 3", j.State, j.Attempts)
+	}
+	sw := sweeper.New(sweeper.ConfigFor(e.svc))
+	j := e.te.Job(p.MessageID)
+	for i := 0; i < 100 && (j.State == acceptlog.StateUnknown || j.State == acceptlog.StateForwarding); i++ {
+		e.clock.Advance(time.Minute)
+		if _, err := sw.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		j = e.te.Job(p.MessageID)
+	}
+	if j.State != acceptlog.StateSent || e.emu.Deliveries(p.MessageID) != 1 {
+		t.Fatalf("after the sweeper: %s (%s), %d deliveries; want resent and sent once", j.State, j.LastReason, e.emu.Deliveries(p.MessageID))
 	}
 	e.checkLog()
 }

@@ -325,8 +325,9 @@ func (p *pass) retry(ctx context.Context, j acceptlog.Job) (bool, error) {
 }
 
 // attemptsUsed is the job's attempts that count against MaxAttempts: every
-// attempt but those Gmail refused with a rate limit (which sent nothing and
-// must never use up a job's attempts).
+// attempt but those Gmail refused with a rate limit and those that went
+// back to the outbox's queue (Gmail rate-limited them or was not reached):
+// they sent nothing and must never use up a job's attempts.
 func (p *pass) attemptsUsed(ctx context.Context, j acceptlog.Job, ch policy.Channel) (int, error) {
 	if j.Attempts < ch.MaxAttempts {
 		return j.Attempts, nil // the common case, without reading lines
@@ -337,7 +338,7 @@ func (p *pass) attemptsUsed(ctx context.Context, j acceptlog.Job, ch policy.Chan
 	}
 	used := j.Attempts
 	for _, l := range lines {
-		if l.Kind == acceptlog.KindNotSent && l.Reason == acceptlog.ReasonRateLimited {
+		if l.Kind == acceptlog.KindNotSent && (l.Reason == acceptlog.ReasonRateLimited || l.State == acceptlog.StateQueued) {
 			used--
 		}
 	}

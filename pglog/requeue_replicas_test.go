@@ -1,0 +1,113 @@
+package pglog_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/gmailapi"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/outbox"
+	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// gmailDown is a Provider whose sends do not reach Gmail while down is set.
+type gmailDown struct {
+	relay.Provider
+	down  atomic.Bool
+	calls atomic.Int32
+}
+
+func (g *gmailDown) Send(ctx context.Context, mailbox string, raw []byte, threadID string) (relay.SentMessage, error) {
+	g.calls.Add(1)
+	if g.down.Load() {
+		return relay.SentMessage{}, &relay.NotReachedError{Err: errors.New("dial tcp: connection refused")}
+	}
+	return g.Provider.Send(ctx, mailbox, raw, threadID)
+}
+
+// While Gmail cannot be reached, a mailbox's deliveries wait behind the
+// job that did not reach it on every replica, as on one: two replicas on
+// one database, six queued jobs, Gmail down for 10 s with both outboxes
+// passing every second make the calls one replica makes (5 s, then 10 s
+// backoff: 2), not one per job and replica. Before, each replica's claims
+// held a different head, so every job was tried (11 calls), each attempt
+// counting against the daily budget. Once Gmail is back, all six are
+// delivered once.
+func TestEmulatorGmailUnreachableHoldsTheMailboxOnEveryReplica(t *testing.T) {
+	url := databaseURL(t)
+	schema := freshSchema(t, url)
+	ctx := context.Background()
+	clock := testclock.New()
+	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{Now: clock.Now})
+	gm, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: emuURL, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov := &gmailDown{Provider: gm}
+	pol := policy.Default()
+	pol.VerifyHandle = policy.VerifyNever
+	var svcs []*relay.Service
+	var boxes []*outbox.Outbox
+	for range 2 {
+		svc, err := relay.New(ctx, relay.Config{Log: open(t, url, schema, clock.Now), Provider: prov, Policy: pol,
+			Quota: relay.NewQuota(1_000_000, clock.Now), Now: clock.Now, SendTimeout: 10 * time.Second, Logger: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ob, err := outbox.New(outbox.Config{Service: svc, Logger: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svcs, boxes = append(svcs, svc), append(boxes, ob)
+	}
+	pass := func() {
+		t.Helper()
+		for _, ob := range boxes {
+			if _, err := ob.RunOnce(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clock.Advance(time.Second)
+	}
+	var ids []string
+	for i := range 6 {
+		p, err := relay.Prepare(relay.SendRequest{Key: fmt.Sprintf("down:%d", i), To: relay.AddressList{"a@example.org"},
+			Subject: "s", Text: "b"}, "", pol.MsgIDDomain, clock.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.SendAt = clock.Now().Add(time.Minute)
+		if _, err := svcs[0].Send(ctx, p, relay.SendOptions{Queue: true}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, p.MessageID)
+		clock.Advance(time.Millisecond)
+	}
+	prov.down.Store(true)
+	clock.Advance(time.Minute)
+	for range 10 {
+		pass()
+	}
+	if n := prov.calls.Load(); n > 2 {
+		t.Errorf("%d send calls to an unreachable Gmail in 10 s over two replicas; want at most 2 (the head job, 5 s backoff)", n)
+	}
+	prov.down.Store(false)
+	for range 120 {
+		pass()
+	}
+	for _, id := range ids {
+		j, err := svcs[0].Log().Get(ctx, id)
+		if err != nil || j.State != acceptlog.StateSent || emu.Deliveries(id) != 1 {
+			t.Errorf("%s: %s, %d deliveries, %v; want sent once", id, j.State, emu.Deliveries(id), err)
+		}
+	}
+}
