@@ -97,15 +97,21 @@ func (u *unreachable) Send(ctx context.Context, mailbox string, raw []byte, thre
 	return u.Provider.Send(ctx, mailbox, raw, threadID)
 }
 
+// newUnreachableEnv is an env whose first n sends do not reach Gmail.
+func newUnreachableEnv(t *testing.T, n int32) (*env, *unreachable) {
+	t.Helper()
+	u := &unreachable{}
+	u.left.Store(n)
+	te := testenv.New(t, testenv.Options{Configure: func(c *relay.Config) { u.Provider = c.Provider; c.Provider = u }})
+	return newEnvFrom(t, te), u
+}
+
 // CONTRACT, "Outbox": Gmail unreachable before anything was sent → the job
 // is logged queued. The outbox then leaves it alone for a backoff read off
 // the job (5 s, then 10 s: relay.HeldUntil) — a wake-up does not make it
 // hammer a Gmail it cannot reach — and delivers it once Gmail answers.
 func TestEmulatorGmailNotReachedQueuesTheJobAndTheOutboxBacksOff(t *testing.T) {
-	u := &unreachable{}
-	u.left.Store(2)
-	te := testenv.New(t, testenv.Options{Configure: func(c *relay.Config) { u.Provider = c.Provider; c.Provider = u }})
-	e := newEnvFrom(t, te)
+	e, u := newUnreachableEnv(t, 2)
 	ctx := context.Background()
 	p := e.prepare(0)
 	if res := e.send(0); res.Job.State != acceptlog.StateQueued || res.Job.LastReason != acceptlog.ReasonNotReached {
@@ -142,10 +148,7 @@ func TestEmulatorGmailNotReachedQueuesTheJobAndTheOutboxBacksOff(t *testing.T) {
 // sweeper once its searches miss, and delivered once — not handed to a
 // human for max_attempts.
 func TestEmulatorRequeuedAttemptsDoNotUseUpMaxAttempts(t *testing.T) {
-	u := &unreachable{}
-	u.left.Store(2)
-	te := testenv.New(t, testenv.Options{Configure: func(c *relay.Config) { u.Provider = c.Provider; c.Provider = u }})
-	e := newEnvFrom(t, te)
+	e, _ := newUnreachableEnv(t, 2)
 	ctx := context.Background()
 	p := e.prepare(0)
 	e.send(0) // attempt 1: not reached → queued

@@ -16,8 +16,6 @@ import (
 	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
-	"github.com/gmailrelay/gmailrelay/gmailapi"
-	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -132,11 +130,7 @@ func TestTwoReplicasSweepersSearchEachDueJobOnce(t *testing.T) {
 	schema := freshSchema(t, url)
 	ctx := context.Background()
 	clock := testclock.New()
-	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{Now: clock.Now})
-	gm, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: emuURL, Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	emu, gm := emulatorGmail(t, clock)
 	pol := policy.Default()
 	pol.MsgIDDomain = "claim.example"
 	pol.VerifyHandle = policy.VerifyNever

@@ -47,11 +47,7 @@ func TestEmulatorGmailUnreachableHoldsTheMailboxOnEveryReplica(t *testing.T) {
 	schema := freshSchema(t, url)
 	ctx := context.Background()
 	clock := testclock.New()
-	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{Now: clock.Now})
-	gm, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: emuURL, Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	emu, gm := emulatorGmail(t, clock)
 	prov := &gmailDown{Provider: gm}
 	pol := policy.Default()
 	pol.VerifyHandle = policy.VerifyNever
@@ -110,4 +106,15 @@ func TestEmulatorGmailUnreachableHoldsTheMailboxOnEveryReplica(t *testing.T) {
 			t.Errorf("%s: %s, %d deliveries, %v; want sent once", id, j.State, emu.Deliveries(id), err)
 		}
 	}
+}
+
+// emulatorGmail is the Gmail emulator on clock and Google's client for it.
+func emulatorGmail(t *testing.T, clock *testclock.Clock) (*gmailfake.Server, *gmailapi.Client) {
+	t.Helper()
+	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{Now: clock.Now})
+	gm, err := gmailapi.New(context.Background(), gmailapi.Config{Endpoint: emuURL, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return emu, gm
 }
