@@ -2,8 +2,6 @@ package outbox_test
 
 import (
 	"context"
-	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,26 +80,11 @@ func TestEmulatorGmailRateLimitWithoutQueueingFailsTheJob(t *testing.T) {
 	e.checkLog()
 }
 
-// unreachable is a Provider whose first n sends never reach Gmail.
-type unreachable struct {
-	relay.Provider
-	left  atomic.Int32
-	calls atomic.Int32
-}
-
-func (u *unreachable) Send(ctx context.Context, mailbox string, raw []byte, threadID string) (relay.SentMessage, error) {
-	u.calls.Add(1)
-	if u.left.Add(-1) >= 0 {
-		return relay.SentMessage{}, &relay.NotReachedError{Err: errors.New("dial tcp: connection refused")}
-	}
-	return u.Provider.Send(ctx, mailbox, raw, threadID)
-}
-
 // newUnreachableEnv is an env whose first n sends do not reach Gmail.
-func newUnreachableEnv(t *testing.T, n int32) (*env, *unreachable) {
+func newUnreachableEnv(t *testing.T, n int32) (*env, *testenv.Unreachable) {
 	t.Helper()
-	u := &unreachable{}
-	u.left.Store(n)
+	u := &testenv.Unreachable{}
+	u.Left.Store(n)
 	te := testenv.New(t, testenv.Options{Configure: func(c *relay.Config) { u.Provider = c.Provider; c.Provider = u }})
 	return newEnvFrom(t, te), u
 }
@@ -132,7 +115,7 @@ func TestEmulatorGmailNotReachedQueuesTheJobAndTheOutboxBacksOff(t *testing.T) {
 		if _, err := e.box.RunOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if got, st := u.calls.Load(), e.state(p); got != step.calls || st != step.state {
+		if got, st := u.Calls.Load(), e.state(p); got != step.calls || st != step.state {
 			t.Fatalf("after +%s: %d send calls, %s; want %d, %s", step.advance, got, st, step.calls, step.state)
 		}
 	}

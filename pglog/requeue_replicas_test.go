@@ -2,9 +2,7 @@ package pglog_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,25 +12,11 @@ import (
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/outbox"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
-
-// gmailDown is a Provider whose sends do not reach Gmail while down is set.
-type gmailDown struct {
-	relay.Provider
-	down  atomic.Bool
-	calls atomic.Int32
-}
-
-func (g *gmailDown) Send(ctx context.Context, mailbox string, raw []byte, threadID string) (relay.SentMessage, error) {
-	g.calls.Add(1)
-	if g.down.Load() {
-		return relay.SentMessage{}, &relay.NotReachedError{Err: errors.New("dial tcp: connection refused")}
-	}
-	return g.Provider.Send(ctx, mailbox, raw, threadID)
-}
 
 // While Gmail cannot be reached, a mailbox's deliveries wait behind the
 // job that did not reach it on every replica, as on one: two replicas on
@@ -48,7 +32,7 @@ func TestEmulatorGmailUnreachableHoldsTheMailboxOnEveryReplica(t *testing.T) {
 	ctx := context.Background()
 	clock := testclock.New()
 	emu, gm := emulatorGmail(t, clock)
-	prov := &gmailDown{Provider: gm}
+	prov := &testenv.Unreachable{Provider: gm}
 	pol := policy.Default()
 	pol.VerifyHandle = policy.VerifyNever
 	var svcs []*relay.Service
@@ -88,15 +72,15 @@ func TestEmulatorGmailUnreachableHoldsTheMailboxOnEveryReplica(t *testing.T) {
 		ids = append(ids, p.MessageID)
 		clock.Advance(time.Millisecond)
 	}
-	prov.down.Store(true)
+	prov.Down.Store(true)
 	clock.Advance(time.Minute)
 	for range 10 {
 		pass()
 	}
-	if n := prov.calls.Load(); n > 2 {
+	if n := prov.Calls.Load(); n > 2 {
 		t.Errorf("%d send calls to an unreachable Gmail in 10 s over two replicas; want at most 2 (the head job, 5 s backoff)", n)
 	}
-	prov.down.Store(false)
+	prov.Down.Store(false)
 	for range 120 {
 		pass()
 	}
