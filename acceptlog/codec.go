@@ -65,7 +65,7 @@ func jobStrings(j *Job) [11]string {
 
 // jobSize bounds the length of j's record (see appendJob).
 func jobSize(j *Job, seqs []byte) int {
-	n := 1 + 7*binary.MaxVarintLen64 + 6*maxTimeSize + listSize(j.LabelIDs) + len(seqs)
+	n := 1 + 7*binary.MaxVarintLen64 + 7*maxTimeSize + listSize(j.LabelIDs) + len(seqs)
 	for _, s := range jobStrings(j) {
 		n += binary.MaxVarintLen64 + len(s)
 	}
@@ -105,7 +105,9 @@ func appendJob(b []byte, j *Job, seqs []byte) []byte {
 	b = appendTime(b, j.UpdatedAt)
 	b = appendTime(b, j.PrunedAt)
 	b = binary.AppendUvarint(b, uint64(len(seqs)))
-	return append(b, seqs...)
+	b = append(b, seqs...)
+	// Added after the seqs: a record without it (older) reads as zero.
+	return appendTime(b, j.LeaseUntil)
 }
 
 // decodeJob reads a record written by encodeJob or an older JSON one. The
@@ -154,6 +156,7 @@ func decodeJobRecord(v []byte, j *Job) (seqList, error) {
 	j.UpdatedAt = d.time()
 	j.PrunedAt = d.time()
 	seqs := seqList(d.string())
+	j.LeaseUntil = d.time()
 	if d.err != nil {
 		return "", d.err
 	}

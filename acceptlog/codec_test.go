@@ -182,13 +182,21 @@ func TestCutRecords(t *testing.T) {
 	}
 	// The fields before PrunedAt, then the record ends: PrunedAt is zero
 	// and the record lists no line seqs.
-	j.PrunedAt = time.Time{}
+	j.PrunedAt, j.LeaseUntil = time.Time{}, time.Time{}
 	short := encodeJob(&j, nil)
-	short = short[:len(short)-2] // drop the zero PrunedAt's length byte and the empty seqs
+	short = short[:len(short)-3] // drop the zero PrunedAt's length byte, the empty seqs and the zero lease
 	var got Job
 	seqs, err := decodeJobRecord(short, &got)
 	if err != nil || !got.PrunedAt.IsZero() || got.MessageID != j.MessageID || seqs != "" {
 		t.Errorf("record without its last fields: %+v, %q, %v", got, seqs, err)
+	}
+	// A record from before LeaseUntil: it ends after the seqs.
+	pre := encodeJob(&j, encodeSeqs([]uint64{4, 9}))
+	pre = pre[:len(pre)-1]
+	got = Job{LeaseUntil: time.Now()}
+	seqs, err = decodeJobRecord(pre, &got)
+	if all, _ := seqs.seqs(); err != nil || !got.LeaseUntil.IsZero() || len(all) != 2 {
+		t.Errorf("record without a lease: lease %v, seqs %q, %v; want zero lease, 2 seqs", got.LeaseUntil, seqs, err)
 	}
 }
 

@@ -80,7 +80,7 @@ func makeOld(t *testing.T, path string, index func(seq uint64) bool) {
 				return err
 			}
 			old := encodeJob(&j, nil)
-			old = old[:len(old)-1] // no seqs field: the record ended at PrunedAt
+			old = old[:len(old)-2] // no seqs field, no lease: the record ended at PrunedAt
 			if i%3 == 0 {
 				var err error
 				if old, err = json.Marshal(&j); err != nil {

@@ -1,6 +1,9 @@
 package acceptlog
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // StateQueued: accepted and durable, waiting for budget or for send_at.
 // The delivery loop moves it to forwarding, a human or the caller to
@@ -58,8 +61,12 @@ func checkTransition(from, to State) error {
 }
 
 // Move sets the job's state and the line's together, so that the job's
-// state is the fold of its lines, and returns the line.
+// state is the fold of its lines, and returns the line. A job leaving
+// forwarding loses its lease.
 func Move(j *Job, to State, line Line) Line {
 	j.State, line.State = to, to
+	if to != StateForwarding {
+		j.LeaseUntil = time.Time{}
+	}
 	return line
 }

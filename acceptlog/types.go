@@ -172,6 +172,13 @@ type Job struct {
 	// and its effect, resolved and last state lines, so the front door still
 	// replays it and refuses a different message under its key.
 	PrunedAt time.Time `json:"pruned_at,omitzero"`
+	// LeaseUntil, while the job is forwarding, is when the attempt in
+	// flight stops belonging to the process that started it: the
+	// attempt's start plus that process's lease (twice its Gmail
+	// deadline). Past it, any replica may turn the job unknown. Zero in
+	// every other state (Move clears it), and on jobs an older gmailrelay
+	// started (their lease is the recovering process's own).
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
 }
 
 // Errors returned by the log.

@@ -24,6 +24,10 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 		Action string `json:"action"`
 		Note   string `json:"note"`
 		Actor  string `json:"actor"`
+		// ExpectAttempts, when given, is the job's attempts as the
+		// caller saw them: a job that has made another attempt since
+		// is 409, so a stale decision never resends.
+		ExpectAttempts *int `json:"expect_attempts"`
 	}
 	if err := decodeStrict(r, &body); err != nil {
 		writeError(w, r, err)
@@ -33,7 +37,15 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	if actor == "" {
 		actor = "admin"
 	}
-	res, err := s.svc.Resolve(r.Context(), id, body.Action, body.Note, actor)
+	seen := relay.AnyAttempts
+	if body.ExpectAttempts != nil {
+		if *body.ExpectAttempts < 0 {
+			writeError(w, r, relay.Invalid("expect_attempts", "expect_attempts must be a count of attempts (0 or more), not %d", *body.ExpectAttempts))
+			return
+		}
+		seen = *body.ExpectAttempts
+	}
+	res, err := s.svc.Resolve(r.Context(), id, body.Action, body.Note, actor, seen)
 	if err != nil {
 		writeErrorFor(w, r, err, id, res.Job.State)
 		return

@@ -616,7 +616,14 @@ func TestEmulatorReviewResolveAndSweep(t *testing.T) {
 	if r := e.must("POST", path, adminToken, map[string]any{"action": "mark-sent", "note": "seen in Sent", "typo": 1}); r.status != 400 {
 		t.Errorf("resolve with an unknown field: %d, want 400", r.status)
 	}
-	r = e.must("POST", path, adminToken, map[string]any{"action": "mark-sent", "note": "seen in Sent"})
+	if r := e.must("POST", path, adminToken, map[string]any{"action": "mark-sent", "expect_attempts": -1}); r.status != 400 || !strings.Contains(string(r.raw), "expect_attempts") {
+		t.Errorf("resolve with a negative expect_attempts: %d %s, want 400 naming it", r.status, r.raw)
+	}
+	// A decision taken when the job had made no attempt yet is stale now.
+	if r := e.must("POST", path, adminToken, map[string]any{"action": "retry", "expect_attempts": 0}); r.status != 409 {
+		t.Errorf("resolve with a stale expect_attempts: %d %s, want 409", r.status, r.raw)
+	}
+	r = e.must("POST", path, adminToken, map[string]any{"action": "mark-sent", "note": "seen in Sent", "expect_attempts": 1})
 	if r.status != 200 || r.body["state"] != "sent" {
 		t.Fatalf("resolve: %d %s", r.status, r.raw)
 	}

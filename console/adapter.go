@@ -48,8 +48,8 @@ func (s *service) Lines(ctx context.Context, after uint64, limit int) ([]acceptl
 	return s.svc.Log().Lines(ctx, after, limit)
 }
 
-func (s *service) Resolve(ctx context.Context, id, action, note, actor string) (acceptlog.Job, error) {
-	res, err := s.svc.Resolve(ctx, id, action, note, actor)
+func (s *service) Resolve(ctx context.Context, id, action, note, actor string, seen int) (acceptlog.Job, error) {
+	res, err := s.svc.Resolve(ctx, id, action, note, actor, seen)
 	return res.Job, err
 }
 

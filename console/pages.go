@@ -327,7 +327,15 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request, s *session) er
 	case !utf8.ValidString(note) || utf8.RuneCountInString(note) > maxNote:
 		return errBadInput("The note must be text of at most 2000 characters. Nothing was changed.")
 	}
-	if _, err := c.relay.Resolve(r.Context(), id, action, note, Actor); err != nil {
+	seen := relay.AnyAttempts
+	if v := r.PostForm.Get("expect_attempts"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return errBadInput("The form is damaged (expect_attempts is not a count). Reload the job's page. Nothing was changed.")
+		}
+		seen = n
+	}
+	if _, err := c.relay.Resolve(r.Context(), id, action, note, Actor, seen); err != nil {
 		return err
 	}
 	c.logger.Info().Str("message_id", id).Str("action", action).Str("actor", Actor).Msg("job resolved in the console")

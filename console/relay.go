@@ -31,9 +31,11 @@ type Relay interface {
 	// as acceptlog.Log.Lines does.
 	Lines(ctx context.Context, after uint64, limit int) (lines []acceptlog.Line, next uint64, err error)
 	// Resolve applies a human decision (relay.ActionMarkSent, ActionRetry,
-	// ActionAbandon) with the actor and note written on the resolved line.
-	// Errors are *relay.Error (not_found, invalid_argument, conflict).
-	Resolve(ctx context.Context, messageID, action, note, actor string) (acceptlog.Job, error)
+	// ActionAbandon) with the actor and note written on the resolved line,
+	// refused when the job has made another attempt than the seen ones
+	// (relay.AnyAttempts: not known). Errors are *relay.Error (not_found,
+	// invalid_argument, conflict).
+	Resolve(ctx context.Context, messageID, action, note, actor string, seen int) (acceptlog.Job, error)
 	// Mailboxes returns the state of each mailbox the relay sends from.
 	Mailboxes(ctx context.Context) ([]Mailbox, error)
 	// Channels returns the policy's channel names, sorted.

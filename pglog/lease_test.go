@@ -15,6 +15,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/sweeper"
@@ -111,5 +112,64 @@ func TestReplicaKilledMidAttemptIsTakenOverAfterItsLease(t *testing.T) {
 	}
 	if got := emu.Deliveries(id); got != 1 {
 		t.Errorf("emulator results: %d deliveries of %s, want 1", got, id)
+	}
+}
+
+// The lease is the owner's: replica A waits up to 5 minutes on Gmail,
+// replica B only 10 s. Thirty seconds into A's call (past B's own lease,
+// well within A's), B takes nothing; A's answer is recorded: sent, with
+// its effect line. Before, B turned the job unknown (lease_expired) at 20 s
+// and A's confirmed send lost its effect and its caller got an error.
+// Past A's lease, B takes the next stuck attempt as before.
+func TestEmulatorLeaseIsTheOwnersNotTheRecoverers(t *testing.T) {
+	url := databaseURL(t)
+	schema := freshSchema(t, url)
+	ctx := context.Background()
+	clock := testclock.New()
+	_, gm := emulatorGmail(t, clock)
+	pol := policy.Default()
+	pol.VerifyHandle = policy.VerifyNever
+	newService := func(p relay.Provider, timeout time.Duration) *relay.Service {
+		t.Helper()
+		svc, err := relay.New(ctx, relay.Config{Log: open(t, url, schema, clock.Now), Provider: p, Policy: pol,
+			Now: clock.Now, SendTimeout: timeout, Logger: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return svc
+	}
+	stuck := &stuckProvider{Provider: gm, forwarded: make(chan struct{}), release: make(chan struct{})}
+	a := newService(stuck, 5*time.Minute)
+	b := newService(gm, 10*time.Second)
+	p, err := relay.Prepare(relay.SendRequest{Key: "lease:owner", To: relay.AddressList{"a@example.org"}, Subject: "s", Text: "b"},
+		"", pol.MsgIDDomain, clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		res relay.Result
+		err error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		res, err := a.Send(ctx, p, relay.SendOptions{})
+		answered <- answer{res, err}
+	}()
+	<-stuck.forwarded
+	clock.Advance(30 * time.Second)
+	if n, err := b.RecoverExpired(ctx); err != nil || n != 0 {
+		t.Errorf("B recovered %d jobs (%v) 30 s into A's 10 min lease, want 0", n, err)
+	}
+	close(stuck.release)
+	got := <-answered
+	if got.err != nil || got.res.Job.State != acceptlog.StateSent {
+		t.Fatalf("A's answer: %s, %v; want sent", got.res.Job.State, got.err)
+	}
+	j, err := b.Log().Get(ctx, p.MessageID)
+	if err != nil || j.State != acceptlog.StateSent || j.Effects != 1 || !j.LeaseUntil.IsZero() {
+		t.Errorf("job: %s, %d effects, lease %v (%v); want sent with one effect and no lease", j.State, j.Effects, j.LeaseUntil, err)
+	}
+	if lines, _ := b.Log().JobLines(ctx, p.MessageID); testenv.Count(lines, acceptlog.KindEffect) != 1 {
+		t.Errorf("effect lines = %d, want 1 (A's answer)", testenv.Count(lines, acceptlog.KindEffect))
 	}
 }

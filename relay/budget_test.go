@@ -303,7 +303,7 @@ func TestResolveRetryRefusedForQuotaWritesNoResolvedLine(t *testing.T) {
 	p := e.inReview(ctx, "resolve-quota")
 	before := len(e.lines(p.MessageID))
 	e.svc.Quota().Pause(time.Hour)
-	_, err := e.svc.Resolve(ctx, p.MessageID, relay.ActionRetry, "try again", "op")
+	_, err := e.svc.Resolve(ctx, p.MessageID, relay.ActionRetry, "try again", "op", relay.AnyAttempts)
 	if relay.ErrorCode(err) != relay.CodeRateLimited {
 		t.Fatalf("resolve retry with no quota: %v, want rate_limited", err)
 	}

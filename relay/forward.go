@@ -262,28 +262,40 @@ func (s *Service) RecordHandle(ctx context.Context, id, stored string) error {
 	return nil
 }
 
+// AnyAttempts, as the seen argument of Attempt or Resolve, means the
+// caller decided without a count of the job's attempts: the call fences on
+// the count it reads itself when it starts.
+const AnyAttempts = -1
+
 // Attempt makes a new attempt for an existing job with the same
 // Message-ID, through the same path as Send (fault rules apply). from lists
-// the states the job may be in; reason is written on the received line
-// (for example "sweeper_resend" or "resolved_retry"). The quota is taken
-// as background work unless foreground is set. Like Send, an attempt the
-// transaction then refuses (the job moved on: CodeConflict) gives back the
-// units and the fault rule's count it took.
-func (s *Service) Attempt(ctx context.Context, id string, from []acceptlog.State, reason acceptlog.Reason, foreground bool) (Result, error) {
+// the states the job may be in; seen is the number of attempts the job had
+// made when the caller decided on this one (or AnyAttempts): when another
+// attempt has been made since, the call is refused with CodeConflict and
+// nothing is sent, so two deciders (two replicas' sweepers, a sweeper and a
+// human) never both resend one ambiguous send. reason is written on the
+// received line (for example "sweeper_resend" or "resolved_retry"). The
+// quota is taken as background work unless foreground is set. Like Send,
+// an attempt the transaction then refuses (the job moved on: CodeConflict)
+// gives back the units and the fault rule's count it took.
+func (s *Service) Attempt(ctx context.Context, id string, from []acceptlog.State, seen int, reason acceptlog.Reason, foreground bool) (Result, error) {
 	mode := takeBackground
 	if foreground {
 		mode = takeForeground
 	}
-	return s.attempt(ctx, id, from, reason, mode, nil)
+	return s.attempt(ctx, id, from, seen, reason, mode, nil)
 }
 
 // attempt is Attempt; before, when set, makes the lines to write first in
 // the same transaction (a resolve retry's resolved line), so that they are
 // written exactly when the attempt starts.
-func (s *Service) attempt(ctx context.Context, id string, from []acceptlog.State, reason acceptlog.Reason, mode takeMode, before func(j *acceptlog.Job) []acceptlog.Line) (Result, error) {
+func (s *Service) attempt(ctx context.Context, id string, from []acceptlog.State, seen int, reason acceptlog.Reason, mode takeMode, before func(j *acceptlog.Job) []acceptlog.Line) (Result, error) {
 	cur, err := s.log.Get(ctx, id)
 	if err != nil {
 		return Result{}, err
+	}
+	if seen == AnyAttempts {
+		seen = cur.Attempts
 	}
 	box, err := s.jobMailbox(cur)
 	if err != nil {
@@ -318,8 +330,8 @@ func (s *Service) attempt(ctx context.Context, id string, from []acceptlog.State
 		if cur == nil {
 			return acceptlog.Change{}, acceptlog.ErrNotFound
 		}
-		if !stateIn(cur.State, from) {
-			return acceptlog.Change{}, &Error{Code: CodeConflict, Message: fmt.Sprintf("job is %s, not %v", cur.State, from)}
+		if err := fence(cur, from, seen); err != nil {
+			return acceptlog.Change{}, err
 		}
 		j := *cur
 		var lines []acceptlog.Line
@@ -344,6 +356,19 @@ func (s *Service) attempt(ctx context.Context, id string, from []acceptlog.State
 	return s.forward(ctx, box, job, raw, d, mode == takeDelivery, nil)
 }
 
+// fence refuses (CodeConflict) a change decided on a job that has moved
+// on: it is no longer in one of the from states, or it has made another
+// attempt than the seen ones (AnyAttempts: any number).
+func fence(cur *acceptlog.Job, from []acceptlog.State, seen int) error {
+	switch {
+	case !stateIn(cur.State, from):
+		return &Error{Code: CodeConflict, Message: fmt.Sprintf("job is %s, not %v", cur.State, from)}
+	case seen != AnyAttempts && cur.Attempts != seen:
+		return &Error{Code: CodeConflict, Message: fmt.Sprintf("job changed since the decision: it has made %d attempts, not %d; nothing was done", cur.Attempts, seen)}
+	}
+	return nil
+}
+
 func stateIn(s acceptlog.State, set []acceptlog.State) bool {
 	for _, v := range set {
 		if s == v {
@@ -364,9 +389,13 @@ const (
 // failed): mark-sent records that the message was sent (an effect line with
 // source human when none exists yet), retry makes one forced resend with
 // the same Message-ID, abandon gives up. Every resolution is a resolved
-// line carrying actor and note. Errors: CodeNotFound, CodeInvalid (action),
-// CodeConflict (the job's state does not allow it).
-func (s *Service) Resolve(ctx context.Context, id, action, note, actor string) (Result, error) {
+// line carrying actor and note. seen is the number of attempts the job had
+// made when the human looked (AnyAttempts: not known): a job that has made
+// another attempt since is refused, so a decision taken on a stale page
+// never resends a job a later attempt may have delivered. Errors:
+// CodeNotFound, CodeInvalid (action), CodeConflict (the job's state does
+// not allow it, or it changed since the human looked).
+func (s *Service) Resolve(ctx context.Context, id, action, note, actor string, seen int) (Result, error) {
 	resolvable := []acceptlog.State{acceptlog.StateReview, acceptlog.StateUnknown, acceptlog.StateFailed}
 	var target acceptlog.State
 	switch action {
@@ -378,7 +407,7 @@ func (s *Service) Resolve(ctx context.Context, id, action, note, actor string) (
 		// The resolved line is written with the attempt, in one
 		// transaction: an attempt refused (quota) leaves no trace of a
 		// retry that did not happen.
-		res, err := s.attempt(ctx, id, resolvable, acceptlog.ReasonResolvedRetry, takeForeground, func(j *acceptlog.Job) []acceptlog.Line {
+		res, err := s.attempt(ctx, id, resolvable, seen, acceptlog.ReasonResolvedRetry, takeForeground, func(j *acceptlog.Job) []acceptlog.Line {
 			return []acceptlog.Line{{Kind: acceptlog.KindResolved, Attempt: j.Attempts, Reason: acceptlog.ReasonRetry, Actor: actor, Note: note}}
 		})
 		if errors.Is(err, acceptlog.ErrNotFound) {
@@ -388,17 +417,20 @@ func (s *Service) Resolve(ctx context.Context, id, action, note, actor string) (
 	default:
 		return Result{}, Invalid("action", "action must be mark-sent, retry or abandon, not %q", action)
 	}
-	return s.resolveLine(ctx, id, action, note, actor, resolvable, target)
+	return s.resolveLine(ctx, id, action, note, actor, resolvable, seen, target)
 }
 
 // resolveLine writes the resolved line (and, with a target, the state).
-func (s *Service) resolveLine(ctx context.Context, id, action, note, actor string, from []acceptlog.State, target acceptlog.State) (Result, error) {
+func (s *Service) resolveLine(ctx context.Context, id, action, note, actor string, from []acceptlog.State, seen int, target acceptlog.State) (Result, error) {
 	j, _, err := s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
 		if cur == nil {
 			return acceptlog.Change{}, &Error{Code: CodeNotFound, Message: "no job with that Message-ID"}
 		}
 		if !stateIn(cur.State, from) {
 			return acceptlog.Change{}, &Error{Code: CodeConflict, Message: fmt.Sprintf("job is %s; only review, unknown or failed jobs can be resolved", cur.State)}
+		}
+		if err := fence(cur, from, seen); err != nil {
+			return acceptlog.Change{}, err
 		}
 		now := s.now()
 		j := *cur

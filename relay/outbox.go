@@ -123,7 +123,7 @@ func (s *Service) enqueue(ctx context.Context, box *Mailbox, p Prepared, o SendO
 // daily budget. A spent budget is CodeRateLimited (the job stays queued);
 // a job no longer queued is CodeConflict.
 func (s *Service) Deliver(ctx context.Context, id string) (Result, error) {
-	return s.attempt(ctx, id, []acceptlog.State{acceptlog.StateQueued}, acceptlog.ReasonOutbox, takeDelivery, nil)
+	return s.attempt(ctx, id, []acceptlog.State{acceptlog.StateQueued}, AnyAttempts, acceptlog.ReasonOutbox, takeDelivery, nil)
 }
 
 // Cancel abandons a queued job: a resolved line (actor, reason cancelled)

@@ -29,7 +29,7 @@ func TestEmulatorRetryOfAPrunedJobIsRefusedNotLeftForwarding(t *testing.T) {
 	if res, err := e.log.Prune(ctx, e.clock.Now(), 0); err != nil || res.Jobs != 1 {
 		t.Fatalf("prune: %+v, %v; want the failed job pruned", res, err)
 	}
-	_, err := e.svc.Resolve(ctx, p.MessageID, relay.ActionRetry, "try again", "test")
+	_, err := e.svc.Resolve(ctx, p.MessageID, relay.ActionRetry, "try again", "test", relay.AnyAttempts)
 	if relay.ErrorCode(err) != relay.CodeConflict {
 		t.Fatalf("resolve retry of a pruned job: %v; want CodeConflict", err)
 	}

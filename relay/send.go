@@ -280,7 +280,9 @@ func (s *Service) startAttempt(j *acceptlog.Job, lines []acceptlog.Line, d fault
 		return append(lines, acceptlog.Move(j, acceptlog.StateFailed, acceptlog.Line{Kind: acceptlog.KindNotSent, Attempt: j.Attempts,
 			Retryable: true, Reason: acceptlog.ReasonFaultInjected, RuleID: d.RuleID})), admitFailed
 	}
-	return append(lines, acceptlog.Move(j, acceptlog.StateForwarding, acceptlog.Line{Kind: acceptlog.KindForwarding, Attempt: j.Attempts})), admitForward
+	lines = append(lines, acceptlog.Move(j, acceptlog.StateForwarding, acceptlog.Line{Kind: acceptlog.KindForwarding, Attempt: j.Attempts}))
+	j.LeaseUntil = now.Add(s.Lease())
+	return lines, admitForward
 }
 
 // scheduleRetry lets the sweeper retry a retryable failure on a retry

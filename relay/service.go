@@ -215,10 +215,15 @@ func (s *Service) recover(ctx context.Context) (int, error) {
 func (s *Service) Lease() time.Duration { return 2 * s.timeout }
 
 // RecoverExpired turns unknown (reason lease_expired) every forwarding job
-// whose attempt started (UpdatedAt) more than Lease ago: its owner, this
-// process or another replica on a shared log, died before recording the
-// outcome. The sweeper calls it on every pass on a shared log. An owner
-// that is only late (its Gmail call outlived twice its own deadline) finds
+// whose lease has run out: its owner, this process or another replica on a
+// shared log, died before recording the outcome. The lease is the owner's
+// (Job.LeaseUntil, set from its own --send-timeout when the attempt
+// started), so a replica with a shorter timeout never takes an attempt a
+// slower owner is still waiting on; a job without one (started by an
+// older gmailrelay) gets this process's Lease from its start (UpdatedAt).
+// Replicas compare times from their own clocks: they must agree to well
+// within a lease (NTP). The sweeper calls it on every pass on a shared
+// log. An owner that is only late (its Gmail call outlived its lease) finds
 // the job no longer forwarding and records nothing (its caller gets an
 // error); the job is then the sweeper's, like any unknown one: a send
 // Gmail took is found by search (or goes to review on a review channel).
@@ -227,10 +232,14 @@ func (s *Service) RecoverExpired(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	cutoff := s.now().Add(-s.Lease())
+	now := s.now()
 	n := 0
 	for _, j := range jobs {
-		if !j.UpdatedAt.Before(cutoff) {
+		until := j.LeaseUntil
+		if until.IsZero() {
+			until = j.UpdatedAt.Add(s.Lease())
+		}
+		if !now.After(until) {
 			continue
 		}
 		_, err := s.markUnknown(ctx, j.MessageID, j.Attempts, Outcome{Verdict: Unknown, Reason: acceptlog.ReasonLeaseExpired}, "")

@@ -340,14 +340,14 @@ func TestEmulatorResolveReview(t *testing.T) {
 	e := newEnv(t, gmailfake.Options{})
 	ctx := context.Background()
 	p := e.inReview(ctx, "resolve-me")
-	if _, err := e.svc.Resolve(ctx, p.MessageID, "frobnicate", "", "op"); relay.ErrorCode(err) != relay.CodeInvalid {
+	if _, err := e.svc.Resolve(ctx, p.MessageID, "frobnicate", "", "op", relay.AnyAttempts); relay.ErrorCode(err) != relay.CodeInvalid {
 		t.Errorf("bad action: %v, want invalid_argument", err)
 	}
-	res, err := e.svc.Resolve(ctx, p.MessageID, relay.ActionMarkSent, "found it in Sent", "op")
+	res, err := e.svc.Resolve(ctx, p.MessageID, relay.ActionMarkSent, "found it in Sent", "op", relay.AnyAttempts)
 	if err != nil || res.Job.State != acceptlog.StateSent || res.Job.Effects != 1 {
 		t.Fatalf("mark-sent: %+v %v", res.Job, err)
 	}
-	if _, err := e.svc.Resolve(ctx, p.MessageID, relay.ActionAbandon, "", "op"); relay.ErrorCode(err) != relay.CodeConflict {
+	if _, err := e.svc.Resolve(ctx, p.MessageID, relay.ActionAbandon, "", "op", relay.AnyAttempts); relay.ErrorCode(err) != relay.CodeConflict {
 		t.Errorf("resolving a sent job: %v, want conflict", err)
 	}
 	if got := e.emu.Count(p.MessageID); got != 1 {

@@ -8,6 +8,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/sweeper"
 )
 
@@ -170,7 +171,7 @@ func TestSentDedupeForcedResendIsDuplicateDelivery(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("to review: %v", err)
 	}
-	res2, err := h.svc.Attempt(h.ctx, id, []acceptlog.State{acceptlog.StateReview}, acceptlog.ReasonResolvedRetry, true)
+	res2, err := h.svc.Attempt(h.ctx, id, []acceptlog.State{acceptlog.StateReview}, relay.AnyAttempts, acceptlog.ReasonResolvedRetry, true)
 	if err != nil {
 		t.Fatalf("forced resend: %v", err)
 	}

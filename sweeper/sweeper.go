@@ -102,9 +102,11 @@ type Config struct {
 }
 
 // Attempter is the send path as the sweeper uses it: a new attempt of a
-// job that is in one of the from states (relay.Service.Attempt).
+// job that is in one of the from states and has made exactly seen attempts
+// (relay.Service.Attempt): the sweeper decides on the job as it read it,
+// and a job another replica resent meanwhile is not resent again.
 type Attempter interface {
-	Attempt(ctx context.Context, id string, from []acceptlog.State, reason acceptlog.Reason, foreground bool) (relay.Result, error)
+	Attempt(ctx context.Context, id string, from []acceptlog.State, seen int, reason acceptlog.Reason, foreground bool) (relay.Result, error)
 }
 
 // Mailboxes is the relay's set of mailboxes as the sweeper uses it

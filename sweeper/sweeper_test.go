@@ -113,7 +113,7 @@ func TestReviewChannelNeverResends(t *testing.T) {
 			t.Errorf("send calls: %d, want 1 (never a second forward)", got)
 		}
 
-		res, err := h.svc.Resolve(h.ctx, id, relay.ActionMarkSent, "found it in the mailbox", "ops@example.com")
+		res, err := h.svc.Resolve(h.ctx, id, relay.ActionMarkSent, "found it in the mailbox", "ops@example.com", relay.AnyAttempts)
 		if err != nil {
 			t.Fatalf("resolve mark-sent: %v", err)
 		}

@@ -1,0 +1,115 @@
+package pglog_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/relay"
+	"github.com/gmailrelay/gmailrelay/sweeper"
+)
+
+// heldAttempter holds its first Attempt until released: the sweeper is
+// between recording a job's last miss (a write, which ends its claim) and
+// its resend's transaction (the window list, the budget, the raw message).
+type heldAttempter struct {
+	svc         *relay.Service
+	in, release chan struct{}
+	once        sync.Once
+}
+
+func (h *heldAttempter) Attempt(ctx context.Context, id string, from []acceptlog.State, seen int, reason acceptlog.Reason, fg bool) (relay.Result, error) {
+	h.once.Do(func() { close(h.in); <-h.release })
+	return h.svc.Attempt(ctx, id, from, seen, reason, fg)
+}
+
+// Two replicas' sweepers never both resend one ambiguous send. Replica A
+// records the job's last miss and goes to resend it; meanwhile replica B's
+// pass takes the job (due, its checks done) and resends it: Gmail delivers
+// and answers 500, so the job is unknown again at attempt 2. A's resend,
+// decided on attempt 1, is then refused. Before, it went out too: two
+// deliveries (emulator ground truth) of a message that had gone once.
+func TestEmulatorTwoSweepersNeverResendOneJobTwice(t *testing.T) {
+	url := databaseURL(t)
+	schema := freshSchema(t, url)
+	ctx := context.Background()
+	clock := testclock.New()
+	emu, gm := emulatorGmail(t, clock)
+	pol := policy.Default()
+	pol.VerifyHandle = policy.VerifyNever
+	ch := pol.Channels[policy.DefaultChannel]
+	ch.Checks = 1
+	pol.Channels[policy.DefaultChannel] = ch
+	var svcs [2]*relay.Service
+	for i := range svcs {
+		svc, err := relay.New(ctx, relay.Config{Log: open(t, url, schema, clock.Now), Provider: gm, Policy: pol,
+			Quota: relay.NewQuota(1_000_000, clock.Now), Now: clock.Now, SendTimeout: 10 * time.Second, Logger: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svcs[i] = svc
+	}
+	fault := func(action string) {
+		t.Helper()
+		if _, err := emu.AddFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: action, Status: 500}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first attempt: Gmail answers 500 and stores nothing, so the
+	// job is unknown and every search misses.
+	fault(gmailfake.ActionError)
+	p, err := relay.Prepare(relay.SendRequest{Key: "fence:1", To: relay.AddressList{"a@example.org"}, Subject: "s", Text: "b"},
+		"", pol.MsgIDDomain, clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := svcs[0].Send(ctx, p, relay.SendOptions{}); res.Job.State != acceptlog.StateUnknown {
+		t.Fatalf("first attempt left the job %s, want unknown", res.Job.State)
+	}
+	clock.Advance(ch.Grace + time.Second)
+
+	held := &heldAttempter{svc: svcs[0], in: make(chan struct{}), release: make(chan struct{})}
+	cfgA := sweeper.ConfigFor(svcs[0])
+	cfgA.Attempter, cfgA.DisableWitness = held, true // the miss counts without a witness
+	cfgB := sweeper.ConfigFor(svcs[1])
+	cfgB.DisableWitness = true
+	doneA := make(chan error, 1)
+	go func() {
+		_, err := sweeper.New(cfgA).RunOnce(ctx)
+		doneA <- err
+	}()
+	<-held.in
+	fault(gmailfake.ActionAcceptThenError) // B's resend: delivered, answered 500
+	if _, err := sweeper.New(cfgB).RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mid, err := svcs[1].Log().Get(ctx, p.MessageID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mid.State != acceptlog.StateUnknown || mid.Attempts != 2 || emu.Deliveries(p.MessageID) != 1 {
+		t.Fatalf("after B's resend: %s, %d attempts, %d deliveries; want unknown, 2, 1",
+			mid.State, mid.Attempts, emu.Deliveries(p.MessageID))
+	}
+	close(held.release)
+	if err := <-doneA; err != nil {
+		t.Fatal(err)
+	}
+	if got := emu.Deliveries(p.MessageID); got != 1 {
+		t.Errorf("deliveries = %d, want 1: A resent a job B had resent after A decided", got)
+	}
+	end, err := svcs[0].Log().Get(ctx, p.MessageID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end.Attempts != 2 {
+		t.Errorf("attempts = %d, want 2 (A's stale resend makes none)", end.Attempts)
+	}
+}
