@@ -43,14 +43,16 @@ func (s *Service) QueueDepth(ctx context.Context) (int, error) {
 }
 
 // mustQueue says whether a new send is queued without trying: its send_at
-// is ahead, or the caller accepts queueing and other jobs of its mailbox
-// wait (a new send never overtakes its mailbox's queue).
+// is ahead, or the caller accepts queueing and a job of its mailbox waits
+// ahead of it (a new send never overtakes its mailbox's queue). A job
+// scheduled later (send_at ahead) is not ahead of a send for now: the
+// outbox order is send_at, then acceptance.
 // It asks the log for one queued job (an index read), not for the log's
-// counters, since it runs on every send; only when some job is queued
-// and the relay has several mailboxes does it read the queue to find one
-// of box's.
+// counters, since it runs on every send; only when that one does not
+// decide does it read the queue.
 func (s *Service) mustQueue(ctx context.Context, box *Mailbox, p Prepared, o SendOptions) bool {
-	if !p.SendAt.IsZero() && p.SendAt.After(s.now()) {
+	now := s.now()
+	if !p.SendAt.IsZero() && p.SendAt.After(now) {
 		return true
 	}
 	if !o.Queue {
@@ -60,18 +62,25 @@ func (s *Service) mustQueue(ctx context.Context, box *Mailbox, p Prepared, o Sen
 	if err != nil || len(queued) == 0 {
 		return false
 	}
-	if len(s.boxes) == 1 {
+	if s.waitsAhead(queued[0], box, now) {
 		return true
 	}
 	if queued, err = s.log.ByState(ctx, acceptlog.StateQueued, 0); err != nil {
 		return false
 	}
 	for _, j := range queued {
-		if m, err := s.MailboxOf(j.Mailbox); err == nil && m == box {
+		if s.waitsAhead(j, box, now) {
 			return true
 		}
 	}
 	return false
+}
+
+// waitsAhead reports whether queued job j comes before a send of box's
+// accepted now: it is box's and not scheduled for later.
+func (s *Service) waitsAhead(j acceptlog.Job, box *Mailbox, now time.Time) bool {
+	m, err := s.MailboxOf(j.Mailbox)
+	return err == nil && m == box && !j.SendAt.After(now)
 }
 
 // enqueue logs a new job as queued (fsynced) and wakes the outbox. An

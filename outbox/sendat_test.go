@@ -1,0 +1,42 @@
+package outbox_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/relay"
+)
+
+// A job scheduled for tomorrow is not ahead of a send for now (the order is
+// send_at, then acceptance): with budget, quota and Gmail all fine, sends
+// that may queue are sent at once, delivered once each (emulator ground
+// truth), and tomorrow's job stays queued. Before, the one scheduled job
+// made every later send of its mailbox answer 202 queued, and nothing was
+// sent until a delivery pass.
+func TestEmulatorScheduledJobDoesNotQueueSendsForNow(t *testing.T) {
+	e := newEnv(t, 1_000_000, 2000)
+	ctx := context.Background()
+	later := e.prepare(0)
+	later.SendAt = e.clock.Now().Add(24 * time.Hour)
+	if res, err := e.svc.Send(ctx, later, relay.SendOptions{Queue: true}); err != nil || res.Job.State != acceptlog.StateQueued {
+		t.Fatalf("scheduled send: %s, %v; want queued", res.Job.State, err)
+	}
+	for i := 1; i <= 3; i++ {
+		p := e.prepare(i)
+		res, err := e.svc.Send(ctx, p, relay.SendOptions{Queue: true})
+		if err != nil || res.Job.State != acceptlog.StateSent {
+			t.Errorf("send %d: %s, %v; want sent at once", i, res.Job.State, err)
+		}
+		if got := e.emu.Deliveries(p.MessageID); got != 1 {
+			t.Errorf("send %d: %d deliveries, want 1", i, got)
+		}
+	}
+	if got := e.state(later); got != acceptlog.StateQueued {
+		t.Errorf("tomorrow's job: %s, want still queued", got)
+	}
+	if got := e.emu.Deliveries(later.MessageID); got != 0 {
+		t.Errorf("tomorrow's job: %d deliveries, want 0", got)
+	}
+}
