@@ -76,15 +76,34 @@ type Shared interface {
 	Shared() bool
 }
 
-// QueueClaimer is implemented by a shared Store (PostgreSQL) so that the
-// delivery loops of several replicas split the outbox instead of all
-// walking the same queued jobs: ClaimQueued returns the queued jobs no
-// other live replica has claimed, in no particular order, and claims them
-// for this Store until the job is next written, this Store closes, its
-// process dies or a short TTL runs out. Claims only save work: a job's
-// row lock and the transition table already allow one attempt.
+// QueueClaimer is implemented by a shared Store (PostgreSQL) so that one
+// replica at a time delivers a given mailbox's queue, head first, in order
+// (CONTRACT, "Outbox": per mailbox, send_at then acceptance order).
+// ClaimQueued claims, for one delivery pass, the queues of the mailboxes
+// no other replica's pass holds, and returns their queued jobs read after
+// the claim, in no particular order. mailbox names a queued job's mailbox
+// as the caller serves it (its canonical name) and says false for one the
+// caller does not serve: such a mailbox is never claimed, so a replica
+// whose policy lacks it leaves it to one that has it. The claims last
+// until QueueClaim.Release (or this Store's process dies); nothing renews
+// them between passes. Claims only keep the order: a job's row lock and
+// the transition table already allow one attempt.
 type QueueClaimer interface {
-	ClaimQueued(ctx context.Context) ([]Job, error)
+	ClaimQueued(ctx context.Context, mailbox func(name string) (string, bool)) (QueueClaim, error)
+}
+
+// QueueClaim is what ClaimQueued claimed for one delivery pass.
+type QueueClaim struct {
+	// Jobs are every queued job of the claimed mailboxes.
+	Jobs []Job
+	// Busy counts the queued jobs of the mailboxes another replica's pass
+	// holds.
+	Busy int
+	// Unserved counts the queued jobs of the mailboxes the caller does not
+	// serve.
+	Unserved int
+	// Release ends the claims; calling it again does nothing. Never nil.
+	Release func()
 }
 
 // IsShared reports whether s is a log several processes may share.

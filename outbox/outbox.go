@@ -61,9 +61,14 @@ type Result struct {
 	// Left is the number of jobs still queued after the pass.
 	Left int `json:"left"`
 	// Next is how long until the first queued job could go (quota, daily
-	// budget or send_at); zero when none is left.
+	// budget, send_at, or another replica's pass on its mailbox, see
+	// busyRetry); zero when none is left that this relay serves.
 	Next time.Duration `json:"next_ns"`
 }
+
+// busyRetry is how soon a pass looks again at a mailbox another replica's
+// pass held (on a shared log).
+const busyRetry = time.Second
 
 // New returns an Outbox for the Service.
 func New(cfg Config) (*Outbox, error) {
@@ -92,20 +97,32 @@ func Queued(ctx context.Context, log acceptlog.Store) ([]acceptlog.Job, error) {
 	return jobs, nil
 }
 
-// claimQueued is Queued for a delivery pass: on a shared log (PostgreSQL)
-// it holds only the queued jobs this replica claimed, so replicas' passes
-// do not walk the same jobs (acceptlog.QueueClaimer); on bbolt, Queued.
-func claimQueued(ctx context.Context, log acceptlog.Store) ([]acceptlog.Job, error) {
-	c, ok := log.(acceptlog.QueueClaimer)
+// claimQueued is Queued for a delivery pass. On a shared log
+// (PostgreSQL, acceptlog.QueueClaimer) it claims the queues of the
+// mailboxes of this relay's policy that no other replica's pass holds and
+// returns only their jobs, so that one replica at a time delivers a
+// mailbox's queue, head first; the others' queued jobs are counted (Busy,
+// Unserved), and the names of the mailboxes the policy lacks returned in
+// unserved. On bbolt it is Queued, with nothing else. Release must be
+// called once the pass is done.
+func (o *Outbox) claimQueued(ctx context.Context) (claim acceptlog.QueueClaim, unserved map[string]bool, err error) {
+	c, ok := o.log.(acceptlog.QueueClaimer)
 	if !ok {
-		return Queued(ctx, log)
+		claim.Jobs, err = Queued(ctx, o.log)
+		claim.Release = func() {}
+		return claim, nil, err
 	}
-	jobs, err := c.ClaimQueued(ctx)
-	if err != nil {
-		return nil, err
-	}
-	sortQueued(jobs)
-	return jobs, nil
+	unserved = map[string]bool{}
+	claim, err = c.ClaimQueued(ctx, func(name string) (string, bool) {
+		m, err := o.svc.MailboxOf(name)
+		if err != nil {
+			unserved[name] = true
+			return "", false
+		}
+		return m.Name(), true
+	})
+	sortQueued(claim.Jobs)
+	return claim, unserved, err
 }
 
 // sortQueued puts jobs in delivery order (see Queued).
@@ -135,24 +152,32 @@ func readyAt(j acceptlog.Job) time.Time {
 // RunOnce delivers every queued job that may go now, in order per
 // mailbox. In each mailbox it stops at the first job that must wait (its
 // send_at, the mailbox's quota, daily budget or a Gmail pause): nothing of
-// that mailbox overtakes it, while the other mailboxes carry on.
+// that mailbox overtakes it, while the other mailboxes carry on. On a
+// shared log it walks only the mailboxes it claimed for the pass (see
+// claimQueued); Result.Left still counts every queued job, the others'
+// too.
 func (o *Outbox) RunOnce(ctx context.Context) (Result, error) {
 	o.passMu.Lock()
 	defer o.passMu.Unlock()
 	var res Result
-	jobs, err := claimQueued(ctx, o.log)
+	claim, unserved, err := o.claimQueued(ctx)
 	if err != nil {
 		return res, err
 	}
-	all := jobs
-	if _, shared := o.log.(acceptlog.QueueClaimer); shared {
-		// Another replica's held job holds this replica's deliveries of
-		// its mailbox too.
-		if all, err = o.log.ByState(ctx, acceptlog.StateQueued, 0); err != nil {
-			return res, err
-		}
+	defer claim.Release()
+	for name := range unserved {
+		o.logger.Warn().Str("mailbox", name).Msg("queued jobs of a mailbox this relay's policy does not have: left to a replica that has it")
 	}
-	held := heldMailboxes(o.svc, all)
+	jobs := claim.Jobs
+	res.Left = claim.Busy + claim.Unserved
+	if claim.Busy > 0 {
+		// Another replica's pass is delivering a mailbox: take it over
+		// soon if that pass leaves jobs behind (new ones, or its own
+		// quota spent).
+		res.Next = busyRetry
+	}
+	// The claimed mailboxes' queues are whole, so their holds are known.
+	held := heldMailboxes(o.svc, jobs)
 	waiting := map[*relay.Mailbox]bool{} // mailboxes done for this pass
 	hold := func(m *relay.Mailbox, wait time.Duration) {
 		waiting[m] = true
@@ -229,7 +254,9 @@ func (o *Outbox) RunOnce(ctx context.Context) (Result, error) {
 
 // heldMailboxes returns, per mailbox, the latest relay.HeldUntil of the
 // queued jobs: while one of them waits after not reaching Gmail, the whole
-// mailbox does, as it waits behind its head job on one relay.
+// mailbox does, as it waits behind its head job. On a shared log the
+// queued jobs are a claimed mailbox's whole queue, read after the claim,
+// so a hold another replica's pass left is seen.
 func heldMailboxes(svc *relay.Service, queued []acceptlog.Job) map[*relay.Mailbox]time.Time {
 	held := map[*relay.Mailbox]time.Time{}
 	for _, j := range queued {

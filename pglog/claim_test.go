@@ -3,8 +3,10 @@ package pglog_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/pglog"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/sweeper"
@@ -219,50 +222,104 @@ func TestTwoReplicasSweepersSearchEachDueJobOnce(t *testing.T) {
 	t.Logf("emulator results: 2 replicas' sweepers, %d due jobs: %d searched, %d list calls", n, len(searches), lists)
 }
 
-// Two replicas' delivery loops split the outbox: ClaimQueued hands each
-// queued job to one live replica; a write of the job or its claimer's
-// Close releases it to the other.
+// Two replicas' delivery loops split the outbox by mailbox: ClaimQueued
+// claims a mailbox's whole queue for one pass, so another replica's pass
+// skips it (counting its jobs busy) until the claim is released; a
+// mailbox the caller does not serve is never claimed; nothing is renewed
+// between passes.
 func TestClaimQueuedSplitsTheOutboxBetweenReplicas(t *testing.T) {
 	clock := testclock.New()
 	a, b := twoReplicas(t, clock.Now)
 	ctx := context.Background()
 	const n = 10
 	for i := range n {
-		logtest.Create(t, a, fmt.Sprintf("<queued-%02d@x>", i), "default", acceptlog.StateQueued)
+		queuedJob(t, a, fmt.Sprintf("<support-%02d@x>", i), "support")
+		queuedJob(t, a, fmt.Sprintf("<billing-%02d@x>", i), "billing")
 	}
 	logtest.Create(t, a, "<sent@x>", "default", acceptlog.StateSent)
-	mine, err := a.ClaimQueued(ctx)
-	if err != nil || len(mine) != n {
-		t.Fatalf("A claims %d queued jobs, %v; want all %d (and not the sent one)", len(mine), err, n)
+	all := serving("support", "billing")
+	ca := claimQueued(t, a, all)
+	if len(ca.Jobs) != 2*n || ca.Busy != 0 || ca.Unserved != 0 {
+		t.Fatalf("A claims %d queued jobs (%d busy, %d unserved); want all %d (and not the sent one)", len(ca.Jobs), ca.Busy, ca.Unserved, 2*n)
 	}
-	if got, err := b.ClaimQueued(ctx); err != nil || len(got) != 0 {
-		t.Fatalf("B while A holds the claims: %d jobs, %v; want none", len(got), err)
+	if cb := claimQueued(t, b, all); len(cb.Jobs) != 0 || cb.Busy != 2*n || cb.Unserved != 0 {
+		t.Errorf("B while A's pass holds both mailboxes: %d jobs, %d busy, %d unserved; want none, %d busy", len(cb.Jobs), cb.Busy, cb.Unserved, 2*n)
 	}
-	if again, _ := a.ClaimQueued(ctx); len(again) != n {
-		t.Errorf("A asked again: %d jobs, want its own %d", len(again), n)
+	ca.Release()
+	ca.Release() // again: nothing
+	// B serves billing only: its pass claims billing, and A's pass
+	// meanwhile gets support alone.
+	cb := claimQueued(t, b, serving("billing"))
+	if got := mailboxesOf(cb.Jobs); len(cb.Jobs) != n || got != "billing" || cb.Unserved != n || cb.Busy != 0 {
+		t.Errorf("B serving billing: %d jobs of %q, %d unserved, %d busy; want %d of billing, %d unserved", len(cb.Jobs), got, cb.Unserved, cb.Busy, n, n)
 	}
-	if _, _, err := a.Mutate(ctx, mine[0].MessageID, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	ca = claimQueued(t, a, all)
+	if got := mailboxesOf(ca.Jobs); len(ca.Jobs) != n || got != "support" || ca.Busy != n || ca.Unserved != 0 {
+		t.Errorf("A while B holds billing: %d jobs of %q, %d busy, %d unserved; want %d of support, %d busy", len(ca.Jobs), got, ca.Busy, ca.Unserved, n, n)
+	}
+	// A pass's end releases: B serving support alone takes it at once.
+	ca.Release()
+	cb.Release()
+	cb = claimQueued(t, b, serving("support"))
+	if got := mailboxesOf(cb.Jobs); len(cb.Jobs) != n || got != "support" {
+		t.Errorf("B serving support after A's pass: %d jobs of %q; want %d of support", len(cb.Jobs), got, n)
+	}
+	// A job written while claimed is read as written: the queue is read
+	// after the claim.
+	cb.Release()
+	ca = claimQueued(t, a, all)
+	ca.Release()
+	if _, _, err := b.Mutate(ctx, "<billing-00@x>", func(cur *acceptlog.Job) (acceptlog.Change, error) {
 		j := *cur
-		j.UpdatedAt = clock.Now()
-		return acceptlog.Change{Job: &j}, nil
+		j.State = acceptlog.StateAbandoned
+		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{{Kind: acceptlog.KindResolved, State: acceptlog.StateAbandoned, Reason: acceptlog.ReasonCancelled}}}, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := b.ClaimQueued(ctx); len(got) != 1 || got[0].MessageID != mine[0].MessageID {
-		t.Errorf("B after A wrote %s: %v, want that one job", mine[0].MessageID, ids(got))
-	}
-	if err := a.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := b.ClaimQueued(ctx); len(got) != n {
-		t.Errorf("B after A closed: %d jobs, want all %d", len(got), n)
+	ca = claimQueued(t, a, all)
+	defer ca.Release()
+	if len(ca.Jobs) != 2*n-1 {
+		t.Errorf("A after one job was abandoned: %d jobs, want %d", len(ca.Jobs), 2*n-1)
 	}
 }
 
-func ids(jobs []acceptlog.Job) []string {
-	out := make([]string, len(jobs))
-	for i, j := range jobs {
-		out[i] = j.MessageID
+// serving is a ClaimQueued mailbox func for a replica whose policy has
+// names.
+func serving(names ...string) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		return name, slices.Contains(names, name)
 	}
-	return out
+}
+
+func claimQueued(t *testing.T, l *pglog.Log, mailbox func(string) (string, bool)) acceptlog.QueueClaim {
+	t.Helper()
+	c, err := l.ClaimQueued(context.Background(), mailbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Release)
+	return c
+}
+
+// mailboxesOf returns the jobs' mailboxes, sorted and joined by commas.
+func mailboxesOf(jobs []acceptlog.Job) string {
+	seen := map[string]bool{}
+	for _, j := range jobs {
+		seen[j.Mailbox] = true
+	}
+	return strings.Join(slices.Sorted(maps.Keys(seen)), ",")
+}
+
+// queuedJob writes a new queued job of mailbox.
+func queuedJob(t *testing.T, l acceptlog.Store, id, mailbox string) {
+	t.Helper()
+	_, _, err := l.Mutate(context.Background(), id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		return acceptlog.Change{
+			Job:   &acceptlog.Job{MessageID: id, Channel: "default", Mailbox: mailbox, State: acceptlog.StateQueued},
+			Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, State: acceptlog.StateQueued, Channel: "default"}},
+		}, nil
+	})
+	if err != nil {
+		t.Fatalf("create %s: %v", id, err)
+	}
 }

@@ -6,11 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 )
@@ -257,26 +261,107 @@ func (l *Log) Due(ctx context.Context, now time.Time, limit int) ([]acceptlog.Jo
 	return jobs, nil
 }
 
-// ClaimQueued implements acceptlog.QueueClaimer with the claim columns Due
-// uses (FOR UPDATE SKIP LOCKED, claimTTL, a dead owner's claims void).
-func (l *Log) ClaimQueued(ctx context.Context) ([]acceptlog.Job, error) {
-	if err := l.ready(ctx, "claim queued"); err != nil {
-		return nil, err
-	}
-	at := l.now()
-	rows, err := l.pool.Query(ctx, `WITH c AS (
-			SELECT message_id FROM jobs
-			WHERE state = $1
-				AND (claimed_by IS NULL OR claimed_by = $3 OR claimed_until_ns <= $2
-					OR NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $5 || claimed_by))
-			FOR UPDATE SKIP LOCKED)
-		UPDATE jobs j SET claimed_by = $3, claimed_until_ns = $4 FROM c WHERE j.message_id = c.message_id
-		RETURNING j.data`, string(acceptlog.StateQueued), *nanos(at), l.owner, *nanos(at.Add(claimTTL)), appPrefix)
+// ClaimQueued implements acceptlog.QueueClaimer with one session-level
+// advisory lock per mailbox (outboxLockKey: the schema and the mailbox's
+// name), taken with pg_try_advisory_lock on one connection that is held
+// until Release. Another replica's pass skips a mailbox whose lock is
+// taken; the locks end with the pass (Release), with the connection, or
+// with the process, so nothing holds a mailbox between passes and a dead
+// replica's mailboxes are free at once. The queue is read again once the
+// locks are held, so a pass sees its mailboxes' jobs as the previous
+// holder left them (a job it delivered, a hold after Gmail was not
+// reached).
+func (l *Log) ClaimQueued(ctx context.Context, mailbox func(name string) (string, bool)) (acceptlog.QueueClaim, error) {
+	claim := acceptlog.QueueClaim{Release: func() {}}
+	queued, err := l.ByState(ctx, acceptlog.StateQueued, 0)
 	if err != nil {
-		return nil, l.wrapErr("claim queued", err)
+		return claim, fmt.Errorf("claim queued: %w", err)
 	}
-	jobs, err := collectJobs(rows)
-	return jobs, l.wrapErr("claim queued", err)
+	served := map[string]bool{}
+	for _, j := range queued {
+		if name, ok := mailbox(j.Mailbox); ok {
+			served[name] = true
+		}
+	}
+	// count puts jobs not of the locked mailboxes in Busy or Unserved.
+	count := func(jobs []acceptlog.Job, locked map[string]bool) {
+		for _, j := range jobs {
+			name, ok := mailbox(j.Mailbox)
+			switch {
+			case !ok:
+				claim.Unserved++
+			case locked[name]:
+				claim.Jobs = append(claim.Jobs, j)
+			default:
+				claim.Busy++
+			}
+		}
+	}
+	if len(served) == 0 {
+		count(queued, nil)
+		return claim, nil
+	}
+	c, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return claim, l.wrapErr("claim queued", err)
+	}
+	release := sync.OnceFunc(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := c.Exec(ctx, "SELECT pg_advisory_unlock_all()"); err != nil {
+			// The locks end with the session: never hand it back to the
+			// pool still holding them.
+			_ = c.Conn().Close(ctx)
+		}
+		c.Release()
+	})
+	locked, err := lockMailboxes(ctx, c, slices.Sorted(maps.Keys(served)))
+	if err != nil {
+		release()
+		return claim, l.wrapErr("claim queued", err)
+	}
+	if len(locked) == 0 {
+		release()
+		count(queued, nil)
+		return claim, nil
+	}
+	rows, err := c.Query(ctx, "SELECT data FROM jobs WHERE state = $1 ORDER BY message_id", string(acceptlog.StateQueued))
+	if err == nil {
+		queued, err = collectJobs(rows)
+	}
+	if err != nil {
+		release()
+		return claim, l.wrapErr("claim queued", err)
+	}
+	count(queued, locked)
+	claim.Release = release
+	return claim, nil
+}
+
+// outboxLockKey is the advisory lock key of the mailbox named $1 in the
+// current schema (advisory locks are per database, and tests and
+// deployments may keep several logs in one). Two names whose keys collide
+// only share a lock: one replica at a time delivers both.
+const outboxLockKey = "hashtextextended('gmailrelay outbox ' || coalesce(quote_ident(current_schema()), '') || '.' || $1, 0)"
+
+// lockMailboxes takes, on c's session, the advisory locks of the mailboxes
+// names no other session holds, and returns those it took.
+func lockMailboxes(ctx context.Context, c *pgxpool.Conn, names []string) (map[string]bool, error) {
+	locked := map[string]bool{}
+	b := &pgx.Batch{}
+	for _, name := range names {
+		b.Queue("SELECT pg_try_advisory_lock("+outboxLockKey+")", name).QueryRow(func(row pgx.Row) error {
+			var ok bool
+			if err := row.Scan(&ok); err != nil {
+				return fmt.Errorf("lock mailbox %s: %w", name, err)
+			}
+			if ok {
+				locked[name] = true
+			}
+			return nil
+		})
+	}
+	return locked, c.SendBatch(ctx, b).Close()
 }
 
 var _ acceptlog.QueueClaimer = (*Log)(nil)
