@@ -138,12 +138,7 @@ func TestTwoReplicasSweepersSearchEachDueJobOnce(t *testing.T) {
 	pol.MsgIDDomain = "claim.example"
 	pol.VerifyHandle = policy.VerifyNever
 	newService := func(f *faultmodes.Set) *relay.Service {
-		svc, err := relay.New(ctx, relay.Config{Log: open(t, url, schema, clock.Now), Provider: gm, Policy: pol, Faults: f, Quota: relay.NewQuota(1_000_000, clock.Now),
-			Now: clock.Now, SendTimeout: 10 * time.Second, Logger: zerolog.Nop()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return svc
+		return newReplica(t, url, schema, clock, relay.Config{Provider: gm, Policy: pol, Faults: f})
 	}
 	faults := faultmodes.New(faultmodes.Options{Now: clock.Now})
 	if _, err := faults.Add(faultmodes.Spec{Mode: faultmodes.ForwardThenDropResponse}); err != nil {

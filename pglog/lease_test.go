@@ -55,13 +55,7 @@ func TestReplicaKilledMidAttemptIsTakenOverAfterItsLease(t *testing.T) {
 	pol.MsgIDDomain = "lease.example"
 	pol.VerifyHandle = policy.VerifyNever
 	newService := func(p relay.Provider) *relay.Service {
-		t.Helper()
-		svc, err := relay.New(ctx, relay.Config{Log: open(t, url, schema, clock.Now), Provider: p, Policy: pol,
-			Now: clock.Now, SendTimeout: 10 * time.Second, Logger: zerolog.Nop()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return svc
+		return newReplica(t, url, schema, clock, relay.Config{Provider: p, Policy: pol})
 	}
 
 	stuck := &stuckProvider{Provider: gm, forwarded: make(chan struct{}), release: make(chan struct{})}
@@ -129,18 +123,9 @@ func TestEmulatorLeaseIsTheOwnersNotTheRecoverers(t *testing.T) {
 	_, gm := emulatorGmail(t, clock)
 	pol := policy.Default()
 	pol.VerifyHandle = policy.VerifyNever
-	newService := func(p relay.Provider, timeout time.Duration) *relay.Service {
-		t.Helper()
-		svc, err := relay.New(ctx, relay.Config{Log: open(t, url, schema, clock.Now), Provider: p, Policy: pol,
-			Now: clock.Now, SendTimeout: timeout, Logger: zerolog.Nop()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return svc
-	}
 	stuck := &stuckProvider{Provider: gm, forwarded: make(chan struct{}), release: make(chan struct{})}
-	a := newService(stuck, 5*time.Minute)
-	b := newService(gm, 10*time.Second)
+	a := newReplica(t, url, schema, clock, relay.Config{Provider: stuck, Policy: pol, SendTimeout: 5 * time.Minute})
+	b := newReplica(t, url, schema, clock, relay.Config{Provider: gm, Policy: pol, SendTimeout: 10 * time.Second})
 	p, err := relay.Prepare(relay.SendRequest{Key: "lease:owner", To: relay.AddressList{"a@example.org"}, Subject: "s", Text: "b"},
 		"", pol.MsgIDDomain, clock.Now())
 	if err != nil {

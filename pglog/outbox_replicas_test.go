@@ -68,11 +68,7 @@ func (g *gate) Send(ctx context.Context, mailbox string, raw []byte, threadID st
 // replica is one relay on the shared log, with its outbox.
 func replica(t *testing.T, url, schema string, clock *testclock.Clock, p relay.Provider, pol *policy.Policy) (*relay.Service, *outbox.Outbox) {
 	t.Helper()
-	svc, err := relay.New(context.Background(), relay.Config{Log: open(t, url, schema, clock.Now), Provider: p, Policy: pol,
-		Quota: relay.NewQuota(1_000_000, clock.Now), Now: clock.Now, SendTimeout: 10 * time.Second, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := newReplica(t, url, schema, clock, relay.Config{Provider: p, Policy: pol})
 	ob, err := outbox.New(outbox.Config{Service: svc, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)

@@ -7,11 +7,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/pglog"
 	"github.com/gmailrelay/gmailrelay/pglog/pgtest"
+	"github.com/gmailrelay/gmailrelay/relay"
 )
 
 // databaseURL is the PostgreSQL test server (pgtest: skipped when none,
@@ -78,4 +81,24 @@ func poolOf(t testing.TB, url, schema string) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// newReplica is one relay on the shared schema, as `serve --database`
+// makes it: cfg gives the Provider and Policy (and Faults, SendTimeout);
+// the log, the clock, a quiet logger, a quota the tests never exhaust and
+// a 10 s send timeout are filled in.
+func newReplica(t testing.TB, url, schema string, clock *testclock.Clock, cfg relay.Config) *relay.Service {
+	t.Helper()
+	cfg.Log, cfg.Now, cfg.Logger = open(t, url, schema, clock.Now), clock.Now, zerolog.Nop()
+	if cfg.Quota == nil {
+		cfg.Quota = relay.NewQuota(1_000_000, clock.Now)
+	}
+	if cfg.SendTimeout == 0 {
+		cfg.SendTimeout = 10 * time.Second
+	}
+	svc, err := relay.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
 }

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
@@ -38,15 +36,7 @@ func TestEmulatorGmailUnreachableHoldsTheMailboxOnEveryReplica(t *testing.T) {
 	var svcs []*relay.Service
 	var boxes []*outbox.Outbox
 	for range 2 {
-		svc, err := relay.New(ctx, relay.Config{Log: open(t, url, schema, clock.Now), Provider: prov, Policy: pol,
-			Quota: relay.NewQuota(1_000_000, clock.Now), Now: clock.Now, SendTimeout: 10 * time.Second, Logger: zerolog.Nop()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ob, err := outbox.New(outbox.Config{Service: svc, Logger: zerolog.Nop()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		svc, ob := replica(t, url, schema, clock, prov, pol)
 		svcs, boxes = append(svcs, svc), append(boxes, ob)
 	}
 	pass := func() {

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
@@ -47,15 +45,8 @@ func TestEmulatorTwoSweepersNeverResendOneJobTwice(t *testing.T) {
 	ch := pol.Channels[policy.DefaultChannel]
 	ch.Checks = 1
 	pol.Channels[policy.DefaultChannel] = ch
-	var svcs [2]*relay.Service
-	for i := range svcs {
-		svc, err := relay.New(ctx, relay.Config{Log: open(t, url, schema, clock.Now), Provider: gm, Policy: pol,
-			Quota: relay.NewQuota(1_000_000, clock.Now), Now: clock.Now, SendTimeout: 10 * time.Second, Logger: zerolog.Nop()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		svcs[i] = svc
-	}
+	svcs := [2]*relay.Service{newReplica(t, url, schema, clock, relay.Config{Provider: gm, Policy: pol}),
+		newReplica(t, url, schema, clock, relay.Config{Provider: gm, Policy: pol})}
 	fault := func(action string) {
 		t.Helper()
 		if _, err := emu.AddFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: action, Status: 500}); err != nil {
