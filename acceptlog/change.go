@@ -118,14 +118,11 @@ func KeptWhenPruned(lines []Line) (keep, drop []Line) {
 func CheckJob(j *Job, lines []Line) []string {
 	var v violations
 	checkJob(&v, j, lines)
-	if v.n > len(v.first) {
-		v.first = append(v.first, fmt.Sprintf("(%d more for job %s)", v.n-len(v.first), j.MessageID))
-	}
-	return v.first
+	return v.found
 }
 
 // Violations turns the violations a Check found into its error: nil when
-// there are none, otherwise one naming how many and the first 20.
+// there are none, otherwise one naming how many and each of them.
 func Violations(found []string) error {
 	var v violations
 	for _, s := range found {

@@ -4,15 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"os"
+	"runtime/debug"
 	"sort"
 	"strings"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
-
-// maxReported bounds how many violations Check spells out.
-const maxReported = 20
 
 // Check verifies the log's invariants over the whole file (it reads every
 // job and line: a test and admin tool, not a hot path):
@@ -24,15 +25,31 @@ const maxReported = 20
 //     imply;
 //   - every job's record lists exactly the seqs of its lines, in order;
 //   - every change of state its lines make (after the first) is in
-//     Transitions;
+//     Transitions, except between two lines of a pruned job written
+//     before it was pruned (the steps between them are gone);
+//   - a pruned job has no raw message, and every raw message belongs to a
+//     job;
 //   - the counters equal a recount.
 //
 // It returns nil when all hold, otherwise an error saying how many
-// violations it found and describing the first 20.
-func (l *Log) Check(ctx context.Context) error {
+// violations it found and naming each. A page bbolt cannot read (a panic
+// inside bbolt, or a memory fault on a page past the end of a truncated
+// file) is an error naming the file.
+func (l *Log) Check(ctx context.Context) error { return l.check(ctx, false) }
+
+// CheckFull is Check plus one rule: every job that is not pruned and may
+// still be sent (see NeedsRaw) has its raw message. gmailrelay check runs
+// it. Check leaves it out because test fixtures create jobs without a
+// message; the relay never does (it stores the message with the job's
+// first line, and only pruning removes it).
+func (l *Log) CheckFull(ctx context.Context) error { return l.check(ctx, true) }
+
+func (l *Log) check(ctx context.Context, needRaw bool) error {
 	var v violations
-	err := l.view(ctx, "check", func(tx *bolt.Tx) error {
-		return check(tx, &v)
+	err := guard("check "+l.path, func() error {
+		return l.view(ctx, "check", func(tx *bolt.Tx) error {
+			return check(tx, &v, needRaw)
+		})
 	})
 	if err != nil {
 		return err
@@ -40,34 +57,154 @@ func (l *Log) Check(ctx context.Context) error {
 	return v.err()
 }
 
+// OpenReadOnly opens the log at path for a tool that must not change it
+// (gmailrelay check): it creates neither the file nor its buckets and
+// migrates nothing; writes through the Log it returns fail. It refuses,
+// with an error starting with path: a path that does not exist or is
+// empty ("not a gmailrelay log"), a file bbolt cannot read safely (see
+// checkBoltFile: "truncated or not a bbolt log"), a bbolt file without
+// the log's buckets ("not a gmailrelay log"), and a log an older
+// gmailrelay wrote, which Open would migrate. A journal left by a relay
+// that did not stop cleanly is replayed first, as Open does (the file
+// alone lacks the acknowledged writes since the last checkpoint). When a
+// relay holds the file it fails after about a second.
+func OpenReadOnly(path string) (*Log, error) {
+	if err := checkLogFile(path); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var db *bolt.DB
+	err := guard("open log "+path, func() error {
+		var err error
+		if db, err = openOffline(path); err != nil {
+			return err
+		}
+		if err := db.View(checkBuckets); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		return nil
+	})
+	if err != nil {
+		if db != nil {
+			_ = db.Close()
+		}
+		return nil, err
+	}
+	return &Log{db: db, path: path, jpath: journalPath(path), now: time.Now,
+		logf: func(string, ...any) {}, pageSize: db.Info().PageSize}, nil
+}
+
+// checkLogFile refuses a path that cannot hold a log, before anything
+// opens it: missing, not a regular file, empty, or (when no journal is
+// beside it: a journal's recovery first rewrites the meta pages, and Open
+// checks the file after that) a file bbolt cannot read safely.
+func checkLogFile(path string) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return errors.New("not a gmailrelay log (no such file)")
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return err
+	case !fi.Mode().IsRegular():
+		return errors.New("not a gmailrelay log (not a regular file)")
+	case fi.Size() == 0:
+		return errors.New("not a gmailrelay log (empty file)")
+	}
+	if _, err := os.Stat(journalPath(path)); err == nil {
+		return nil
+	}
+	return checkBoltFile(f, fi.Size())
+}
+
+// checkBuckets refuses a bbolt file that is not a log this gmailrelay
+// reads as it is: one without the log's jobs and lines, or one an older
+// gmailrelay wrote (a bucket missing, or the job-lines index still there),
+// which Open would migrate.
+func checkBuckets(tx *bolt.Tx) error {
+	var missing []string
+	for _, name := range allBuckets {
+		if tx.Bucket(name) == nil {
+			missing = append(missing, string(name))
+		}
+	}
+	switch {
+	case tx.Bucket(bucketJobs) == nil || tx.Bucket(bucketLines) == nil:
+		return fmt.Errorf("not a gmailrelay log (a bbolt file without the buckets %s)", strings.Join(missing, ", "))
+	case len(missing) > 0 || tx.Bucket(bucketJobLinesV1) != nil:
+		return fmt.Errorf("written by an older gmailrelay (missing buckets: %s; job-lines index: %t), which this version migrates when it opens the file to write: run it once (gmailrelay serve), or check a migrated copy (gmailrelay backup --data FILE --to COPY)",
+			strings.Join(missing, ", "), tx.Bucket(bucketJobLinesV1) != nil)
+	}
+	return nil
+}
+
+// guard runs fn and turns a panic, or a memory fault (SIGBUS on a mapped
+// page the file does not have), into an error: bbolt trusts its file and
+// panics on a damaged page. The fault is recovered only in this goroutine,
+// where bbolt reads for fn. A process that recovered should only report
+// and exit: bbolt may still hold a lock or a mapping of the file.
+func guard(what string, fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s: the file is damaged: bbolt could not read it (%v)", what, r)
+		}
+	}()
+	return fn()
+}
+
+// NeedsRaw reports whether a job in state s may still be sent again, so
+// that its raw message must be kept until it is pruned: whether the
+// table of Transitions leads from s to StateForwarding (a resolve retry
+// from failed, unknown or review, the outbox from queued, a sent job the
+// verify pass moves to review). Only abandoned leads nowhere.
+func NeedsRaw(s State) bool {
+	seen := map[State]bool{s: true}
+	for next := []State{s}; len(next) > 0; {
+		from := next[0]
+		next = next[1:]
+		for _, to := range Transitions[from] {
+			if to == StateForwarding {
+				return true
+			}
+			if !seen[to] {
+				seen[to] = true
+				next = append(next, to)
+			}
+		}
+	}
+	return false
+}
+
+// violations collects what Check finds. first holds every one of them, in
+// the order found (CONTRACT: check names each violation); n is their
+// number.
 type violations struct {
 	n     int
-	first []string
+	found []string
 }
 
 func (v *violations) add(format string, args ...any) {
 	v.n++
-	if len(v.first) < maxReported {
-		v.first = append(v.first, fmt.Sprintf(format, args...))
-	}
+	v.found = append(v.found, fmt.Sprintf(format, args...))
 }
 
 func (v *violations) err() error {
 	if v.n == 0 {
 		return nil
 	}
-	more := ""
-	if v.n > len(v.first) {
-		more = fmt.Sprintf("\n\t(%d more)", v.n-len(v.first))
-	}
-	return fmt.Errorf("acceptlog check: %d violations:\n\t%s%s", v.n, strings.Join(v.first, "\n\t"), more)
+	return fmt.Errorf("acceptlog check: %d violations:\n\t%s", v.n, strings.Join(v.found, "\n\t"))
 }
 
 type keySet map[string]struct{}
 
 func (s keySet) add(k []byte) { s[string(k)] = struct{}{} }
 
-func check(tx *bolt.Tx, v *violations) error {
+func check(tx *bolt.Tx, v *violations, needRaw bool) error {
 	wantState, wantDue, wantUnknown, wantPrunable := keySet{}, keySet{}, keySet{}, keySet{}
 	counts := map[string]int64{}
 	// lines by job, oldest first, from the lines bucket itself (not the
@@ -126,6 +263,17 @@ func check(tx *bolt.Tx, v *violations) error {
 		delete(byJob, id)
 		checkLineSeqs(v, id, seqs, lines)
 		checkJob(v, &j, lines)
+		checkRaw(v, &j, tx.Bucket(bucketBodies).Get(k) != nil, needRaw)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	jobs := tx.Bucket(bucketJobs)
+	err = tx.Bucket(bucketBodies).ForEach(func(k, _ []byte) error {
+		if jobs.Get(k) == nil {
+			v.add("raw message %s: no job", k)
+		}
 		return nil
 	})
 	if err != nil {
@@ -177,8 +325,12 @@ func checkJob(v *violations, j *Job, lines []Line) {
 	for _, ln := range lines {
 		if ln.State != "" {
 			// A pruned job kept only its effect, resolved and last state
-			// lines: the steps between them are gone, not wrong.
-			if prev != "" && j.PrunedAt.IsZero() && !Allowed(prev, ln.State) {
+			// lines: the steps between two lines written before the
+			// pruning are gone, not wrong. Its last state line is kept, so
+			// a line written after the pruning moves on from it and is
+			// checked.
+			spansPruning := !j.PrunedAt.IsZero() && !ln.Time.After(j.PrunedAt)
+			if prev != "" && !spansPruning && !Allowed(prev, ln.State) {
 				v.add("job %s: line %d moves %s → %s, not in the table of allowed transitions", j.MessageID, ln.Seq, prev, ln.State)
 			}
 			prev = ln.State
@@ -200,6 +352,18 @@ func checkJob(v *violations, j *Job, lines []Line) {
 	}
 	if effects > 1 && j.State != StateReview && !resolvedAfterSecond {
 		v.add("job %s: %d effect lines in state %q (duplicate not under review)", j.MessageID, effects, j.State)
+	}
+}
+
+// checkRaw checks one job against whether its raw message is stored:
+// pruning removes it, and (with needRaw) a job that may still be sent
+// needs it until it is pruned.
+func checkRaw(v *violations, j *Job, stored, needRaw bool) {
+	switch pruned := !j.PrunedAt.IsZero(); {
+	case pruned && stored:
+		v.add("job %s: pruned at %s but its raw message is still stored", j.MessageID, j.PrunedAt.UTC().Format(time.RFC3339))
+	case needRaw && !pruned && !stored && NeedsRaw(j.State):
+		v.add("job %s: in state %s, not pruned, and no raw message stored (it could not be sent again)", j.MessageID, j.State)
 	}
 }
 

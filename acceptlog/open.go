@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -78,6 +79,9 @@ func (l *Log) open(synced bool) error {
 	if err != nil {
 		return err
 	}
+	if err := checkBoltFile(f, fi.Size()); err != nil {
+		return err
+	}
 	bopts := &bolt.Options{Timeout: lockTimeout, NoFreelistSync: noFreelistSync,
 		OpenFile: func(string, int, os.FileMode) (*os.File, error) { handed = true; return f, nil }}
 	if !synced {
@@ -138,6 +142,118 @@ func (l *Log) open(synced bool) error {
 		return err
 	}
 	return nil
+}
+
+// bbolt's meta page (version 2), after the page header: magic, version,
+// page size, flags, root bucket (its page, its sequence), freelist page,
+// pgid (the high-water mark: the file's pages in use are 0..pgid-1), txid,
+// checksum. journal.go has the offsets of the fields it needs.
+const (
+	metaVersionOff  = metaOffset + 4
+	metaPageSizeOff = metaOffset + 8
+	metaRootOff     = metaOffset + 16
+	metaFreelistOff = metaOffset + 32
+	metaPgidOff     = metaOffset + 40
+	boltVersion     = 2
+	boltNoFreelist  = ^uint64(0)
+	// bbolt looks for the second meta page at 1 KiB << 0..14 when the
+	// first is not valid.
+	minPageSize = 1024
+	maxPageSize = minPageSize << 14
+)
+
+// boltMeta is what checkBoltFile reads of a meta page.
+type boltMeta struct {
+	pageSize                   int64
+	root, freelist, pgid, txid uint64
+}
+
+// checkBoltFile refuses a file of size bytes that bbolt cannot open
+// safely: bbolt maps the file and trusts its meta page, and one counting
+// pages past the end of the file (a truncated copy) makes the first read
+// of them fault (SIGBUS) instead of failing. It finds the meta page bbolt
+// would use, as bbolt does: the valid one (magic, version, checksum) of
+// the two with the higher transaction id, the page size named by the
+// first, or found by looking for the second at every page size bbolt
+// tries. That meta's pages must all be in the file. An empty file passes
+// (bbolt initialises it). bbolt exports none of this: the offsets are its
+// file format's.
+func checkBoltFile(r io.ReaderAt, size int64) error {
+	if size == 0 {
+		return nil
+	}
+	m, err := newestMeta(r, size)
+	if err != nil {
+		return fmt.Errorf("truncated or not a bbolt log (%w)", err)
+	}
+	if m.pgid < 2 || m.pgid > uint64(size/m.pageSize) {
+		return fmt.Errorf("truncated or not a bbolt log (its meta page counts %d pages of %d bytes, the file has %d bytes)", m.pgid, m.pageSize, size)
+	}
+	if m.root >= m.pgid || (m.freelist >= m.pgid && m.freelist != boltNoFreelist) {
+		return fmt.Errorf("truncated or not a bbolt log (its meta page points past its %d pages)", m.pgid)
+	}
+	return nil
+}
+
+// newestMeta returns the meta page bbolt would open the file with (see
+// checkBoltFile).
+func newestMeta(r io.ReaderAt, size int64) (boltMeta, error) {
+	m0, err0 := readMeta(r, 0, size)
+	ps := m0.pageSize
+	if err0 != nil {
+		ps = 0
+		for pos := int64(minPageSize); pos <= maxPageSize && pos < size-minPageSize; pos *= 2 {
+			if m, err := readMeta(r, pos, size); err == nil && m.pageSize == pos {
+				ps = pos
+				break
+			}
+		}
+		if ps == 0 {
+			return boltMeta{}, fmt.Errorf("no valid meta page: %w", err0)
+		}
+	}
+	if ps < metaPageMin || ps > maxPageSize {
+		return boltMeta{}, fmt.Errorf("page size %d", ps)
+	}
+	if size < 2*ps {
+		return boltMeta{}, fmt.Errorf("%d bytes, less than two pages of %d", size, ps)
+	}
+	m1, err1 := readMeta(r, ps, size)
+	switch {
+	case err0 == nil && (err1 != nil || m0.txid >= m1.txid):
+		return m0, nil
+	case err1 != nil:
+		return boltMeta{}, fmt.Errorf("no valid meta page: %w", err1)
+	case m1.pageSize != ps:
+		return boltMeta{}, fmt.Errorf("meta pages of %d and %d bytes", ps, m1.pageSize)
+	}
+	return m1, nil
+}
+
+// readMeta reads the meta page at off in a file of size bytes and checks
+// it as bbolt does.
+func readMeta(r io.ReaderAt, off, size int64) (boltMeta, error) {
+	if off+metaPageMin > size {
+		return boltMeta{}, fmt.Errorf("%d bytes, too short for a meta page at %d", size, off)
+	}
+	p := make([]byte, metaPageMin)
+	if _, err := r.ReadAt(p, off); err != nil {
+		return boltMeta{}, err
+	}
+	txid := binary.LittleEndian.Uint64(p[metaTxidOff:])
+	if err := checkMetaPage(p, txid); err != nil {
+		return boltMeta{}, err
+	}
+	if v := binary.LittleEndian.Uint32(p[metaVersionOff:]); v != boltVersion {
+		return boltMeta{}, fmt.Errorf("meta page: bbolt version %d, want %d", v, boltVersion)
+	}
+	return boltMeta{
+		pageSize: int64(binary.LittleEndian.Uint32(p[metaPageSizeOff:])),
+		root:     binary.LittleEndian.Uint64(p[metaRootOff:]),
+		freelist: binary.LittleEndian.Uint64(p[metaFreelistOff:]),
+		pgid:     binary.LittleEndian.Uint64(p[metaPgidOff:]),
+		txid:     txid,
+	}, nil
 }
 
 // recover replays a journal's records (hdr not nil: Open restored the

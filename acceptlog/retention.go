@@ -200,7 +200,7 @@ func (l *Log) Size(ctx context.Context) (int64, error) {
 // recovered first, by opening and closing the log, exactly as the relay
 // does when it starts.
 func openOffline(path string) (*bolt.DB, error) {
-	if _, err := os.Stat(path); err != nil {
+	if err := checkLogFile(path); err != nil {
 		return nil, fmt.Errorf("open log %s: %w", path, err)
 	}
 	const locked = "file is locked by a running gmailrelay; back it up through its GET /admin/backup (gmailrelay backup --url) instead"
@@ -258,12 +258,15 @@ func Compact(src, dst string) (before, after int64, err error) {
 		return 0, 0, err
 	}
 	defer sdb.Close()
+	if err := sdb.View(checkBuckets); err != nil {
+		return 0, 0, fmt.Errorf("compact %s: %w", src, err)
+	}
 	tmp := dst + ".tmp"
 	ddb, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: lockTimeout})
 	if err != nil {
 		return 0, 0, fmt.Errorf("compact to %s: %w", dst, err)
 	}
-	if err := bolt.Compact(ddb, sdb, 64<<20); err != nil {
+	if err := guard("compact "+src, func() error { return bolt.Compact(ddb, sdb, 64<<20) }); err != nil {
 		_ = ddb.Close()
 		_ = os.Remove(tmp)
 		return 0, 0, fmt.Errorf("compact %s: %w", src, err)

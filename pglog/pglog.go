@@ -31,6 +31,11 @@ type Options struct {
 	Schema string
 	// MaxConns bounds the pool (default: pgxpool's, at least 4).
 	MaxConns int32
+	// NoMigrate makes Open leave the database as it is, for a tool that
+	// reads a log other relays may be using (gmailrelay check): it neither
+	// creates Schema nor applies migrations, and refuses a database
+	// without this version's schema (see checkSchema).
+	NoMigrate bool
 }
 
 // Log is the acceptance log in a PostgreSQL database. It is safe for
@@ -75,7 +80,7 @@ func Open(ctx context.Context, url string, opts Options) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open log: %w", err)
 	}
-	if opts.Schema != "" {
+	if opts.Schema != "" && !opts.NoMigrate {
 		if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{opts.Schema}.Sanitize()); err != nil {
 			var pe *pgconn.PgError
 			// Two replicas creating it at once: one wins, the other sees
@@ -86,7 +91,12 @@ func Open(ctx context.Context, url string, opts Options) (*Log, error) {
 			}
 		}
 	}
-	if _, err := Migrate(ctx, pool); err != nil {
+	if opts.NoMigrate {
+		err = checkSchema(ctx, pool)
+	} else {
+		_, err = Migrate(ctx, pool)
+	}
+	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open log: %w", err)
 	}
@@ -95,6 +105,52 @@ func Open(ctx context.Context, url string, opts Options) (*Log, error) {
 		now = time.Now
 	}
 	return &Log{pool: pool, now: now, owner: owner}, nil
+}
+
+// checkSchema refuses a database whose schema (the first of the
+// search_path that has a schema_migrations table) is not this
+// gmailrelay's: without the table it is not a gmailrelay log; with other
+// migrations applied than this version's, it says which, since checking
+// it would need the writer's version (older: a relay of this version
+// migrates it when it starts; newer: check with that version).
+func checkSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	ms, err := loadMigrations()
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	want := make([]int, len(ms))
+	for i, m := range ms {
+		want[i] = m.version
+	}
+	var schema string
+	var present bool
+	err = pool.QueryRow(ctx, "SELECT coalesce(current_schema(), '(none)'), to_regclass('schema_migrations') IS NOT NULL").Scan(&schema, &present)
+	if err != nil {
+		return err
+	}
+	if !present {
+		return fmt.Errorf("not a gmailrelay log: no schema_migrations table in schema %s (or anywhere on the search_path)", schema)
+	}
+	rows, err := pool.Query(ctx, "SELECT version FROM schema_migrations ORDER BY version")
+	if err != nil {
+		return err
+	}
+	have, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return err
+	}
+	if slices.Equal(have, want) {
+		return nil
+	}
+	last := 0
+	if len(have) > 0 {
+		last = have[len(have)-1]
+	}
+	why := "start a relay of this version on it first (it migrates the schema; upgrade every replica together)"
+	if last > want[len(want)-1] {
+		why = "a newer gmailrelay wrote it: use that version"
+	}
+	return fmt.Errorf("the log's schema has migrations %v, this gmailrelay's are %v: %s", have, want, why)
 }
 
 // appPrefix starts the application_name of a Log's sessions; the rest is

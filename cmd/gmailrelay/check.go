@@ -4,57 +4,65 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/pglog"
 )
 
-// runCheck verifies an acceptance log offline (acceptlog.Store.Check), a
-// bbolt file (--data) or a PostgreSQL log (--database, read by any replica):
-// exit 0 and a one-line summary when every invariant holds, 1 naming each
-// violation, 2 for bad flags or a file that cannot be opened.
+// fullChecker is a log whose check can also require every job that may
+// still be sent to have its raw message (acceptlog.Log.CheckFull), a rule
+// the Store's Check leaves out.
+type fullChecker interface {
+	CheckFull(ctx context.Context) error
+}
+
+// runCheck verifies an acceptance log offline, a bbolt file (--data) or a
+// PostgreSQL log (--database, read by any replica), without changing it:
+// the file is opened read-only (acceptlog.OpenReadOnly: a journal left by
+// a crash is replayed first, as the relay does) and the database is
+// neither created nor migrated. Exit 0 and a one-line summary when every
+// invariant holds, 1 naming each violation (or a page bbolt cannot read),
+// 2 for bad flags or what is not a log this version reads: a missing,
+// empty, truncated or non-bbolt file, a file or database without the
+// log's schema, or one at another version's.
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("check", stderr, "")
 	data := fs.String("data", "", "the acceptance log file to check (the relay must not be running on it)")
 	database := fs.String("database", "", "or: the postgres://… URL of a log in PostgreSQL (relays may go on running)")
+	fail := failer(stderr, "check")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
 	if (*data == "") == (*database == "") || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "gmailrelay check: usage: gmailrelay check --data FILE | --database postgres://…")
-		return 2
+		return fail(2, "usage: gmailrelay check --data FILE | --database postgres://…")
 	}
 	var l acceptlog.Store
+	name := *data
 	if *database != "" {
-		pl, err := pglog.Open(ctx, *database, pglog.Options{})
+		pl, err := pglog.Open(ctx, *database, pglog.Options{NoMigrate: true})
 		if err != nil {
-			fmt.Fprintf(stderr, "gmailrelay check: %v\n", err)
-			return 2
+			return fail(2, "%v", err)
 		}
-		l, *data = pl, "database"
+		l, name = pl, "database"
 	} else {
-		if _, err := os.Stat(*data); err != nil {
-			fmt.Fprintf(stderr, "gmailrelay check: %v\n", err)
-			return 2
-		}
-		bl, err := acceptlog.Open(*data, acceptlog.Options{})
+		bl, err := acceptlog.OpenReadOnly(*data)
 		if err != nil {
-			fmt.Fprintf(stderr, "gmailrelay check: %v\n", err)
-			return 2
+			return fail(2, "%v", err)
 		}
 		l = bl
 	}
 	defer func() { _ = l.Close() }()
-	if err := l.Check(ctx); err != nil {
-		fmt.Fprintf(stderr, "gmailrelay check: %s: %v\n", *data, err)
-		return 1
+	check := l.Check
+	if f, ok := l.(fullChecker); ok {
+		check = f.CheckFull
+	}
+	if err := check(ctx); err != nil {
+		return fail(1, "%s: %v", name, err)
 	}
 	st, err := l.Stats(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "gmailrelay check: %s: %v\n", *data, err)
-		return 1
+		return fail(1, "%s: %v", name, err)
 	}
-	fmt.Fprintf(stdout, "%s: ok: %d jobs, %d lines, every invariant holds\n", *data, st.Jobs, st.Lines)
+	fmt.Fprintf(stdout, "%s: ok: %d jobs, %d lines, every invariant holds\n", name, st.Jobs, st.Lines)
 	return 0
 }

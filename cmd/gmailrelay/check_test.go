@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
@@ -26,7 +28,7 @@ func seedLog(t *testing.T, plant func(l *acceptlog.Log)) string {
 	id := "<a@x>"
 	if _, _, err := l.Mutate(ctx, id, func(*acceptlog.Job) (acceptlog.Change, error) {
 		j := acceptlog.Job{MessageID: id, State: acceptlog.StateSent, Attempts: 1, Effects: 1, Mailbox: "me", CreatedAt: time.Unix(1, 0)}
-		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{
+		return acceptlog.Change{Job: &j, Raw: []byte("Message-ID: <a@x>\r\n\r\nhi\r\n"), Lines: []acceptlog.Line{
 			{Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding},
 			{Kind: acceptlog.KindEffect, Attempt: 1, State: acceptlog.StateSent}}}, nil
 	}); err != nil {
@@ -136,5 +138,132 @@ func TestCheckPlantedViolationsExitOne(t *testing.T) {
 				t.Errorf("check = %d %q, want 1 naming %q", code, out, tc.want)
 			}
 		})
+	}
+}
+
+// TestCheckRefusesWhatIsNotALogAndLeavesItAlone: check exits 2 naming the
+// file and why, and the file is exactly as it was (check used to answer
+// "ok: 0 jobs" and turn an empty file into a fresh 16 MB log, and to die
+// of SIGBUS on a truncated one).
+func TestCheckRefusesWhatIsNotALogAndLeavesItAlone(t *testing.T) {
+	cases := []struct {
+		name string
+		file func(t *testing.T) []byte // nil: no file
+		want string
+	}{
+		{"missing", nil, "not a gmailrelay log (no such file)"},
+		{"empty", func(*testing.T) []byte { return []byte{} }, "not a gmailrelay log (empty file)"},
+		{"truncated", func(t *testing.T) []byte {
+			b, err := os.ReadFile(seedLog(t, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b[:2*4096+100] // two pages: the meta pages, none of the tree
+		}, "truncated or not a bbolt log"},
+		{"another bbolt file", func(t *testing.T) []byte {
+			path := filepath.Join(t.TempDir(), "other.db")
+			db, err := bolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}, "not a gmailrelay log (a bbolt file without the buckets"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "x.db")
+			var before []byte
+			if tc.file != nil {
+				before = tc.file(t)
+				if err := os.WriteFile(path, before, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			code, out := runCheckOn("--data", path)
+			if code != 2 || !strings.Contains(out, path+": "+tc.want) {
+				t.Errorf("check = %d %q, want 2 and %q naming the file", code, out, tc.want)
+			}
+			// compact opens it the same way: refused, nothing written.
+			var cout, cerr bytes.Buffer
+			to := filepath.Join(t.TempDir(), "compacted.db")
+			if code := runCompact(context.Background(), []string{"--data", path, "--to", to}, &cout, &cerr); code != 1 || !strings.Contains(cerr.String(), tc.want) {
+				t.Errorf("compact = %d %q, want 1 and %q", code, cerr.String(), tc.want)
+			}
+			if _, err := os.Stat(to); err == nil {
+				t.Error("compact wrote a copy of what is not a log")
+			}
+			after, err := os.ReadFile(path)
+			if tc.file == nil {
+				if err == nil {
+					t.Error("check created the missing file")
+				}
+				return
+			}
+			if !bytes.Equal(before, after) {
+				t.Errorf("check changed the file: %d bytes before, %d after", len(before), len(after))
+			}
+		})
+	}
+}
+
+// TestCheckRawMessageRules: a job that may still be sent needs its raw
+// message; a raw message needs its job.
+func TestCheckRawMessageRules(t *testing.T) {
+	cases := map[string]struct {
+		edit func(tx *bolt.Tx) error
+		want string
+	}{
+		"job without its message": {func(tx *bolt.Tx) error { return tx.Bucket([]byte("bodies")).Delete([]byte("<a@x>")) },
+			"job <a@x>: in state sent, not pruned, and no raw message stored"},
+		"message without its job": {func(tx *bolt.Tx) error { return tx.Bucket([]byte("bodies")).Put([]byte("<b@x>"), []byte("m")) },
+			"raw message <b@x>: no job"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			path := seedLog(t, nil)
+			db, err := bolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Update(tc.edit); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if code, out := runCheckOn("--data", path); code != 1 || !strings.Contains(out, tc.want) {
+				t.Errorf("check = %d %q, want 1 naming %q", code, out, tc.want)
+			}
+		})
+	}
+}
+
+// TestCheckDatabaseNeitherCreatesNorMigrates: check --database on a schema
+// without the log exits 2 and leaves it empty (it used to migrate it and
+// answer ok).
+func TestCheckDatabaseNeitherCreatesNorMigrates(t *testing.T) {
+	dbURL, schema := testDatabase(t)
+	code, out := runCheckOn("--database", dbURL)
+	if code != 2 || !strings.Contains(out, "not a gmailrelay log: no schema_migrations") {
+		t.Errorf("check --database on an empty schema = %d %q, want 2 saying it is not a log", code, out)
+	}
+	conn, err := pgx.Connect(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var n int
+	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM information_schema.tables WHERE table_schema = $1", schema).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("check created %d tables in the schema, want none", n)
 	}
 }
