@@ -11,7 +11,8 @@ import (
 	"github.com/gmailrelay/gmailrelay/pglog/pgtest"
 )
 
-func execSQL(t *testing.T, url, sql string, args ...any) {
+// withConn runs fn on a new connection to url.
+func withConn(t *testing.T, url string, fn func(ctx context.Context, conn *pgx.Conn) error) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, url)
@@ -19,23 +20,24 @@ func execSQL(t *testing.T, url, sql string, args ...any) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
+	if err := fn(ctx, conn); err != nil {
+		t.Fatal(err)
 	}
 }
 
-func tablesIn(t *testing.T, url, schema string) int {
+func execSQL(t *testing.T, url, sql string, args ...any) {
 	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	var n int
-	if err := conn.QueryRow(ctx, "SELECT count(*) FROM information_schema.tables WHERE table_schema = $1", schema).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
+	withConn(t, url, func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, sql, args...)
+		return err
+	})
+}
+
+func tablesIn(t *testing.T, url, schema string) (n int) {
+	t.Helper()
+	withConn(t, url, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, "SELECT count(*) FROM information_schema.tables WHERE table_schema = $1", schema).Scan(&n)
+	})
 	return n
 }
 
