@@ -2,7 +2,6 @@ package pglog
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -85,101 +84,4 @@ func pruneJob(ctx context.Context, tx pgx.Tx, j *acceptlog.Job, now time.Time, r
 	}
 	res.Jobs++
 	return nil
-}
-
-// Check implements acceptlog.Store: every job against its lines (the checks
-// acceptlog.CheckJob shares with the bbolt log), its indexed columns against
-// its record, and no line or raw message without its job (the foreign keys
-// hold that, it is re-checked all the same). It reads one snapshot.
-func (l *Log) Check(ctx context.Context) error {
-	if err := l.ready(ctx, "check"); err != nil {
-		return err
-	}
-	var found []string
-	err := l.snapshot(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, "SELECT state, channel, next_check_ns, unknown_ns, prunable_ns, data FROM jobs ORDER BY message_id")
-		if err != nil {
-			return err
-		}
-		type stored struct {
-			c columns
-			j acceptlog.Job
-		}
-		var jobs []stored
-		var c columns
-		_, err = pgx.ForEachRow(rows, []any{&c.state, &c.channel, &c.nextCheck, &c.unknown, &c.prunable, &c.data}, func() error {
-			s := stored{c: c}
-			s.c.channel = append([]byte(nil), c.channel...)
-			if err := json.Unmarshal(c.data, &s.j); err != nil {
-				return err
-			}
-			jobs = append(jobs, s)
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, s := range jobs {
-			lines, err := jobLines(ctx, tx, s.j.MessageID)
-			if err != nil {
-				return err
-			}
-			found = append(found, acceptlog.CheckJob(&s.j, lines)...)
-			want, err := columnsOf(&s.j)
-			if err != nil {
-				return err
-			}
-			if want.state != s.c.state || string(want.channel) != string(s.c.channel) ||
-				!sameInt(want.nextCheck, s.c.nextCheck) || !sameInt(want.unknown, s.c.unknown) || !sameInt(want.prunable, s.c.prunable) {
-				found = append(found, fmt.Sprintf("job %s: indexed columns differ from its record", s.j.MessageID))
-			}
-		}
-		var orphans int
-		err = tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM lines l WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.message_id = l.message_id))
-			+ (SELECT count(*) FROM bodies b WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.message_id = b.message_id))`).Scan(&orphans)
-		if err != nil {
-			return err
-		}
-		if orphans > 0 {
-			found = append(found, fmt.Sprintf("%d lines or raw messages without their job", orphans))
-		}
-		var off int
-		err = tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM (
-				(SELECT state, channel, count(*)::bigint FROM jobs GROUP BY 1, 2
-					EXCEPT SELECT state, channel, sum(n)::bigint FROM job_counts GROUP BY 1, 2 HAVING sum(n) <> 0)
-				UNION ALL
-				(SELECT state, channel, sum(n)::bigint FROM job_counts GROUP BY 1, 2 HAVING sum(n) <> 0
-					EXCEPT SELECT state, channel, count(*)::bigint FROM jobs GROUP BY 1, 2)) j)
-			+ (SELECT count(*) FROM (
-				(SELECT kind, reason, count(*)::bigint FROM lines GROUP BY 1, 2
-					EXCEPT SELECT kind, reason, sum(n)::bigint FROM line_counts GROUP BY 1, 2 HAVING sum(n) <> 0)
-				UNION ALL
-				(SELECT kind, reason, sum(n)::bigint FROM line_counts GROUP BY 1, 2 HAVING sum(n) <> 0
-					EXCEPT SELECT kind, reason, count(*)::bigint FROM lines GROUP BY 1, 2)) l)`).Scan(&off)
-		if err != nil {
-			return err
-		}
-		if off > 0 {
-			found = append(found, fmt.Sprintf("the Stats counters differ from a count of the jobs and lines (%d keys)", off))
-		}
-		var maxSeq, last int64
-		if err := tx.QueryRow(ctx, "SELECT coalesce(max(seq), 0), (SELECT last_value FROM line_ids) FROM lines").Scan(&maxSeq, &last); err != nil {
-			return err
-		}
-		if maxSeq > last {
-			found = append(found, fmt.Sprintf("line %d beyond the sequence's last %d", maxSeq, last))
-		}
-		return nil
-	})
-	if err != nil {
-		return l.wrapErr("check", err)
-	}
-	return acceptlog.Violations(found)
-}
-
-func sameInt(a, b *int64) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
 }

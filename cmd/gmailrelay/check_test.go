@@ -15,6 +15,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
+	"github.com/gmailrelay/gmailrelay/pglog"
 )
 
 func seedLog(t *testing.T, plant func(l *acceptlog.Log)) string {
@@ -265,5 +267,30 @@ func TestCheckDatabaseNeitherCreatesNorMigrates(t *testing.T) {
 	}
 	if n != 0 {
 		t.Errorf("check created %d tables in the schema, want none", n)
+	}
+}
+
+// TestCheckDatabaseJobWithoutItsMessage: on PostgreSQL too, check requires
+// a job that may still be sent to have its raw message.
+func TestCheckDatabaseJobWithoutItsMessage(t *testing.T) {
+	dbURL, _ := testDatabase(t)
+	ctx := context.Background()
+	l, err := pglog.Open(ctx, dbURL, pglog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logtest.SentJob(t, l, "<a@x>", time.Unix(1, 0))
+	_ = l.Close()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DELETE FROM bodies"); err != nil {
+		t.Fatal(err)
+	}
+	want := "job <a@x>: in state sent, not pruned, and no raw message stored"
+	if code, out := runCheckOn("--database", dbURL); code != 1 || !strings.Contains(out, want) {
+		t.Errorf("check --database = %d %q, want 1 naming %q", code, out, want)
 	}
 }

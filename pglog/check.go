@@ -1,0 +1,138 @@
+package pglog
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+)
+
+// Check implements acceptlog.Store: every job against its lines (the checks
+// acceptlog.CheckJob shares with the bbolt log), its indexed columns against
+// its record, a pruned job without its raw message, and no line or raw
+// message without its job (the foreign keys hold that, it is re-checked all
+// the same). It reads one snapshot.
+func (l *Log) Check(ctx context.Context) error { return l.check(ctx, false) }
+
+// CheckFull is Check plus the rule acceptlog.Log.CheckFull adds: every job
+// that is not pruned and may still be sent (acceptlog.NeedsRaw) has its raw
+// message. gmailrelay check runs it; Check leaves it out for the same reason
+// as the bbolt log's (test fixtures write jobs without a message).
+func (l *Log) CheckFull(ctx context.Context) error { return l.check(ctx, true) }
+
+func (l *Log) check(ctx context.Context, needRaw bool) error {
+	if err := l.ready(ctx, "check"); err != nil {
+		return err
+	}
+	var found []string
+	err := l.snapshot(ctx, func(tx pgx.Tx) error {
+		// Whether each job's raw message is stored comes with the job, in the
+		// same scan (a semi-join, not a query per job).
+		rows, err := tx.Query(ctx, `SELECT state, channel, next_check_ns, unknown_ns, prunable_ns, data,
+			EXISTS (SELECT 1 FROM bodies b WHERE b.message_id = j.message_id)
+			FROM jobs j ORDER BY message_id`)
+		if err != nil {
+			return err
+		}
+		type stored struct {
+			c      columns
+			j      acceptlog.Job
+			hasRaw bool
+		}
+		var jobs []stored
+		var c columns
+		var hasRaw bool
+		_, err = pgx.ForEachRow(rows, []any{&c.state, &c.channel, &c.nextCheck, &c.unknown, &c.prunable, &c.data, &hasRaw}, func() error {
+			s := stored{c: c, hasRaw: hasRaw}
+			s.c.channel = append([]byte(nil), c.channel...)
+			if err := json.Unmarshal(c.data, &s.j); err != nil {
+				return err
+			}
+			jobs = append(jobs, s)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, s := range jobs {
+			lines, err := jobLines(ctx, tx, s.j.MessageID)
+			if err != nil {
+				return err
+			}
+			found = append(found, acceptlog.CheckJob(&s.j, lines)...)
+			found = append(found, checkRaw(&s.j, s.hasRaw, needRaw)...)
+			want, err := columnsOf(&s.j)
+			if err != nil {
+				return err
+			}
+			if want.state != s.c.state || string(want.channel) != string(s.c.channel) ||
+				!sameInt(want.nextCheck, s.c.nextCheck) || !sameInt(want.unknown, s.c.unknown) || !sameInt(want.prunable, s.c.prunable) {
+				found = append(found, fmt.Sprintf("job %s: indexed columns differ from its record", s.j.MessageID))
+			}
+		}
+		var orphans int
+		err = tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM lines l WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.message_id = l.message_id))
+			+ (SELECT count(*) FROM bodies b WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.message_id = b.message_id))`).Scan(&orphans)
+		if err != nil {
+			return err
+		}
+		if orphans > 0 {
+			found = append(found, fmt.Sprintf("%d lines or raw messages without their job", orphans))
+		}
+		var off int
+		err = tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM (
+				(SELECT state, channel, count(*)::bigint FROM jobs GROUP BY 1, 2
+					EXCEPT SELECT state, channel, sum(n)::bigint FROM job_counts GROUP BY 1, 2 HAVING sum(n) <> 0)
+				UNION ALL
+				(SELECT state, channel, sum(n)::bigint FROM job_counts GROUP BY 1, 2 HAVING sum(n) <> 0
+					EXCEPT SELECT state, channel, count(*)::bigint FROM jobs GROUP BY 1, 2)) j)
+			+ (SELECT count(*) FROM (
+				(SELECT kind, reason, count(*)::bigint FROM lines GROUP BY 1, 2
+					EXCEPT SELECT kind, reason, sum(n)::bigint FROM line_counts GROUP BY 1, 2 HAVING sum(n) <> 0)
+				UNION ALL
+				(SELECT kind, reason, sum(n)::bigint FROM line_counts GROUP BY 1, 2 HAVING sum(n) <> 0
+					EXCEPT SELECT kind, reason, count(*)::bigint FROM lines GROUP BY 1, 2)) l)`).Scan(&off)
+		if err != nil {
+			return err
+		}
+		if off > 0 {
+			found = append(found, fmt.Sprintf("the Stats counters differ from a count of the jobs and lines (%d keys)", off))
+		}
+		var maxSeq, last int64
+		if err := tx.QueryRow(ctx, "SELECT coalesce(max(seq), 0), (SELECT last_value FROM line_ids) FROM lines").Scan(&maxSeq, &last); err != nil {
+			return err
+		}
+		if maxSeq > last {
+			found = append(found, fmt.Sprintf("line %d beyond the sequence's last %d", maxSeq, last))
+		}
+		return nil
+	})
+	if err != nil {
+		return l.wrapErr("check", err)
+	}
+	return acceptlog.Violations(found)
+}
+
+func sameInt(a, b *int64) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// checkRaw checks one job against whether its raw message is stored, as
+// the bbolt log's check does (in the same words): pruning removes it, and
+// (with needRaw) a job that may still be sent needs it until it is pruned.
+func checkRaw(j *acceptlog.Job, stored, needRaw bool) []string {
+	switch pruned := !j.PrunedAt.IsZero(); {
+	case pruned && stored:
+		return []string{fmt.Sprintf("job %s: pruned at %s but its raw message is still stored", j.MessageID, j.PrunedAt.UTC().Format(time.RFC3339))}
+	case needRaw && !pruned && !stored && acceptlog.NeedsRaw(j.State):
+		return []string{fmt.Sprintf("job %s: in state %s, not pruned, and no raw message stored (it could not be sent again)", j.MessageID, j.State)}
+	}
+	return nil
+}
