@@ -137,6 +137,17 @@ type BudgetAnswer struct {
 	Frees time.Time
 }
 
+// ReplicaCounter is implemented by a shared Store (PostgreSQL) so that
+// the relays on it divide each mailbox's per-minute quota between them
+// (relay.Quota.SetShare).
+type ReplicaCounter interface {
+	// LiveReplicas counts the relays using the log now, the caller
+	// included (so never less than 1): those that have counted before and
+	// whose process is still connected. The caller is counted from its
+	// first call until it closes the Store or dies.
+	LiveReplicas(ctx context.Context) (int, error)
+}
+
 // MailboxPauses is implemented by a shared Store: the pause Gmail asked a
 // mailbox for (a rate limit) is kept in the mailbox's record, so a 429
 // seen by one replica pauses all of them.

@@ -70,7 +70,9 @@ func Open(ctx context.Context, url string, opts Options) (*Log, error) {
 		cfg.MaxConns = opts.MaxConns
 	}
 	if opts.Schema != "" {
-		cfg.ConnConfig.RuntimeParams["search_path"] = opts.Schema
+		// Quoted as CREATE SCHEMA quotes it: unquoted, a name with
+		// capitals would be folded to lower case and not found.
+		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{opts.Schema}.Sanitize()
 	}
 	// The replicas see which of them are alive by their sessions'
 	// application_name (a dead replica's claims on due jobs lapse, see Due).
@@ -157,13 +159,14 @@ func checkSchema(ctx context.Context, pool *pgxpool.Pool) error {
 // its owner.
 const appPrefix = "gmailrelay-"
 
-// Close gives up this Log's claims on due jobs and closes the pool,
-// waiting for connections in use. Calling it again does nothing and
-// returns nil.
+// Close gives up this Log's claims on due jobs and its place among the
+// replicas (LiveReplicas) and closes the pool, waiting for connections in
+// use. Calling it again does nothing and returns nil.
 func (l *Log) Close() error {
 	if l.closed.CompareAndSwap(false, true) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, _ = l.pool.Exec(ctx, "UPDATE jobs SET claimed_by = NULL, claimed_until_ns = NULL WHERE claimed_by = $1", l.owner)
+		_, _ = l.pool.Exec(ctx, "DELETE FROM replicas WHERE owner = $1", l.owner)
 		cancel()
 		l.pool.Close()
 	}

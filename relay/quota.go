@@ -14,13 +14,18 @@ import (
 // units per minute, shared by the send path and the sweeper. Sends take
 // units at once or are refused (the caller gets 429, nothing is sent); the
 // sweeper takes units only while a reserve for sends remains, so it yields
-// to sends. Time comes from the injected clock.
+// to sends. Time comes from the injected clock. On a log several relays
+// share, the bucket is this relay's share of the budget (SetShare).
 type Quota struct {
-	mu      sync.Mutex
-	lim     *rate.Limiter
-	now     func() time.Time
-	reserve float64
-	spent   atomic.Int64
+	mu  sync.Mutex
+	lim *rate.Limiter
+	now func() time.Time
+	// perMinute is the mailbox's budget; the bucket holds this relay's
+	// share of it (SetShare).
+	perMinute int
+	replicas  int
+	reserve   float64
+	spent     atomic.Int64
 	// pauseUntil is set when Gmail itself said 429: everybody waits.
 	pauseUntil time.Time
 	// backoff is the pause for Gmail's rate limits without a retry time
@@ -42,15 +47,62 @@ func NewQuota(perMinute int, now func() time.Time) *Quota {
 		perMinute = 6000
 	}
 	q := &Quota{
-		lim: rate.NewLimiter(rate.Limit(float64(perMinute)/60), perMinute),
-		now: now,
+		lim:       rate.NewLimiter(rate.Limit(float64(perMinute)/60), perMinute),
+		now:       now,
+		perMinute: perMinute,
+		replicas:  1,
 	}
-	// Keep room for one send, or a tenth of the budget, whichever is more.
-	q.reserve = max(UnitsSend, float64(perMinute)/10)
-	if q.reserve > float64(perMinute)/2 {
-		q.reserve = float64(perMinute) / 2
-	}
+	q.reserve = reserveOf(perMinute)
 	return q
+}
+
+// reserveOf is the send reserve of a bucket of burst units: room for one
+// send, or a tenth of the bucket, whichever is more, but never more than
+// half of it.
+func reserveOf(burst int) float64 {
+	return min(max(UnitsSend, float64(burst)/10), float64(burst)/2)
+}
+
+// SetShare makes the bucket this relay's share of the mailbox's budget
+// when replicas relays (counted live on a shared log) spend it: it
+// refills at PerMinute/replicas units per minute and holds as much, so
+// the replicas together never take more than PerMinute. The send reserve
+// and the reconciliation share follow the new size; units already in the
+// bucket beyond it are dropped, units taken stay taken. A share is never
+// smaller than one send (unless PerMinute is): with more replicas than
+// sends per minute, each may still make one, and they refill at their
+// share's pace. replicas < 1 counts as 1, which gives back the whole
+// budget.
+func (q *Quota) SetShare(replicas int) {
+	replicas = max(replicas, 1)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if replicas == q.replicas {
+		return
+	}
+	burst := max(q.perMinute/replicas, min(q.perMinute, UnitsSend))
+	now := q.now()
+	// The burst first: SetLimitAt's advance then clips the tokens to it.
+	q.lim.SetBurstAt(now, burst)
+	q.lim.SetLimitAt(now, rate.Limit(float64(q.perMinute)/float64(replicas)/60))
+	q.replicas = replicas
+	q.reserve = reserveOf(burst)
+}
+
+// Share returns the units per minute this relay's bucket holds: its part
+// of PerMinute (SetShare), all of it when it spends the budget alone.
+func (q *Quota) Share() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.lim.Burst()
+}
+
+// Replicas returns how many relays the budget is divided between (the
+// last SetShare; 1 before any).
+func (q *Quota) Replicas() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.replicas
 }
 
 // TakeForeground takes units for a send. When the budget cannot cover them
@@ -224,8 +276,9 @@ func (q *Quota) TakeDelivery(units int) (bool, time.Duration) {
 	return true, 0
 }
 
-// PerMinute returns the budget in units per minute.
-func (q *Quota) PerMinute() int { return q.lim.Burst() }
+// PerMinute returns the mailbox's budget in units per minute, shared by
+// every replica (Share is this relay's part of it).
+func (q *Quota) PerMinute() int { return q.perMinute }
 
 // Charge takes units whatever the bucket holds (it may go into debt):
 // a restarted relay charges the sends the log shows in the last minute,

@@ -148,8 +148,9 @@ const pauseDBTimeout = 5 * time.Second
 // record (a shared log: PostgreSQL), so a rate limit Gmail answered to one
 // replica pauses every replica's sends and searches: a pause this Quota
 // sets is written there, and every check of the quota first reads it (one
-// indexed row; an error leaves the local pause as it is). The per-minute
-// bucket and the backoff's step stay per process.
+// indexed row; an error leaves the local pause as it is). The backoff's
+// step stays per process; the per-minute bucket is this process's share of
+// the budget (SetShare).
 func (q *Quota) SharePauses(store acceptlog.MailboxPauses, mailbox string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -174,6 +174,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 			return nil, fmt.Errorf("relay: mailbox %s has no Provider", m.name)
 		}
 	}
+	if err := s.RefreshQuotaShares(ctx); err != nil {
+		s.logger.Warn().Err(err).Msg("quota: count the replicas on the log (each mailbox's quota stays whole until the sweeper counts them)")
+	}
 	recover, what := s.recover, "recovered jobs left in forwarding by a crash"
 	if acceptlog.IsShared(s.log) {
 		// Other replicas' attempts in flight are theirs until their lease
@@ -207,6 +210,29 @@ func (s *Service) recover(ctx context.Context) (int, error) {
 			n++
 		}
 	}
+}
+
+// RefreshQuotaShares divides each mailbox's per-minute quota between the
+// relays alive on a log they share (CONTRACT, "Several relays on one
+// PostgreSQL": the quota is shared): it counts them
+// (acceptlog.ReplicaCounter) and gives every mailbox's Quota its share
+// (Quota.SetShare). New calls it, and so does every sweeper pass on a
+// shared log, so shares follow replicas as they come and go. On a log
+// that is not shared it does nothing. When the count fails it returns the
+// error and leaves the shares as they were: sends never wait for it.
+func (s *Service) RefreshQuotaShares(ctx context.Context) error {
+	rc, ok := s.log.(acceptlog.ReplicaCounter)
+	if !s.shared || !ok {
+		return nil
+	}
+	n, err := rc.LiveReplicas(ctx)
+	if err != nil {
+		return fmt.Errorf("count replicas: %w", err)
+	}
+	for _, m := range s.boxes {
+		m.quota.SetShare(n)
+	}
+	return nil
 }
 
 // Lease is how long an attempt in flight belongs to the process that

@@ -91,7 +91,8 @@ type Config struct {
 	Limit int
 	// Expire, when set, runs first in every pass: it turns unknown the
 	// attempts whose lease ran out (relay.Service.RecoverExpired; set by
-	// ConfigFor on a log several replicas share).
+	// ConfigFor on a log several replicas share, after
+	// relay.Service.RefreshQuotaShares).
 	Expire func(ctx context.Context) (int, error)
 	// DisableWitness turns the witness rule off: every search miss counts,
 	// as before issue 13 (no witness in the query, no companion after:
@@ -125,7 +126,14 @@ func ConfigFor(svc *relay.Service) Config {
 	c := Config{Log: svc.Log(), Mailboxes: svc, Policy: svc.Policy(),
 		Attempter: svc, Logger: svc.Logger(), Now: svc.Now}
 	if acceptlog.IsShared(c.Log) {
-		c.Expire = svc.RecoverExpired
+		c.Expire = func(ctx context.Context) (int, error) {
+			// Each pass also divides the quota again between the
+			// replicas alive now; a failed count keeps the last shares.
+			if err := svc.RefreshQuotaShares(ctx); err != nil && ctx.Err() == nil {
+				svc.Logger().Warn().Err(err).Msg("quota shares: the replicas could not be counted; keeping the last shares")
+			}
+			return svc.RecoverExpired(ctx)
+		}
 	}
 	return c
 }
