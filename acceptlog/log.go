@@ -49,6 +49,14 @@ type Mailbox struct {
 	// seen. Empty until a confirmed send reaches a verify pass.
 	LastSendID string    `json:"last_send_id,omitempty"`
 	LastSendAt time.Time `json:"last_send_at,omitzero"`
+	// Lags are the mailbox's measured index lag, the newest samples (a
+	// send's answer from Gmail → the verify pass's first hit). The
+	// sweeper's verify pass adds each (an EditMailbox, so no concurrent
+	// edit is lost) and every pass reads them from here, so that every
+	// relay on the log, and a relay after a restart, waits at least the
+	// observed p99 before it counts a miss (CONTRACT, "Witness before a
+	// miss"). Empty in a record written before they were kept.
+	Lags LagSamples `json:"lags,omitzero"`
 }
 
 // Change is what a Mutate callback asks to write, all in one transaction.

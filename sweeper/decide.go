@@ -60,20 +60,7 @@ func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hit
 		p.count(written, &p.res.Checked, &p.res.Unwitnessed)
 		return true, err
 	case len(hits) == 1 && ch.OnUnknown == policy.Retry:
-		h := hits[0]
-		labels := append([]string(nil), h.labels...)
-		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
-			n.GmailID, n.LabelIDs = h.id, labels
-			n.Effects++
-			p.oneCopy(n, ch) // this search, after grace, already counted exactly one
-			return []acceptlog.Line{search, acceptlog.Move(n, acceptlog.StateSent, acceptlog.Line{Kind: acceptlog.KindEffect, Attempt: j.Attempts,
-				Reason: ReasonFound, Source: acceptlog.SourceSearch, GmailID: h.id, LabelIDs: labels})}
-		})
-		if written {
-			p.s.deps.Logger.Info().Str("message_id", j.MessageID).Str("gmail_id", h.id).Msg("ambiguous send found in the mailbox: sent")
-		}
-		p.count(written, &p.res.Checked, &p.res.Found)
-		return true, err
+		return p.foundOnce(ctx, j, search, hits[0], ch)
 	case len(hits) == 1:
 		written, err := p.toReview(ctx, j, evidence(search, ReasonReviewChannel, hits,
 			"found once in the mailbox; this channel never resolves ambiguous sends by itself"), search)
@@ -108,7 +95,8 @@ func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hit
 		return true, err
 	}
 	// Record the miss first: if the resend cannot go now, the job stays due
-	// with its checks done, and a later pass resends it without searching.
+	// with its checks done, and a later pass resends it without searching
+	// while the miss is fresh (see missFresh), after a new search otherwise.
 	written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
 		n.Checks = check
 		return []acceptlog.Line{search}
@@ -151,11 +139,71 @@ func (p *pass) resend(ctx context.Context, j acceptlog.Job, redo int) (bool, err
 			return true, err
 		}
 	}
-	ok, err := p.attempt(ctx, j, acceptlog.StateUnknown, ReasonResend, redo)
-	if ok {
+	made, done, err := p.attempt(ctx, j, acceptlog.StateUnknown, ReasonResend, redo)
+	if made {
 		p.res.Resent++
 	}
-	return ok, err
+	return done, err
+}
+
+// foundOnce records a search that found exactly one copy of an ambiguous
+// job's message on a retry channel: the ambiguous attempt was delivered,
+// and the job is sent (effect line, source search) with its late look
+// scheduled.
+func (p *pass) foundOnce(ctx context.Context, j acceptlog.Job, search acceptlog.Line, h hit, ch policy.Channel) (bool, error) {
+	labels := append([]string(nil), h.labels...)
+	written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+		n.GmailID, n.LabelIDs = h.id, labels
+		n.Effects++
+		p.oneCopy(n, ch) // this search, after grace, already counted exactly one
+		return []acceptlog.Line{search, acceptlog.Move(n, acceptlog.StateSent, acceptlog.Line{Kind: acceptlog.KindEffect, Attempt: j.Attempts,
+			Reason: ReasonFound, Source: acceptlog.SourceSearch, GmailID: h.id, LabelIDs: labels})}
+	})
+	if written {
+		p.s.deps.Logger.Info().Str("message_id", j.MessageID).Str("gmail_id", h.id).Msg("ambiguous send found in the mailbox: sent")
+	}
+	p.count(written, &p.res.Checked, &p.res.Found)
+	return true, err
+}
+
+// decideFailed records the search of a retryable failed job with an
+// ambiguous attempt in its past, searched because the miss that decided
+// its resend is no longer fresh (see classify), and acts on it: one copy
+// means the ambiguous attempt was delivered after all (failed → sent), two
+// or more go to review, and a miss confirms the resend decision: the job
+// is retried (or goes to review when it has no attempt left). The miss
+// needs no witness: it repeats a miss that counted, later, when the index
+// can only have caught up further. In a mailbox whose handle is untrusted
+// a miss proves nothing: review.
+func (p *pass) decideFailed(ctx context.Context, j acceptlog.Job, q string, hits []hit) (bool, error) {
+	ch := p.channel(j.Channel)
+	check := j.Checks + 1
+	search := searchLine(j, q, hits, check)
+	switch {
+	case len(hits) == 1:
+		return p.foundOnce(ctx, j, search, hits[0], ch)
+	case len(hits) >= 2:
+		written, err := p.toReview(ctx, j, evidence(search, ReasonDuplicate, hits, "the mailbox holds this message more than once"), search)
+		p.count(written, &p.res.Checked, &p.res.Duplicates)
+		return true, err
+	case p.mailboxes[j.Mailbox].HandleUntrusted:
+		written, err := p.toReview(ctx, j, evidence(search, ReasonHandleUntrusted, nil,
+			"not found, but Gmail replaces Message-IDs in this mailbox, so a miss proves nothing"), search)
+		p.count(written, &p.res.Checked)
+		return true, err
+	}
+	// Record the miss first, as before a resend: a retry that cannot go
+	// now goes without searching again while this miss is fresh.
+	written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+		n.Checks = check
+		return []acceptlog.Line{search}
+	})
+	p.count(written, &p.res.Checked)
+	if err != nil || !written {
+		return true, err
+	}
+	j.Checks = check
+	return p.retry(ctx, j, p.searchCost)
 }
 
 // decideVerify records the verify search of a sent job and acts on it.

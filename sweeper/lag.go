@@ -2,8 +2,10 @@ package sweeper
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -12,7 +14,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 )
 
-// measureLag adds the lag sample of a sent job whose verify search just
+// measureLag records the lag sample of a sent job whose verify search just
 // found it: from Gmail's answer (its last effect line, from the response)
 // to now. Not from the job's creation: a job the outbox held (a spent
 // budget, a rate-limit pause, send_at) was sent long after, and a lag
@@ -32,37 +34,94 @@ func (p *pass) measureLag(ctx context.Context, j acceptlog.Job) error {
 	}
 	for i := len(lines) - 1; i >= 0; i-- {
 		if l := lines[i]; l.Kind == acceptlog.KindEffect && l.Source == acceptlog.SourceResponse && l.Attempt == j.Attempts {
-			p.s.lags.add(j.Mailbox, max(p.now.Sub(l.Time), 0))
-			return nil
+			return p.recordLag(ctx, j, max(p.now.Sub(l.Time), 0))
 		}
 	}
 	return nil
 }
 
-// maxLagSamples bounds the lag samples kept per mailbox (the newest win).
-const maxLagSamples = 1024
+// recordLag adds the sample d to the record of j's mailbox in the log,
+// where every relay on the log, and this one after a restart, reads it
+// (see Sweeper.loadLags). The record is read and written in one
+// transaction (a sample another replica adds meanwhile is kept), and only
+// while j is as the pass read it: a job another replica decided since was
+// measured there. The sample's key is the job's attempt, so a send
+// measured twice (the record written, then a crash before the search
+// line) gives one sample.
+func (p *pass) recordLag(ctx context.Context, j acceptlog.Job, d time.Duration) error {
+	var stored acceptlog.LagSamples
+	_, _, err := p.s.log.Mutate(ctx, j.MessageID, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		if cur == nil || cur.State != j.State || cur.Attempts != j.Attempts || cur.Checks != j.Checks ||
+			cur.Verified != j.Verified || cur.VerifyLooks != j.VerifyLooks {
+			return acceptlog.Change{}, errChanged
+		}
+		return acceptlog.Change{EditMailbox: func(m *acceptlog.Mailbox) {
+			m.Lags.Add(strconv.Itoa(j.Attempts)+" "+j.MessageID, d)
+			stored = m.Lags
+		}}, nil
+	})
+	if errors.Is(err, errChanged) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("record the index lag of %s: %w", j.MessageID, err)
+	}
+	p.s.lags.set(j.Mailbox, stored)
+	if mb, ok := p.mailboxes[j.Mailbox]; ok {
+		mb.Lags = stored
+		p.mailboxes[j.Mailbox] = mb
+	}
+	return nil
+}
+
+// loadLags reads every mailbox's measured lag from its record in the log
+// into the lag book: at the first pass, so that a restarted relay keeps
+// the floor it measured before, and at every pass on a log several
+// replicas share, whose samples any of them adds. Samples of a mailbox
+// the relay no longer serves are read when a pass measures one.
+func (s *Sweeper) loadLags(ctx context.Context) error {
+	if s.lags.loaded && !acceptlog.IsShared(s.log) {
+		return nil // this relay alone writes the records, and its book follows them
+	}
+	for _, m := range s.deps.Mailboxes.Mailboxes() {
+		rec, err := s.log.Mailbox(ctx, m.Name())
+		if err != nil {
+			return fmt.Errorf("read the measured lag of mailbox %s: %w", m.Name(), err)
+		}
+		s.lags.set(m.Name(), rec.Lags)
+	}
+	s.lags.loaded = true
+	return nil
+}
 
 // lagBook is the measured index lag of each mailbox: Gmail's answer to a
-// send (the time of its effect line) → first hit of the verify pass. A sample is an upper bound (the
-// verify pass looks after grace, then once more); it is what the relay has
-// seen, not what Gmail promises. Safe for concurrent use (metrics read it
-// while passes write).
+// send (the time of its effect line) → first hit of the verify pass. A
+// sample is an upper bound (the verify pass looks after grace, then once
+// more); it is what the relay has seen, not what Gmail promises. The
+// samples live in the mailboxes' records in the log (acceptlog.Mailbox's
+// Lags, the newest acceptlog.MaxLagSamples); the book is their copy as of
+// the last pass or sample. Safe for concurrent
+// use (metrics read it while passes write).
 type lagBook struct {
 	mu      sync.Mutex
 	samples map[string][]time.Duration
+	// loaded: a pass has read the records (see loadLags). Guarded by
+	// the Sweeper's passMu.
+	loaded bool
 }
 
-func (b *lagBook) add(mailbox string, d time.Duration) {
+// set makes mailbox's samples those of its record.
+func (b *lagBook) set(mailbox string, s acceptlog.LagSamples) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if s.Len() == 0 {
+		delete(b.samples, mailbox)
+		return
+	}
 	if b.samples == nil {
 		b.samples = map[string][]time.Duration{}
 	}
-	s := append(b.samples[mailbox], d)
-	if len(s) > maxLagSamples {
-		s = s[len(s)-maxLagSamples:]
-	}
-	b.samples[mailbox] = s
+	b.samples[mailbox] = s.Durations()
 }
 
 // quantile is the nearest-rank q-quantile of mailbox's samples, and how

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
@@ -150,6 +151,18 @@ func (p *pass) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if act == actSearch && j.State == acceptlog.StateFailed {
+			// A failed job searched before its retry (rare: a resend
+			// Gmail rate-limited) goes alone, at once: a one-id query
+			// needs no header reads, so it never waits behind a batch
+			// whose reads the quota keeps refusing.
+			n, err := p.searchBatch(ctx, j.Mailbox, []acceptlog.Job{j})
+			handled += n
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		if act == actSearch || act == actVerify {
 			if _, ok := batches[j.Mailbox]; !ok {
 				order = append(order, j.Mailbox)
@@ -239,7 +252,14 @@ func (p *pass) classify(ctx context.Context, j acceptlog.Job) (action, error) {
 		case j.State == acceptlog.StateUnknown:
 			if ch := p.channel(j.Channel); ch.OnUnknown == policy.Retry && j.Checks >= ch.Checks {
 				// Its last miss is recorded; the resend waited for quota
-				// (or a crash came between the two).
+				// (or a crash came between the two). The miss stands only
+				// while it is fresh: a resend held back longer (the daily
+				// budget, a Gmail pause) searches again first, since the
+				// ambiguous copy may have become searchable meanwhile.
+				fresh, err := p.missFresh(ctx, j, ch)
+				if err != nil || !fresh {
+					return actSearch, err
+				}
 				return actResend, nil
 			}
 			return actSearch, nil
@@ -249,11 +269,48 @@ func (p *pass) classify(ctx context.Context, j acceptlog.Job) (action, error) {
 		// prove that Gmail delivered it twice.
 		return actVerify, nil
 	case acceptlog.StateFailed:
-		if j.Retryable && p.channel(j.Channel).OnUnknown == policy.Retry {
+		ch := p.channel(j.Channel)
+		if !j.Retryable || ch.OnUnknown != policy.Retry {
+			break
+		}
+		if j.AmbiguousAt.IsZero() {
 			return actRetry, nil
 		}
+		// An earlier attempt was ambiguous (this failure is a resend that
+		// did not go, e.g. Gmail's 429): the miss that decided the resend
+		// stands only while it is fresh, as for an unknown job. Otherwise
+		// the job is searched again (see decideFailed): a copy found means
+		// the ambiguous attempt was delivered after all.
+		mb, err := p.mailbox(ctx, j.Mailbox)
+		if err != nil {
+			return 0, err
+		}
+		fresh, err := p.missFresh(ctx, j, ch)
+		if err != nil || !fresh || mb.HandleUntrusted {
+			return actSearch, err
+		}
+		return actRetry, nil
 	}
 	return actClear, nil
+}
+
+// missFresh reports whether the job's last search is a counted miss (its
+// check number is the job's Checks, so it was not a miss held back for
+// want of a witness or for the mailbox's lag) recorded less than the
+// channel's grace ago: only then may a resend or retry decided on it go
+// without searching again. A miss older than that proves nothing about
+// now: the index may have caught up with the ambiguous copy since.
+func (p *pass) missFresh(ctx context.Context, j acceptlog.Job, ch policy.Channel) (bool, error) {
+	lines, err := p.s.log.JobLines(ctx, j.MessageID)
+	if err != nil {
+		return false, fmt.Errorf("read lines of %s: %w", j.MessageID, err)
+	}
+	for _, l := range slices.Backward(lines) {
+		if l.Kind == acceptlog.KindSearch {
+			return l.Hits == 0 && l.Check == j.Checks && p.now.Sub(l.Time) < ch.Grace, nil
+		}
+	}
+	return false, nil
 }
 
 func (p *pass) mailbox(ctx context.Context, name string) (acceptlog.Mailbox, error) {
@@ -289,7 +346,7 @@ func (p *pass) handle(ctx context.Context, j acceptlog.Job, act action) (done bo
 		_, err := p.toReview(ctx, j, line)
 		return true, err
 	case actRetry:
-		return p.retry(ctx, j)
+		return p.retry(ctx, j, 0)
 	case actResend:
 		return p.resend(ctx, j, 0)
 	case actDuplicateDelivery:
@@ -304,8 +361,11 @@ func (p *pass) handle(ctx context.Context, j acceptlog.Job, act action) (done bo
 
 // retry gives a retryable failed job a new attempt, or hands it to a human
 // when it has none left. The request never reached Gmail (or Gmail said it
-// did not send), so no search is needed.
-func (p *pass) retry(ctx context.Context, j acceptlog.Job) (bool, error) {
+// did not send), so no search is needed — unless an earlier attempt of the
+// job was ambiguous: then classify has the job searched first (see
+// decideFailed) when the miss behind the resend is not fresh. redo is as
+// for attempt.
+func (p *pass) retry(ctx context.Context, j acceptlog.Job, redo int) (bool, error) {
 	ch := p.channel(j.Channel)
 	used, err := p.attemptsUsed(ctx, j, ch)
 	if err != nil {
@@ -317,11 +377,11 @@ func (p *pass) retry(ctx context.Context, j acceptlog.Job) (bool, error) {
 		_, err := p.toReview(ctx, j, line)
 		return true, err
 	}
-	ok, err := p.attempt(ctx, j, acceptlog.StateFailed, ReasonRetry, 0)
-	if ok {
+	made, done, err := p.attempt(ctx, j, acceptlog.StateFailed, ReasonRetry, redo)
+	if made {
 		p.res.Retried++
 	}
-	return ok, err
+	return done, err
 }
 
 // attemptsUsed is the job's attempts that count against MaxAttempts: every
@@ -345,32 +405,40 @@ func (p *pass) attemptsUsed(ctx context.Context, j acceptlog.Job, ch policy.Chan
 	return used, nil
 }
 
-// attempt makes a new attempt through the send path. ok is false when the
-// pass had to stop first (quota) or the job moved on. redo is the quota
-// the next pass spends again before it gets back to this attempt (the
-// search that led to it): the wait reported covers it too, or a pass would
-// spend the refill on the search and find the send refused again.
-func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.State, reason acceptlog.Reason, redo int) (ok bool, err error) {
+// attempt makes a new attempt through the send path. made says an attempt
+// was made (or failed with an error); done is false when the pass had to
+// stop first (quota) or the job moved on. An attempt refused by the
+// mailbox's daily sending budget is done without being made: the job's
+// next check moves to when the budget frees (see deferToBudget) and the
+// pass carries on, since searches and verifies spend no budget. redo is
+// the quota the next pass spends again before it gets back to this attempt
+// (the search that led to it): the wait reported covers it too, or a pass
+// would spend the refill on the search and find the send refused again.
+func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.State, reason acceptlog.Reason, redo int) (made, done bool, err error) {
 	if p.halted() {
-		return false, nil
+		return false, false, nil
 	}
 	res, err := p.s.deps.Attempter.Attempt(ctx, j.MessageID, []acceptlog.State{from}, j.Attempts, reason, false)
 	var rerr *relay.Error
 	switch {
 	case errors.As(err, &rerr) && rerr.Code == relay.CodeRateLimited:
+		if frees, spent := p.budgetSpent(); spent {
+			done, err := p.deferToBudget(ctx, j, reason, frees)
+			return false, done, err
+		}
 		wait := time.Duration(max(rerr.RetryAfter, 1)) * time.Second
 		// How long until send and search both fit (takes nothing).
 		if ok, w := p.cur.m.Quota().Available(relay.UnitsSend+redo, true); !ok {
 			wait = max(wait, w)
 		}
 		p.stop(wait)
-		return false, nil
+		return false, false, nil
 	case errors.As(err, &rerr) && rerr.Code == relay.CodeConflict:
-		return false, nil // someone else moved the job: theirs stands
+		return false, false, nil // someone else moved the job: theirs stands
 	case err != nil:
 		p.res.Errors++
 		p.s.deps.Logger.Warn().Err(err).Str("message_id", j.MessageID).Str("reason", string(reason)).Msg("sweeper attempt")
-		return true, nil
+		return true, true, nil
 	}
 	p.s.deps.Logger.Info().Str("message_id", j.MessageID).Str("reason", string(reason)).Int("attempt", res.Job.Attempts).
 		Str("state", string(res.Job.State)).Msg("sweeper made a new attempt with the same Message-ID")
@@ -379,5 +447,38 @@ func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.Stat
 	} else {
 		p.cur.answered = true
 	}
-	return true, nil
+	return true, true, nil
+}
+
+// budgetSpent tells a refusal by the current mailbox's daily sending
+// budget from one by the per-minute quota or a Gmail rate-limit pause
+// (all three are relay.CodeRateLimited): the send path asks the budget
+// first, so a budget that has no room now refused the attempt. frees is
+// how long until it has room.
+func (p *pass) budgetSpent() (frees time.Duration, spent bool) {
+	b := p.cur.m.Budget()
+	if b == nil {
+		return 0, false
+	}
+	ok, in := b.Available()
+	return in, !ok
+}
+
+// deferToBudget moves the next check of a job whose attempt the daily
+// budget refused to when the budget frees (a fenced write: a job that moved
+// on is left to whoever moved it). Only this job waits: the budget can free
+// hours later, and the mailbox's other searches and verifies must not wait
+// with it. When the check comes, the job is looked at afresh: a resend
+// whose miss is no longer fresh searches again first (see missFresh).
+func (p *pass) deferToBudget(ctx context.Context, j acceptlog.Job, reason acceptlog.Reason, frees time.Duration) (bool, error) {
+	next := p.now.Add(max(frees, time.Second))
+	written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+		n.NextCheckAt = next
+		return nil
+	})
+	if written {
+		p.s.deps.Logger.Info().Str("message_id", j.MessageID).Str("reason", string(reason)).Time("next_check_at", next).
+			Msg("the mailbox's daily sending budget is spent: the attempt waits for it, the sweeper carries on")
+	}
+	return true, err
 }

@@ -64,13 +64,16 @@ func (p *pass) search(ctx context.Context, mailbox string, jobs []acceptlog.Job)
 	done := 0
 	for _, sent := range []bool{true, false} {
 		for _, j := range jobs {
-			if (j.State == acceptlog.StateSent) != sent {
+			if (j.State == acceptlog.StateSent) != sent || witness[j.MessageID] == witnessUnasked {
 				continue
 			}
 			var ok bool
-			if sent {
+			switch j.State {
+			case acceptlog.StateSent:
 				ok, err = p.decideVerify(ctx, j, q, hits[j.MessageID])
-			} else {
+			case acceptlog.StateFailed:
+				ok, err = p.decideFailed(ctx, j, q, hits[j.MessageID])
+			default:
 				ok, err = p.decideUnknown(ctx, j, q, hits[j.MessageID], witness[j.MessageID])
 			}
 			if err != nil {

@@ -222,7 +222,8 @@ type Sweeper struct {
 	// activity maps a mailbox to the latest creation time of any job a
 	// pass has seen. Guarded by passMu.
 	activity map[string]time.Time
-	// lags is the measured index lag per mailbox.
+	// lags is the measured index lag per mailbox, as the mailboxes'
+	// records in the log hold it (see loadLags).
 	lags lagBook
 
 	totalsMu sync.Mutex
@@ -328,7 +329,10 @@ func (s *Sweeper) RunOnce(ctx context.Context) (Result, error) {
 	s.passMu.Lock()
 	defer s.passMu.Unlock()
 	p := &pass{s: s, now: s.now(), mailboxes: map[string]acceptlog.Mailbox{}, boxes: map[string]*boxPass{}}
-	err := p.run(ctx)
+	err := s.loadLags(ctx)
+	if err == nil {
+		err = p.run(ctx)
+	}
 	for _, b := range p.boxes {
 		if !b.limited && b.answered {
 			// Gmail answered without a rate limit: the mailbox's backoff

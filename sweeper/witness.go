@@ -26,6 +26,10 @@ const (
 	// WitnessNone: no message at all is known dated after the attempt;
 	// the time rule (checks × grace) applies.
 	WitnessNone = "none"
+	// witnessUnasked: the companion query could not be made because the
+	// mailbox had to stop (quota, rate limit). Never written: the job is
+	// left due, without a search line, and searched again.
+	witnessUnasked = "unasked"
 )
 
 // ReasonIndexUnverifiable is the review reason after max_unwitnessed of
@@ -166,7 +170,10 @@ func (p *pass) witnessFor(mailbox string, jobs []acceptlog.Job) (acceptlog.Job, 
 // decides — unless a later job of the mailbox is known (any state), or the
 // log holds a later attempt handed to Gmail (see lastHandedToGmail): then a
 // message after the attempt is coming, and the witness is missing until it
-// is seen.
+// is seen. A companion Gmail answered with an error found no witness:
+// missing, never none, so that no miss is counted on a guess; one the pass
+// could not make (no quota, a rate limit: the mailbox stopped) leaves the
+// job undecided (witnessUnasked).
 func (p *pass) witnesses(ctx context.Context, mailbox string, jobs []acceptlog.Job, hits map[string][]hit) map[string]string {
 	out := map[string]string{}
 	if p.s.deps.DisableWitness {
@@ -208,6 +215,16 @@ func (p *pass) witnesses(ctx context.Context, mailbox string, jobs []acceptlog.J
 		switch {
 		case found:
 			out[j.MessageID] = WitnessFound
+		case !answered && p.halted():
+			// No quota for the companion, or Gmail rate-limited it: the
+			// mailbox stopped for this pass, and the job is searched
+			// again, companion and all, when it may go on.
+			out[j.MessageID] = witnessUnasked
+		case !answered:
+			// Gmail answered the companion with an error: whether a later
+			// message exists is not known, so no witness was found and the
+			// miss does not count.
+			out[j.MessageID] = WitnessMissing
 		case p.s.activity[j.Mailbox].After(attemptEnd(j)), handed.After(attemptEnd(j)):
 			// A later job exists whose send Gmail has not confirmed yet
 			// (or not to a verify pass yet), or the log holds a later
@@ -250,11 +267,12 @@ func (p *pass) lastHandedToGmail(ctx context.Context, mailbox string, jobs []acc
 // latest attempt end of jobs rounded up, so a message stored by one of
 // those attempts (even one whose Message-ID Gmail rewrote) is never its own
 // witness, and any message it returns — sent or received — is dated after
-// every one of them. It reports whether a message came back. Without quota
-// for it, or when Gmail answers with an error, it reports false (the
-// witness stays none or missing: never a miss counted on a guess); a rate
-// limit also pauses the mailbox, as every call does. answered says whether
-// Gmail answered the query (in this pass).
+// every one of them. It reports whether a message came back, and whether
+// Gmail answered the query (in this pass). Without quota for it, or when
+// Gmail answers with an error or a rate limit, it reports found and
+// answered false (never a miss counted on a guess, see witnesses); a lack
+// of quota stops the mailbox as for the search itself (the wait covers the
+// search, made again with it), a rate limit pauses it, as every call does.
 func (p *pass) companion(ctx context.Context, mailbox string, jobs []acceptlog.Job) (found, answered bool) {
 	var latest time.Time
 	for _, j := range jobs {
@@ -272,7 +290,7 @@ func (p *pass) companion(ctx context.Context, mailbox string, jobs []acceptlog.J
 	if c, ok := p.companions[mailbox]; ok && (c.found && c.secs >= secs || !c.found && c.secs <= secs) {
 		return c.found, true
 	}
-	if ok, _ := p.cur.m.Quota().TakeBackground(relay.UnitsList); !ok {
+	if !p.take(relay.UnitsList, p.searchCost) {
 		return false, false
 	}
 	p.searchCost += relay.UnitsList

@@ -1,0 +1,109 @@
+package pglog_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/relay"
+	"github.com/gmailrelay/gmailrelay/sweeper"
+)
+
+// Two replicas' sweepers share the measured lag p99, the floor under every
+// miss: A's verify pass measures the mailbox's 8-minute lag and writes it
+// to the mailbox's record; B, which never measured anything, waits that
+// long before it counts a miss of an ambiguous send Gmail stored and
+// indexed after 8 minutes (behind a later send indexed at once, its
+// witness). Before, the samples lived in A's memory: B counted the miss at
+// grace, resent the job, and Gmail delivered it twice (emulator ground
+// truth).
+func TestEmulatorTwoSweepersShareTheMeasuredLag(t *testing.T) {
+	url := databaseURL(t)
+	schema := freshSchema(t, url)
+	ctx := context.Background()
+	clock := testclock.New()
+	emu, gm := emulatorGmail(t, clock)
+	pol := policy.Default()
+	pol.VerifyHandle = policy.VerifyNever
+	grace := pol.Channels[policy.DefaultChannel].Grace
+	a := newReplica(t, url, schema, clock, relay.Config{Provider: gm, Policy: pol})
+	b := newReplica(t, url, schema, clock, relay.Config{Provider: gm, Policy: pol})
+	swA, swB := sweeper.New(sweeper.ConfigFor(a)), sweeper.New(sweeper.ConfigFor(b))
+	sweep := func(sw *sweeper.Sweeper) {
+		t.Helper()
+		clock.Advance(grace)
+		if _, err := sw.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := 0
+	send := func(svc *relay.Service) acceptlog.Job {
+		t.Helper()
+		keys++
+		p, err := relay.Prepare(relay.SendRequest{Key: fmt.Sprintf("lag:%d", keys), To: relay.AddressList{"a@example.org"}, Subject: "s", Text: "b"},
+			"", pol.MsgIDDomain, clock.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, _ := svc.Send(ctx, p, relay.SendOptions{}) // an ambiguous send's error is the fault
+		return res.Job
+	}
+
+	emu.SetIndexLagDistribution(gmailfake.LagDistribution{P50: 8 * time.Minute, P99: 8 * time.Minute, Max: 8 * time.Minute}, gmailfake.IndexRandom)
+	mb := send(a).Mailbox
+	for range 10 {
+		sweep(swA)
+	}
+	p99, n := swA.IndexLag(mb, 0.99)
+	if n != 1 || p99 < 8*time.Minute {
+		t.Fatalf("A measured p99 %s from %d samples, want at least 8m from 1", p99, n)
+	}
+	rec, err := b.Log().Mailbox(ctx, mb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.Lags.Durations(); len(got) != 1 || got[0] != p99 {
+		t.Fatalf("the mailbox's record, read by B: lag samples %v, want [%s]", got, p99)
+	}
+
+	if _, err := emu.AddFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionAcceptThenError, Status: 500}); err != nil {
+		t.Fatal(err)
+	}
+	j := send(b)
+	if j.State != acceptlog.StateUnknown {
+		t.Fatalf("the faulted send left the job %s, want unknown", j.State)
+	}
+	emu.SetIndexLagDistribution(gmailfake.LagDistribution{P50: time.Second, P99: time.Second, Max: time.Second}, gmailfake.IndexRandom)
+	clock.Advance(2 * time.Second)
+	send(b)
+	sweep(swB)
+	if got, _ := swB.IndexLag(mb, 0.99); got != p99 {
+		t.Errorf("B's first pass: p99 %s, want %s (A's, from the log)", got, p99)
+	}
+	first, err := b.Log().Get(ctx, j.MessageID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Checks != 0 || !first.NextCheckAt.Equal(first.AmbiguousAt.Add(p99)) {
+		t.Errorf("B's first look at grace: checks %d, next check %s; want no miss counted and a look at attempt + p99 (%s)",
+			first.Checks, first.NextCheckAt, first.AmbiguousAt.Add(p99))
+	}
+	for range 11 {
+		sweep(swB)
+	}
+	if got := emu.Deliveries(j.MessageID); got != 1 {
+		t.Errorf("emulator result: %d deliveries of the ambiguous send, want 1 (a resend is a duplicate)", got)
+	}
+	end, err := a.Log().Get(ctx, j.MessageID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end.State != acceptlog.StateSent || end.Attempts != 1 {
+		t.Errorf("the ambiguous job ended %s after %d attempts, want sent after 1 (found, not resent)", end.State, end.Attempts)
+	}
+}
