@@ -13,6 +13,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
 )
 
 // logWithJobs writes a closed log at a new path holding n forwarding jobs,
@@ -178,19 +179,7 @@ func TestCheckRawMessages(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer l.Close()
-			for _, c := range []struct {
-				what  string
-				check func(context.Context) error
-				want  string
-			}{{"Check", l.Check, tc.wantCheck}, {"CheckFull", l.CheckFull, tc.wantFull}} {
-				err := c.check(ctx)
-				switch {
-				case c.want == "" && err != nil:
-					t.Errorf("%s = %v, want nil", c.what, err)
-				case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
-					t.Errorf("%s = %v, want it to name %q", c.what, err, c.want)
-				}
-			}
+			logtest.WantChecks(t, ctx, l, tc.wantCheck, tc.wantFull)
 		})
 	}
 }

@@ -2,13 +2,11 @@ package pglog_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
-	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/pglog"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -62,19 +60,7 @@ func TestCheckRawMessageRules(t *testing.T) {
 			if _, err := poolOf(t, url, schema).Exec(ctx, tc.plant); err != nil {
 				t.Fatalf("plant: %v", err)
 			}
-			for _, c := range []struct {
-				name  string
-				check func(context.Context) error
-				want  string
-			}{{"Check", l.Check, tc.wantCheck}, {"CheckFull", l.CheckFull, tc.wantFull}} {
-				err := c.check(ctx)
-				switch {
-				case c.want == "" && err != nil:
-					t.Errorf("%s = %v, want nil", c.name, err)
-				case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
-					t.Errorf("%s = %v, want it to name %q", c.name, err, c.want)
-				}
-			}
+			logtest.WantChecks(t, ctx, l, tc.wantCheck, tc.wantFull)
 		})
 	}
 }
@@ -82,17 +68,14 @@ func TestCheckRawMessageRules(t *testing.T) {
 // TestCheckFullAfterSendsAndPrune: jobs the relay sent through the Gmail
 // emulator and the sweeper verified, two of them pruned, pass CheckFull.
 func TestCheckFullAfterSendsAndPrune(t *testing.T) {
-	url := databaseURL(t)
-	schema := freshSchema(t, url)
+	s := newSite(t)
 	ctx := context.Background()
-	clock := testclock.New()
-	_, gm := emulatorGmail(t, clock)
 	pol := policy.Default()
-	svc := newReplica(t, url, schema, clock, relay.Config{Provider: gm, Policy: pol})
+	svc := s.replica(t, relay.Config{Provider: s.gm, Policy: pol})
 	send := func(key string) {
 		t.Helper()
 		p, err := relay.Prepare(relay.SendRequest{Key: key, To: relay.AddressList{"a@example.org"}, Subject: "s", Text: "b"},
-			"", pol.MsgIDDomain, clock.Now())
+			"", pol.MsgIDDomain, s.clock.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,17 +85,17 @@ func TestCheckFullAfterSendsAndPrune(t *testing.T) {
 	}
 	send("check:1")
 	send("check:2")
-	clock.Advance(pol.Channels[policy.DefaultChannel].Grace + time.Second)
+	s.clock.Advance(pol.Channels[policy.DefaultChannel].Grace + time.Second)
 	sw := sweeper.New(sweeper.ConfigFor(svc))
 	for range 2 { // the verify pass and its late look: done, prunable
 		if _, err := sw.RunOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
-		clock.Advance(time.Hour)
+		s.clock.Advance(time.Hour)
 	}
 	send("check:3") // sent, its verify pass to come: not pruned
-	l := open(t, url, schema, clock.Now)
-	if res, err := l.Prune(ctx, clock.Now().Add(-time.Minute), 0); err != nil || res.Jobs != 2 {
+	l := open(t, s.url, s.schema, s.clock.Now)
+	if res, err := l.Prune(ctx, s.clock.Now().Add(-time.Minute), 0); err != nil || res.Jobs != 2 {
 		t.Fatalf("Prune = %+v, %v; want two jobs pruned", res, err)
 	}
 	if err := l.CheckFull(ctx); err != nil {

@@ -129,18 +129,15 @@ func TestDueClaimsSplitJobsBetweenReplicas(t *testing.T) {
 // each, and the emulator saw one list call per batch of 5: emulator
 // results).
 func TestTwoReplicasSweepersSearchEachDueJobOnce(t *testing.T) {
-	url := databaseURL(t)
-	schema := freshSchema(t, url)
+	s := newSite(t)
 	ctx := context.Background()
-	clock := testclock.New()
-	emu, gm := emulatorGmail(t, clock)
 	pol := policy.Default()
 	pol.MsgIDDomain = "claim.example"
 	pol.VerifyHandle = policy.VerifyNever
 	newService := func(f *faultmodes.Set) *relay.Service {
-		return newReplica(t, url, schema, clock, relay.Config{Provider: gm, Policy: pol, Faults: f})
+		return s.replica(t, relay.Config{Provider: s.gm, Policy: pol, Faults: f})
 	}
-	faults := faultmodes.New(faultmodes.Options{Now: clock.Now})
+	faults := faultmodes.New(faultmodes.Options{Now: s.clock.Now})
 	if _, err := faults.Add(faultmodes.Spec{Mode: faultmodes.ForwardThenDropResponse}); err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +155,7 @@ func TestTwoReplicasSweepersSearchEachDueJobOnce(t *testing.T) {
 	if jobs, _ := a.Log().ByState(ctx, acceptlog.StateUnknown, 0); len(jobs) != n {
 		t.Fatalf("%d unknown jobs after dropped answers, want %d", len(jobs), n)
 	}
-	clock.Advance(pol.Channels[policy.DefaultChannel].Grace + time.Second)
+	s.clock.Advance(pol.Channels[policy.DefaultChannel].Grace + time.Second)
 	sweepers := []*sweeper.Sweeper{}
 	for _, svc := range []*relay.Service{a, b} {
 		cfg := sweeper.ConfigFor(svc)
@@ -210,7 +207,7 @@ func TestTwoReplicasSweepersSearchEachDueJobOnce(t *testing.T) {
 	// The search lines alone would not show a double search (the later
 	// replica's outcome is stale and not logged): Gmail's list calls do.
 	// Each pass searches its 25 jobs in batches of 5.
-	lists := emu.Stats().Calls["list"]
+	lists := s.emu.Stats().Calls["list"]
 	if lists != n/5 {
 		t.Errorf("emulator results: %d list calls for %d due jobs in batches of 5, want %d (a job searched by both replicas)", lists, n, n/5)
 	}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
-	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/sweeper"
@@ -23,20 +22,16 @@ import (
 // grace, resent the job, and Gmail delivered it twice (emulator ground
 // truth).
 func TestEmulatorTwoSweepersShareTheMeasuredLag(t *testing.T) {
-	url := databaseURL(t)
-	schema := freshSchema(t, url)
+	s := newSite(t)
 	ctx := context.Background()
-	clock := testclock.New()
-	emu, gm := emulatorGmail(t, clock)
-	pol := policy.Default()
-	pol.VerifyHandle = policy.VerifyNever
+	pol := quietPolicy()
 	grace := pol.Channels[policy.DefaultChannel].Grace
-	a := newReplica(t, url, schema, clock, relay.Config{Provider: gm, Policy: pol})
-	b := newReplica(t, url, schema, clock, relay.Config{Provider: gm, Policy: pol})
+	a := s.replica(t, relay.Config{Provider: s.gm, Policy: pol})
+	b := s.replica(t, relay.Config{Provider: s.gm, Policy: pol})
 	swA, swB := sweeper.New(sweeper.ConfigFor(a)), sweeper.New(sweeper.ConfigFor(b))
 	sweep := func(sw *sweeper.Sweeper) {
 		t.Helper()
-		clock.Advance(grace)
+		s.clock.Advance(grace)
 		if _, err := sw.RunOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -46,7 +41,7 @@ func TestEmulatorTwoSweepersShareTheMeasuredLag(t *testing.T) {
 		t.Helper()
 		keys++
 		p, err := relay.Prepare(relay.SendRequest{Key: fmt.Sprintf("lag:%d", keys), To: relay.AddressList{"a@example.org"}, Subject: "s", Text: "b"},
-			"", pol.MsgIDDomain, clock.Now())
+			"", pol.MsgIDDomain, s.clock.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +49,7 @@ func TestEmulatorTwoSweepersShareTheMeasuredLag(t *testing.T) {
 		return res.Job
 	}
 
-	emu.SetIndexLagDistribution(gmailfake.LagDistribution{P50: 8 * time.Minute, P99: 8 * time.Minute, Max: 8 * time.Minute}, gmailfake.IndexRandom)
+	s.emu.SetIndexLagDistribution(gmailfake.LagDistribution{P50: 8 * time.Minute, P99: 8 * time.Minute, Max: 8 * time.Minute}, gmailfake.IndexRandom)
 	mb := send(a).Mailbox
 	for range 10 {
 		sweep(swA)
@@ -71,15 +66,15 @@ func TestEmulatorTwoSweepersShareTheMeasuredLag(t *testing.T) {
 		t.Fatalf("the mailbox's record, read by B: lag samples %v, want [%s]", got, p99)
 	}
 
-	if _, err := emu.AddFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionAcceptThenError, Status: 500}); err != nil {
+	if _, err := s.emu.AddFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionAcceptThenError, Status: 500}); err != nil {
 		t.Fatal(err)
 	}
 	j := send(b)
 	if j.State != acceptlog.StateUnknown {
 		t.Fatalf("the faulted send left the job %s, want unknown", j.State)
 	}
-	emu.SetIndexLagDistribution(gmailfake.LagDistribution{P50: time.Second, P99: time.Second, Max: time.Second}, gmailfake.IndexRandom)
-	clock.Advance(2 * time.Second)
+	s.emu.SetIndexLagDistribution(gmailfake.LagDistribution{P50: time.Second, P99: time.Second, Max: time.Second}, gmailfake.IndexRandom)
+	s.clock.Advance(2 * time.Second)
 	send(b)
 	sweep(swB)
 	if got, _ := swB.IndexLag(mb, 0.99); got != p99 {
@@ -96,7 +91,7 @@ func TestEmulatorTwoSweepersShareTheMeasuredLag(t *testing.T) {
 	for range 11 {
 		sweep(swB)
 	}
-	if got := emu.Deliveries(j.MessageID); got != 1 {
+	if got := s.emu.Deliveries(j.MessageID); got != 1 {
 		t.Errorf("emulator result: %d deliveries of the ambiguous send, want 1 (a resend is a duplicate)", got)
 	}
 	end, err := a.Log().Get(ctx, j.MessageID)

@@ -116,18 +116,14 @@ func TestReplicaKilledMidAttemptIsTakenOverAfterItsLease(t *testing.T) {
 // and A's confirmed send lost its effect and its caller got an error.
 // Past A's lease, B takes the next stuck attempt as before.
 func TestEmulatorLeaseIsTheOwnersNotTheRecoverers(t *testing.T) {
-	url := databaseURL(t)
-	schema := freshSchema(t, url)
+	s := newSite(t)
 	ctx := context.Background()
-	clock := testclock.New()
-	_, gm := emulatorGmail(t, clock)
-	pol := policy.Default()
-	pol.VerifyHandle = policy.VerifyNever
-	stuck := &stuckProvider{Provider: gm, forwarded: make(chan struct{}), release: make(chan struct{})}
-	a := newReplica(t, url, schema, clock, relay.Config{Provider: stuck, Policy: pol, SendTimeout: 5 * time.Minute})
-	b := newReplica(t, url, schema, clock, relay.Config{Provider: gm, Policy: pol, SendTimeout: 10 * time.Second})
+	pol := quietPolicy()
+	stuck := &stuckProvider{Provider: s.gm, forwarded: make(chan struct{}), release: make(chan struct{})}
+	a := s.replica(t, relay.Config{Provider: stuck, Policy: pol, SendTimeout: 5 * time.Minute})
+	b := s.replica(t, relay.Config{Provider: s.gm, Policy: pol, SendTimeout: 10 * time.Second})
 	p, err := relay.Prepare(relay.SendRequest{Key: "lease:owner", To: relay.AddressList{"a@example.org"}, Subject: "s", Text: "b"},
-		"", pol.MsgIDDomain, clock.Now())
+		"", pol.MsgIDDomain, s.clock.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +137,7 @@ func TestEmulatorLeaseIsTheOwnersNotTheRecoverers(t *testing.T) {
 		answered <- answer{res, err}
 	}()
 	<-stuck.forwarded
-	clock.Advance(30 * time.Second)
+	s.clock.Advance(30 * time.Second)
 	if n, err := b.RecoverExpired(ctx); err != nil || n != 0 {
 		t.Errorf("B recovered %d jobs (%v) 30 s into A's 10 min lease, want 0", n, err)
 	}

@@ -101,24 +101,21 @@ func queueSend(t *testing.T, svc *relay.Service, clock *testclock.Clock, key, ma
 // delivered the new one first, reporting nothing left), and Gmail gets
 // the four in acceptance order.
 func TestOutboxKeepsMailboxOrderAcrossReplicas(t *testing.T) {
-	url := databaseURL(t)
-	schema := freshSchema(t, url)
+	s := newSite(t)
 	ctx := context.Background()
-	clock := testclock.New()
-	_, gm := emulatorGmail(t, clock)
-	sent := &sendOrder{Provider: gm}
+	sent := &sendOrder{Provider: s.gm}
 	ga := &gate{sendOrder: sent, entered: make(chan struct{}), released: make(chan struct{})}
 	pol := policy.Default()
 	pol.MsgIDDomain = "order.example"
 	pol.VerifyHandle = policy.VerifyNever
-	a, oa := replica(t, url, schema, clock, ga, pol)
-	b, ob := replica(t, url, schema, clock, &gate{sendOrder: sent}, pol)
+	a, oa := replica(t, s.url, s.schema, s.clock, ga, pol)
+	b, ob := replica(t, s.url, s.schema, s.clock, &gate{sendOrder: sent}, pol)
 	var ids []string
 	for i := 1; i <= 3; i++ {
-		ids = append(ids, queueSend(t, a, clock, fmt.Sprintf("order:%d", i), "", clock.Now().Add(time.Minute)))
-		clock.Advance(time.Millisecond)
+		ids = append(ids, queueSend(t, a, s.clock, fmt.Sprintf("order:%d", i), "", s.clock.Now().Add(time.Minute)))
+		s.clock.Advance(time.Millisecond)
 	}
-	clock.Advance(2 * time.Minute)
+	s.clock.Advance(2 * time.Minute)
 	ga.hold = true
 	passA := make(chan outbox.Result, 1)
 	go func() {
@@ -129,7 +126,7 @@ func TestOutboxKeepsMailboxOrderAcrossReplicas(t *testing.T) {
 		passA <- res
 	}()
 	<-ga.entered // A is sending job 1; jobs 2 and 3 wait behind it
-	ids = append(ids, queueSend(t, b, clock, "order:4", "", time.Time{}))
+	ids = append(ids, queueSend(t, b, s.clock, "order:4", "", time.Time{}))
 	res, err := ob.RunOnce(ctx)
 	if err != nil {
 		t.Fatal(err)

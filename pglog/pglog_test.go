@@ -11,9 +11,12 @@ import (
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
+	"github.com/gmailrelay/gmailrelay/gmailapi"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/pglog"
 	"github.com/gmailrelay/gmailrelay/pglog/pgtest"
+	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -101,4 +104,36 @@ func newReplica(t testing.TB, url, schema string, clock *testclock.Clock, cfg re
 		t.Fatal(err)
 	}
 	return svc
+}
+
+// site is the ground the replica tests share: a fresh schema on the test
+// server, a manual clock, and the Gmail emulator on that clock with
+// Google's client in front of it (see emulatorGmail).
+type site struct {
+	url, schema string
+	clock       *testclock.Clock
+	emu         *gmailfake.Server
+	gm          *gmailapi.Client
+}
+
+func newSite(t *testing.T) site {
+	t.Helper()
+	url := databaseURL(t)
+	s := site{url: url, schema: freshSchema(t, url), clock: testclock.New()}
+	s.emu, s.gm = emulatorGmail(t, s.clock)
+	return s
+}
+
+// quietPolicy is the default policy without the read-back of the first
+// send's Message-ID: the tests count Gmail calls.
+func quietPolicy() *policy.Policy {
+	pol := policy.Default()
+	pol.VerifyHandle = policy.VerifyNever
+	return pol
+}
+
+// replica is newReplica on the site's schema and clock.
+func (s site) replica(t testing.TB, cfg relay.Config) *relay.Service {
+	t.Helper()
+	return newReplica(t, s.url, s.schema, s.clock, cfg)
 }

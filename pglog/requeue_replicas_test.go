@@ -12,7 +12,6 @@ import (
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/outbox"
-	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -25,18 +24,14 @@ import (
 // counting against the daily budget. Once Gmail is back, all six are
 // delivered once.
 func TestEmulatorGmailUnreachableHoldsTheMailboxOnEveryReplica(t *testing.T) {
-	url := databaseURL(t)
-	schema := freshSchema(t, url)
+	s := newSite(t)
 	ctx := context.Background()
-	clock := testclock.New()
-	emu, gm := emulatorGmail(t, clock)
-	prov := &testenv.Unreachable{Provider: gm}
-	pol := policy.Default()
-	pol.VerifyHandle = policy.VerifyNever
+	prov := &testenv.Unreachable{Provider: s.gm}
+	pol := quietPolicy()
 	var svcs []*relay.Service
 	var boxes []*outbox.Outbox
 	for range 2 {
-		svc, ob := replica(t, url, schema, clock, prov, pol)
+		svc, ob := replica(t, s.url, s.schema, s.clock, prov, pol)
 		svcs, boxes = append(svcs, svc), append(boxes, ob)
 	}
 	pass := func() {
@@ -46,24 +41,24 @@ func TestEmulatorGmailUnreachableHoldsTheMailboxOnEveryReplica(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		clock.Advance(time.Second)
+		s.clock.Advance(time.Second)
 	}
 	var ids []string
 	for i := range 6 {
 		p, err := relay.Prepare(relay.SendRequest{Key: fmt.Sprintf("down:%d", i), To: relay.AddressList{"a@example.org"},
-			Subject: "s", Text: "b"}, "", pol.MsgIDDomain, clock.Now())
+			Subject: "s", Text: "b"}, "", pol.MsgIDDomain, s.clock.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.SendAt = clock.Now().Add(time.Minute)
+		p.SendAt = s.clock.Now().Add(time.Minute)
 		if _, err := svcs[0].Send(ctx, p, relay.SendOptions{Queue: true}); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, p.MessageID)
-		clock.Advance(time.Millisecond)
+		s.clock.Advance(time.Millisecond)
 	}
 	prov.Down.Store(true)
-	clock.Advance(time.Minute)
+	s.clock.Advance(time.Minute)
 	for range 10 {
 		pass()
 	}
@@ -76,8 +71,8 @@ func TestEmulatorGmailUnreachableHoldsTheMailboxOnEveryReplica(t *testing.T) {
 	}
 	for _, id := range ids {
 		j, err := svcs[0].Log().Get(ctx, id)
-		if err != nil || j.State != acceptlog.StateSent || emu.Deliveries(id) != 1 {
-			t.Errorf("%s: %s, %d deliveries, %v; want sent once", id, j.State, emu.Deliveries(id), err)
+		if err != nil || j.State != acceptlog.StateSent || s.emu.Deliveries(id) != 1 {
+			t.Errorf("%s: %s, %d deliveries, %v; want sent once", id, j.State, s.emu.Deliveries(id), err)
 		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
-	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/sweeper"
@@ -35,21 +34,17 @@ func (h *heldAttempter) Attempt(ctx context.Context, id string, from []acceptlog
 // decided on attempt 1, is then refused. Before, it went out too: two
 // deliveries (emulator ground truth) of a message that had gone once.
 func TestEmulatorTwoSweepersNeverResendOneJobTwice(t *testing.T) {
-	url := databaseURL(t)
-	schema := freshSchema(t, url)
+	s := newSite(t)
 	ctx := context.Background()
-	clock := testclock.New()
-	emu, gm := emulatorGmail(t, clock)
-	pol := policy.Default()
-	pol.VerifyHandle = policy.VerifyNever
+	pol := quietPolicy()
 	ch := pol.Channels[policy.DefaultChannel]
 	ch.Checks = 1
 	pol.Channels[policy.DefaultChannel] = ch
-	svcs := [2]*relay.Service{newReplica(t, url, schema, clock, relay.Config{Provider: gm, Policy: pol}),
-		newReplica(t, url, schema, clock, relay.Config{Provider: gm, Policy: pol})}
+	svcs := [2]*relay.Service{s.replica(t, relay.Config{Provider: s.gm, Policy: pol}),
+		s.replica(t, relay.Config{Provider: s.gm, Policy: pol})}
 	fault := func(action string) {
 		t.Helper()
-		if _, err := emu.AddFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: action, Status: 500}); err != nil {
+		if _, err := s.emu.AddFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: action, Status: 500}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -57,14 +52,14 @@ func TestEmulatorTwoSweepersNeverResendOneJobTwice(t *testing.T) {
 	// job is unknown and every search misses.
 	fault(gmailfake.ActionError)
 	p, err := relay.Prepare(relay.SendRequest{Key: "fence:1", To: relay.AddressList{"a@example.org"}, Subject: "s", Text: "b"},
-		"", pol.MsgIDDomain, clock.Now())
+		"", pol.MsgIDDomain, s.clock.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res, _ := svcs[0].Send(ctx, p, relay.SendOptions{}); res.Job.State != acceptlog.StateUnknown {
 		t.Fatalf("first attempt left the job %s, want unknown", res.Job.State)
 	}
-	clock.Advance(ch.Grace + time.Second)
+	s.clock.Advance(ch.Grace + time.Second)
 
 	held := &heldAttempter{svc: svcs[0], in: make(chan struct{}), release: make(chan struct{})}
 	cfgA := sweeper.ConfigFor(svcs[0])
@@ -85,15 +80,15 @@ func TestEmulatorTwoSweepersNeverResendOneJobTwice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mid.State != acceptlog.StateUnknown || mid.Attempts != 2 || emu.Deliveries(p.MessageID) != 1 {
+	if mid.State != acceptlog.StateUnknown || mid.Attempts != 2 || s.emu.Deliveries(p.MessageID) != 1 {
 		t.Fatalf("after B's resend: %s, %d attempts, %d deliveries; want unknown, 2, 1",
-			mid.State, mid.Attempts, emu.Deliveries(p.MessageID))
+			mid.State, mid.Attempts, s.emu.Deliveries(p.MessageID))
 	}
 	close(held.release)
 	if err := <-doneA; err != nil {
 		t.Fatal(err)
 	}
-	if got := emu.Deliveries(p.MessageID); got != 1 {
+	if got := s.emu.Deliveries(p.MessageID); got != 1 {
 		t.Errorf("deliveries = %d, want 1: A resent a job B had resent after A decided", got)
 	}
 	end, err := svcs[0].Log().Get(ctx, p.MessageID)

@@ -94,19 +94,27 @@ func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hit
 		p.count(written, &p.res.Checked)
 		return true, err
 	}
-	// Record the miss first: if the resend cannot go now, the job stays due
-	// with its checks done, and a later pass resends it without searching
-	// while the miss is fresh (see missFresh), after a new search otherwise.
+	return p.missThen(ctx, j, search, p.resend)
+}
+
+// missThen records the miss search (its check becomes the job's Checks)
+// and then makes the attempt it decided (resend or retry), with the
+// search's cost to redo. The miss is written first: if the attempt cannot
+// go now, the job stays due with its checks done, and a later pass makes
+// it without searching while the miss is fresh (see missFresh), after a
+// new search otherwise.
+func (p *pass) missThen(ctx context.Context, j acceptlog.Job, search acceptlog.Line,
+	act func(ctx context.Context, j acceptlog.Job, redo int) (bool, error)) (bool, error) {
 	written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
-		n.Checks = check
+		n.Checks = search.Check
 		return []acceptlog.Line{search}
 	})
 	p.count(written, &p.res.Checked)
 	if err != nil || !written {
 		return true, err
 	}
-	j.Checks = check
-	return p.resend(ctx, j, p.searchCost)
+	j.Checks = search.Check
+	return act(ctx, j, p.searchCost)
 }
 
 // resend gives an unknown job whose checks all missed a new attempt with
@@ -192,18 +200,7 @@ func (p *pass) decideFailed(ctx context.Context, j acceptlog.Job, q string, hits
 		p.count(written, &p.res.Checked)
 		return true, err
 	}
-	// Record the miss first, as before a resend: a retry that cannot go
-	// now goes without searching again while this miss is fresh.
-	written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
-		n.Checks = check
-		return []acceptlog.Line{search}
-	})
-	p.count(written, &p.res.Checked)
-	if err != nil || !written {
-		return true, err
-	}
-	j.Checks = check
-	return p.retry(ctx, j, p.searchCost)
+	return p.missThen(ctx, j, search, p.retry)
 }
 
 // decideVerify records the verify search of a sent job and acts on it.

@@ -3,6 +3,7 @@ package logtest
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -164,5 +165,31 @@ func testCheckAcceptsPrunedJobsWithGaps(t *testing.T, be Backend) {
 	}
 	if err := l.Check(ctx); err != nil {
 		t.Fatalf("Check of a pruned job: %v", err)
+	}
+}
+
+// FullChecker is a log whose check has the full form too (the stored
+// message rules acceptlog.Log.CheckFull adds).
+type FullChecker interface {
+	Check(ctx context.Context) error
+	CheckFull(ctx context.Context) error
+}
+
+// WantChecks fails t unless l's Check and CheckFull each pass (want "")
+// or fail naming want.
+func WantChecks(t *testing.T, ctx context.Context, l FullChecker, wantCheck, wantFull string) {
+	t.Helper()
+	for _, c := range []struct {
+		name  string
+		check func(context.Context) error
+		want  string
+	}{{"Check", l.Check, wantCheck}, {"CheckFull", l.CheckFull, wantFull}} {
+		err := c.check(ctx)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s = %v, want nil", c.name, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s = %v, want it to name %q", c.name, err, c.want)
+		}
 	}
 }
