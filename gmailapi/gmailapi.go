@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptrace"
@@ -176,8 +177,17 @@ func (g *Client) TokenError() string {
 // and the call, whose mark translates the call's error: Google's HTTP error answer
 // becomes a *relay.ProviderError, and an error before the request was
 // written a *relay.NotReachedError.
+//
+// "Written" starts with the headers (WroteHeaders), not the whole request
+// (WroteRequest): over HTTP/2 the transport returns from a call whose
+// deadline fired without waiting for the goroutine that writes the body and
+// then reports WroteRequest, so a request Gmail received whole could still
+// look unwritten, and be sent again as "never reached". A call cut off
+// after its headers is taken as possibly received: ambiguous, searched
+// before any resend.
 func (g *Client) traced(ctx context.Context) (context.Context, *call) {
 	c := &call{g: g}
+	c.trace.WroteHeaders = c.wroteHeaders
 	c.trace.WroteRequest = c.wroteRequest
 	return httptrace.WithClientTrace(ctx, &c.trace), c
 }
@@ -190,6 +200,7 @@ type call struct {
 	trace httptrace.ClientTrace
 }
 
+func (c *call) wroteHeaders()                           { c.wrote.Store(true) }
 func (c *call) wroteRequest(httptrace.WroteRequestInfo) { c.wrote.Store(true) }
 
 func (c *call) mark(err error) error {
@@ -291,7 +302,12 @@ func (g *Client) Send(ctx context.Context, mailbox string, raw []byte, threadID 
 	if len(raw) <= RawLimit {
 		msg.Raw = encodeRaw(raw)
 	} else {
-		call = call.Media(bytes.NewReader(raw), googleapi.ContentType("message/rfc822"), googleapi.ChunkSize(0))
+		// The reader's type is hidden: given a *bytes.Reader, Google's
+		// client sets the request's GetBody, and with it Go's HTTP/2
+		// transport sends the whole upload again by itself after some
+		// stream errors (PROTOCOL_ERROR), even once Gmail has received it:
+		// one attempt, two deliveries, one effect line.
+		call = call.Media(struct{ io.Reader }{bytes.NewReader(raw)}, googleapi.ContentType("message/rfc822"), googleapi.ChunkSize(0))
 	}
 	m, err := call.Context(ctx).Do()
 	if err != nil {
