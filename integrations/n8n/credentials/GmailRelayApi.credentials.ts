@@ -40,10 +40,13 @@ export class GmailRelayApi implements ICredentialType {
 		},
 	};
 
+	// The test must need the API token: /readyz answers anyone, so a wrong
+	// token tested OK. GET /v1/jobs is an API-token read (401 without it or
+	// with a wrong one); limit=1 keeps it to one row.
 	test: ICredentialTestRequest = {
 		request: {
 			baseURL: '={{$credentials.url.replace(/\\/+$/, "")}}',
-			url: '/readyz',
+			url: '/v1/jobs?limit=1',
 		},
 	};
 }

@@ -33,9 +33,34 @@ test('classify routes every status of CONTRACT.md', () => {
 	assert.equal(classify(409, undefined), 'needsFix'); // abandoned by an operator
 	assert.equal(classify(429, 30), 'wait');
 	assert.equal(classify(503, 1), 'wait');
-	for (const s of [400, 401, 403, 413, 422, 500, 502]) {
+	for (const s of [400, 401, 403, 413, 422, 500]) {
 		assert.equal(classify(s, undefined), 'needsFix', String(s));
 	}
+	assert.equal(classify(502, undefined, { error: { code: 'provider_rejected', message: 'Gmail rejected it' } }), 'needsFix');
+});
+
+test('classify: 504 and a 502 without the relay\'s JSON error are no answer, not Needs Fix', () => {
+	assert.equal(classify(504, undefined), 'noAnswer');
+	assert.equal(classify(504, undefined, { error: { code: 'fault_injected' } }), 'noAnswer', "the relay's own 504: it owns the job");
+	assert.equal(classify(502, undefined, '<html><body>502 Bad Gateway</body></html>'), 'noAnswer');
+	assert.equal(classify(502, undefined, undefined), 'noAnswer');
+});
+
+test('send: a proxy 504 is repeated with the same key and ends on the relay\'s answer', async () => {
+	const { req, calls } = scripted([
+		answer(504, '<html>Gateway Timeout</html>'),
+		answer(502, 'Bad Gateway'),
+		answer(200, { message_id: '<job-a@x>', state: 'sent' }, { 'Idempotent-Replayed': 'true' }),
+	]);
+	const r = await send(req, async () => {}, 'http://relay', { key: 'k' }, limits);
+	assert.equal(r.outcome, 'sent');
+	assert.equal(r.replayed, true);
+	assert.equal(calls.length, 3);
+	assert.deepEqual(calls[2].body, { key: 'k' });
+	const gone = scripted([answer(504, ''), answer(504, ''), answer(504, '')]);
+	const g = await send(gone.req, async () => {}, 'http://relay', { key: 'k' }, limits);
+	assert.equal(g.outcome, 'retryLater', 'after the repeats: Retry Later, not Needs Fix');
+	assert.equal(g.status, 504);
 });
 
 test('keyWarnings flags clock, execution and random values, not event fields', () => {
@@ -67,6 +92,19 @@ test('buildBody sends job parts or key, and names an empty part', () => {
 	assert.deepEqual(buildBody({ key: 'k1' }, { to: 'a@example.com', subject: 's' }), { key: 'k1', to: 'a@example.com', subject: 's' });
 	assert.throws(() => buildBody({ customerId: 'c', eventType: ' ', orderId: 'o' }, { to: 'a', subject: 's' }), /Event Type is empty/);
 	assert.throws(() => buildBody({ key: '' }, { to: 'a', subject: 's' }), /Idempotency Key is empty/);
+});
+
+test('buildBody: undefined, null and whitespace are blank, never the text "undefined"/"null"', () => {
+	const m = { to: 'a@example.com', subject: 's' };
+	for (const v of [undefined, null, '', '  ']) {
+		assert.throws(() => buildBody({ customerId: 'c', eventType: 'e', orderId: v }, m), /Order ID is empty/, String(v));
+		assert.throws(() => buildBody({ key: v }, m), /Idempotency Key is empty/, String(v));
+		assert.throws(() => buildBody({ key: 'k' }, { to: v, subject: 's' }), /To is empty/, String(v));
+		assert.throws(() => buildBody({ key: 'k' }, { to: 'a@example.com', subject: v }), /Subject is empty/, String(v));
+		assert.deepEqual(buildBody({ key: 'k' }, { ...m, text: v, cc: v, threadId: v }), { key: 'k', ...m }, 'blank optional fields left out');
+	}
+	assert.throws(() => buildBody({ customerId: 'c', eventType: 'e', orderId: { id: 1 } }, m), /Order ID is not text/);
+	assert.deepEqual(buildBody({ customerId: 42, eventType: 'e', orderId: 7 }, m).job, { customer_id: '42', event_type: 'e', order_id: '7' });
 });
 
 test('send: 200 is sent, a replay is marked replayed, one request', async () => {

@@ -9,7 +9,17 @@ import type {
 	INodeTypeDescription,
 } from 'n8n-workflow';
 
-import { OUTPUTS, buildBody, keyWarnings, send, trimBase, type FullResponse, type KeySpec, type RequestOptions } from './logic';
+import {
+	OUTPUTS,
+	buildBody,
+	keyWarnings,
+	send,
+	trimBase,
+	type FullResponse,
+	type KeySpec,
+	type RequestOptions,
+	type SendResult,
+} from './logic';
 
 /**
  * Send Email (safe retry): posts to gmailrelay's /v1/send with an
@@ -124,6 +134,8 @@ export class GmailRelay implements INodeType {
 
 	async execute(this: IExecuteFunctions): Promise<INodeExecutionData[][]> {
 		const items = this.getInputData();
+		// Credentials once, before any item is sent: if they cannot be read,
+		// the node fails with nothing sent (no item is labelled Sent).
 		const creds = await this.getCredentials('gmailRelayApi');
 		const base = trimBase(String(creds.url));
 		const out: INodeExecutionData[][] = OUTPUTS.map(() => []);
@@ -137,39 +149,58 @@ export class GmailRelay implements INodeType {
 		const req = async (o: RequestOptions) =>
 			(await this.helpers.httpRequestWithAuthentication.call(this, 'gmailRelayApi', o as IHttpRequestOptions)) as FullResponse;
 		const sleep = async (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+		const limitsOf = (opts: IDataObject) => ({
+			maxWaits: Number(opts.maxWaits ?? 5),
+			maxWaitSeconds: Number(opts.maxWaitSeconds ?? 30),
+			maxNoAnswer: Number(opts.maxNoAnswer ?? 3),
+			timeoutMs: Number(opts.timeout ?? 90000),
+		});
 		for (let i = 0; i < items.length; i++) {
-			const keySource = this.getNodeParameter('keySource', i) as string;
-			const k: KeySpec =
-				keySource === 'key'
-					? { key: String(this.getNodeParameter('key', i)) }
-					: {
-							customerId: String(this.getNodeParameter('customerId', i)),
-							eventType: String(this.getNodeParameter('eventType', i)),
-							orderId: String(this.getNodeParameter('orderId', i)),
-						};
-			const extra = this.getNodeParameter('additionalFields', i, {}) as IDataObject;
-			const opts = this.getNodeParameter('options', i, {}) as IDataObject;
+			// Everything of one item is inside its own try: an error reading a
+			// parameter (an expression that throws for this item) must not
+			// abort the run after earlier items were sent. With On Error =
+			// Continue, n8n would then put every input item on output 0
+			// (Sent), unsent ones included. The item goes to Needs Fix with
+			// the message instead, and the next item is sent.
 			let body: Record<string, unknown>;
+			let opts: IDataObject;
 			try {
+				const keySource = this.getNodeParameter('keySource', i) as string;
+				// Parameter values as evaluated, never through String(): a
+				// missing field is undefined, and "undefined" is no key part.
+				const k: KeySpec =
+					keySource === 'key'
+						? { key: this.getNodeParameter('key', i) }
+						: {
+								customerId: this.getNodeParameter('customerId', i),
+								eventType: this.getNodeParameter('eventType', i),
+								orderId: this.getNodeParameter('orderId', i),
+							};
+				const extra = (this.getNodeParameter('additionalFields', i, {}) ?? {}) as IDataObject;
+				opts = (this.getNodeParameter('options', i, {}) ?? {}) as IDataObject;
 				body = buildBody(k, {
-					to: String(this.getNodeParameter('to', i)),
-					subject: String(this.getNodeParameter('subject', i)),
-					text: String(this.getNodeParameter('text', i, '')),
-					...(extra as Record<string, string>),
+					to: this.getNodeParameter('to', i),
+					subject: this.getNodeParameter('subject', i),
+					text: this.getNodeParameter('text', i, ''),
+					...extra,
 				});
 			} catch (err) {
-				// A blank key part is a workflow to fix, not a send: Needs Fix,
-				// before any request (the relay would answer 400 too).
-				const json: IDataObject = { outcome: 'needsFix', replayed: false, attempts: 0, error: (err as Error).message };
-				out[OUTPUTS.indexOf('needsFix')].push({ json, pairedItem: { item: i } });
+				// A blank key part or recipient, or a parameter n8n could not
+				// evaluate, is a workflow to fix, not a send: Needs Fix, before
+				// any request (the relay would answer 400 too).
+				out[OUTPUTS.indexOf('needsFix')].push({ json: needsFix(err), pairedItem: { item: i } });
 				continue;
 			}
-			const r = await send(req, sleep, base, body, {
-				maxWaits: Number(opts.maxWaits ?? 5),
-				maxWaitSeconds: Number(opts.maxWaitSeconds ?? 30),
-				maxNoAnswer: Number(opts.maxNoAnswer ?? 3),
-				timeoutMs: Number(opts.timeout ?? 90000),
-			});
+			let r: SendResult;
+			try {
+				r = await send(req, sleep, base, body, limitsOf(opts));
+			} catch (err) {
+				// send does not throw for an HTTP status or a lost answer; this
+				// is something unexpected. The key is the item's own, so running
+				// the item again is a replay, never a second e-mail.
+				out[OUTPUTS.indexOf('needsFix')].push({ json: needsFix(err), pairedItem: { item: i } });
+				continue;
+			}
 			const json: IDataObject = { ...(r as unknown as IDataObject) };
 			if (warnings.length > 0) {
 				json.key_warnings = warnings;
@@ -178,4 +209,9 @@ export class GmailRelay implements INodeType {
 		}
 		return out;
 	}
+}
+
+/** needsFix is the Needs Fix item for an error found before or outside the relay's answer. */
+function needsFix(err: unknown): IDataObject {
+	return { outcome: 'needsFix', replayed: false, attempts: 0, error: err instanceof Error ? err.message : String(err) };
 }

@@ -32,18 +32,39 @@ export const OUTPUTS = ['sent', 'pending', 'retryLater', 'needsFix'] as const;
 /** One of the Send node's outputs. */
 export type Outcome = (typeof OUTPUTS)[number];
 
-/** What the node does with one relay answer. */
-export type Decision = Outcome | 'wait';
+/**
+ * What the node does with one relay answer: an output, 'wait' (Retry-After,
+ * then the same request) or 'noAnswer' (treated as if no answer came: the
+ * same request is repeated, at most maxNoAnswer times).
+ */
+export type Decision = Outcome | 'wait' | 'noAnswer';
+
+/**
+ * relayError reports whether body is the relay's own JSON error
+ * (`{"error": {"code": "..."}}`), as opposed to a proxy's HTML or text page.
+ */
+export function relayError(body: unknown): boolean {
+	if (body === null || typeof body !== 'object') {
+		return false;
+	}
+	const e = (body as Record<string, unknown>).error;
+	return e !== null && typeof e === 'object' && typeof (e as Record<string, unknown>).code === 'string';
+}
 
 /**
  * classify maps a /v1/send answer to an output, or to 'wait' when the
  * relay said "try again after Retry-After" (409 in flight, 429, 503).
  * 200 is sent (now or replayed); 202 means the relay owns the job (unknown
  * or review): never resend it under a new key. A 409 without Retry-After is
- * an abandoned job; every other answer needs a fix in the workflow (400,
- * 401, 403, 413, 422, 502 provider_rejected, 500).
+ * an abandoned job. 504 (a gateway timeout, or the relay's own injected
+ * drop: the outcome is unknown and the relay owns the job) and a 502 that
+ * is not the relay's JSON error (a proxy's bad gateway) are 'noAnswer': the
+ * caller repeats the same request with the same key, which the relay
+ * answers 200 (replayed) or 202, never a second e-mail. Every other answer
+ * needs a fix in the workflow (400, 401, 403, 413, 422, 502
+ * provider_rejected, 500).
  */
-export function classify(status: number, retryAfter: number | undefined): Decision {
+export function classify(status: number, retryAfter: number | undefined, body?: unknown): Decision {
 	switch (true) {
 		case status === 200:
 			return 'sent';
@@ -53,6 +74,10 @@ export function classify(status: number, retryAfter: number | undefined): Decisi
 			return retryAfter === undefined ? 'needsFix' : 'wait';
 		case status === 429 || status === 503:
 			return 'wait';
+		case status === 504:
+			return 'noAnswer';
+		case status === 502 && !relayError(body):
+			return 'noAnswer';
 		default:
 			return 'needsFix';
 	}
@@ -111,63 +136,99 @@ export function keyWarnings(raw: Record<string, unknown>): string[] {
 	return out;
 }
 
-/** The key of one item: the three named parts, or one key string. */
-export type KeySpec = { customerId: string; eventType: string; orderId: string } | { key: string };
+/**
+ * A parameter value as n8n evaluates it. An expression such as
+ * `{{ $json.orderId }}` gives undefined when the field is missing and null
+ * when it is null; it may also give a number or an object. Such values are
+ * never passed through String(): "undefined" is no order id.
+ */
+export type ParamValue = unknown;
 
-/** The message of one item. */
+/** The key of one item: the three named parts, or one key string. */
+export type KeySpec = { customerId: ParamValue; eventType: ParamValue; orderId: ParamValue } | { key: ParamValue };
+
+/** The message of one item (values as n8n evaluated them). */
 export interface Message {
-	to: string;
-	subject: string;
-	text?: string;
-	html?: string;
-	cc?: string;
-	bcc?: string;
-	replyTo?: string;
-	from?: string;
-	channel?: string;
-	threadId?: string;
+	to: ParamValue;
+	subject: ParamValue;
+	text?: ParamValue;
+	html?: ParamValue;
+	cc?: ParamValue;
+	bcc?: ParamValue;
+	replyTo?: ParamValue;
+	from?: ParamValue;
+	channel?: ParamValue;
+	threadId?: ParamValue;
+	[extra: string]: ParamValue;
+}
+
+/** isBlank: undefined, null, or a string that is empty after trimming. */
+export function isBlank(v: ParamValue): boolean {
+	return v === undefined || v === null || (typeof v === 'string' && v.trim() === '');
 }
 
 /**
- * buildBody builds the /v1/send JSON body. A blank key part is an error
- * naming the part (the relay would answer 400 too, but the node says which
- * n8n field is empty).
+ * textOf turns one non-blank parameter value into text: a string as it is,
+ * a number or boolean by String(); an object or array is an error naming
+ * the parameter (its String() would be "[object Object]").
+ */
+function textOf(v: ParamValue, name: string): string {
+	if (typeof v === 'string') {
+		return v;
+	}
+	if (typeof v === 'number' || typeof v === 'boolean' || typeof v === 'bigint') {
+		return String(v);
+	}
+	throw new Error(`${name} is not text: its expression gives ${Array.isArray(v) ? 'a list' : 'an object'}`);
+}
+
+const blankHint = 'an expression whose field is missing or null gives nothing, never the text "undefined"';
+
+/** required reads a parameter that must not be blank; the error names it. */
+function required(v: ParamValue, name: string, why: string): string {
+	if (isBlank(v)) {
+		throw new Error(`${name} is empty${why} (${blankHint})`);
+	}
+	return textOf(v, name);
+}
+
+/** The optional message fields: n8n's display name, the /v1/send field. */
+const optionalFields: Array<[keyof Message & string, string, string]> = [
+	['text', 'Text', 'text'],
+	['html', 'HTML', 'html'],
+	['cc', 'CC', 'cc'],
+	['bcc', 'BCC', 'bcc'],
+	['replyTo', 'Reply To', 'reply_to'],
+	['from', 'From', 'from'],
+	['channel', 'Channel', 'channel'],
+	['threadId', 'Thread ID', 'thread_id'],
+];
+
+/**
+ * buildBody builds the /v1/send JSON body. A blank key part, To or Subject
+ * (undefined, null, or empty after trimming) is an error naming the n8n
+ * parameter, so the item goes to Needs Fix instead of being sent under a
+ * key such as "cus_1:order.shipped:undefined" that every order without an
+ * id would share. Blank optional fields are left out.
  */
 export function buildBody(k: KeySpec, m: Message): Record<string, unknown> {
 	const body: Record<string, unknown> = {};
 	if ('key' in k) {
-		if (k.key.trim() === '') {
-			throw new Error('Idempotency Key is empty');
-		}
-		body.key = k.key;
+		body.key = required(k.key, 'Idempotency Key', '');
 	} else {
-		for (const [n, v] of [
-			['Customer ID', k.customerId],
-			['Event Type', k.eventType],
-			['Order ID', k.orderId],
-		] as const) {
-			if (String(v ?? '').trim() === '') {
-				throw new Error(`${n} is empty: the key is customer id, event type and order id`);
-			}
-		}
-		body.job = { customer_id: String(k.customerId), event_type: String(k.eventType), order_id: String(k.orderId) };
+		const why = ': the key is customer id, event type and order id';
+		body.job = {
+			customer_id: required(k.customerId, 'Customer ID', why),
+			event_type: required(k.eventType, 'Event Type', why),
+			order_id: required(k.orderId, 'Order ID', why),
+		};
 	}
-	body.to = m.to;
-	body.subject = m.subject;
-	const optional: Array<[keyof Message, string]> = [
-		['text', 'text'],
-		['html', 'html'],
-		['cc', 'cc'],
-		['bcc', 'bcc'],
-		['replyTo', 'reply_to'],
-		['from', 'from'],
-		['channel', 'channel'],
-		['threadId', 'thread_id'],
-	];
-	for (const [from, to] of optional) {
+	body.to = required(m.to, 'To', '');
+	body.subject = required(m.subject, 'Subject', '');
+	for (const [from, name, to] of optionalFields) {
 		const v = m[from];
-		if (v !== undefined && v !== '') {
-			body[to] = v;
+		if (!isBlank(v)) {
+			body[to] = textOf(v, name);
 		}
 	}
 	return body;
@@ -200,8 +261,8 @@ export interface SendResult {
 /**
  * send posts one message to /v1/send and follows the relay's answers:
  * it waits Retry-After on 409/429/503 (at most limits.maxWaits times), and
- * repeats a request that got no answer (a dropped response, a reset) at
- * most limits.maxNoAnswer times — the relay answers such a repeat 202
+ * repeats a request that got no answer (a dropped response, a reset, a
+ * 504, a proxy's 502) at most limits.maxNoAnswer times — the relay answers such a repeat 202
  * (pending) or 200 (replayed), never a second e-mail. It never throws for
  * an HTTP status.
  */
@@ -238,12 +299,12 @@ export async function send(
 			}
 			continue;
 		}
-		const b = (res.body ?? {}) as Record<string, unknown>;
+		const b = (res.body !== null && typeof res.body === 'object' ? res.body : {}) as Record<string, unknown>;
 		const ra = retryAfterSeconds(res.headers);
-		const d = classify(res.statusCode, ra);
-		const errObj = (b.error ?? {}) as Record<string, unknown>;
+		const d = classify(res.statusCode, ra, res.body);
+		const errObj = (b.error !== null && typeof b.error === 'object' ? b.error : {}) as Record<string, unknown>;
 		const result: SendResult = {
-			outcome: d === 'wait' ? 'retryLater' : d,
+			outcome: d === 'wait' || d === 'noAnswer' ? 'retryLater' : d,
 			status: res.statusCode,
 			message_id: str(b.message_id) ?? str(errObj.message_id),
 			state: str(b.state) ?? str(errObj.state),
@@ -251,6 +312,16 @@ export async function send(
 			attempts,
 			body: res.body,
 		};
+		if (d === 'noAnswer') {
+			// A gateway timeout or a proxy's bad gateway says nothing about
+			// the send: like a lost answer, repeat it with the same key.
+			noAnswer++;
+			last = { ...result, error: `no answer from the relay: HTTP ${res.statusCode}` };
+			if (noAnswer > limits.maxNoAnswer) {
+				return last;
+			}
+			continue;
+		}
 		if (d !== 'wait') {
 			return result;
 		}

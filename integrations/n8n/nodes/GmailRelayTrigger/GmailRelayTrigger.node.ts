@@ -11,6 +11,14 @@ import { trimBase, type FullResponse, type RequestOptions } from '../GmailRelay/
 import { poll, type Seen } from './poll';
 
 /**
+ * Pages of 100 jobs the Trigger reads per state and poll. `next` is followed
+ * until the relay says done; this cap only guards against a listing that
+ * never ends, and is logged when reached (pages are in Message-ID order, so
+ * a cap that is hit can hide new jobs).
+ */
+export const MAX_PAGES = 1000;
+
+/**
  * gmailrelay Trigger: polls the relay's acceptance log and emits every job
  * that entered `review` (a human must decide), and optionally jobs waiting
  * in `queued` longer than a threshold (once the relay has an outbox).
@@ -60,13 +68,18 @@ export class GmailRelayTrigger implements INodeType {
 			{
 				includeQueued: this.getNodeParameter('includeQueued', false) as boolean,
 				queuedOlderThanMs: Number(this.getNodeParameter('queuedMinutes', 15)) * 60_000,
-				maxPages: 10,
+				maxPages: MAX_PAGES,
 			},
 			data.seen ?? {},
 			new Date(),
 			this.getMode() === 'manual',
 		);
 		data.seen = r.seen;
+		if (r.truncated) {
+			this.logger.warn(
+				`gmailrelay Trigger: stopped after ${MAX_PAGES} pages of ${r.truncated.join(' and ')} jobs (${MAX_PAGES * 100} jobs); jobs past that were not read this poll. Resolve or abandon old jobs.`,
+			);
+		}
 		if (r.jobs.length === 0) {
 			return null;
 		}

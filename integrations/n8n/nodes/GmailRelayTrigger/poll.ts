@@ -9,6 +9,8 @@ export interface Job {
 	attempts?: number;
 	updated_at?: string;
 	created_at?: string;
+	/** The caller's "not before" (RFC 3339); absent when the job may go at once. */
+	send_at?: string;
 	[k: string]: unknown;
 }
 
@@ -17,7 +19,12 @@ export interface PollOptions {
 	/** Also emit jobs waiting in `queued` (the outbox) longer than queuedOlderThanMs. */
 	includeQueued: boolean;
 	queuedOlderThanMs: number;
-	/** Most pages of 100 read per state and poll. */
+	/**
+	 * Most pages of 100 read per state and poll: a safety cap only (a relay
+	 * that kept answering `next` forever). Pages are in Message-ID order, not
+	 * by age, so a cap that is reached can hide new jobs: it is reported in
+	 * PollResult.truncated.
+	 */
 	maxPages: number;
 }
 
@@ -30,14 +37,23 @@ export interface PollResult {
 	seen: Seen;
 	/** Set when the relay has no `queued` state (no outbox yet): that part was skipped. */
 	queuedUnavailable?: boolean;
+	/** States whose listing stopped at maxPages with more pages left. */
+	truncated?: string[];
 }
 
 /**
- * listState reads every job in one state (following `next`, at most
- * maxPages pages). It answers undefined when the relay does not know the
- * state (400 naming field `state`), so optional states can be skipped.
+ * listState reads every job in one state (following `next` until the relay
+ * gives none, at most maxPages pages; onTruncated is called when pages were
+ * left). It answers undefined when the relay does not know the state (400
+ * naming field `state`), so optional states can be skipped.
  */
-export async function listState(req: Requester, baseUrl: string, state: string, maxPages: number): Promise<Job[] | undefined> {
+export async function listState(
+	req: Requester,
+	baseUrl: string,
+	state: string,
+	maxPages: number,
+	onTruncated: () => void = () => {},
+): Promise<Job[] | undefined> {
 	const out: Job[] = [];
 	let after = '';
 	for (let page = 0; page < maxPages; page++) {
@@ -61,11 +77,28 @@ export async function listState(req: Requester, baseUrl: string, state: string, 
 		}
 		out.push(...(b.jobs ?? []));
 		if (!b.next) {
-			break;
+			return out;
 		}
 		after = b.next;
 	}
+	onTruncated();
 	return out;
+}
+
+/**
+ * queuedSince is when a queued job became due: the later of its acceptance
+ * (created_at) and its send_at. Not updated_at: every outbox attempt that
+ * finds Gmail busy or unreachable rewrites it, so a job stuck for an hour
+ * would always look a few seconds old; and a job scheduled with send_at is
+ * not late before that time. undefined when created_at is unreadable.
+ */
+export function queuedSince(j: Job): number | undefined {
+	const created = Date.parse(j.created_at ?? '');
+	if (Number.isNaN(created)) {
+		return undefined;
+	}
+	const sendAt = Date.parse(j.send_at ?? '');
+	return Number.isNaN(sendAt) ? created : Math.max(created, sendAt);
 }
 
 /**
@@ -78,19 +111,20 @@ export async function listState(req: Requester, baseUrl: string, state: string, 
 export async function poll(req: Requester, baseUrl: string, o: PollOptions, seen: Seen, now: Date, manual: boolean): Promise<PollResult> {
 	const base = trimBase(baseUrl);
 	const current: Array<{ job: Job; reason: string }> = [];
-	const review = (await listState(req, base, 'review', o.maxPages)) ?? [];
+	const truncated: string[] = [];
+	const review = (await listState(req, base, 'review', o.maxPages, () => truncated.push('review'))) ?? [];
 	for (const j of review) {
 		current.push({ job: j, reason: 'review' });
 	}
 	let queuedUnavailable: boolean | undefined;
 	if (o.includeQueued) {
-		const queued = await listState(req, base, 'queued', o.maxPages);
+		const queued = await listState(req, base, 'queued', o.maxPages, () => truncated.push('queued'));
 		if (queued === undefined) {
 			queuedUnavailable = true;
 		} else {
 			for (const j of queued) {
-				const since = Date.parse(j.updated_at ?? j.created_at ?? '');
-				if (!Number.isNaN(since) && now.getTime() - since >= o.queuedOlderThanMs) {
+				const since = queuedSince(j);
+				if (since !== undefined && now.getTime() - since >= o.queuedOlderThanMs) {
 					current.push({ job: j, reason: 'queued too long' });
 				}
 			}
@@ -105,5 +139,5 @@ export async function poll(req: Requester, baseUrl: string, o: PollOptions, seen
 			jobs.push({ ...job, reason, url: base + path, resolve_url: base + path + '/resolve' });
 		}
 	}
-	return { jobs, seen: manual ? seen : next, queuedUnavailable };
+	return { jobs, seen: manual ? seen : next, queuedUnavailable, ...(truncated.length > 0 ? { truncated } : {}) };
 }
