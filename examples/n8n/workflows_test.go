@@ -525,6 +525,26 @@ func TestRawRecipeMatchesTheRelay(t *testing.T) {
 			t.Errorf("Code node lacks %q", want)
 		}
 	}
+	// The send asks for the outbox (CONTRACT: the Gmail path answers 429
+	// unless X-Relay-When-Busy: queue): a burst over the quota, a Gmail
+	// rate limit or an unreachable Gmail is 202 queued, which the IF node
+	// passes, instead of a 429 or 503 that stopped the workflow.
+	var busy string
+	for _, n := range wf.Nodes {
+		if n.Type != httpRequest || !strings.Contains(fmt.Sprint(n.Parameters["url"]), "/messages/send") {
+			continue
+		}
+		if h, ok := n.Parameters["headerParameters"].(map[string]any); ok && n.Parameters["sendHeaders"] == true {
+			for _, p := range h["parameters"].([]any) {
+				if m := p.(map[string]any); m["name"] == "X-Relay-When-Busy" {
+					busy = fmt.Sprint(m["value"])
+				}
+			}
+		}
+	}
+	if busy != "queue" {
+		t.Errorf("the Gmail-path send's X-Relay-When-Busy = %q, want queue", busy)
+	}
 	// The recipe's test vector (DESIGN.md), computed by the relay.
 	if got, want := relay.MessageID("cus_123:order.shipped:ord_456", "inbound.yourdomain.com"),
 		"<job-1ca74402c25f227b40cf235d910d7664@inbound.yourdomain.com>"; got != want {
