@@ -40,3 +40,35 @@ func TestEmulatorScheduledJobDoesNotQueueSendsForNow(t *testing.T) {
 		t.Errorf("tomorrow's job: %d deliveries, want 0", got)
 	}
 }
+
+// With more jobs scheduled for later than a send reads (relay's queueScan,
+// 64), a send for now is queued rather than read past them all, and the
+// outbox's next pass delivers it first, once; tomorrow's jobs stay queued.
+func TestEmulatorManyScheduledJobsQueueASendForNowThatGoesFirst(t *testing.T) {
+	e := newEnv(t, 1_000_000, 2000)
+	ctx := context.Background()
+	for i := range 70 {
+		later := e.prepare(1000 + i)
+		later.SendAt = e.clock.Now().Add(24 * time.Hour)
+		if _, err := e.svc.Send(ctx, later, relay.SendOptions{Queue: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := e.prepare(1)
+	res, err := e.svc.Send(ctx, now, relay.SendOptions{Queue: true})
+	if err != nil || res.Job.State != acceptlog.StateQueued {
+		t.Fatalf("send for now behind 70 scheduled jobs: %s, %v; want queued", res.Job.State, err)
+	}
+	if _, err := e.box.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.state(now); got != acceptlog.StateSent {
+		t.Errorf("after one outbox pass the send for now is %s, want sent", got)
+	}
+	if got := e.emu.Deliveries(now.MessageID); got != 1 {
+		t.Errorf("send for now: %d deliveries, want 1", got)
+	}
+	if got := e.emu.Stats().Deliveries; got != 1 {
+		t.Errorf("emulator deliveries = %d, want 1 (tomorrow's jobs wait)", got)
+	}
+}

@@ -49,7 +49,10 @@ func (s *Service) QueueDepth(ctx context.Context) (int, error) {
 // outbox order is send_at, then acceptance.
 // It asks the log for one queued job (an index read), not for the log's
 // counters, since it runs on every send; only when that one does not
-// decide does it read the queue.
+// decide does it read the queue, at most queueScan jobs of it: past those
+// (many jobs scheduled for later) the send is queued, and the outbox,
+// woken at once, delivers it ahead of them, so a large schedule never
+// makes every send read it all.
 func (s *Service) mustQueue(ctx context.Context, box *Mailbox, p Prepared, o SendOptions) bool {
 	now := s.now()
 	if !p.SendAt.IsZero() && p.SendAt.After(now) {
@@ -65,7 +68,7 @@ func (s *Service) mustQueue(ctx context.Context, box *Mailbox, p Prepared, o Sen
 	if s.waitsAhead(queued[0], box, now) {
 		return true
 	}
-	if queued, err = s.log.ByState(ctx, acceptlog.StateQueued, 0); err != nil {
+	if queued, err = s.log.ByState(ctx, acceptlog.StateQueued, queueScan); err != nil {
 		return false
 	}
 	for _, j := range queued {
@@ -73,8 +76,11 @@ func (s *Service) mustQueue(ctx context.Context, box *Mailbox, p Prepared, o Sen
 			return true
 		}
 	}
-	return false
+	return len(queued) == queueScan
 }
+
+// queueScan bounds the queued jobs mustQueue reads for one send.
+const queueScan = 64
 
 // waitsAhead reports whether queued job j comes before a send of box's
 // accepted now: it is box's and not scheduled for later.
