@@ -576,3 +576,21 @@ func TestSecretPatternCatches(t *testing.T) {
 		}
 	}
 }
+
+// The review alert lists one page of the queue (limit=100): its count must
+// not claim that page is all of it. The Code node reads `next` and says
+// "100+" (and where the rest is) when more jobs wait.
+func TestReviewAlertCountsOnlyWhatItSaw(t *testing.T) {
+	wf, _ := load(t, "review-queue-alert.json")
+	var code string
+	for _, n := range wf.Nodes {
+		if n.Type == "n8n-nodes-base.code" {
+			code, _ = n.Parameters["jsCode"].(string)
+		}
+	}
+	for _, want := range []string{"$input.first().json.next", "`${jobs.length}+`", "state=review&after="} {
+		if !strings.Contains(code, want) {
+			t.Errorf("the alert's Code node lacks %q: with more than one page waiting its count is wrong", want)
+		}
+	}
+}
