@@ -221,13 +221,17 @@ func (p *pass) decideVerify(ctx context.Context, j acceptlog.Job, q string, hits
 			p.count(written, &p.res.Checked)
 			return true, err
 		}
-		if err := p.measureLag(ctx, j); err != nil {
+		lag, err := p.lagSample(ctx, j)
+		if err != nil {
 			return false, err
 		}
-		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+		written, err := p.mutateWith(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
 			p.oneCopy(n, ch)
 			return []acceptlog.Line{search}
-		})
+		}, lag.edit())
+		if written {
+			p.keepLag(j.Mailbox, lag)
+		}
 		p.count(written, &p.res.Checked, &p.res.Verified)
 		return true, err
 	case len(hits) >= 2:
@@ -328,6 +332,13 @@ func (p *pass) toReview(ctx context.Context, j acceptlog.Job, review acceptlog.L
 // verification), nothing is written and the error is nil: whoever moved it
 // decided.
 func (p *pass) mutate(ctx context.Context, read acceptlog.Job, edit func(n *acceptlog.Job) []acceptlog.Line) (written bool, err error) {
+	return p.mutateWith(ctx, read, edit, nil)
+}
+
+// mutateWith is mutate that also edits the job's mailbox record in the same
+// transaction (mailbox nil: none).
+func (p *pass) mutateWith(ctx context.Context, read acceptlog.Job, edit func(n *acceptlog.Job) []acceptlog.Line,
+	mailbox func(m *acceptlog.Mailbox)) (written bool, err error) {
 	_, _, err = p.s.log.Mutate(ctx, read.MessageID, func(cur *acceptlog.Job) (acceptlog.Change, error) {
 		if cur == nil || cur.State != read.State || cur.Attempts != read.Attempts ||
 			cur.Checks != read.Checks || cur.Verified != read.Verified || cur.VerifyLooks != read.VerifyLooks {
@@ -336,7 +347,7 @@ func (p *pass) mutate(ctx context.Context, read acceptlog.Job, edit func(n *acce
 		n := *cur
 		lines := edit(&n)
 		n.UpdatedAt = p.now
-		return acceptlog.Change{Job: &n, Lines: lines}, nil
+		return acceptlog.Change{Job: &n, Lines: lines, EditMailbox: mailbox}, nil
 	})
 	if errors.Is(err, errChanged) {
 		return false, nil

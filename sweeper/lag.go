@@ -2,7 +2,6 @@ package sweeper
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -14,64 +13,69 @@ import (
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 )
 
-// measureLag records the lag sample of a sent job whose verify search just
-// found it: from Gmail's answer (its last effect line, from the response)
-// to now. Not from the job's creation: a job the outbox held (a spent
-// budget, a rate-limit pause, send_at) was sent long after, and a lag
-// counted from its creation would hold every miss of the mailbox back by
-// that wait. A job without such a line gives no sample, nor does a
-// search that ran more than grace after it was due (a backlog, a pause for
-// Gmail's rate limit, a restart): its bound says how late the sweeper
-// looked, not how far behind the index was, and one such sample would
-// hold every later miss of the mailbox back by it.
-func (p *pass) measureLag(ctx context.Context, j acceptlog.Job) error {
+// lagSample returns the lag sample of a sent job whose verify search just
+// found it, as an edit of its mailbox's record that the search line's
+// write makes in the same transaction (nil: no sample). The lag runs from
+// Gmail's answer (the job's last effect line, from the response) to now.
+// Not from the job's creation: a job the outbox held (a spent budget, a
+// rate-limit pause, send_at) was sent long after, and a lag counted from
+// its creation would hold every miss of the mailbox back by that wait. A
+// job without such a line gives no sample, nor does a search that ran more
+// than grace after it was due (a backlog, a pause for Gmail's rate limit,
+// a restart): its bound says how late the sweeper looked, not how far
+// behind the index was, and one such sample would hold every later miss of
+// the mailbox back by it.
+func (p *pass) lagSample(ctx context.Context, j acceptlog.Job) (*lagEdit, error) {
 	if !j.NextCheckAt.IsZero() && p.now.Sub(j.NextCheckAt) > p.channel(j.Channel).Grace {
-		return nil
+		return nil, nil
 	}
 	lines, err := p.s.log.JobLines(ctx, j.MessageID)
 	if err != nil {
-		return fmt.Errorf("read lines of %s: %w", j.MessageID, err)
+		return nil, fmt.Errorf("read lines of %s: %w", j.MessageID, err)
 	}
 	for i := len(lines) - 1; i >= 0; i-- {
 		if l := lines[i]; l.Kind == acceptlog.KindEffect && l.Source == acceptlog.SourceResponse && l.Attempt == j.Attempts {
-			return p.recordLag(ctx, j, max(p.now.Sub(l.Time), 0))
+			return &lagEdit{key: strconv.Itoa(j.Attempts) + " " + j.MessageID, d: max(p.now.Sub(l.Time), 0)}, nil
 		}
 	}
-	return nil
+	return nil, nil
 }
 
-// recordLag adds the sample d to the record of j's mailbox in the log,
-// where every relay on the log, and this one after a restart, reads it
-// (see Sweeper.loadLags). The record is read and written in one
-// transaction (a sample another replica adds meanwhile is kept), and only
-// while j is as the pass read it: a job another replica decided since was
-// measured there. The sample's key is the job's attempt, so a send
-// measured twice (the record written, then a crash before the search
-// line) gives one sample.
-func (p *pass) recordLag(ctx context.Context, j acceptlog.Job, d time.Duration) error {
-	var stored acceptlog.LagSamples
-	_, _, err := p.s.log.Mutate(ctx, j.MessageID, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		if cur == nil || cur.State != j.State || cur.Attempts != j.Attempts || cur.Checks != j.Checks ||
-			cur.Verified != j.Verified || cur.VerifyLooks != j.VerifyLooks {
-			return acceptlog.Change{}, errChanged
-		}
-		return acceptlog.Change{EditMailbox: func(m *acceptlog.Mailbox) {
-			m.Lags.Add(strconv.Itoa(j.Attempts)+" "+j.MessageID, d)
-			stored = m.Lags
-		}}, nil
-	})
-	if errors.Is(err, errChanged) {
+// lagEdit adds one lag sample to a mailbox's record (in the log, where
+// every relay on it, and this one after a restart, reads it: see
+// Sweeper.loadLags), read and written in the transaction of the verify
+// search that measured it, so a sample another replica adds meanwhile is
+// kept and a job another replica decided since gives none. The sample's
+// key is the job's attempt: one send measured twice gives one sample.
+type lagEdit struct {
+	key    string
+	d      time.Duration
+	stored acceptlog.LagSamples // the record's samples after the edit
+}
+
+// edit is the acceptlog.Change.EditMailbox of the search's write; nil
+// when there is no sample.
+func (e *lagEdit) edit() func(m *acceptlog.Mailbox) {
+	if e == nil {
 		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("record the index lag of %s: %w", j.MessageID, err)
+	return func(m *acceptlog.Mailbox) {
+		m.Lags.Add(e.key, e.d)
+		e.stored = m.Lags
 	}
-	p.s.lags.set(j.Mailbox, stored)
-	if mb, ok := p.mailboxes[j.Mailbox]; ok {
-		mb.Lags = stored
-		p.mailboxes[j.Mailbox] = mb
+}
+
+// keep makes the pass's copies follow the record once the write holding
+// the sample has committed.
+func (p *pass) keepLag(mailbox string, e *lagEdit) {
+	if e == nil {
+		return
 	}
-	return nil
+	p.s.lags.set(mailbox, e.stored)
+	if mb, ok := p.mailboxes[mailbox]; ok {
+		mb.Lags = e.stored
+		p.mailboxes[mailbox] = mb
+	}
 }
 
 // loadLags reads every mailbox's measured lag from its record in the log
