@@ -333,6 +333,12 @@ func (s *Service) attempt(ctx context.Context, id string, from []acceptlog.State
 		if err := fence(cur, from, seen); err != nil {
 			return acceptlog.Change{}, err
 		}
+		if !cur.PrunedAt.IsZero() {
+			// Retention pruned it after its message was read above: a
+			// send now would leave a job with no message to resend.
+			return acceptlog.Change{}, &Error{Code: CodeConflict,
+				Message: "the job's message is no longer stored (retention pruned it): it cannot be sent again"}
+		}
 		j := *cur
 		var lines []acceptlog.Line
 		if before != nil {

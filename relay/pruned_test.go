@@ -7,6 +7,7 @@ import (
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -42,5 +43,73 @@ func TestEmulatorRetryOfAPrunedJobIsRefusedNotLeftForwarding(t *testing.T) {
 	}
 	if err := e.log.Check(ctx); err != nil {
 		t.Errorf("acceptlog check: %v", err)
+	}
+}
+
+// pruningLog runs a retention pass right after the relay has read a job's
+// message (between attempt's Raw and its transaction), as the background
+// pass may.
+type pruningLog struct {
+	*acceptlog.Log
+	cutoff time.Time
+	armed  bool
+	pruned int
+}
+
+func (l *pruningLog) Raw(ctx context.Context, id string) ([]byte, error) {
+	raw, err := l.Log.Raw(ctx, id)
+	if l.armed {
+		l.armed = false
+		res, perr := l.Log.Prune(ctx, l.cutoff, 0)
+		if perr != nil {
+			return nil, perr
+		}
+		l.pruned = res.Jobs
+	}
+	return raw, err
+}
+
+// A retry racing the retention pass: the message is read, then the job is
+// pruned, then the attempt's transaction runs. It is refused (409, nothing
+// sent, nothing logged). Before, the copy read before the prune went out
+// (Gmail took it and answered 500), leaving an unknown job with no stored
+// message: every sweeper resend was refused, it never reached review, and
+// as a pruned job it was never pruned again.
+func TestEmulatorRetryRacingThePruneIsRefused(t *testing.T) {
+	var pl *pruningLog
+	te := testenv.New(t, testenv.Options{SendTimeout: 2 * time.Second, Configure: func(c *relay.Config) {
+		pl = &pruningLog{Log: c.Log.(*acceptlog.Log)}
+		c.Log = pl
+	}})
+	ctx := context.Background()
+	if _, err := te.Emulator.AddFault(gmailfake.Fault{Method: "send", Action: "error", Status: 400}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := relay.Prepare(relay.SendRequest{Key: "race:1", To: relay.AddressList{"c@example.org"}, Subject: "s", Text: "x"},
+		"", svcDomain, te.Clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := te.Service.Send(ctx, p, relay.SendOptions{}); err != nil || res.Job.State != acceptlog.StateFailed {
+		t.Fatalf("send under Gmail's 400: %+v, %v; want failed", res.Job, err)
+	}
+	te.Clock.Advance(2 * time.Hour)
+	if _, err := te.Emulator.AddFault(gmailfake.Fault{Method: "send", Action: "accept-then-error", Status: 500}); err != nil {
+		t.Fatal(err)
+	}
+	pl.cutoff, pl.armed = te.Clock.Now(), true
+	_, err = te.Service.Resolve(ctx, p.MessageID, relay.ActionRetry, "try again", "test", relay.AnyAttempts)
+	if pl.pruned != 1 {
+		t.Fatalf("the pass between the read and the attempt pruned %d jobs, want 1", pl.pruned)
+	}
+	if relay.ErrorCode(err) != relay.CodeConflict {
+		t.Errorf("retry of a job pruned meanwhile: %v; want CodeConflict", err)
+	}
+	j := te.Job(p.MessageID)
+	if j.State != acceptlog.StateFailed || j.Attempts != 1 {
+		t.Errorf("job: %s after %d attempts; want failed after 1 (nothing logged)", j.State, j.Attempts)
+	}
+	if n := te.Emulator.Deliveries(p.MessageID); n != 0 {
+		t.Errorf("deliveries %d, want 0", n)
 	}
 }
