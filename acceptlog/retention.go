@@ -32,11 +32,21 @@ func (j *Job) Prunable() bool {
 }
 
 // keptWhenPruned reports whether a pruned job keeps line ln: its effect lines
-// (what Gmail accepted), its resolved lines (what a human decided) and the
+// (what Gmail accepted), its resolved lines (what a human decided), the
 // last line that carries a state (so the job's state stays the fold of its
-// lines). lastState is that line's Seq.
+// lines), and the lines behind the relay's alarm counters: a review for a
+// duplicate delivery and a handle Gmail rewrote. Those counters are totals
+// (gmailrelay_duplicates_found_total, gmailrelay_handle_failures_total):
+// dropping the lines would make them go down, which Prometheus reads as a
+// restart. lastState is the last state line's Seq.
 func keptWhenPruned(ln *Line, lastState uint64) bool {
-	return ln.Kind == KindEffect || ln.Kind == KindResolved || ln.Seq == lastState
+	switch {
+	case ln.Kind == KindEffect, ln.Kind == KindResolved, ln.Seq == lastState:
+		return true
+	case ln.Kind == KindReview && ln.Reason == ReasonDuplicate, ln.Kind == KindHandle && ln.Reason == ReasonHandleRewritten:
+		return true
+	}
+	return false
 }
 
 // PruneResult counts what one Prune removed.

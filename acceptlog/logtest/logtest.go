@@ -61,6 +61,7 @@ func Run(t *testing.T, b Backend) {
 		{"PruneKeepsTheRecordAndDropsDetail", testPruneKeepsTheRecordAndDropsDetail},
 		{"PruneLimitAndOrder", testPruneLimitAndOrder},
 		{"PrunableStates", testPrunableStates},
+		{"PruneKeepsTheAlarmCounters", testPruneKeepsTheAlarmCounters},
 		{"CheckAcceptsPrunedJobsWithGaps", testCheckAcceptsPrunedJobsWithGaps},
 		{"MutateRefusesEveryTransitionOutsideTheTable", testMutateRefusesEveryTransitionOutsideTheTable},
 		{"SendTimesCountsEveryAttemptPerMailbox", testSendTimesCountsEveryAttemptPerMailbox},

@@ -193,3 +193,51 @@ func WantChecks(t *testing.T, ctx context.Context, l FullChecker, wantCheck, wan
 		}
 	}
 }
+
+// testPruneKeepsTheAlarmCounters: a job whose verify found two copies (a
+// review line, duplicate) in a mailbox whose handle Gmail rewrote (a
+// handle line, rewritten), then marked sent by a human, keeps both lines
+// when pruned: the relay's duplicates-found and handle-failures totals are
+// counted from them and must never go down.
+func testPruneKeepsTheAlarmCounters(t *testing.T, be Backend) {
+	ctx := context.Background()
+	l := be.open(t)
+	id := "<dup@x.example>"
+	SentJob(t, l, id, t0.Add(-48*time.Hour))
+	for _, edit := range []func(j *acceptlog.Job) []acceptlog.Line{
+		func(j *acceptlog.Job) []acceptlog.Line {
+			return []acceptlog.Line{{Kind: acceptlog.KindHandle, Attempt: 1, Reason: acceptlog.ReasonHandleRewritten},
+				acceptlog.Move(j, acceptlog.StateReview, acceptlog.Line{Kind: acceptlog.KindReview, Attempt: 1, Reason: acceptlog.ReasonDuplicate})}
+		},
+		func(j *acceptlog.Job) []acceptlog.Line {
+			j.Verified, j.NextCheckAt = true, time.Time{}
+			return []acceptlog.Line{acceptlog.Move(j, acceptlog.StateSent, acceptlog.Line{Kind: acceptlog.KindResolved, Attempt: 1, Reason: acceptlog.ReasonMarkSent, Actor: "ui"})}
+		},
+	} {
+		if _, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+			j := *cur
+			lines := edit(&j)
+			j.UpdatedAt = t0.Add(-48 * time.Hour)
+			return acceptlog.Change{Job: &j, Lines: lines}, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, _ := l.Stats(ctx)
+	if res, err := l.Prune(ctx, t0.Add(-24*time.Hour), 0); err != nil || res.Jobs != 1 {
+		t.Fatalf("Prune = %+v, %v; want the job pruned", res, err)
+	}
+	after, _ := l.Stats(ctx)
+	for _, c := range []struct {
+		kind   acceptlog.Kind
+		reason acceptlog.Reason
+	}{{acceptlog.KindReview, acceptlog.ReasonDuplicate}, {acceptlog.KindHandle, acceptlog.ReasonHandleRewritten}} {
+		b, a := before.ByReason[c.kind][string(c.reason)], after.ByReason[c.kind][string(c.reason)]
+		if b != 1 || a != b {
+			t.Errorf("%s lines with reason %s: %d before pruning, %d after; want 1 and 1", c.kind, c.reason, b, a)
+		}
+	}
+	if err := l.Check(ctx); err != nil {
+		t.Fatalf("Check after pruning: %v", err)
+	}
+}
