@@ -106,11 +106,14 @@ func (l *Log) open(synced bool) error {
 		_ = db.Close()
 		return err
 	}
-	migrated := 0
+	migrated, indexed := 0, 0
 	err = db.Update(func(tx *bolt.Tx) error {
 		// A file written before the prunable index existed gets it filled
-		// from its jobs (the other buckets are as old as the file).
+		// from its jobs, and one written before the send index existed
+		// gets it filled from its recent forwarding lines (the other
+		// buckets are as old as the file).
 		backfill := tx.Bucket(bucketPrunable) == nil && tx.Bucket(bucketJobs) != nil
+		backfillSends := tx.Bucket(bucketSends) == nil && tx.Bucket(bucketLines) != nil
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
@@ -121,12 +124,22 @@ func (l *Log) open(synced bool) error {
 				return err
 			}
 		}
+		if backfillSends {
+			n, err := backfillSendIndex(tx, l.now().Add(-sendsBackfillWindow))
+			if err != nil {
+				return fmt.Errorf("fill the send index: %w", err)
+			}
+			indexed = n
+		}
 		var err error
 		migrated, err = migrateJobLines(tx)
 		return err
 	})
 	if err == nil && migrated > 0 {
 		l.logf("acceptlog: %s: the job-lines index was moved into the %d job records and dropped (once; an older gmailrelay would not read the file right)", l.path, migrated)
+	}
+	if err == nil && indexed > 0 {
+		l.logf("acceptlog: %s: the send index was created and filled with the %d sends of the last %s (the daily sending budget counts them)", l.path, indexed, sendsBackfillWindow)
 	}
 	if err == nil && !synced {
 		// Journaling starts only now: the writes above are synced, and a
@@ -433,6 +446,67 @@ func migrateJobLines(tx *bolt.Tx) (int, error) {
 	}
 	if err := tx.DeleteBucket(bucketJobLinesV1); err != nil {
 		return 0, fmt.Errorf("delete the job-lines index: %w", err)
+	}
+	return n, nil
+}
+
+// sendsBackfillWindow is how far back backfillSendIndex looks: the 48 h
+// the retention pass keeps send-index entries for (retention's
+// DefaultSendsKeep), twice the daily budget's 24 h.
+const sendsBackfillWindow = 48 * time.Hour
+
+// sendsClockSlack is how far past the window's start backfillSendIndex
+// goes on walking back: lines are in time order but for a clock stepped
+// back, and one such line must not end the walk early.
+const sendsClockSlack = time.Hour
+
+// backfillSendIndex fills the send index (bucketSends) of a file written
+// before it existed from the forwarding lines dated at or after since,
+// with the entries the write path (indexSends) would have made: the
+// line's time, Message-ID and attempt under its job's mailbox. Without it
+// the daily sending budget would start from zero on upgrade and the relay
+// could send a second day's limit on top of today's sends. Lines are keyed
+// by seq, in time order: the walk goes back from the newest and stops at
+// the first line older than since (less sendsClockSlack). It returns how
+// many entries it added; it runs in Open's synced transaction.
+func backfillSendIndex(tx *bolt.Tx, since time.Time) (int, error) {
+	idx, jobs := tx.Bucket(bucketSends), tx.Bucket(bucketJobs)
+	stop := since.Add(-sendsClockSlack)
+	mailboxes := map[string]string{}
+	var key []byte
+	n := 0
+	c := tx.Bucket(bucketLines).Cursor()
+	for k, v := c.Last(); k != nil; k, v = c.Prev() {
+		var ln Line
+		if err := decodeLine(v, &ln); err != nil {
+			return n, fmt.Errorf("decode line %x: %w", k, err)
+		}
+		if ln.Time.Before(stop) {
+			break
+		}
+		if ln.Kind != KindForwarding || ln.Time.Before(since) {
+			continue
+		}
+		mailbox, ok := mailboxes[ln.MessageID]
+		if !ok {
+			rec := jobs.Get([]byte(ln.MessageID))
+			if rec == nil {
+				// A line without its job: Check reports it; the send
+				// names no mailbox to count it against.
+				continue
+			}
+			var j Job
+			if err := decodeJob(rec, &j); err != nil {
+				return n, fmt.Errorf("decode job %s: %w", ln.MessageID, err)
+			}
+			mailbox = j.Mailbox
+			mailboxes[ln.MessageID] = mailbox
+		}
+		key = appendSendKey(key[:0], mailbox, ln.Time, ln.MessageID, ln.Attempt)
+		if err := idx.Put(key, nil); err != nil {
+			return n, err
+		}
+		n++
 	}
 	return n, nil
 }
