@@ -160,3 +160,23 @@ func TestJobsQuery(t *testing.T) {
 		t.Fatalf("jobsQuery = %q, %v", q, err)
 	}
 }
+
+// The window check before a resend knows both shapes of a Message-ID Gmail
+// makes when it replaces a client's: its clients' (and the emulator's)
+// <…@mail.gmail.com> and its servers' <hex.hex.hex.hex@mx.google.com> (the
+// shape public kernel-list copies of rewritten mail carry). Before, only
+// the first: a copy stored under the second was not a suspect, and the job
+// was resent.
+func TestGmailMadeIDKnowsBothShapes(t *testing.T) {
+	for id, want := range map[string]bool{
+		"<CA+abc/def=@mail.gmail.com>":                   true,
+		"<642f5130.170a0220.2a780.356a@mx.google.com>":   true,
+		" <642F5130.170A0220.2A780.356A@MX.GOOGLE.COM> ": true,
+		"<job-1ca74402@inbound.example.com>":             false,
+		"<a@mx.google.com.example.org>":                  false,
+	} {
+		if got := gmailMadeID(id); got != want {
+			t.Errorf("gmailMadeID(%q) = %v, want %v", id, got, want)
+		}
+	}
+}

@@ -17,7 +17,8 @@ import (
 // pass only finds a mailbox rewriting ids through sends whose gmail_id
 // Gmail gave (never through an ambiguous one). So the last miss before a
 // resend also lists the Sent messages dated in the attempt's window (a
-// few seconds around it); one whose Message-ID Gmail made (…@mail.gmail.com)
+// few seconds around it); one whose Message-ID Gmail made (…@mail.gmail.com,
+// …@mx.google.com)
 // may be this very send, and the job goes to review instead of being sent
 // again. A message a person sent by hand in that window sends the job to
 // review too: the safe side.
@@ -32,9 +33,14 @@ const windowPad = 2 * time.Second
 const maxWindowReads = 50
 
 // gmailMadeID reports whether a Message-ID has the shape of one Gmail
-// generated (…@mail.gmail.com), as it does when it replaces a client's.
+// generated, as it does when it replaces a client's: <…@mail.gmail.com>
+// (what its clients and the emulator make) or <…@mx.google.com> (what
+// Gmail's servers put on mail whose Message-ID was broken, keeping the
+// client's in X-Google-Original-Message-ID, as public kernel-list copies
+// show). Either may be this very send.
 func gmailMadeID(id string) bool {
-	return strings.HasSuffix(strings.ToLower(strings.TrimSpace(id)), "@mail.gmail.com>")
+	id = strings.ToLower(strings.TrimSpace(id))
+	return strings.HasSuffix(id, "@mail.gmail.com>") || strings.HasSuffix(id, "@mx.google.com>")
 }
 
 // storedUnderGmailID lists the Sent messages dated in the window of j's
