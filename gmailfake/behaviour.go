@@ -96,8 +96,11 @@ const z99 = 2.3263478740408408
 
 // draw returns one lag from the distribution.
 func (d LagDistribution) draw(rng *rand.Rand) time.Duration {
+	if d.P50 <= 0 {
+		return 0 // no median: no lag (the Go API takes what ParseIndexLag refuses)
+	}
 	mu := math.Log(float64(d.P50))
-	sigma := (math.Log(float64(d.P99)) - mu) / z99
+	sigma := (math.Log(float64(max(d.P99, d.P50))) - mu) / z99
 	v := math.Exp(mu + sigma*rng.NormFloat64())
 	if d.Max > 0 && v > float64(d.Max) {
 		return d.Max

@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/gmailfake"
-	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"google.golang.org/api/gmail/v1"
 	"google.golang.org/api/option"
+
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testclock"
 )
 
 // plenty is a quota no test of many sends runs out of.
@@ -448,4 +449,43 @@ func TestGmailLikeAccounts(t *testing.T) {
 	// No token at all: 401.
 	_, err = client(t, base).Users.Messages.List("me").Context(context.Background()).Do()
 	apiError(t, err, http.StatusUnauthorized, "authError")
+}
+
+// The ground truth of an empty Message-ID ("<>", blanks) is nothing: two
+// sends that carried no Message-ID are not its deliveries. Before, they
+// were counted (2), so a job with a blank id got other sends' deliveries.
+func TestEmulatorLookupOfAnEmptyMessageIDFindsNothing(t *testing.T) {
+	clk := testclock.New()
+	srv, svc, _ := emulator(t, gmailfake.Options{Now: clk.Now, QuotaPerMinute: plenty})
+	send(t, svc, rawMessage("", "a@example.org", "none"))
+	send(t, svc, rawMessage("", "a@example.org", "none"))
+	for _, q := range []string{"<>", " ", "< >"} {
+		if tr := srv.Lookup("", q); tr.Deliveries != 0 || tr.Count != 0 {
+			t.Errorf("Lookup(%q) = %d deliveries, %d copies; want 0 and 0", q, tr.Deliveries, tr.Count)
+		}
+	}
+}
+
+// A lag distribution the Go API is given without a median or a p99 (which
+// ParseIndexLag refuses) does not hide every message for good: no median
+// is no lag, a p99 below the median is the median. Before, each message
+// drew ~146 years.
+func TestEmulatorIncompleteLagDistributionStillIndexes(t *testing.T) {
+	for name, d := range map[string]gmailfake.LagDistribution{
+		"no p99":    {P50: time.Minute},
+		"no median": {P99: time.Minute},
+	} {
+		t.Run(name, func(t *testing.T) {
+			clk := testclock.New()
+			_, svc, _ := emulator(t, gmailfake.Options{Now: clk.Now, QuotaPerMinute: plenty, IndexLagDistribution: d})
+			for i := range 20 {
+				send(t, svc, rawMessage(msgID(i), "a@example.org", "x"))
+			}
+			clk.Advance(2 * time.Hour)
+			res, err := svc.Users.Messages.List("me").MaxResults(100).Do()
+			if err != nil || len(res.Messages) != 20 {
+				t.Errorf("two hours after 20 sends the index shows %d messages (%v), want 20", len(res.Messages), err)
+			}
+		})
+	}
 }

@@ -336,6 +336,11 @@ func (s *Server) Messages(messageID string) []Message { return s.Lookup("", mess
 // nothing).
 func (s *Server) Lookup(account, messageID string) Truth {
 	key := normalizeMsgID(messageID)
+	if messageID != "" && key == "" {
+		// "<>", " ": no Message-ID at all; sends that carried none must
+		// not be counted as its deliveries.
+		return Truth{}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var t Truth
