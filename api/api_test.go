@@ -183,12 +183,12 @@ func effects(lines []acceptlog.Line) int {
 	return n
 }
 
-// wantOneEffect checks that the emulator holds one message with Message-ID
-// id and that its job has exactly one effect line.
+// wantOneEffect checks that the emulator delivered Message-ID id exactly once
+// and that its job has exactly one effect line.
 func (e *env) wantOneEffect(id string) {
 	e.t.Helper()
-	if got := e.Emulator.Count(id); got != 1 {
-		e.t.Errorf("emulator holds %d, want 1", got)
+	if got := e.Emulator.Deliveries(id); got != 1 {
+		e.t.Errorf("emulator has %d deliveries, want 1", got)
 	}
 	if _, lines := e.job(id); effects(lines) != 1 {
 		e.t.Errorf("effect lines = %d, want 1", effects(lines))
@@ -233,8 +233,8 @@ func TestEmulatorKeySourcesGiveSameMessageID(t *testing.T) {
 			t.Errorf("answer %d: %d %s, want 200 with %s", i, r.status, r.raw, want)
 		}
 	}
-	if got := e.Emulator.Count(want); got != 1 {
-		t.Errorf("emulator holds %d, want 1", got)
+	if got := e.Emulator.Deliveries(want); got != 1 {
+		t.Errorf("emulator has %d deliveries, want 1", got)
 	}
 }
 
@@ -295,8 +295,8 @@ func TestEmulatorBadInputIs400AndSendsNothing(t *testing.T) {
 			}
 		})
 	}
-	if got := e.Emulator.Count(""); got != 0 {
-		t.Errorf("emulator holds %d messages, want 0", got)
+	if got := e.Emulator.Deliveries(""); got != 0 {
+		t.Errorf("emulator has %d deliveries, want 0", got)
 	}
 }
 
@@ -327,8 +327,8 @@ func TestEmulatorFailBeforeForwardThenRetry(t *testing.T) {
 		t.Fatalf("faulted send: %d %v %s, want 503 with Retry-After and a fault message", r.status, r.header, r.raw)
 	}
 	id := relay.MessageID("fbf", domain)
-	if got := e.Emulator.Count(id); got != 0 {
-		t.Fatalf("emulator holds %d after fail-before-forward, want 0", got)
+	if got := e.Emulator.Deliveries(id); got != 0 {
+		t.Fatalf("emulator has %d deliveries after fail-before-forward, want 0", got)
 	}
 	r = e.must("POST", "/v1/send", apiToken, sendBody("fbf"))
 	if r.status != 200 {
@@ -345,8 +345,8 @@ func TestEmulatorDropResponseCutsConnection(t *testing.T) {
 		t.Fatal("the caller got an HTTP answer; want a cut connection")
 	}
 	id := relay.MessageID("drop", domain)
-	if got := e.Emulator.Count(id); got != 1 {
-		t.Errorf("emulator holds %d, want 1", got)
+	if got := e.Emulator.Deliveries(id); got != 1 {
+		t.Errorf("emulator has %d deliveries, want 1", got)
 	}
 	j, lines := e.job(id)
 	if j.State != acceptlog.StateUnknown {
@@ -364,8 +364,8 @@ func TestEmulatorDropResponseCutsConnection(t *testing.T) {
 	if r.status != 202 || r.header.Get("Location") == "" || r.body["state"] != "unknown" {
 		t.Errorf("retry: %d %v %s, want 202 unknown with Location", r.status, r.header, r.raw)
 	}
-	if got := e.Emulator.Count(id); got != 1 {
-		t.Errorf("after retry emulator holds %d, want 1", got)
+	if got := e.Emulator.Deliveries(id); got != 1 {
+		t.Errorf("after retry emulator has %d deliveries, want 1", got)
 	}
 	// The rules list shows the hit.
 	f := e.must("GET", "/admin/faults", adminToken, nil)
@@ -460,8 +460,8 @@ func TestEmulatorRawAndRFC822Intake(t *testing.T) {
 	// message/rfc822 without a Message-ID: the key's is injected.
 	r = e.must("POST", "/v1/send", apiToken, []byte("To: b@example.org\r\nSubject: rfc822\r\n\r\nhi\r\n"), "Idempotency-Key", "rfc822-key")
 	want := relay.MessageID("rfc822-key", domain)
-	if r.status != 200 || r.body["message_id"] != want || e.Emulator.Count(want) != 1 {
-		t.Fatalf("rfc822: %d %s", r.status, r.raw)
+	if r.status != 200 || r.body["message_id"] != want || e.Emulator.Deliveries(want) != 1 {
+		t.Fatalf("rfc822: %d %s, %d deliveries; want 200, 1 delivery", r.status, r.raw, e.Emulator.Deliveries(want))
 	}
 	// A Message-ID that is not the key's is refused.
 	r = e.must("POST", "/v1/send", apiToken, []byte("To: b@example.org\r\nMessage-ID: <other@x.org>\r\n\r\nhi\r\n"), "Idempotency-Key", "rfc822-key-2")
@@ -490,8 +490,8 @@ func TestEmulatorQuotaSpentIs429AndSendsNothing(t *testing.T) {
 	if r.status != 429 || r.header.Get("Retry-After") == "" {
 		t.Fatalf("second: %d %v, want 429 with Retry-After", r.status, r.header)
 	}
-	if got := e.Emulator.Count(relay.MessageID("q2", domain)); got != 0 {
-		t.Errorf("emulator holds %d for the refused send, want 0", got)
+	if got := e.Emulator.Deliveries(relay.MessageID("q2", domain)); got != 0 {
+		t.Errorf("emulator has %d deliveries for the refused send, want 0", got)
 	}
 	if _, err := e.Log.Get(context.Background(), relay.MessageID("q2", domain)); !errors.Is(err, acceptlog.ErrNotFound) {
 		t.Errorf("refused send left a job: %v", err)
@@ -527,8 +527,8 @@ func TestEmulatorGmailCompatiblePathWithGoogleClient(t *testing.T) {
 	if !errors.As(err, &gerr) || gerr.Code != 400 || len(gerr.Errors) == 0 || gerr.Errors[0].Reason != "invalidArgument" {
 		t.Errorf("no Message-ID: %v, want googleapi 400 invalidArgument", err)
 	}
-	if e.Emulator.Count(id) != 1 || e.Emulator.Count(id2) != 1 {
-		t.Errorf("emulator holds %d and %d, want 1 and 1", e.Emulator.Count(id), e.Emulator.Count(id2))
+	if e.Emulator.Deliveries(id) != 1 || e.Emulator.Deliveries(id2) != 1 {
+		t.Errorf("emulator has %d and %d deliveries, want 1 and 1", e.Emulator.Deliveries(id), e.Emulator.Deliveries(id2))
 	}
 }
 
@@ -627,8 +627,8 @@ func TestEmulatorReviewResolveAndSweep(t *testing.T) {
 	if r.status != 200 || r.body["state"] != "sent" {
 		t.Fatalf("resolve: %d %s", r.status, r.raw)
 	}
-	if got := e.Emulator.Count(id); got != 1 {
-		t.Errorf("emulator holds %d, want 1 (never resent)", got)
+	if got := e.Emulator.Deliveries(id); got != 1 {
+		t.Errorf("emulator has %d deliveries, want 1 (never resent)", got)
 	}
 }
 
@@ -695,8 +695,8 @@ func TestEmulatorConcurrentSameKeyGets409WithRetryAfter(t *testing.T) {
 	if counts[200] < 1 || counts[200]+counts[409] != 20 {
 		t.Errorf("statuses %v, want 200s (sent or replayed) and 409s only", counts)
 	}
-	if got := e.Emulator.Count(relay.MessageID("busy", domain)); got != 1 {
-		t.Errorf("emulator holds %d, want 1", got)
+	if got := e.Emulator.Deliveries(relay.MessageID("busy", domain)); got != 1 {
+		t.Errorf("emulator has %d deliveries, want 1", got)
 	}
 }
 
@@ -737,8 +737,8 @@ func TestEmulatorGmailPathDrop504IsGatewayTimeout(t *testing.T) {
 	if !errors.As(err, &gerr) || gerr.Code != 504 {
 		t.Fatalf("err = %v, want a googleapi 504", err)
 	}
-	if got := e.Emulator.Count("<drop-504@example.org>"); got != 1 {
-		t.Errorf("emulator holds %d, want 1 (Gmail got it; only the answer was dropped)", got)
+	if got := e.Emulator.Deliveries("<drop-504@example.org>"); got != 1 {
+		t.Errorf("emulator has %d deliveries, want 1 (Gmail got it; only the answer was dropped)", got)
 	}
 }
 

@@ -21,8 +21,8 @@ func TestEmulatorChannelFromTheQuery(t *testing.T) {
 	if r := e.must("POST", "/gmail/v1/users/me/messages/send?alt=json&channel=nope&prettyPrint=false", apiToken, gm); r.status != 400 {
 		t.Fatalf("Gmail path ?channel=nope: %d %s, want 400 (unknown channel)", r.status, r.raw)
 	}
-	if got := e.Emulator.Count(""); got != 0 {
-		t.Fatalf("the emulator holds %d messages after two refused sends", got)
+	if got := e.Emulator.Deliveries(""); got != 0 {
+		t.Fatalf("the emulator has %d deliveries after two refused sends", got)
 	}
 	r := e.must("POST", "/gmail/v1/users/me/messages/send?alt=json&prettyPrint=false&channel=bill%69ng", apiToken, gm)
 	if r.status != 200 {

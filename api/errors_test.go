@@ -107,8 +107,8 @@ func TestGmailPathAuthFailureIsGmailError(t *testing.T) {
 			t.Errorf("%s: %d %v %s, want 401 UNAUTHENTICATED in Gmail's shape with WWW-Authenticate", path, r.status, r.header, r.raw)
 		}
 	}
-	if e.Emulator.Count("<auth-1@example.org>") != 0 {
-		t.Error("an unauthenticated send reached Gmail")
+	if got := e.Emulator.Deliveries("<auth-1@example.org>"); got != 0 {
+		t.Errorf("an unauthenticated send reached Gmail: %d deliveries", got)
 	}
 }
 
@@ -201,8 +201,8 @@ func TestGmailPathNeverAnswersRetryAfter(t *testing.T) {
 			t.Fatalf("send under Gmail's 429: %d %s", r.status, r.raw)
 		}
 		check(t, "paused", gmailSend(e, "<ra-5@example.org>"), relaySend(e, "ra-6"))
-		if got := e.Emulator.Count("<ra-5@example.org>"); got != 0 {
-			t.Errorf("a send refused while paused reached Gmail %d times", got)
+		if got := e.Emulator.Deliveries("<ra-5@example.org>"); got != 0 {
+			t.Errorf("a send refused while paused reached Gmail: %d deliveries", got)
 		}
 	})
 }

@@ -58,10 +58,10 @@ func TestMsgIDBothPathsAgree(t *testing.T) {
 	if j.MessageID != id2 {
 		t.Fatalf("raw path logged %q, want %q", j.MessageID, id2)
 	}
-	if got := e.Emulator.Count(id); got != 1 {
+	if got := e.Emulator.Deliveries(id); got != 1 {
 		t.Fatalf("emulator ground truth for %s: %d deliveries, want 1", id, got)
 	}
-	if got := e.Emulator.Count(id2); got != 1 {
+	if got := e.Emulator.Deliveries(id2); got != 1 {
 		t.Fatalf("emulator ground truth for %s: %d deliveries, want 1", id2, got)
 	}
 	// Same key, both paths: a /v1/send with key2 must land on the raw job
@@ -76,8 +76,8 @@ func TestMsgIDBothPathsAgree(t *testing.T) {
 	if errBody, _ := again.body["error"].(map[string]any); errBody["message_id"] != id2 {
 		t.Fatalf("422 names %v, want %q", again.body, id2)
 	}
-	if got := e.Emulator.Count(id2); got != 1 {
-		t.Fatalf("emulator ground truth for %s after the /v1/send: %d, want 1", id2, got)
+	if got := e.Emulator.Deliveries(id2); got != 1 {
+		t.Fatalf("emulator ground truth for %s after the /v1/send: %d deliveries, want 1", id2, got)
 	}
 }
 

@@ -27,8 +27,8 @@ func linesOf(lines []acceptlog.Line, k acceptlog.Kind) []acceptlog.Line {
 }
 
 // wantJob checks a job's state, attempts, forwarding and effect lines and
-// the emulator's count for it.
-func wantJob(t *testing.T, r *relayProc, id string, state acceptlog.State, attempts, forwarding, effects, messages int) e2e.Job {
+// the emulator's deliveries of it.
+func wantJob(t *testing.T, r *relayProc, id string, state acceptlog.State, attempts, forwarding, effects, deliveries int) e2e.Job {
 	t.Helper()
 	j := r.Job(t, id)
 	if j.State != state {
@@ -43,8 +43,8 @@ func wantJob(t *testing.T, r *relayProc, id string, state acceptlog.State, attem
 	if got := len(linesOf(j.Lines, acceptlog.KindEffect)); got != effects {
 		t.Errorf("effect lines = %d, want %d (lines %s)", got, effects, kindList(j.Lines))
 	}
-	if got := r.Emu.Count(id); got != messages {
-		t.Errorf("emulator messages with %s = %d, want %d", id, got, messages)
+	if got := r.Emu.Deliveries(id); got != deliveries {
+		t.Errorf("emulator deliveries of %s = %d, want %d", id, got, deliveries)
 	}
 	return j
 }
@@ -207,14 +207,14 @@ func TestEmulatorReviewChannelNeverAutoRetries(t *testing.T) {
 		name       string
 		fault      func(t *testing.T, r *relayProc, key string)
 		wantReason acceptlog.Reason
-		messages   int
+		deliveries int
 	}{
 		{
 			name: "dropped response, message stored",
 			fault: func(t *testing.T, r *relayProc, key string) {
 				r.AddFault(t, fmt.Sprintf(`{"mode":"forward-then-drop-response","key":%q,"count":1}`, key))
 			},
-			wantReason: "review_channel", messages: 1,
+			wantReason: "review_channel", deliveries: 1,
 		},
 		{
 			name: "gmail 500, nothing stored",
@@ -223,7 +223,7 @@ func TestEmulatorReviewChannelNeverAutoRetries(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			wantReason: "missing_after_checks", messages: 0,
+			wantReason: "missing_after_checks", deliveries: 0,
 		},
 	}
 	for _, tc := range tests {
@@ -237,7 +237,7 @@ func TestEmulatorReviewChannelNeverAutoRetries(t *testing.T) {
 			if first.Outcome != e2e.Info {
 				t.Fatalf("first try: %s, want an unknown outcome", opString(first))
 			}
-			wantJob(t, r, id, acceptlog.StateUnknown, 1, 1, 0, tc.messages)
+			wantJob(t, r, id, acceptlog.StateUnknown, 1, 1, 0, tc.deliveries)
 			retry := r.Send(request(key, "billing"), 1, 2)
 			if retry.Status != http.StatusAccepted {
 				t.Fatalf("caller retry: %s, want 202", opString(retry))
@@ -248,7 +248,7 @@ func TestEmulatorReviewChannelNeverAutoRetries(t *testing.T) {
 				r.Advance(t, 10*grace)
 				r.Sweep(t)
 			}
-			j := wantJob(t, r, id, acceptlog.StateReview, 1, 1, 0, tc.messages)
+			j := wantJob(t, r, id, acceptlog.StateReview, 1, 1, 0, tc.deliveries)
 			wantOneLine(t, j.Lines, acceptlog.KindReview, tc.wantReason)
 			wantOneSendCall(t, r, "never auto-retried")
 			wantClean(t, r, []e2e.Op{first, retry})
@@ -270,8 +270,8 @@ func TestEmulatorCrashAfterForwardRecoversOnRestart(t *testing.T) {
 		t.Fatalf("first try: %s, want no answer (the relay died)", opString(first))
 	}
 	r.WaitExit(t)
-	if got := r.Emu.Count(id); got != 1 {
-		t.Fatalf("emulator messages before restart = %d, want 1 (Gmail accepted)", got)
+	if got := r.Emu.Deliveries(id); got != 1 {
+		t.Fatalf("emulator deliveries before restart = %d, want 1 (Gmail accepted)", got)
 	}
 	r.Restart(t)
 	j := wantJob(t, r, id, acceptlog.StateUnknown, 1, 1, 0, 1)
@@ -286,14 +286,14 @@ func TestEmulatorCrashAfterForwardRecoversOnRestart(t *testing.T) {
 // TestEmulatorCrashPoints SIGKILLs the relay at each point of the send
 // path, on a retry channel and on a review channel, restarts it on the same
 // data file and sweeps to quiescence. Every job must end sent with exactly
-// one emulator message, or in review — never two messages.
+// one emulator delivery, or in review — never two deliveries.
 func TestEmulatorCrashPoints(t *testing.T) {
 	t.Parallel()
 	const rule = "crash-after-forward rule"
 	type want struct {
 		restart      acceptlog.State // right after the restart
 		final        acceptlog.State
-		messages     int // at the emulator, from the crash on
+		deliveries   int // at the emulator, from the crash on
 		finalAttempt int
 	}
 	tests := []struct {
@@ -328,8 +328,8 @@ func TestEmulatorCrashPoints(t *testing.T) {
 			if first.Outcome != e2e.Info || first.Status != 0 {
 				t.Errorf("first try: %s, want no answer", opString(first))
 			}
-			if got := r.Emu.Count(id); got != tc.want.messages {
-				t.Errorf("emulator messages at the crash = %d, want %d", got, tc.want.messages)
+			if got := r.Emu.Deliveries(id); got != tc.want.deliveries {
+				t.Errorf("emulator deliveries at the crash = %d, want %d", got, tc.want.deliveries)
 			}
 			r.Restart(t)
 			j := r.Job(t, id)
@@ -357,9 +357,9 @@ func TestEmulatorCrashPoints(t *testing.T) {
 			if tc.want.final == acceptlog.StateSent {
 				effects = 1
 			}
-			j = wantJob(t, r, id, tc.want.final, tc.want.finalAttempt, tc.want.finalAttempt, effects, max(tc.want.messages, effects))
-			t.Logf("emulator result: crash %s on %s: caller saw [%s] then [%s]; log after restart %s; final %s after %d attempt(s); emulator holds %d",
-				tc.point, tc.channel, opString(first), opString(retry), tc.want.restart, j.State, j.Attempts, r.Emu.Count(id))
+			j = wantJob(t, r, id, tc.want.final, tc.want.finalAttempt, tc.want.finalAttempt, effects, max(tc.want.deliveries, effects))
+			t.Logf("emulator result: crash %s on %s: caller saw [%s] then [%s]; log after restart %s; final %s after %d attempt(s); emulator deliveries %d",
+				tc.point, tc.channel, opString(first), opString(retry), tc.want.restart, j.State, j.Attempts, r.Emu.Deliveries(id))
 			wantClean(t, r, []e2e.Op{first, retry})
 		})
 	}

@@ -348,8 +348,8 @@ func TestReplicasCheckerCatchesBrokenRelay(t *testing.T) {
 	a.AddFault(t, fmt.Sprintf(`{"mode":"forward-then-drop-response","key":%q,"count":1}`, key))
 	first := a.Send(request(key, ""), 1, 1)
 	retry := b.Send(request(key, ""), 1, 2)
-	if got := rs.Emu.Count(id); got != 2 {
-		t.Fatalf("emulator results: %d messages, want 2 (the broken relay resends on the other replica)", got)
+	if got := rs.Emu.Deliveries(id); got != 2 {
+		t.Fatalf("emulator results: %d deliveries, want 2 (the broken relay resends on the other replica)", got)
 	}
 	rep := e2e.Check(b.Observe(t, []e2e.Op{first, retry}))
 	for _, rule := range []string{e2e.RuleDuplicate, e2e.RuleNoBlindResend} {

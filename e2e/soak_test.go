@@ -111,8 +111,8 @@ func TestCheckerCatchesBrokenRelay(t *testing.T) {
 		first := r.Send(request(key, ""), 1, 1)
 		retry := r.Send(request(key, ""), 1, 2)
 		history := []e2e.Op{first, retry}
-		if got := r.Emu.Count(id); got != 2 {
-			t.Fatalf("emulator messages = %d, want 2 (the broken relay resends)", got)
+		if got := r.Emu.Deliveries(id); got != 2 {
+			t.Fatalf("emulator deliveries = %d, want 2 (the broken relay resends)", got)
 		}
 		rep := e2e.Check(r.Observe(t, history))
 		for _, rule := range []string{e2e.RuleDuplicate, e2e.RuleNoBlindResend} {

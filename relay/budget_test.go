@@ -50,8 +50,8 @@ func TestEmulatorDailyLimit50The51stIsNotAttempted(t *testing.T) {
 	if got := e.emu.Stats().Calls[gmailfake.MethodSend]; got != calls || calls != 50 {
 		t.Errorf("emulator send calls: %d before, %d after the 51st; want 50 and no new one", calls, got)
 	}
-	if n := e.emu.Count(p.MessageID); n != 0 {
-		t.Errorf("the 51st message is in the mailbox %d times, want 0", n)
+	if n := e.emu.Deliveries(p.MessageID); n != 0 {
+		t.Errorf("the 51st message has %d deliveries, want 0", n)
 	}
 	// After a restart the budget is counted from the log: still spent.
 	if err := e.log.Close(); err != nil {
@@ -288,8 +288,8 @@ func TestReplayWhileQuotaPausedTakesNothing(t *testing.T) {
 	if _, err := e.te.Log.Get(ctx, fresh.MessageID); !errors.Is(err, acceptlog.ErrNotFound) {
 		t.Errorf("refused new job: log read %v, want not found (nothing written)", err)
 	}
-	if got := e.emu.Count(fresh.MessageID); got != 0 {
-		t.Errorf("emulator holds %d of the refused job, want 0", got)
+	if got := e.emu.Deliveries(fresh.MessageID); got != 0 {
+		t.Errorf("emulator has %d deliveries of the refused job, want 0", got)
 	}
 	e.wantOne(t, p.MessageID, acceptlog.KindEffect)
 }
@@ -311,7 +311,7 @@ func TestResolveRetryRefusedForQuotaWritesNoResolvedLine(t *testing.T) {
 	if got := count(lines, acceptlog.KindResolved); got != 0 || len(lines) != before {
 		t.Errorf("resolved lines = %d, lines %d → %d; want nothing written", got, before, len(lines))
 	}
-	if got := e.emu.Count(p.MessageID); got != 1 {
-		t.Errorf("emulator holds %d, want 1", got)
+	if got := e.emu.Deliveries(p.MessageID); got != 1 {
+		t.Errorf("emulator has %d deliveries, want 1", got)
 	}
 }

@@ -3,6 +3,11 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
@@ -10,10 +15,6 @@ import (
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
-	"net"
-	"sync"
-	"testing"
-	"time"
 )
 
 const svcDomain = "inbound.example.com"
@@ -92,12 +93,12 @@ func (e *env) lines(id string) []acceptlog.Line { return e.te.Lines(id) }
 
 func count(lines []acceptlog.Line, k acceptlog.Kind) int { return testenv.Count(lines, k) }
 
-// wantOne checks that the emulator holds one message with Message-ID id
-// and that the job has exactly one line of kind k.
+// wantOne checks that the emulator delivered Message-ID id exactly once and
+// that the job has exactly one line of kind k.
 func (e *env) wantOne(t *testing.T, id string, k acceptlog.Kind) {
 	t.Helper()
-	if got := e.emu.Count(id); got != 1 {
-		t.Errorf("emulator holds %d messages with %s, want 1", got, id)
+	if got := e.emu.Deliveries(id); got != 1 {
+		t.Errorf("emulator has %d deliveries of %s, want 1", got, id)
 	}
 	if got := count(e.lines(id), k); got != 1 {
 		t.Errorf("%s lines = %d, want 1", k, got)
@@ -135,8 +136,8 @@ func TestEmulatorSameKeyDifferentContentIsMismatch(t *testing.T) {
 	if got := relay.ErrorCode(err); got != relay.CodeMismatch {
 		t.Fatalf("error code = %s (%v), want %s", got, err, relay.CodeMismatch)
 	}
-	if got := e.emu.Count(relay.MessageID("k1", svcDomain)); got != 1 {
-		t.Errorf("emulator holds %d messages, want 1", got)
+	if got := e.emu.Deliveries(relay.MessageID("k1", svcDomain)); got != 1 {
+		t.Errorf("emulator has %d deliveries, want 1", got)
 	}
 }
 
@@ -176,7 +177,7 @@ func TestEmulatorClassificationRows(t *testing.T) {
 		fault     gmailfake.Fault
 		state     acceptlog.State
 		retryable bool
-		stored    int
+		delivered int
 	}{
 		{"accept-then-error 500 is unknown", gmailfake.Fault{Method: "send", Action: "accept-then-error", Status: 500}, acceptlog.StateUnknown, false, 1},
 		{"500 is unknown", gmailfake.Fault{Method: "send", Action: "error", Status: 500}, acceptlog.StateUnknown, false, 0},
@@ -201,8 +202,8 @@ func TestEmulatorClassificationRows(t *testing.T) {
 			if res.Job.State != tt.state || res.Job.Retryable != tt.retryable {
 				t.Errorf("job %s retryable=%v, want %s retryable=%v", res.Job.State, res.Job.Retryable, tt.state, tt.retryable)
 			}
-			if got := e.emu.Count(p.MessageID); got != tt.stored {
-				t.Errorf("emulator holds %d, want %d", got, tt.stored)
+			if got := e.emu.Deliveries(p.MessageID); got != tt.delivered {
+				t.Errorf("emulator has %d deliveries, want %d", got, tt.delivered)
 			}
 			if got := acceptlog.Fold(e.lines(p.MessageID)); got != tt.state {
 				t.Errorf("fold of lines = %s, want %s", got, tt.state)
@@ -236,8 +237,8 @@ func TestConnectionRefusedIsFailedRetryable(t *testing.T) {
 	if err != nil || res.Job.State != acceptlog.StateSent {
 		t.Fatalf("retry: %v %v, want sent", res.Job.State, err)
 	}
-	if got := e.emu.Count(p.MessageID); got != 1 {
-		t.Errorf("emulator holds %d, want 1", got)
+	if got := e.emu.Deliveries(p.MessageID); got != 1 {
+		t.Errorf("emulator has %d deliveries, want 1", got)
 	}
 	if res.Job.Attempts != 2 {
 		t.Errorf("attempts = %d, want 2", res.Job.Attempts)
@@ -255,8 +256,8 @@ func TestEmulatorFailBeforeForwardThenRetryGivesOneEffect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Job.State != acceptlog.StateFailed || !res.Job.Retryable || e.emu.Count(p.MessageID) != 0 {
-		t.Fatalf("after fault: %s retryable=%v, emulator %d; want failed retryable, 0", res.Job.State, res.Job.Retryable, e.emu.Count(p.MessageID))
+	if res.Job.State != acceptlog.StateFailed || !res.Job.Retryable || e.emu.Deliveries(p.MessageID) != 0 {
+		t.Fatalf("after fault: %s retryable=%v, emulator %d deliveries; want failed retryable, 0", res.Job.State, res.Job.Retryable, e.emu.Deliveries(p.MessageID))
 	}
 	res, err = e.svc.Send(context.Background(), p, relay.SendOptions{})
 	if err != nil || res.Job.State != acceptlog.StateSent {
@@ -269,8 +270,8 @@ func TestEmulatorFailBeforeForwardThenRetryGivesOneEffect(t *testing.T) {
 	if got := count(lines, acceptlog.KindFault); got != 1 {
 		t.Errorf("fault lines = %d, want 1", got)
 	}
-	if got := e.emu.Count(p.MessageID); got != 1 {
-		t.Errorf("emulator holds %d, want 1", got)
+	if got := e.emu.Deliveries(p.MessageID); got != 1 {
+		t.Errorf("emulator has %d deliveries, want 1", got)
 	}
 }
 
@@ -350,7 +351,7 @@ func TestEmulatorResolveReview(t *testing.T) {
 	if _, err := e.svc.Resolve(ctx, p.MessageID, relay.ActionAbandon, "", "op", relay.AnyAttempts); relay.ErrorCode(err) != relay.CodeConflict {
 		t.Errorf("resolving a sent job: %v, want conflict", err)
 	}
-	if got := e.emu.Count(p.MessageID); got != 1 {
-		t.Errorf("emulator holds %d, want 1", got)
+	if got := e.emu.Deliveries(p.MessageID); got != 1 {
+		t.Errorf("emulator has %d deliveries, want 1", got)
 	}
 }

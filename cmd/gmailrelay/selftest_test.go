@@ -52,8 +52,8 @@ func TestSelftestEmulatorIDKeptPasses(t *testing.T) {
 	if rep.IndexLag < 45*time.Second || rep.IndexLag > 90*time.Second {
 		t.Errorf("index lag %v, want between the emulator's 45s lag and one poll more", rep.IndexLag)
 	}
-	if got := emu.Count(rep.MessageID); got != 1 {
-		t.Errorf("emulator holds %d, want 1 (no resend)", got)
+	if got := emu.Deliveries(rep.MessageID); got != 1 {
+		t.Errorf("emulator has %d deliveries, want 1 (no resend)", got)
 	}
 	if rep.QuotaUnits < relay.UnitsSend {
 		t.Errorf("quota used %d, want at least one send", rep.QuotaUnits)
@@ -72,8 +72,8 @@ func TestSelftestEmulatorRewrittenIDFails(t *testing.T) {
 	if !strings.Contains(out, "FAIL") {
 		t.Errorf("report lacks FAIL:\n%s", out)
 	}
-	if got := len(emu.Messages("")); got != 2 {
-		t.Errorf("emulator holds %d messages, want 2 (the ambiguous send and the Message-ID check), never a resend", got)
+	if got := emu.Deliveries(""); got != 2 {
+		t.Errorf("emulator has %d deliveries, want 2 (the ambiguous send and the Message-ID check), never a resend", got)
 	}
 	onlyTo(t, emu, "me@example.com")
 }

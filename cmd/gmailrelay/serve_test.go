@@ -149,8 +149,8 @@ func TestServeSandboxEndToEnd(t *testing.T) {
 	if resp.StatusCode != 200 || ready["mode"] != "sandbox" || !strings.Contains(ready["warning"].(string), "SANDBOX") {
 		t.Errorf("readyz: %d %v, want 200 sandbox with a warning", resp.StatusCode, ready)
 	}
-	if got := rs.Emulator.Count(""); got != 1 {
-		t.Errorf("embedded emulator holds %d, want 1", got)
+	if got := rs.Emulator.Deliveries(""); got != 1 {
+		t.Errorf("embedded emulator has %d deliveries, want 1", got)
 	}
 	var hc bytes.Buffer
 	if code := runHealthcheck(context.Background(), []string{"--url", rs.URL + "/healthz", "--timeout", "5s"}, &hc, io.Discard); code != 0 {
@@ -193,8 +193,8 @@ func TestServeTokenRefreshFailureIsLoud(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("send with a failing token: %d, want 503", resp.StatusCode)
 	}
-	if got := emu.Count(""); got != 0 {
-		t.Errorf("emulator holds %d, want 0", got)
+	if got := emu.Deliveries(""); got != 0 {
+		t.Errorf("emulator has %d deliveries, want 0", got)
 	}
 	resp, err = http.Get(rs.URL + "/readyz")
 	if err != nil {
