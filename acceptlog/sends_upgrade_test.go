@@ -58,11 +58,7 @@ func dropSendIndex(t *testing.T, path string) {
 func TestOpenFillsSendIndexOfOlderFile(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "accept.db")
-	now := func() time.Time { return t0 }
-	l, err := acceptlog.Open(path, acceptlog.Options{Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := openAtT0(t, path)
 	// Lines in time order, as the relay writes them; the two oldest are
 	// older than the index keeps entries for, and are not indexed again.
 	logtest.Forward(t, l, "<old@x.example>", "default", t0.Add(-60*time.Hour))
@@ -86,10 +82,7 @@ func TestOpenFillsSendIndexOfOlderFile(t *testing.T) {
 	}
 	dropSendIndex(t, path)
 
-	l, err = acceptlog.Open(path, acceptlog.Options{Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l = openAtT0(t, path)
 	got, err := l.SendTimes(ctx, "default", t0.Add(-24*time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -113,11 +106,7 @@ func TestOpenFillsSendIndexOfOlderFile(t *testing.T) {
 func TestOpenKeepsExistingSendIndex(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "accept.db")
-	now := func() time.Time { return t0 }
-	l, err := acceptlog.Open(path, acceptlog.Options{Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := openAtT0(t, path)
 	logtest.SentJob(t, l, "<1@x.example>", t0.Add(-time.Hour))
 	if n, err := l.PruneSends(ctx, t0); n != 1 || err != nil {
 		t.Fatalf("PruneSends = %d, %v; want 1", n, err)
@@ -125,12 +114,19 @@ func TestOpenKeepsExistingSendIndex(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	l, err = acceptlog.Open(path, acceptlog.Options{Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l = openAtT0(t, path)
 	defer l.Close()
 	if got, err := l.SendTimes(ctx, "default", time.Time{}); len(got) != 0 || err != nil {
 		t.Errorf("SendTimes after reopen = %v, %v; want none", got, err)
 	}
+}
+
+// openAtT0 opens the log at path on a clock stopped at t0.
+func openAtT0(t *testing.T, path string) *acceptlog.Log {
+	t.Helper()
+	l, err := acceptlog.Open(path, acceptlog.Options{Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

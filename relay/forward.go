@@ -320,8 +320,7 @@ func (s *Service) attempt(ctx context.Context, id string, from []acceptlog.State
 	if err != nil {
 		s.giveBack(box, faultmodes.Decision{}, d, true)
 		if errors.Is(err, acceptlog.ErrNotFound) {
-			return Result{}, &Error{Code: CodeConflict,
-				Message: "the job's message is no longer stored (retention pruned it): it cannot be sent again"}
+			return Result{}, errPruned()
 		}
 		return Result{}, fmt.Errorf("read stored message %s: %w", id, err)
 	}
@@ -336,8 +335,7 @@ func (s *Service) attempt(ctx context.Context, id string, from []acceptlog.State
 		if !cur.PrunedAt.IsZero() {
 			// Retention pruned it after its message was read above: a
 			// send now would leave a job with no message to resend.
-			return acceptlog.Change{}, &Error{Code: CodeConflict,
-				Message: "the job's message is no longer stored (retention pruned it): it cannot be sent again"}
+			return acceptlog.Change{}, errPruned()
 		}
 		j := *cur
 		var lines []acceptlog.Line
@@ -360,6 +358,11 @@ func (s *Service) attempt(ctx context.Context, id string, from []acceptlog.State
 		return Result{Job: job, Fault: d}, nil
 	}
 	return s.forward(ctx, box, job, raw, d, mode == takeDelivery, nil)
+}
+
+// errPruned refuses an attempt of a job whose message retention pruned.
+func errPruned() error {
+	return &Error{Code: CodeConflict, Message: "the job's message is no longer stored (retention pruned it): it cannot be sent again"}
 }
 
 // fence refuses (CodeConflict) a change decided on a job that has moved

@@ -484,12 +484,7 @@ func TestSendRoutesEveryAnswer(t *testing.T) {
 // Message-ID with the same recipe as relay.MessageID.
 func TestRawRecipeMatchesTheRelay(t *testing.T) {
 	wf, _ := load(t, "gmail-compatible-raw.json")
-	var code string
-	for _, n := range wf.Nodes {
-		if n.Type == "n8n-nodes-base.code" {
-			code, _ = n.Parameters["jsCode"].(string)
-		}
-	}
+	code := codeNode(wf)
 	// The Message-ID comes from the relay (GET /v1/msgid), never from a
 	// domain written into the Code node (issue 21: a hard-coded
 	// inbound.example.com disagreed with a plain serve's domain).
@@ -583,15 +578,21 @@ func TestSecretPatternCatches(t *testing.T) {
 // number of jobs listed.
 func TestReviewAlertCountsOnlyWhatItSaw(t *testing.T) {
 	wf, _ := load(t, "review-queue-alert.json")
-	var code string
-	for _, n := range wf.Nodes {
-		if n.Type == "n8n-nodes-base.code" {
-			code, _ = n.Parameters["jsCode"].(string)
-		}
-	}
+	code := codeNode(wf)
 	for _, want := range []string{"$input.first().json.next", "${more ? '+' : ''} job(s)", "state=review&after="} {
 		if !strings.Contains(code, want) {
 			t.Errorf("the alert's Code node lacks %q: with more than one page waiting its count is wrong", want)
 		}
 	}
+}
+
+// codeNode returns the JavaScript of wf's Code node ("" without one).
+func codeNode(wf workflow) string {
+	for _, n := range wf.Nodes {
+		if n.Type == "n8n-nodes-base.code" {
+			code, _ := n.Parameters["jsCode"].(string)
+			return code
+		}
+	}
+	return ""
 }
