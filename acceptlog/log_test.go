@@ -41,13 +41,20 @@ func ids(jobs []acceptlog.Job) []string {
 
 func TestSecondOpenerFailsClearly(t *testing.T) {
 	_, path := mustOpen(t)
-	l2, err := acceptlog.Open(path, acceptlog.Options{})
+	wantOpenRefused(t, path, "locked")
+}
+
+// wantOpenRefused fails the test unless Open refuses path with an error
+// that says says.
+func wantOpenRefused(t *testing.T, path, says string) {
+	t.Helper()
+	l, err := acceptlog.Open(path, acceptlog.Options{})
 	if err == nil {
-		l2.Close()
-		t.Fatal("second Open of a held file succeeded, want an error")
+		l.Close()
+		t.Fatalf("Open(%s) = nil error, want one that says %q", path, says)
 	}
-	if !strings.Contains(err.Error(), "locked") {
-		t.Errorf("second Open error = %q, want it to say the file is locked", err)
+	if !strings.Contains(err.Error(), says) {
+		t.Errorf("Open(%s) error = %q, want it to say %q", path, err, says)
 	}
 }
 

@@ -274,11 +274,7 @@ func (s *Server) gmailSendRaw(w http.ResponseWriter, r *http.Request, start time
 // writeGmailAnswer answers like Gmail: its Message JSON on 200, its error
 // JSON on failures; a job the relay owns (202) carries the relay's view.
 func (s *Server) writeGmailAnswer(w http.ResponseWriter, r *http.Request, res relay.Result) {
-	j := res.Job
-	if res.Replayed {
-		w.Header().Set("Idempotent-Replayed", "true")
-	}
-	switch j.State {
+	switch j := res.Job; j.State {
 	case acceptlog.StateSent:
 		writeGmailSent(w, j)
 	case acceptlog.StateFailed:

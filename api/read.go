@@ -24,17 +24,12 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, relay.Invalid("state", "unknown state %q", o.State))
 		return
 	}
-	limit, err := limitParam(q, 0, "")
+	limit, mailbox, err := s.pageParams(r, 0, "")
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
 	o.Limit = limit
-	mailbox, err := s.mailboxParam(r)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
 	var jobs []acceptlog.Job
 	var next string
 	if mailbox == "" {
@@ -94,12 +89,7 @@ func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 		}
 		after = n
 	}
-	limit, err := limitParam(q, 100, " (the log pages at most 1000 lines; follow next)")
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	mailbox, err := s.mailboxParam(r)
+	limit, mailbox, err := s.pageParams(r, 100, " (the log pages at most 1000 lines; follow next)")
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -238,6 +228,16 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 // limitParam reads the page size in q's limit parameter, 1 to 1000, or
 // def when there is none; a bad one is 400 naming limit, its message
 // ending with hint.
+// pageParams reads the query parameters a listing takes: limit (see
+// limitParam; def and hint are its) and mailbox (see mailboxParam).
+func (s *Server) pageParams(r *http.Request, def int, hint string) (limit int, mailbox string, err error) {
+	if limit, err = limitParam(r.URL.Query(), def, hint); err != nil {
+		return 0, "", err
+	}
+	mailbox, err = s.mailboxParam(r)
+	return limit, mailbox, err
+}
+
 func limitParam(q url.Values, def int, hint string) (int, error) {
 	v := q.Get("limit")
 	if v == "" {

@@ -177,20 +177,8 @@ func (d *dupScan) value() (path string, found bool) {
 		start := len(d.keys)
 		var set map[string]struct{} // this object's keys once it has many
 		defer func() { d.keys = d.keys[:start] }()
-		for {
-			d.space()
-			if d.i >= len(d.data) {
-				return "", false
-			}
-			switch d.data[d.i] {
-			case '}':
-				d.i++
-				return "", false
-			case ',':
-				d.i++
-				continue
-			case '"':
-			default:
+		for d.member('}') {
+			if d.data[d.i] != '"' {
 				return "", false
 			}
 			raw, plain, ok := d.str()
@@ -222,19 +210,7 @@ func (d *dupScan) value() (path string, found bool) {
 		}
 	case '[':
 		d.i++
-		for {
-			d.space()
-			if d.i >= len(d.data) {
-				return "", false
-			}
-			switch d.data[d.i] {
-			case ']':
-				d.i++
-				return "", false
-			case ',':
-				d.i++
-				continue
-			}
+		for d.member(']') {
 			if p, found := d.value(); found {
 				return p, true
 			}
@@ -247,6 +223,27 @@ func (d *dupScan) value() (path string, found bool) {
 		}
 	}
 	return "", false
+}
+
+// member moves past white space and commas to the next member of the
+// object or array that end closes: false at its end (moved past) or at
+// the end of the data.
+func (d *dupScan) member(end byte) bool {
+	for {
+		d.space()
+		if d.i >= len(d.data) {
+			return false
+		}
+		switch d.data[d.i] {
+		case end:
+			d.i++
+			return false
+		case ',':
+			d.i++
+		default:
+			return true
+		}
+	}
 }
 
 // smallObject is how many keys of one object the duplicate checks

@@ -178,7 +178,8 @@ func readAllSized(rd io.Reader, n, limit int64) ([]byte, error) {
 }
 
 // run sends p and answers through write, which sees every outcome that is
-// not a refusal (answered by fail) or a dropped response. start is the
+// not a refusal (answered by fail) or a dropped response; a replay's answer
+// carries Idempotent-Replayed: true. start is the
 // handler's timingStart.
 func (s *Server) run(w http.ResponseWriter, r *http.Request, start time.Time, p relay.Prepared, queue bool,
 	fail func(http.ResponseWriter, *http.Request, error), write func(http.ResponseWriter, *http.Request, relay.Result)) {
@@ -217,15 +218,14 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, start time.Time, p 
 		}
 		panic(http.ErrAbortHandler) // cut the connection: no HTTP answer at all
 	}
+	if res.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
 	write(w, r, res)
 }
 
 func (s *Server) writeSendAnswer(w http.ResponseWriter, r *http.Request, res relay.Result) {
-	j := res.Job
-	if res.Replayed {
-		w.Header().Set("Idempotent-Replayed", "true")
-	}
-	switch j.State {
+	switch j := res.Job; j.State {
 	case acceptlog.StateSent:
 		labels := j.LabelIDs
 		if labels == nil {

@@ -8,19 +8,18 @@ import (
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
-// drain takes sends from q until it refuses one, with the clock stopped,
-// and returns the units taken.
-func drain(t *testing.T, q *relay.Quota) int {
+// drain takes units through take (one of q's Take methods) until it
+// refuses, with the clock stopped, and returns the units taken.
+func drain(t *testing.T, take func(int) (bool, time.Duration), units int) int {
 	t.Helper()
-	units := 0
-	for range 1000 {
-		ok, _ := q.TakeForeground(relay.UnitsSend)
-		if !ok {
-			return units
+	taken := 0
+	for range 10000 {
+		if ok, _ := take(units); !ok {
+			return taken
 		}
-		units += relay.UnitsSend
+		taken += units
 	}
-	t.Fatal("the quota never refused a send")
+	t.Fatal("the quota never refused")
 	return 0
 }
 
@@ -41,11 +40,11 @@ func TestQuotaSetShareDividesTheBudget(t *testing.T) {
 	if got, want := q.Replicas(), 3; got != want {
 		t.Errorf("Replicas() = %d, want %d", got, want)
 	}
-	if got, want := drain(t, q), 2000; got != want {
+	if got, want := drain(t, q.TakeForeground, relay.UnitsSend), 2000; got != want {
 		t.Errorf("a full bucket with a third share gave %d units at once, want %d", got, want)
 	}
 	clock.Advance(30 * time.Second)
-	if got, want := drain(t, q), 1000; got != want {
+	if got, want := drain(t, q.TakeForeground, relay.UnitsSend), 1000; got != want {
 		t.Errorf("30 s later: %d units, want %d (refilling at a third of the budget)", got, want)
 	}
 	q.SetShare(1)
@@ -53,7 +52,7 @@ func TestQuotaSetShareDividesTheBudget(t *testing.T) {
 		t.Errorf("alone: Share() = %d, want %d", got, want)
 	}
 	clock.Advance(time.Minute)
-	if got, want := drain(t, q), 6000; got != want {
+	if got, want := drain(t, q.TakeForeground, relay.UnitsSend), 6000; got != want {
 		t.Errorf("alone, a minute later: %d units, want %d (the whole budget)", got, want)
 	}
 	q.SetShare(0) // not a count: the whole budget
@@ -70,15 +69,7 @@ func TestQuotaSetShareKeepsTheReserves(t *testing.T) {
 	clock := testclock.New()
 	q := relay.NewQuota(1200, clock.Now)
 	q.SetShare(2)
-	taken := 0
-	for {
-		ok, _ := q.TakeBackground(relay.UnitsList)
-		if !ok {
-			break
-		}
-		taken += relay.UnitsList
-	}
-	if got, want := taken, 500; got != want {
+	if got, want := drain(t, q.TakeBackground, relay.UnitsList), 500; got != want {
 		t.Errorf("the sweeper took %d units of a 600-unit share, want %d (leaving the 100-unit send reserve)", got, want)
 	}
 	if ok, _ := q.TakeForeground(relay.UnitsSend); !ok {
@@ -87,16 +78,8 @@ func TestQuotaSetShareKeepsTheReserves(t *testing.T) {
 
 	q2 := relay.NewQuota(1200, clock.Now)
 	q2.SetShare(2)
-	taken = 0
-	for {
-		ok, _ := q2.TakeDelivery(relay.UnitsSend)
-		if !ok {
-			break
-		}
-		taken += relay.UnitsSend
-	}
 	// 600 - (100 reserve + 60 reconciliation) = 440: four sends.
-	if got, want := taken, 400; got != want {
+	if got, want := drain(t, q2.TakeDelivery, relay.UnitsSend), 400; got != want {
 		t.Errorf("the outbox took %d units of a 600-unit share, want %d", got, want)
 	}
 }
@@ -110,7 +93,7 @@ func TestQuotaSetShareAtLeastOneSend(t *testing.T) {
 	if got, want := q.Share(), relay.UnitsSend; got != want {
 		t.Errorf("Share() = %d, want %d", got, want)
 	}
-	if got, want := drain(t, q), relay.UnitsSend; got != want {
+	if got, want := drain(t, q.TakeForeground, relay.UnitsSend), relay.UnitsSend; got != want {
 		t.Errorf("%d units at once, want %d", got, want)
 	}
 	// 50 units a minute: the next send in two minutes.

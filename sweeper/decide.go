@@ -120,16 +120,11 @@ func (p *pass) missThen(ctx context.Context, j acceptlog.Job, search acceptlog.L
 // resend gives an unknown job whose checks all missed a new attempt with
 // the same Message-ID, or hands it to a human when it has none left.
 func (p *pass) resend(ctx context.Context, j acceptlog.Job, redo int) (bool, error) {
-	ch := p.channel(j.Channel)
-	used, err := p.attemptsUsed(ctx, j, ch)
-	if err != nil {
-		return false, err
-	}
-	if used >= ch.MaxAttempts {
-		line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, Reason: ReasonMaxAttempts,
-			Note: fmt.Sprintf("not in the mailbox after %d checks and %d attempts; the channel allows %d", j.Checks, used, ch.MaxAttempts)}
-		_, err := p.toReview(ctx, j, line)
-		return true, err
+	spent, err := p.attemptsSpent(ctx, j, func(used, allowed int) string {
+		return fmt.Sprintf("not in the mailbox after %d checks and %d attempts; the channel allows %d", j.Checks, used, allowed)
+	})
+	if spent || err != nil {
+		return spent, err
 	}
 	if !p.s.deps.DisableWitness {
 		suspect, note, done, err := p.storedUnderGmailID(ctx, j)
@@ -147,11 +142,7 @@ func (p *pass) resend(ctx context.Context, j acceptlog.Job, redo int) (bool, err
 			return true, err
 		}
 	}
-	made, done, err := p.attempt(ctx, j, acceptlog.StateUnknown, ReasonResend, redo)
-	if made {
-		p.res.Resent++
-	}
-	return done, err
+	return p.attempt(ctx, j, acceptlog.StateUnknown, ReasonResend, redo, &p.res.Resent)
 }
 
 // foundOnce records a search that found exactly one copy of an ambiguous

@@ -281,11 +281,10 @@ func (h *harness) wantJob(id string, state acceptlog.State, attempts, effects, d
 
 // wantJobCopies is wantJob for a test about stored copies (a send Gmail
 // folded or whose id it rewrote, where copies and deliveries differ): it
-// checks the copies the emulator stores under the job's Message-ID; the
-// caller checks deliveries itself.
-func (h *harness) wantJobCopies(id string, state acceptlog.State, attempts, effects, copies int) acceptlog.Job {
+// also checks the copies the emulator stores under the job's Message-ID.
+func (h *harness) wantJobCopies(id string, state acceptlog.State, attempts, effects, deliveries, copies int) acceptlog.Job {
 	h.t.Helper()
-	j := h.wantJobLog(id, state, attempts, effects)
+	j := h.wantJob(id, state, attempts, effects, deliveries)
 	if got := h.srv.Count(id); got != copies {
 		h.t.Errorf("emulator holds %d copies with %s, want %d", got, id, copies)
 	}

@@ -366,22 +366,26 @@ func (p *pass) handle(ctx context.Context, j acceptlog.Job, act action) (done bo
 // decideFailed) when the miss behind the resend is not fresh. redo is as
 // for attempt.
 func (p *pass) retry(ctx context.Context, j acceptlog.Job, redo int) (bool, error) {
+	spent, err := p.attemptsSpent(ctx, j, func(used, allowed int) string {
+		return fmt.Sprintf("%d attempts, none sent; the channel allows %d", used, allowed)
+	})
+	if spent || err != nil {
+		return spent, err
+	}
+	return p.attempt(ctx, j, acceptlog.StateFailed, ReasonRetry, redo, &p.res.Retried)
+}
+
+// attemptsSpent hands j to a human (true) when its channel's attempts are
+// used up; note says what they found, for the review line.
+func (p *pass) attemptsSpent(ctx context.Context, j acceptlog.Job, note func(used, allowed int) string) (bool, error) {
 	ch := p.channel(j.Channel)
 	used, err := p.attemptsUsed(ctx, j, ch)
-	if err != nil {
+	if err != nil || used < ch.MaxAttempts {
 		return false, err
 	}
-	if used >= ch.MaxAttempts {
-		line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts,
-			Reason: ReasonMaxAttempts, Note: fmt.Sprintf("%d attempts, none sent; the channel allows %d", used, ch.MaxAttempts)}
-		_, err := p.toReview(ctx, j, line)
-		return true, err
-	}
-	made, done, err := p.attempt(ctx, j, acceptlog.StateFailed, ReasonRetry, redo)
-	if made {
-		p.res.Retried++
-	}
-	return done, err
+	line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, Reason: ReasonMaxAttempts, Note: note(used, ch.MaxAttempts)}
+	_, err = p.toReview(ctx, j, line)
+	return true, err
 }
 
 // attemptsUsed is the job's attempts that count against MaxAttempts: every
@@ -405,26 +409,25 @@ func (p *pass) attemptsUsed(ctx context.Context, j acceptlog.Job, ch policy.Chan
 	return used, nil
 }
 
-// attempt makes a new attempt through the send path. made says an attempt
-// was made (or failed with an error); done is false when the pass had to
-// stop first (quota) or the job moved on. An attempt refused by the
+// attempt makes a new attempt through the send path and counts it in
+// *made when it was made (or failed with an error); done is false when the
+// pass had to stop first (quota) or the job moved on. An attempt refused by the
 // mailbox's daily sending budget is done without being made: the job's
 // next check moves to when the budget frees (see deferToBudget) and the
 // pass carries on, since searches and verifies spend no budget. redo is
 // the quota the next pass spends again before it gets back to this attempt
 // (the search that led to it): the wait reported covers it too, or a pass
 // would spend the refill on the search and find the send refused again.
-func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.State, reason acceptlog.Reason, redo int) (made, done bool, err error) {
+func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.State, reason acceptlog.Reason, redo int, made *int) (done bool, err error) {
 	if p.halted() {
-		return false, false, nil
+		return false, nil
 	}
 	res, err := p.s.deps.Attempter.Attempt(ctx, j.MessageID, []acceptlog.State{from}, j.Attempts, reason, false)
 	var rerr *relay.Error
 	switch {
 	case errors.As(err, &rerr) && rerr.Code == relay.CodeRateLimited:
 		if frees, spent := p.budgetSpent(); spent {
-			done, err := p.deferToBudget(ctx, j, reason, frees)
-			return false, done, err
+			return p.deferToBudget(ctx, j, reason, frees)
 		}
 		wait := time.Duration(max(rerr.RetryAfter, 1)) * time.Second
 		// How long until send and search both fit (takes nothing).
@@ -432,13 +435,14 @@ func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.Stat
 			wait = max(wait, w)
 		}
 		p.stop(wait)
-		return false, false, nil
+		return false, nil
 	case errors.As(err, &rerr) && rerr.Code == relay.CodeConflict:
-		return false, false, nil // someone else moved the job: theirs stands
+		return false, nil // someone else moved the job: theirs stands
 	case err != nil:
 		p.res.Errors++
 		p.s.deps.Logger.Warn().Err(err).Str("message_id", j.MessageID).Str("reason", string(reason)).Msg("sweeper attempt")
-		return true, true, nil
+		*made++
+		return true, nil
 	}
 	p.s.deps.Logger.Info().Str("message_id", j.MessageID).Str("reason", string(reason)).Int("attempt", res.Job.Attempts).
 		Str("state", string(res.Job.State)).Msg("sweeper made a new attempt with the same Message-ID")
@@ -447,7 +451,8 @@ func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.Stat
 	} else {
 		p.cur.answered = true
 	}
-	return true, true, nil
+	*made++
+	return true, nil
 }
 
 // budgetSpent tells a refusal by the current mailbox's daily sending
