@@ -58,6 +58,8 @@ type Client struct {
 	now func() time.Time
 	// tokenErr holds the last failed token refresh; see TokenError.
 	tokenErr atomic.Pointer[string]
+	// clock bounds Gmail's clock against now; see ClockOffset.
+	clock gmailClock
 }
 
 var _ relay.Provider = (*Client)(nil)
@@ -89,10 +91,16 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		}
 		hc = &http.Client{Transport: &oauth2.Transport{Source: &watchedSource{ts: ts, g: g}, Base: base}}
 	case cfg.HTTPClient != nil:
-		hc = cfg.HTTPClient
+		c := *cfg.HTTPClient
+		hc = &c
 	default:
 		hc = &http.Client{Transport: PooledTransport()}
 	}
+	base := hc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	hc.Transport = &datedTransport{base: base, g: g}
 	opts = append(opts, option.WithHTTPClient(hc))
 	svc, err := gmail.NewService(ctx, opts...)
 	if err != nil {

@@ -18,7 +18,18 @@ import (
 // Handler serves Gmail's paths (/gmail/v1/users/{userId}/messages…, the
 // upload path /upload/gmail/v1/users/{userId}/messages/send) and the control
 // API under /_emulator/. Every other path answers Gmail's 404 error JSON.
+// Every answer is dated by the emulator's clock (Options.Now), as Gmail's
+// are by its own (RFC 9110's Date header): the relay bounds Gmail's clock
+// offset from it.
 func (s *Server) Handler() http.Handler {
+	mux := s.routes()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Date", s.now().UTC().Format(http.TimeFormat))
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	const msgs = "/gmail/v1/users/{userId}/messages"
 	mux.HandleFunc(msgs+"/send", s.gmailCall(route{http.MethodPost: {MethodSend, s.send}}))

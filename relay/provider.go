@@ -56,6 +56,15 @@ type Provider interface {
 	GetHeader(ctx context.Context, mailbox, id string) (StoredHeader, error)
 }
 
+// GmailClock is implemented by a Provider that knows how Gmail's clock
+// stands against the relay's: Gmail dates what it stores (internalDate,
+// which after: and before: search) at the relay's time plus an offset in
+// [lo, hi]. ok is false while it knows nothing yet. Package gmailapi
+// bounds it from the Date header of Gmail's answers.
+type GmailClock interface {
+	ClockOffset() (lo, hi time.Duration, ok bool)
+}
+
 // ProviderError is an HTTP error answer from Gmail, in the relay's terms:
 // the adapter translates its client's error into one, so nothing above the
 // adapter depends on the client library.

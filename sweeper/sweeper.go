@@ -225,6 +225,9 @@ type Sweeper struct {
 	// lags is the measured index lag per mailbox, as the mailboxes'
 	// records in the log hold it (see loadLags).
 	lags lagBook
+	// skewWarned is when a pass last warned that this host's clock is off
+	// Gmail's (see gmailSpan). Guarded by passMu.
+	skewWarned time.Time
 
 	totalsMu sync.Mutex
 	totals   Result

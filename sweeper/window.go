@@ -23,9 +23,53 @@ import (
 // again. A message a person sent by hand in that window sends the job to
 // review too: the safe side.
 
-// windowPad widens the attempt's window on both sides: Gmail's
-// internalDate and the relay's clock need not agree to the second.
+// windowPad widens the attempt's window on both sides, past what Gmail's
+// clock offset is known to be (see gmailSpan): Gmail's servers need not
+// agree to the second among themselves.
 const windowPad = 2 * time.Second
+
+// unknownOffset is how far Gmail's clock is taken to stand from the
+// relay's, either way, while the provider has not measured it yet.
+const unknownOffset = time.Minute
+
+// skewWarn is how far Gmail's clock may stand from this host's before a
+// pass warns (at most every skewWarnEvery): the relay copes (see
+// gmailSpan), but leases, pauses and budgets that replicas share assume
+// NTP-synced clocks.
+const (
+	skewWarn      = 2 * time.Second
+	skewWarnEvery = 10 * time.Minute
+)
+
+// gmailSpan is where, on Gmail's clock, what happened on the relay's
+// between from and to is dated: [from+lo, to+hi], Gmail's clock offset
+// lying in [lo, hi] as the current mailbox's provider measured it
+// (relay.GmailClock). A relay whose clock is seconds off Google's would
+// otherwise build windows and after: queries that Gmail's dates fall
+// outside of. An interval holding zero (clocks that agree as far as
+// Gmail's whole-second Date can tell) is taken as zero: within a second
+// the clocks were trusted before, and windowPad covers it. A provider
+// that has not measured it is taken as ±unknownOffset; one that does not
+// date its answers (a test's fake) as exactly the relay's clock.
+func (p *pass) gmailSpan(from, to time.Time) (time.Time, time.Time) {
+	prov, _ := p.gmail()
+	gc, ok := prov.(relay.GmailClock)
+	if !ok {
+		return from, to
+	}
+	lo, hi, known := gc.ClockOffset()
+	switch {
+	case !known:
+		lo, hi = -unknownOffset, unknownOffset
+	case lo <= 0 && hi >= 0:
+		lo, hi = 0, 0
+	case (lo > skewWarn || hi < -skewWarn) && p.now.Sub(p.s.skewWarned) >= skewWarnEvery:
+		p.s.skewWarned = p.now
+		p.s.deps.Logger.Warn().Str("mailbox", p.cur.m.Name()).Dur("gmail_ahead_min", lo).Dur("gmail_ahead_max", hi).
+			Msg("this host's clock is off Gmail's (measured from the Date of its answers); searches are placed on Gmail's clock, but fix the host's time sync")
+	}
+	return from.Add(lo), to.Add(hi)
+}
 
 // maxWindowReads bounds the messages.get calls one window check may make;
 // a window with more unread messages than that is not read, and the job
@@ -59,9 +103,10 @@ func (p *pass) storedUnderGmailID(ctx context.Context, j acceptlog.Job) (suspect
 			start = l.Time
 		}
 	}
+	start, end = p.gmailSpan(start, end)
+	prov, user := p.gmail()
 	from, to := start.Add(-windowPad).Unix(), end.Add(windowPad).Unix()+1
 	q := fmt.Sprintf("after:%d before:%d", from, to)
-	prov, user := p.gmail()
 	var ids []string
 	token, spent := "", 0
 	for {

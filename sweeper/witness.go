@@ -264,7 +264,8 @@ func (p *pass) lastHandedToGmail(ctx context.Context, mailbox string, jobs []acc
 // companion makes the companion query (CONTRACT, "Witness before a
 // miss"): one messages.list with q=after:<epoch seconds>, maxResults=1,
 // every label and includeSpamTrash=true, 5 units. The seconds are the
-// latest attempt end of jobs rounded up, so a message stored by one of
+// latest attempt end of jobs, on Gmail's clock at the latest (gmailSpan),
+// rounded up, so a message stored by one of
 // those attempts (even one whose Message-ID Gmail rewrote) is never its own
 // witness, and any message it returns — sent or received — is dated after
 // every one of them. It reports whether a message came back, and whether
@@ -280,6 +281,7 @@ func (p *pass) companion(ctx context.Context, mailbox string, jobs []acceptlog.J
 			latest = e
 		}
 	}
+	_, latest = p.gmailSpan(latest, latest) // the latest Gmail may date them
 	secs := latest.Unix()
 	if latest.After(time.Unix(secs, 0)) {
 		secs++
