@@ -28,7 +28,7 @@ type gmailClock struct {
 	lo, hi time.Duration
 	since  time.Time // local time of the answer the interval started from
 	known  bool
-	date   string    // the last Date header parsed, and its time
+	date   string // the last Date header parsed, and its time
 	dateAt time.Time
 }
 
