@@ -280,9 +280,8 @@ func (s *Server) writeGmailAnswer(w http.ResponseWriter, r *http.Request, res re
 	case acceptlog.StateFailed:
 		writeGmailError(w, r, failureError(j, res))
 	default:
-		w.Header().Set("Location", jobURL(j.MessageID))
-		writeJSON(w, http.StatusAccepted, gmailMessage{Relay: &sendAnswer{MessageID: j.MessageID, State: string(j.State),
-			Mailbox: s.viewMailbox(j), Attempts: j.Attempts, Channel: j.Channel, URL: jobURL(j.MessageID)}})
+		a := s.ownedAnswer(w, r, res)
+		writeJSON(w, http.StatusAccepted, gmailMessage{Relay: &a})
 	}
 }
 

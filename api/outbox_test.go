@@ -122,6 +122,9 @@ func TestEmulatorGmailRateLimitOnTheAttemptQueues(t *testing.T) {
 	limitNextSend()
 	r = e.must("POST", "/gmail/v1/users/me/messages/send", apiToken, raw("<rl2@example.com>"), "X-Relay-When-Busy", "queue")
 	view, _ := r.body["relay"].(map[string]any)
+	if view["eta"] == nil {
+		t.Errorf("Gmail path's queued answer without eta: %s", r.raw)
+	}
 	queuedThenDelivered("Gmail path with X-Relay-When-Busy: queue", r, view["state"], "<rl2@example.com>")
 
 	limitNextSend()

@@ -237,14 +237,23 @@ func (s *Server) writeSendAnswer(w http.ResponseWriter, r *http.Request, res rel
 	case acceptlog.StateFailed:
 		writeErrorFor(w, r, failureError(j, res), j.MessageID, j.State)
 	default: // queued, unknown, review, forwarding
-		a := sendAnswer{MessageID: j.MessageID, State: string(j.State), Mailbox: s.viewMailbox(j), Attempts: j.Attempts,
-			Channel: j.Channel, Replayed: res.Replayed, URL: jobURL(j.MessageID)}
-		if j.State == acceptlog.StateQueued {
-			a.ETA = s.eta(r.Context(), j.MessageID)
-		}
-		w.Header().Set("Location", a.URL)
+		a := s.ownedAnswer(w, r, res)
 		writeJSON(w, http.StatusAccepted, a)
 	}
+}
+
+// ownedAnswer is the 202 body of a send whose job the relay owns (queued,
+// with its eta; unknown, review, forwarding), on both paths; it sets the
+// Location header to the job.
+func (s *Server) ownedAnswer(w http.ResponseWriter, r *http.Request, res relay.Result) sendAnswer {
+	j := res.Job
+	a := sendAnswer{MessageID: j.MessageID, State: string(j.State), Mailbox: s.viewMailbox(j), Attempts: j.Attempts,
+		Channel: j.Channel, Replayed: res.Replayed, URL: jobURL(j.MessageID)}
+	if j.State == acceptlog.StateQueued {
+		a.ETA = s.eta(r.Context(), j.MessageID)
+	}
+	w.Header().Set("Location", a.URL)
+	return a
 }
 
 // failureError turns a failed job into the answer CONTRACT.md gives it.
