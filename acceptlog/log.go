@@ -390,11 +390,19 @@ func validateChange(id string, cur *Job, ch *Change) error {
 		if j.State != folded {
 			return fmt.Errorf("job state %q is not the fold of its lines (%q)", j.State, folded)
 		}
-		// Only changes of an existing job are checked against the table:
-		// test fixtures and benchmarks seed new jobs in any state.
+		// Only changes of an existing job are checked against the table,
+		// step by step through its lines' states (a sent outcome and the
+		// review it leads to are two moves in one transaction): test
+		// fixtures and benchmarks seed new jobs in any state.
 		if cur != nil {
-			if err := checkTransition(cur.State, j.State); err != nil {
-				return err
+			prev := cur.State
+			for i := range ch.Lines {
+				if to := ch.Lines[i].State; to != "" {
+					if err := checkTransition(prev, to); err != nil {
+						return err
+					}
+					prev = to
+				}
 			}
 		}
 		if cur != nil && j.Attempts < cur.Attempts {

@@ -35,7 +35,8 @@ func (j *Job) Prunable() bool {
 // (what Gmail accepted), its resolved lines (what a human decided), the
 // last line that carries a state (so the job's state stays the fold of its
 // lines), and the lines behind the relay's alarm counters: a review for a
-// duplicate delivery and a handle Gmail rewrote. Those counters are totals
+// duplicate (two copies found, or two own deliveries) and a handle Gmail
+// rewrote. Those counters are totals
 // (gmailrelay_duplicates_found_total, gmailrelay_handle_failures_total):
 // dropping the lines would make them go down, which Prometheus reads as a
 // restart. lastState is the last state line's Seq.
@@ -43,7 +44,8 @@ func keptWhenPruned(ln *Line, lastState uint64) bool {
 	switch {
 	case ln.Kind == KindEffect, ln.Kind == KindResolved, ln.Seq == lastState:
 		return true
-	case ln.Kind == KindReview && ln.Reason == ReasonDuplicate, ln.Kind == KindHandle && ln.Reason == ReasonHandleRewritten:
+	case ln.Kind == KindReview && (ln.Reason == ReasonDuplicate || ln.Reason == ReasonDuplicateDelivery),
+		ln.Kind == KindHandle && ln.Reason == ReasonHandleRewritten:
 		return true
 	}
 	return false

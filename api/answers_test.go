@@ -1,10 +1,12 @@
 package api_test
 
 import (
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
 
+	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -40,5 +42,32 @@ func TestSentAnswerAlwaysCarriesGmailFields(t *testing.T) {
 		if !strings.Contains(string(r.raw), want) {
 			t.Errorf("sent answer %s, want %s", r.raw, want)
 		}
+	}
+}
+
+// A duplicate the relay's own attempts made (two effect lines, review
+// reason duplicate_delivery) counts in duplicates_found and
+// gmailrelay_duplicates_found_total like one the search found (two
+// copies, duplicate). Before, only the second counted: a relay whose
+// mailbox folds same-id copies (CONTRACT's --sent-dedupe case) reported 0.
+func TestDuplicatesFoundCountsOwnDeliveries(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	for i, reason := range []acceptlog.Reason{acceptlog.ReasonDuplicate, acceptlog.ReasonDuplicateDelivery} {
+		r := e.must("POST", "/v1/send", apiToken, sendBody(fmt.Sprintf("dup%d", i)))
+		id, _ := r.body["message_id"].(string)
+		if _, _, err := e.Log.Mutate(t.Context(), id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+			j := *cur
+			return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{acceptlog.Move(&j, acceptlog.StateReview,
+				acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, Reason: reason})}}, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := e.must("GET", "/v1/stats", apiToken, nil)
+	if got := st.body["duplicates_found"]; got != float64(2) {
+		t.Errorf("duplicates_found = %v, want 2 (one duplicate, one duplicate_delivery)", got)
+	}
+	if got := e.scrape()["gmailrelay_duplicates_found_total"]; got != 2 {
+		t.Errorf("gmailrelay_duplicates_found_total = %v, want 2", got)
 	}
 }

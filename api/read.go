@@ -169,7 +169,8 @@ func (s *Server) collectStats(ctx context.Context, mailbox string) (Stats, error
 		return Stats{}, err
 	}
 	out := Stats{Stats: st, EffectLines: st.ByKind[acceptlog.KindEffect],
-		DuplicatesFound: st.ByReason[acceptlog.KindReview][string(acceptlog.ReasonDuplicate)],
+		DuplicatesFound: st.ByReason[acceptlog.KindReview][string(acceptlog.ReasonDuplicate)] +
+			st.ByReason[acceptlog.KindReview][string(acceptlog.ReasonDuplicateDelivery)],
 		HandleRewrites:  st.ByReason[acceptlog.KindHandle][string(acceptlog.ReasonHandleRewritten)],
 		ReviewDepth:     st.ByState[acceptlog.StateReview],
 		QuotaUnitsSpent: s.cfg.Quota.Spent(),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
@@ -112,6 +113,12 @@ var errStale = errors.New("outcome of an attempt that is not in flight")
 // the job (a copy, already stamped UpdatedAt) into its new record and
 // returns the line that explains it. An attempt that is no longer the
 // job's one in flight is errStale and writes nothing.
+//
+// A sent outcome of a job that already had an effect (a human's retry of
+// a job the sweeper found in the mailbox, or of one delivered twice
+// before) is a second delivery: the same transaction hands the job to
+// review with reason duplicate_delivery, so no moment of the log shows
+// two effects outside review.
 func (s *Service) recordOutcome(ctx context.Context, id string, attempt int, edit func(j *acceptlog.Job, now time.Time) (acceptlog.State, acceptlog.Line)) (acceptlog.Job, error) {
 	j, _, err := s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
 		if cur == nil || cur.State != acceptlog.StateForwarding || cur.Attempts != attempt {
@@ -124,20 +131,28 @@ func (s *Service) recordOutcome(ctx context.Context, id string, attempt int, edi
 		to, line := edit(j, now)
 		line.Attempt = attempt
 		rec.lines[0] = acceptlog.Move(j, to, line)
-		return acceptlog.Change{Job: j, Lines: rec.lines[:]}, nil
+		n := 1
+		if to == acceptlog.StateSent && j.Effects > 1 {
+			j.NextCheckAt = time.Time{}
+			rec.lines[1] = acceptlog.Move(j, acceptlog.StateReview, acceptlog.Line{Kind: acceptlog.KindReview, Attempt: attempt,
+				Reason: acceptlog.ReasonDuplicateDelivery, GmailID: j.GmailID,
+				Note: fmt.Sprintf("Gmail accepted attempt %d of a job it had already accepted (%d effect lines)", attempt, j.Effects)})
+			n = 2
+		}
+		return acceptlog.Change{Job: j, Lines: rec.lines[:n]}, nil
 	})
 	return j, err
 }
 
-// outcomeRecord is an outcome's job record and its one line, in one
-// allocation.
+// outcomeRecord is an outcome's job record and its lines (one, two for a
+// second delivery), in one allocation.
 type outcomeRecord struct {
 	job   acceptlog.Job
-	lines [1]acceptlog.Line
+	lines [2]acceptlog.Line
 }
 
 func (s *Service) markSent(ctx context.Context, id string, attempt int, m SentMessage) (acceptlog.Job, error) {
-	return s.recordOutcome(ctx, id, attempt, func(j *acceptlog.Job, now time.Time) (acceptlog.State, acceptlog.Line) {
+	j, err := s.recordOutcome(ctx, id, attempt, func(j *acceptlog.Job, now time.Time) (acceptlog.State, acceptlog.Line) {
 		j.GmailID, j.ThreadID, j.LabelIDs = m.ID, m.ThreadID, m.LabelIDs
 		j.Effects++
 		j.Verified, j.Checks = false, 0
@@ -145,6 +160,11 @@ func (s *Service) markSent(ctx context.Context, id string, attempt int, m SentMe
 		return acceptlog.StateSent, acceptlog.Line{Kind: acceptlog.KindEffect, Source: acceptlog.SourceResponse,
 			GmailID: m.ID, ThreadID: m.ThreadID, LabelIDs: m.LabelIDs}
 	})
+	if err == nil && j.State == acceptlog.StateReview {
+		s.logger.Error().Str("message_id", id).Int("effects", j.Effects).
+			Msg("ALARM: the relay delivered a message twice (two own effects); handed to a human")
+	}
+	return j, err
 }
 
 func (s *Service) markFailed(ctx context.Context, id string, attempt int, o Outcome) (acceptlog.Job, error) {
@@ -371,7 +391,11 @@ func errPruned() error {
 func fence(cur *acceptlog.Job, from []acceptlog.State, seen int) error {
 	switch {
 	case !stateIn(cur.State, from):
-		return &Error{Code: CodeConflict, Message: fmt.Sprintf("job is %s, not %v", cur.State, from)}
+		names := make([]string, len(from))
+		for i, st := range from {
+			names[i] = string(st)
+		}
+		return &Error{Code: CodeConflict, Message: fmt.Sprintf("job is %s, not %s", cur.State, strings.Join(names, ", "))}
 	case seen != AnyAttempts && cur.Attempts != seen:
 		return &Error{Code: CodeConflict, Message: fmt.Sprintf("job changed since the decision: it has made %d attempts, not %d; nothing was done", cur.Attempts, seen)}
 	}

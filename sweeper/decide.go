@@ -62,8 +62,22 @@ func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hit
 	case len(hits) == 1 && ch.OnUnknown == policy.Retry:
 		return p.foundOnce(ctx, j, search, hits[0], ch)
 	case len(hits) == 1:
-		written, err := p.toReview(ctx, j, evidence(search, ReasonReviewChannel, hits,
-			"found once in the mailbox; this channel never resolves ambiguous sends by itself"), search)
+		// Gmail accepted the send (its effect line, from the search), but
+		// this channel leaves the decision to a human: a retry they ask
+		// for then makes a second effect, a duplicate_delivery.
+		h := hits[0]
+		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+			n.GmailID, n.LabelIDs, n.NextCheckAt = h.id, append([]string(nil), h.labels...), time.Time{}
+			n.Effects++
+			return []acceptlog.Line{search,
+				{Kind: acceptlog.KindEffect, Attempt: j.Attempts, Reason: ReasonFound, Source: acceptlog.SourceSearch, GmailID: h.id, LabelIDs: n.LabelIDs},
+				acceptlog.Move(n, acceptlog.StateReview, evidence(search, ReasonReviewChannel, hits,
+					"found once in the mailbox; this channel never resolves ambiguous sends by itself"))}
+		})
+		if written {
+			p.res.Reviewed++
+			p.s.deps.Logger.Warn().Str("message_id", j.MessageID).Str("reason", string(ReasonReviewChannel)).Msg("job handed to a human for review")
+		}
 		p.count(written, &p.res.Checked, &p.res.Found)
 		return true, err
 	case len(hits) >= 2:

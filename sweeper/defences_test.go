@@ -156,8 +156,9 @@ func TestRewriteFractionNeverResends(t *testing.T) {
 
 // (f) Gmail folds a resend with the same Message-ID into the stored copy
 // (--sent-dedupe) and answers 200 with that copy's id: the mailbox shows
-// one copy, the recipients got two. The job's two own effect lines send it
-// to review with reason duplicate_delivery, once.
+// one copy, the recipients got two. The resend's effect line is the job's
+// second: the same transaction hands it to review with reason
+// duplicate_delivery, once, and a human's mark-sent closes it.
 func TestSentDedupeForcedResendIsDuplicateDelivery(t *testing.T) {
 	h := newHarness(t, setup{sentDedupe: true})
 	id, res := h.send(retryChannel)
@@ -175,31 +176,42 @@ func TestSentDedupeForcedResendIsDuplicateDelivery(t *testing.T) {
 	if err != nil {
 		t.Fatalf("forced resend: %v", err)
 	}
-	h.wantState(id, res2.Job, acceptlog.StateSent)
-	if c, d := h.srv.Count(id), h.srv.Deliveries(id); c != 1 || d != 2 {
-		t.Fatalf("emulator result: %d copies, %d deliveries; want 1 copy (folded), 2 deliveries", c, d)
-	}
-	h.clock.Advance(grace)
-	wantResult(t, h.sweep(), sweeper.Result{Reviewed: 1})
+	h.wantState(id, res2.Job, acceptlog.StateReview)
 	// Sent-dedupe folded the resend into the one stored copy: assert both.
 	h.wantJobCopies(id, acceptlog.StateReview, 2, 2, 2, 1) // the folded resend was delivered
 	if got := reviewReason(h, id); got != sweeper.ReasonDuplicateDelivery {
 		t.Fatalf("review reason %q, want %q", got, sweeper.ReasonDuplicateDelivery)
 	}
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{})
 	// The human marks it sent: no second review for the same duplicate.
-	if _, _, err := h.log.Mutate(h.ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		n := *cur
-		n.State, n.Effects, n.NextCheckAt = acceptlog.StateSent, n.Effects+1, h.clock.Now().Add(grace)
-		return acceptlog.Change{Job: &n, Lines: []acceptlog.Line{
-			{Kind: acceptlog.KindResolved, Attempt: n.Attempts, Reason: acceptlog.ReasonMarkSent, Actor: "test"},
-			{Kind: acceptlog.KindEffect, Attempt: n.Attempts, State: acceptlog.StateSent, Reason: acceptlog.ReasonMarkSent, Source: acceptlog.SourceHuman}}}, nil
-	}); err != nil {
+	if _, err := h.svc.Resolve(h.ctx, id, relay.ActionMarkSent, "told the customer", "ops@example.com", relay.AnyAttempts); err != nil {
 		t.Fatalf("mark sent: %v", err)
 	}
 	h.clock.Advance(grace)
 	h.sweep()
 	if j := h.job(id); j.State != acceptlog.StateSent {
 		t.Fatalf("after the human's mark-sent: state %s, want sent", j.State)
+	}
+}
+
+// A sent job with two own effect lines (written by a version that left it
+// sent) is handed to review by the verify pass, reason duplicate_delivery.
+func TestSentJobWithTwoOwnEffectsGoesToReview(t *testing.T) {
+	h := newHarness(t, setup{})
+	id, _ := h.send(retryChannel)
+	if _, _, err := h.log.Mutate(h.ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		n := *cur
+		n.Effects++
+		return acceptlog.Change{Job: &n, Lines: []acceptlog.Line{{Kind: acceptlog.KindEffect, Attempt: n.Attempts,
+			Source: acceptlog.SourceResponse, GmailID: n.GmailID}}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Duplicates: 1, Reviewed: 1})
+	if got := reviewReason(h, id); got != sweeper.ReasonDuplicateDelivery {
+		t.Fatalf("review reason %q, want %q", got, sweeper.ReasonDuplicateDelivery)
 	}
 }
 

@@ -214,6 +214,7 @@ func (p *pass) duplicateDelivery(ctx context.Context, j acceptlog.Job) (bool, er
 	if _, err := p.toReview(ctx, j, line); err != nil {
 		return true, err
 	}
+	p.res.Duplicates++
 	p.s.deps.Logger.Error().Str("message_id", j.MessageID).Int("deliveries", len(own)).
 		Msg("ALARM: the relay delivered a message twice (two own effects); handed to a human")
 	return true, nil

@@ -149,7 +149,8 @@ type Result struct {
 	// Found: unknown jobs with exactly one SENT hit (sent on retry
 	// channels, review on review-only channels).
 	Found int `json:"found"`
-	// Duplicates: jobs with two or more SENT hits (now in review).
+	// Duplicates: jobs with two or more SENT hits, or two or more own
+	// effect lines (now in review).
 	Duplicates int `json:"duplicates"`
 	// Missed: searches without a hit after which the job was checked again
 	// later (inside the channel's checks, or once more on the verify pass).

@@ -89,15 +89,20 @@ func TestAmbiguousSendIsFoundNotResent(t *testing.T) {
 }
 
 // On a review-only channel the sweeper never forwards again: found once, the
-// job goes to review with the search as evidence, and a human's mark-sent
-// closes it; missing after the checks, it goes to review too.
+// job goes to review with the search as evidence (and its effect line: Gmail
+// accepted it), and a human's mark-sent closes it; a human's retry instead
+// is a second delivery, handed back as duplicate_delivery; missing after the
+// checks, it goes to review too.
 func TestReviewChannelNeverResends(t *testing.T) {
 	t.Run("found", func(t *testing.T) {
 		h := newHarness(t, setup{indexLag: 30 * time.Second})
 		id := h.sendAmbiguous(reviewChannel)
 		h.clock.Advance(grace)
 		wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Found: 1, Reviewed: 1})
-		h.wantJob(id, acceptlog.StateReview, 1, 0, 1)
+		h.wantJob(id, acceptlog.StateReview, 1, 1, 1)
+		if e := h.lines(id, acceptlog.KindEffect); e[0].Source != acceptlog.SourceSearch || e[0].State != "" {
+			t.Errorf("effect line %+v, want source search and no state (the job stays in review)", e[0])
+		}
 		reviews := h.lines(id, acceptlog.KindReview)
 		msgs := h.srv.Messages(id)
 		if len(reviews) != 1 {
@@ -122,6 +127,27 @@ func TestReviewChannelNeverResends(t *testing.T) {
 		h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
 		h.clock.Advance(24 * time.Hour)
 		wantResult(t, h.sweep(), sweeper.Result{})
+	})
+	t.Run("found, then a human retries", func(t *testing.T) {
+		// CONTRACT: a response and a hit are two effects → review
+		// duplicate_delivery, in the retry's own transaction. Before, the
+		// hit wrote no effect line: the
+		// retry's response made the only one and, Gmail folding the
+		// second copy into the first (sent-dedupe), the job ended sent
+		// and verified: the second delivery was never seen.
+		h := newHarness(t, setup{sentDedupe: true})
+		id := h.sendAmbiguous(reviewChannel)
+		h.clock.Advance(grace)
+		wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Found: 1, Reviewed: 1})
+		res, err := h.svc.Resolve(h.ctx, id, relay.ActionRetry, "", "ops@example.com", relay.AnyAttempts)
+		if err != nil {
+			t.Fatalf("resolve retry: %v", err)
+		}
+		h.wantState(id, res.Job, acceptlog.StateReview)
+		h.wantJob(id, acceptlog.StateReview, 2, 2, 2)
+		if got := reviewReason(h, id); got != sweeper.ReasonDuplicateDelivery {
+			t.Errorf("review reason %q, want %q", got, sweeper.ReasonDuplicateDelivery)
+		}
 	})
 	t.Run("missing after checks", func(t *testing.T) {
 		h := newHarness(t, setup{})

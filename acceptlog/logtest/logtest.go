@@ -64,6 +64,7 @@ func Run(t *testing.T, b Backend) {
 		{"PruneKeepsTheAlarmCounters", testPruneKeepsTheAlarmCounters},
 		{"CheckAcceptsPrunedJobsWithGaps", testCheckAcceptsPrunedJobsWithGaps},
 		{"MutateRefusesEveryTransitionOutsideTheTable", testMutateRefusesEveryTransitionOutsideTheTable},
+		{"MutateChecksEachStepOfItsLines", testMutateChecksEachStepOfItsLines},
 		{"SendTimesCountsEveryAttemptPerMailbox", testSendTimesCountsEveryAttemptPerMailbox},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, b) })

@@ -471,3 +471,46 @@ func testMutateRefusesEveryTransitionOutsideTheTable(t *testing.T, be Backend) {
 		}
 	}
 }
+
+// testMutateChecksEachStepOfItsLines: a change whose lines move a job
+// through two states is checked step by step: forwarding → sent → review
+// (an outcome and the duplicate review it leads to, in one transaction)
+// is taken although forwarding → review is not in the table, and a step
+// outside the table anywhere in the lines (unknown → queued → forwarding)
+// is refused, naming it, with nothing written.
+func testMutateChecksEachStepOfItsLines(t *testing.T, be Backend) {
+	ctx := context.Background()
+	l := be.open(t)
+	seed := func(id string, st acceptlog.State) {
+		t.Helper()
+		if _, _, err := l.Mutate(ctx, id, func(*acceptlog.Job) (acceptlog.Change, error) {
+			j := acceptlog.Job{MessageID: id, State: st, Attempts: 1, CreatedAt: time.Unix(1, 0)}
+			return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{{Kind: acceptlog.KindState, State: st}}}, nil
+		}); err != nil {
+			t.Fatalf("seed %s: %v", st, err)
+		}
+	}
+	through := func(id string, steps ...acceptlog.State) error {
+		_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+			j := *cur
+			var lines []acceptlog.Line
+			for _, st := range steps {
+				lines = append(lines, acceptlog.Move(&j, st, acceptlog.Line{Kind: acceptlog.KindState}))
+			}
+			return acceptlog.Change{Job: &j, Lines: lines}, nil
+		})
+		return err
+	}
+	seed("<steps-ok@x>", acceptlog.StateForwarding)
+	if err := through("<steps-ok@x>", acceptlog.StateSent, acceptlog.StateReview); err != nil {
+		t.Errorf("forwarding → sent → review: %v", err)
+	}
+	seed("<steps-bad@x>", acceptlog.StateUnknown)
+	err := through("<steps-bad@x>", acceptlog.StateQueued, acceptlog.StateForwarding)
+	if !errors.Is(err, acceptlog.ErrInvalidChange) || !strings.Contains(err.Error(), "unknown → queued") {
+		t.Errorf("unknown → queued → forwarding: err = %v, want an invalid change naming unknown → queued", err)
+	}
+	if j, _ := l.Get(ctx, "<steps-bad@x>"); j.State != acceptlog.StateUnknown {
+		t.Errorf("refused change left the job %s, want unknown", j.State)
+	}
+}

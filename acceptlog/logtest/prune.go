@@ -196,7 +196,9 @@ func WantChecks(t *testing.T, ctx context.Context, l FullChecker, wantCheck, wan
 
 // testPruneKeepsTheAlarmCounters: a job whose verify found two copies (a
 // review line, duplicate) in a mailbox whose handle Gmail rewrote (a
-// handle line, rewritten), then marked sent by a human, keeps both lines
+// handle line, rewritten), marked sent by a human, later found delivered
+// twice by its own attempts (duplicate_delivery) and marked sent again,
+// keeps those three lines
 // when pruned: the relay's duplicates-found and handle-failures totals are
 // counted from them and must never go down.
 func testPruneKeepsTheAlarmCounters(t *testing.T, be Backend) {
@@ -208,6 +210,12 @@ func testPruneKeepsTheAlarmCounters(t *testing.T, be Backend) {
 		func(j *acceptlog.Job) []acceptlog.Line {
 			return []acceptlog.Line{{Kind: acceptlog.KindHandle, Attempt: 1, Reason: acceptlog.ReasonHandleRewritten},
 				acceptlog.Move(j, acceptlog.StateReview, acceptlog.Line{Kind: acceptlog.KindReview, Attempt: 1, Reason: acceptlog.ReasonDuplicate})}
+		},
+		func(j *acceptlog.Job) []acceptlog.Line {
+			return []acceptlog.Line{acceptlog.Move(j, acceptlog.StateSent, acceptlog.Line{Kind: acceptlog.KindResolved, Attempt: 1, Reason: acceptlog.ReasonMarkSent, Actor: "ui"})}
+		},
+		func(j *acceptlog.Job) []acceptlog.Line {
+			return []acceptlog.Line{acceptlog.Move(j, acceptlog.StateReview, acceptlog.Line{Kind: acceptlog.KindReview, Attempt: 1, Reason: acceptlog.ReasonDuplicateDelivery})}
 		},
 		func(j *acceptlog.Job) []acceptlog.Line {
 			j.Verified, j.NextCheckAt = true, time.Time{}
@@ -231,7 +239,8 @@ func testPruneKeepsTheAlarmCounters(t *testing.T, be Backend) {
 	for _, c := range []struct {
 		kind   acceptlog.Kind
 		reason acceptlog.Reason
-	}{{acceptlog.KindReview, acceptlog.ReasonDuplicate}, {acceptlog.KindHandle, acceptlog.ReasonHandleRewritten}} {
+	}{{acceptlog.KindReview, acceptlog.ReasonDuplicate}, {acceptlog.KindReview, acceptlog.ReasonDuplicateDelivery},
+		{acceptlog.KindHandle, acceptlog.ReasonHandleRewritten}} {
 		b, a := before.ByReason[c.kind][string(c.reason)], after.ByReason[c.kind][string(c.reason)]
 		if b != 1 || a != b {
 			t.Errorf("%s lines with reason %s: %d before pruning, %d after; want 1 and 1", c.kind, c.reason, b, a)

@@ -82,7 +82,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		d.faultRow("fail-before-forward", "fail-before-forward", "demo:fail-before-forward", "", true, acceptlog.StateSent, 1),
 		d.faultRow("forward-then-drop-response", "forward-then-drop-response", "demo:forward-then-drop-response", "", true, acceptlog.StateSent, 1),
 		d.faultRow("forward-and-respond", "forward-and-respond", "demo:forward-and-respond", "", false, acceptlog.StateSent, 1),
-		d.faultRow("drop-response, review channel", "forward-then-drop-response", "demo:billing-drop", "billing", true, acceptlog.StateReview, 0),
+		d.faultRow("drop-response, review channel", "forward-then-drop-response", "demo:billing-drop", "billing", true, acceptlog.StateReview, 1),
 		d.rowCrashAndRecover(),
 		d.rowTrashedCopy(),
 		d.rowLagTail(),
