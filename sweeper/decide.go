@@ -22,6 +22,7 @@ func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hit
 	if len(hits) == 0 {
 		search.Witness = witness
 	}
+	hold := p.stepHold(j, ch)
 	switch {
 	case len(hits) == 0 && p.mailboxes[j.Mailbox].HandleUntrusted:
 		// This pass found Gmail rewriting ids in the mailbox: the miss
@@ -30,10 +31,21 @@ func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hit
 			"not found, but Gmail replaces Message-IDs in this mailbox, so a miss proves nothing"), search)
 		p.count(written, &p.res.Checked)
 		return true, err
-	case len(hits) == 0 && witness == WitnessMissing && p.now.Sub(attemptEnd(j)) >= ch.Unwitnessed():
+	case len(hits) == 0 && hold > 0:
+		// The wall clock stepped forward after the attempt, which may be
+		// younger than it looks: the miss does not count until real time
+		// has caught up (see stepHold); look again then.
+		search.Note = fmt.Sprintf("the relay's clock stepped forward since the attempt: no miss counts for %s more", hold.Round(time.Second))
+		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+			n.NextCheckAt = p.now.Add(hold)
+			return []acceptlog.Line{search}
+		})
+		p.count(written, &p.res.Checked, &p.res.Unwitnessed)
+		return true, err
+	case len(hits) == 0 && witness == WitnessMissing && p.sinceAttempt(j) >= ch.Unwitnessed():
 		written, err := p.toReview(ctx, j, evidence(search, ReasonIndexUnverifiable, nil,
 			fmt.Sprintf("no witness that the mailbox's index caught up for %s after the attempt (max_unwitnessed %s): a miss proves nothing",
-				p.now.Sub(attemptEnd(j)).Round(time.Second), ch.Unwitnessed())), search)
+				p.sinceAttempt(j).Round(time.Second), ch.Unwitnessed())), search)
 		if written {
 			p.s.deps.Logger.Error().Str("message_id", j.MessageID).Str("mailbox", j.Mailbox).
 				Msg("ALARM: the mailbox's search shows no witness for max_unwitnessed; the ambiguous job is handed to a human")

@@ -24,7 +24,8 @@ import (
 // than grace after it was due (a backlog, a pause for Gmail's rate limit,
 // a restart): its bound says how late the sweeper looked, not how far
 // behind the index was, and one such sample would hold every later miss of
-// the mailbox back by it.
+// the mailbox back by it. Nor does a send answered before a step of the
+// wall clock (see beforeStep): its sample would be off by the step.
 func (p *pass) lagSample(ctx context.Context, j acceptlog.Job) (*lagEdit, error) {
 	if !j.NextCheckAt.IsZero() && p.now.Sub(j.NextCheckAt) > p.channel(j.Channel).Grace {
 		return nil, nil
@@ -35,6 +36,9 @@ func (p *pass) lagSample(ctx context.Context, j acceptlog.Job) (*lagEdit, error)
 	}
 	for i := len(lines) - 1; i >= 0; i-- {
 		if l := lines[i]; l.Kind == acceptlog.KindEffect && l.Source == acceptlog.SourceResponse && l.Attempt == j.Attempts {
+			if p.beforeStep(l.Time) {
+				return nil, nil
+			}
 			return &lagEdit{key: strconv.Itoa(j.Attempts) + " " + j.MessageID, d: max(p.now.Sub(l.Time), 0)}, nil
 		}
 	}

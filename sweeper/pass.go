@@ -299,7 +299,9 @@ func (p *pass) classify(ctx context.Context, j acceptlog.Job) (action, error) {
 // want of a witness or for the mailbox's lag) recorded less than the
 // channel's grace ago: only then may a resend or retry decided on it go
 // without searching again. A miss older than that proves nothing about
-// now: the index may have caught up with the ambiguous copy since.
+// now: the index may have caught up with the ambiguous copy since. Nor
+// does a miss recorded before a step of the wall clock, whose age the
+// step falsified (see beforeStep).
 func (p *pass) missFresh(ctx context.Context, j acceptlog.Job, ch policy.Channel) (bool, error) {
 	lines, err := p.s.log.JobLines(ctx, j.MessageID)
 	if err != nil {
@@ -307,7 +309,7 @@ func (p *pass) missFresh(ctx context.Context, j acceptlog.Job, ch policy.Channel
 	}
 	for _, l := range slices.Backward(lines) {
 		if l.Kind == acceptlog.KindSearch {
-			return l.Hits == 0 && l.Check == j.Checks && p.now.Sub(l.Time) < ch.Grace, nil
+			return l.Hits == 0 && l.Check == j.Checks && p.now.Sub(l.Time) < ch.Grace && !p.beforeStep(l.Time), nil
 		}
 	}
 	return false, nil

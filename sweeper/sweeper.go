@@ -83,6 +83,13 @@ type Config struct {
 	Logger *zerolog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Mono is a monotonic clock: the time since a fixed instant, which no
+	// change of the wall clock moves. Passes compare how far it and Now
+	// moved to find a step of the wall clock (see clockstep.go). nil means
+	// the monotonic reading Go's time.Now puts in each reading of Now; a
+	// Now whose readings carry none (a manual clock: tests, --clock manual)
+	// then never shows a step.
+	Mono func() time.Duration
 	// BatchSize is how many Message-IDs share one search query (default 20).
 	BatchSize int
 	// Interval is the loop's period (default 5s). Wake runs a pass sooner.
@@ -167,7 +174,8 @@ type Result struct {
 	// Verified: sent jobs whose single SENT hit the verify pass confirmed.
 	Verified int `json:"verified"`
 	// Unwitnessed: search misses of unknown jobs that did not count, for
-	// want of a witness (the job is checked again after grace).
+	// want of a witness (the job is checked again after grace), or of
+	// time (the measured lag, a step of the wall clock).
 	Unwitnessed int `json:"unwitnessed"`
 	// Errors: Gmail calls or log writes that failed (5xx, transport); the
 	// jobs concerned stay due and are looked at again a little later.
@@ -229,6 +237,8 @@ type Sweeper struct {
 	// skewWarned is when a pass last warned that this host's clock is off
 	// Gmail's (see gmailSpan). Guarded by passMu.
 	skewWarned time.Time
+	// clock watches Now for steps (see clockstep.go). Guarded by passMu.
+	clock clockWatch
 
 	totalsMu sync.Mutex
 	totals   Result
@@ -249,6 +259,7 @@ func New(cfg Config) *Sweeper {
 		sends:    map[string][]sendRef{},
 		activity: map[string]time.Time{},
 		wake:     make(chan struct{}, 1),
+		clock:    clockWatch{mono: cfg.Mono, base: time.Now()},
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -332,7 +343,7 @@ func (s *Sweeper) nextDelay(res Result) time.Duration {
 func (s *Sweeper) RunOnce(ctx context.Context) (Result, error) {
 	s.passMu.Lock()
 	defer s.passMu.Unlock()
-	p := &pass{s: s, now: s.now(), mailboxes: map[string]acceptlog.Mailbox{}, boxes: map[string]*boxPass{}}
+	p := &pass{s: s, now: s.readClock(), mailboxes: map[string]acceptlog.Mailbox{}, boxes: map[string]*boxPass{}}
 	err := s.loadLags(ctx)
 	if err == nil {
 		err = p.run(ctx)

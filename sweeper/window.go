@@ -51,7 +51,12 @@ const (
 // the clocks were trusted before, and windowPad covers it. A provider
 // that has not measured it is taken as ±unknownOffset; one that does not
 // date its answers (a test's fake) as exactly the relay's clock.
+//
+// A time stamped before a step of this host's clock (see clockstep.go) was
+// read on a clock that stood the step away from today's, against which the
+// offset was measured: the span widens by the step on that side.
 func (p *pass) gmailSpan(from, to time.Time) (time.Time, time.Time) {
+	from, to = from.Add(-p.stepSpan(from)), to.Add(p.stepSpan(to))
 	prov, _ := p.gmail()
 	gc, ok := prov.(relay.GmailClock)
 	if !ok {
