@@ -74,11 +74,12 @@ func (p *probe) check(ctx context.Context) error {
 	return err
 }
 
-// readyz answers whether the relay can serve: its log answers and Gmail
-// does. With several mailboxes, "mailboxes" says which are ready (each
-// with the reason it is not); the relay is ready while the log is open and
-// at least one mailbox is, since one broken credential stops only its
-// mailbox's sends.
+// readyz answers whether the relay can serve: its log answers, Gmail
+// does, and on a shared log its clock agrees with the log's (see
+// clockReady). With several mailboxes, "mailboxes" says which are ready
+// (each with the reason it is not); the relay is ready while the log is
+// open and at least one mailbox is, since one broken credential stops
+// only its mailbox's sends.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	body := map[string]any{"mode": s.cfg.Mode}
 	if s.cfg.Mode == "sandbox" {
@@ -90,6 +91,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		body["log"] = err.Error()
 	} else {
 		body["log"] = "open"
+	}
+	if !s.clockReady(r.Context(), body) {
+		ok = false
 	}
 	var failed []string
 	boxes := map[string]string{}
@@ -126,4 +130,23 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	body["ready"] = ok
 	writeJSON(w, status, body)
+}
+
+// clockReady measures the replica's clock against the shared log's (the
+// clock fence, relay.Service.CheckClock) and says in body["clock"] how far
+// off it is. It returns false when the fence is closed: the replica refuses
+// sends until its clock is fixed. Without a fence (a log of its own, a
+// manual clock) it adds nothing. Like a probe it runs on its own context,
+// so a caller that goes away does not turn into a failed measurement.
+func (s *Server) clockReady(ctx context.Context, body map[string]any) bool {
+	if s.svc == nil {
+		return true
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	fenced := s.svc.CheckClock(cctx) != nil
+	if st := s.svc.ClockStatus(); st.On {
+		body["clock"] = st.String()
+	}
+	return !fenced
 }

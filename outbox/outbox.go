@@ -155,11 +155,15 @@ func readyAt(j acceptlog.Job) time.Time {
 // that mailbox overtakes it, while the other mailboxes carry on. On a
 // shared log it walks only the mailboxes it claimed for the pass (see
 // claimQueued); Result.Left still counts every queued job, the others'
-// too.
+// too. While the relay's clock fence is closed (relay.Service.ClockFenced)
+// a pass delivers nothing and returns the fence's error.
 func (o *Outbox) RunOnce(ctx context.Context) (Result, error) {
 	o.passMu.Lock()
 	defer o.passMu.Unlock()
 	var res Result
+	if err := o.svc.ClockFenced(); err != nil {
+		return res, err // a delivery's lease would mislead the other replicas
+	}
 	claim, unserved, err := o.claimQueued(ctx)
 	if err != nil {
 		return res, err
@@ -293,7 +297,9 @@ func (o *Outbox) loop(ctx context.Context) {
 	lifecycle.Repeat(ctx, o.wake, func(ctx context.Context) time.Duration {
 		res, err := o.RunOnce(ctx)
 		if err != nil {
-			o.logger.Error().Err(err).Msg("outbox pass")
+			if !errors.Is(err, relay.ErrClockSkew) { // the fence logged it
+				o.logger.Error().Err(err).Msg("outbox pass")
+			}
 		} else if res.Left > 0 && res.Next > 0 {
 			return min(res.Next, o.interval)
 		}

@@ -88,11 +88,11 @@ func poolOf(t testing.TB, url, schema string) *pgxpool.Pool {
 
 // newReplica is one relay on the shared schema, as `serve --database`
 // makes it: cfg gives the Provider and Policy (and Faults, SendTimeout);
-// the log, the clock, a quiet logger, a quota the tests never exhaust and
-// a 10 s send timeout are filled in.
+// the log, the clock (a manual one: no clock fence), a quiet logger, a
+// quota the tests never exhaust and a 10 s send timeout are filled in.
 func newReplica(t testing.TB, url, schema string, clock *testclock.Clock, cfg relay.Config) *relay.Service {
 	t.Helper()
-	cfg.Log, cfg.Now, cfg.Logger = open(t, url, schema, clock.Now), clock.Now, zerolog.Nop()
+	cfg.Log, cfg.Now, cfg.ManualClock, cfg.Logger = open(t, url, schema, clock.Now), clock.Now, true, zerolog.Nop()
 	if cfg.Quota == nil {
 		cfg.Quota = relay.NewQuota(1_000_000, clock.Now)
 	}

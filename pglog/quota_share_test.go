@@ -47,7 +47,7 @@ func TestEmulatorQuotaPerMinuteIsSharedByReplicas(t *testing.T) {
 	var rs [2]replica
 	for i := range rs {
 		svc, err := relay.New(ctx, relay.Config{Log: open(t, url, schema, clock.Now), Provider: gm, Policy: pol,
-			Now: clock.Now, Logger: zerolog.Nop(), SendTimeout: 10 * time.Second})
+			Now: clock.Now, ManualClock: true, Logger: zerolog.Nop(), SendTimeout: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -297,7 +297,9 @@ const AnyAttempts = -1
 // received line (for example "sweeper_resend" or "resolved_retry"). The
 // quota is taken as background work unless foreground is set. Like Send,
 // an attempt the transaction then refuses (the job moved on: CodeConflict)
-// gives back the units and the fault rule's count it took.
+// gives back the units and the fault rule's count it took. While the
+// clock fence is closed (ClockFenced) every attempt, Deliver's and a
+// resolve retry's too, is refused with its CodeUnavailable.
 func (s *Service) Attempt(ctx context.Context, id string, from []acceptlog.State, seen int, reason acceptlog.Reason, foreground bool) (Result, error) {
 	mode := takeBackground
 	if foreground {
@@ -310,6 +312,9 @@ func (s *Service) Attempt(ctx context.Context, id string, from []acceptlog.State
 // the same transaction (a resolve retry's resolved line), so that they are
 // written exactly when the attempt starts.
 func (s *Service) attempt(ctx context.Context, id string, from []acceptlog.State, seen int, reason acceptlog.Reason, mode takeMode, before func(j *acceptlog.Job) []acceptlog.Line) (Result, error) {
+	if err := s.ClockFenced(); err != nil {
+		return Result{}, err // its lease would mislead the other replicas
+	}
 	cur, err := s.log.Get(ctx, id)
 	if err != nil {
 		return Result{}, err

@@ -26,7 +26,9 @@ const (
 // channel; a ThreadID CheckThreadID refuses, which Prepare and the api's
 // Gmail-compatible path refuse first, naming their field), CodeMismatch
 // (same key, other content), CodeInFlight, CodeRateLimited (the relay's
-// quota budget is spent; nothing was sent).
+// quota budget is spent; nothing was sent), CodeUnavailable (on a shared
+// log, the clock fence is closed: see ClockFenced; nothing was logged or
+// sent, while a request the front door answers from the job is answered).
 // The attempt's own outcome is in Result.Job.
 //
 // On a log of its own, the front door, the quota and the fault rules are
@@ -69,6 +71,11 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 	if s.shared {
 		if res, done, err := s.frontDoorRead(ctx, p); done {
 			return res, err
+		}
+		// A new attempt or queued job would carry this replica's clock
+		// (lease, times) to the others: none while the fence is closed.
+		if err := s.ClockFenced(); err != nil {
+			return Result{}, err
 		}
 	}
 	if s.mustQueue(ctx, box, p, o) {

@@ -47,6 +47,10 @@ type Config struct {
 	UserID string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// ManualClock says Now is a manual clock (tests, serve --clock
+	// manual): it runs apart from the shared log's clock by design, so
+	// the clock fence (CheckClock) is off.
+	ManualClock bool
 	// Logger receives structured logs (never bodies, tokens or recipients).
 	Logger zerolog.Logger
 	// SendTimeout bounds each Gmail call (default 60s). The call runs on its
@@ -103,6 +107,8 @@ type Service struct {
 	// daily budget and pause live in it and are read in transactions of
 	// their own; Send then admits before its transaction (see Send).
 	shared bool
+	// clock is the clock fence of a replica on a shared log (clockfence.go).
+	clock clockFence
 }
 
 // SendOptions adjust one Send.
@@ -148,6 +154,9 @@ type Result struct {
 // New opens the send path and recovers from a crash: every job still in
 // forwarding becomes unknown with an ambiguous line (reason
 // recovered_after_restart), its check scheduled after its channel's grace.
+// On a shared log it measures its clock against the log's first (the
+// clock fence, CheckClock) and recovers only the attempts whose lease ran
+// out (RecoverExpired), none while the fence is closed.
 func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.Log == nil || cfg.Policy == nil {
 		return nil, errors.New("relay: Log and Policy are required")
@@ -166,6 +175,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if s.timeout <= 0 {
 		s.timeout = 60 * time.Second
 	}
+	s.initClockFence(cfg)
 	if err := s.buildMailboxes(ctx, cfg); err != nil {
 		return nil, err
 	}
@@ -181,9 +191,15 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if acceptlog.IsShared(s.log) {
 		// Other replicas' attempts in flight are theirs until their lease
 		// runs out; the sweeper takes over expired ones (RecoverExpired).
+		// Their leases are read on this replica's clock: measure it first
+		// (a failed measurement leaves the fence open, as before).
 		recover, what = s.RecoverExpired, "jobs left in forwarding past their lease"
+		_ = s.CheckClock(ctx)
 	}
 	n, err := recover(ctx)
+	if errors.Is(err, ErrClockSkew) {
+		n, err = 0, nil // CheckClock said why; the sweeper recovers once the clock is fixed
+	}
 	if err != nil {
 		return nil, fmt.Errorf("recover: %w", err)
 	}
@@ -247,13 +263,19 @@ func (s *Service) Lease() time.Duration { return 2 * s.timeout }
 // started), so a replica with a shorter timeout never takes an attempt a
 // slower owner is still waiting on; a job without one (started by an
 // older gmailrelay) gets this process's Lease from its start (UpdatedAt).
-// Replicas compare times from their own clocks: they must agree to well
-// within a lease (NTP). The sweeper calls it on every pass on a shared
-// log. An owner that is only late (its Gmail call outlived its lease) finds
-// the job no longer forwarding and records nothing (its caller gets an
-// error); the job is then the sweeper's, like any unknown one: a send
-// Gmail took is found by search (or goes to review on a review channel).
+// Replicas compare times from their own clocks: every lease is honoured
+// for MaxClockSkew more, and a replica whose clock the fence found further
+// off than that takes nothing (it returns ClockFenced's error, cause
+// ErrClockSkew). The sweeper calls it on every pass on a shared log. An
+// owner that is only late (its Gmail call outlived its lease and the
+// margin) finds the job no longer forwarding and records nothing (its
+// caller gets an error); the job is then the sweeper's, like any unknown
+// one: a send Gmail took is found by search (or goes to review on a
+// review channel).
 func (s *Service) RecoverExpired(ctx context.Context) (int, error) {
+	if err := s.ClockFenced(); err != nil {
+		return 0, err
+	}
 	jobs, err := s.log.ByState(ctx, acceptlog.StateForwarding, 0)
 	if err != nil {
 		return 0, err
@@ -265,7 +287,8 @@ func (s *Service) RecoverExpired(ctx context.Context) (int, error) {
 		if until.IsZero() {
 			until = j.UpdatedAt.Add(s.Lease())
 		}
-		if !now.After(until) {
+		// The owner's clock may be up to MaxClockSkew behind ours.
+		if !now.After(until.Add(MaxClockSkew)) {
 			continue
 		}
 		_, err := s.markUnknown(ctx, j.MessageID, j.Attempts, Outcome{Verdict: Unknown, Reason: acceptlog.ReasonLeaseExpired}, "")

@@ -101,6 +101,13 @@ type Config struct {
 	// ConfigFor on a log several replicas share, after
 	// relay.Service.RefreshQuotaShares).
 	Expire func(ctx context.Context) (int, error)
+	// Fence, when set, runs before every pass: when it returns an error
+	// the pass reads and changes nothing (no lease expiry, no search, no
+	// decision) and RunOnce returns that error. ConfigFor sets it on a
+	// shared log to relay.Service.CheckClock, the clock fence: a replica
+	// whose clock is off must not judge others' leases nor decide by its
+	// clock. The loop does not log relay.ErrClockSkew (the fence has).
+	Fence func(ctx context.Context) error
 	// DisableWitness turns the witness rule off: every search miss counts,
 	// as before issue 13 (no witness in the query, no companion after:
 	// query, no recorded witness, no lag floor, no window check before a
@@ -133,6 +140,7 @@ func ConfigFor(svc *relay.Service) Config {
 	c := Config{Log: svc.Log(), Mailboxes: svc, Policy: svc.Policy(),
 		Attempter: svc, Logger: svc.Logger(), Now: svc.Now}
 	if acceptlog.IsShared(c.Log) {
+		c.Fence = svc.CheckClock
 		c.Expire = func(ctx context.Context) (int, error) {
 			// Each pass also divides the quota again between the
 			// replicas alive now; a failed count keeps the last shares.
@@ -313,7 +321,7 @@ func (s *Sweeper) Stop() { s.life.Stop() }
 func (s *Sweeper) loop(ctx context.Context) {
 	lifecycle.Repeat(ctx, s.wake, func(ctx context.Context) time.Duration {
 		res, err := s.RunOnce(ctx)
-		if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+		if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) && !errors.Is(err, relay.ErrClockSkew) {
 			s.deps.Logger.Error().Err(err).Msg("sweeper pass")
 		}
 		return s.nextDelay(res)
@@ -337,12 +345,19 @@ func (s *Sweeper) nextDelay(res Result) time.Duration {
 
 // RunOnce runs one pass over the jobs due now and returns what it did.
 // Passes are serialised: a call waits for the pass in progress. An error
-// means the acceptance log could not be read or written; the counters
-// still say what was done before it. Gmail errors are not errors of the
-// pass: they are counted (Errors) or waited out (Deferred, Wait).
+// means the acceptance log could not be read or written, or Config.Fence
+// stopped the pass (nothing was done); the counters still say what was
+// done before it. Gmail errors are not errors of the pass: they are
+// counted (Errors) or waited out (Deferred, Wait).
 func (s *Sweeper) RunOnce(ctx context.Context) (Result, error) {
 	s.passMu.Lock()
 	defer s.passMu.Unlock()
+	if s.deps.Fence != nil {
+		if err := s.deps.Fence(ctx); err != nil {
+			s.deliver(Result{})
+			return Result{}, err
+		}
+	}
 	p := &pass{s: s, now: s.readClock(), mailboxes: map[string]acceptlog.Mailbox{}, boxes: map[string]*boxPass{}}
 	err := s.loadLags(ctx)
 	if err == nil {
@@ -363,9 +378,14 @@ func (s *Sweeper) RunOnce(ctx context.Context) (Result, error) {
 	s.totalsMu.Lock()
 	s.totals.add(res)
 	s.totalsMu.Unlock()
+	s.deliver(res)
+	return res, err
+}
+
+// deliver hands a finished pass's Result to Passes, unless it is full.
+func (s *Sweeper) deliver(res Result) {
 	select {
 	case s.passes <- res:
 	default:
 	}
-	return res, err
 }

@@ -116,6 +116,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		},
 		Log: lg, Policy: c.policy, Faults: faults, Mailboxes: boxes.configs,
 		QuotaPerMinute: c.QuotaPerMinute, Logger: logger, Now: now,
+		ManualClock: c.Clock == "manual", // apart from PostgreSQL's by design: no clock fence
 		SendTimeout: c.SendTimeout, Observer: metrics,
 		Crash:      crash,
 		CrashPoint: c.crashPoint,

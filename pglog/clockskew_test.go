@@ -1,0 +1,209 @@
+package pglog_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/gmailapi"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/pglog"
+	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/relay"
+	"github.com/gmailrelay/gmailrelay/sweeper"
+)
+
+// skewedReplica is one relay on the shared schema as `serve --database`
+// makes it, on the real clock moved by skew (PostgreSQL's clock is the
+// real one): its log and its quota read that clock, and the quota shares
+// Gmail's pauses through the log (as cmd/gmailrelay wires it).
+func skewedReplica(t *testing.T, url, schema string, skew time.Duration, cfg relay.Config) *relay.Service {
+	t.Helper()
+	now := func() time.Time { return time.Now().Add(skew) }
+	lg := open(t, url, schema, now)
+	q := relay.NewQuota(1_000_000, now)
+	q.SharePauses(lg, policy.DefaultMailbox)
+	cfg.Log, cfg.Now, cfg.Quota, cfg.Logger = lg, now, q, zerolog.Nop()
+	svc, err := relay.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+// skewSite is two replicas' ground on the real clock: a fresh schema and
+// the emulator with Google's client in front of it.
+func skewSite(t *testing.T) (url, schema string, emu *gmailfake.Server, gm *gmailapi.Client) {
+	t.Helper()
+	url = databaseURL(t)
+	schema = freshSchema(t, url)
+	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{})
+	gm, err := gmailapi.New(context.Background(), gmailapi.Config{Endpoint: emuURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return url, schema, emu, gm
+}
+
+func prepareAt(t *testing.T, key string, pol *policy.Policy) relay.Prepared {
+	t.Helper()
+	p, err := relay.Prepare(relay.SendRequest{Key: key, To: relay.AddressList{"a@example.org"}, Subject: "s", Text: "b"},
+		"", pol.MsgIDDomain, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// F3: a rate limit seen by a replica whose clock is 2 h ahead must not
+// stop the others for 2 h. Before the clock fence, its 429 asking for
+// about a second became a pause until its now + 1 s, shared through the
+// log: the replica on the right clock had its next send refused
+// (rate_limited, Retry-After ~7200 s). Now the skewed replica measures its
+// clock against PostgreSQL's and refuses the send at the front door (503
+// unavailable naming the skew): nothing logged, nothing sent to Gmail, no
+// pause published; the other replica's send goes out.
+func TestEmulatorClockSkewedReplicaPausesNobody(t *testing.T) {
+	const skew = 2 * time.Hour
+	url, schema, emu, gm := skewSite(t)
+	ctx := context.Background()
+	pol := quietPolicy()
+	good := skewedReplica(t, url, schema, 0, relay.Config{Provider: gm, Policy: pol, SendTimeout: 10 * time.Second})
+	ahead := skewedReplica(t, url, schema, skew, relay.Config{Provider: gm, Policy: pol, SendTimeout: 10 * time.Second})
+
+	if _, err := emu.AddFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionError, Status: http.StatusTooManyRequests}); err != nil {
+		t.Fatal(err)
+	}
+	p := prepareAt(t, "skew:ahead", pol)
+	res, err := ahead.Send(ctx, p, relay.SendOptions{})
+	var re *relay.Error
+	if !errors.As(err, &re) || re.Code != relay.CodeUnavailable || re.RetryAfter <= 0 || !strings.Contains(re.Message, "ahead of") {
+		t.Errorf("send through the replica 2 h ahead: %s %s, %v; want refused unavailable naming the skew", res.Job.State, res.Job.LastReason, err)
+	}
+	if _, err := good.Log().Get(ctx, p.MessageID); !errors.Is(err, acceptlog.ErrNotFound) {
+		t.Errorf("job of the refused send: %v; want none logged", err)
+	}
+	if st := emu.Stats(); st.Calls[gmailfake.MethodSend] != 0 {
+		t.Errorf("Gmail sends through the skewed replica: %d, want 0", st.Calls[gmailfake.MethodSend])
+	}
+	emu.ClearFaults()
+
+	q := prepareAt(t, "skew:good", pol)
+	res, err = good.Send(ctx, q, relay.SendOptions{})
+	if err != nil || res.Job.State != acceptlog.StateSent {
+		t.Fatalf("send through the replica on the right clock: %s, %v; want sent (no pause from the skewed one)", res.Job.State, err)
+	}
+	if d := good.Quota().PausedFor(); d > 0 {
+		t.Errorf("the right replica's mailbox is paused for %v, want not paused", d)
+	}
+	if got := emu.Deliveries(q.MessageID); got != 1 {
+		t.Errorf("emulator results: %d deliveries, want 1", got)
+	}
+}
+
+// gateProvider forwards a send to Gmail, then holds its answer until
+// released: the owner's Gmail call is in flight.
+type gateProvider struct {
+	relay.Provider
+	forwarded chan struct{}
+	release   chan struct{}
+}
+
+func (p *gateProvider) Send(ctx context.Context, mailbox string, raw []byte, threadID string) (relay.SentMessage, error) {
+	m, err := p.Provider.Send(ctx, mailbox, raw, threadID)
+	close(p.forwarded)
+	<-p.release
+	return m, err
+}
+
+// F4: a replica whose clock is skew ahead of the owner's calls
+// RecoverExpired (and runs a sweeper pass) while the owner's Gmail call,
+// with lease 2 × sendTimeout, is in flight. It must leave the live
+// attempt alone: the owner records Gmail's answer (sent, one effect) and
+// its caller gets it. Before the fix the skewed replica turned the job
+// unknown (lease_expired) and the owner's caller got an error although
+// Gmail had accepted the mail. Two cases: 30 s ahead of a 20 s lease (the
+// clock fence stops that replica) and 4.5 s ahead of a 4 s lease (within
+// the fence's bound: the margin RecoverExpired adds to every lease).
+func TestEmulatorClockSkewedReplicaLeavesLiveLeasesAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		skew, sendTimeout time.Duration
+	}{
+		{"beyond the bound", 30 * time.Second, 10 * time.Second},
+		{"within the bound", 4500 * time.Millisecond, 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url, schema, emu, gm := skewSite(t)
+			ctx := context.Background()
+			pol := quietPolicy()
+			gate := &gateProvider{Provider: gm, forwarded: make(chan struct{}), release: make(chan struct{})}
+			owner := skewedReplica(t, url, schema, 0, relay.Config{Provider: gate, Policy: pol, SendTimeout: tc.sendTimeout})
+			ahead := skewedReplica(t, url, schema, tc.skew, relay.Config{Provider: gm, Policy: pol, SendTimeout: tc.sendTimeout})
+			p := prepareAt(t, "skew:lease", pol)
+			type answer struct {
+				res relay.Result
+				err error
+			}
+			answered := make(chan answer, 1)
+			go func() {
+				res, err := owner.Send(ctx, p, relay.SendOptions{})
+				answered <- answer{res, err}
+			}()
+			<-gate.forwarded
+			released := false
+			defer func() {
+				if !released {
+					close(gate.release)
+					<-answered
+				}
+			}()
+			n, err := ahead.RecoverExpired(ctx)
+			if n != 0 || (err != nil && relay.ErrorCode(err) != relay.CodeUnavailable) {
+				t.Errorf("RecoverExpired on the replica %v ahead: %d jobs, %v; want 0 (at most refused by the clock fence)", tc.skew, n, err)
+			}
+			_, _ = sweeper.New(sweeper.ConfigFor(ahead)).RunOnce(ctx)
+			if j, _ := owner.Log().Get(ctx, p.MessageID); j.State != acceptlog.StateForwarding {
+				t.Errorf("owner's attempt in flight is %s %s, want still forwarding", j.State, j.LastReason)
+			}
+			close(gate.release)
+			released = true
+			got := <-answered
+			if got.err != nil || got.res.Job.State != acceptlog.StateSent {
+				t.Fatalf("owner's answer: %s, %v; want sent", got.res.Job.State, got.err)
+			}
+			if j, err := owner.Log().Get(ctx, p.MessageID); err != nil || j.State != acceptlog.StateSent || j.Effects != 1 {
+				t.Errorf("job: %s, %d effects (%v); want sent with one effect", j.State, j.Effects, err)
+			}
+			if got := emu.Deliveries(p.MessageID); got != 1 {
+				t.Errorf("emulator results: %d deliveries, want 1", got)
+			}
+		})
+	}
+}
+
+var _ relay.ClockChecker = (*pglog.Log)(nil)
+
+// ClockOffset reads PostgreSQL's clock against the caller's: a clock 3 s
+// behind the real one (the server's) measures about +3 s, within a small
+// uncertainty; after Close it answers acceptlog.ErrClosed.
+func TestClockOffsetMeasuresTheCallersClock(t *testing.T) {
+	url := databaseURL(t)
+	lg := open(t, url, freshSchema(t, url), nil)
+	ctx := context.Background()
+	behind := func() time.Time { return time.Now().Add(-3 * time.Second) }
+	off, unc, err := lg.ClockOffset(ctx, behind)
+	if err != nil || off < 2*time.Second || off > 4*time.Second || unc < 0 || unc > time.Second {
+		t.Errorf("ClockOffset of a clock 3 s behind: %v ±%v (%v), want about +3s", off, unc, err)
+	}
+	_ = lg.Close()
+	if _, _, err := lg.ClockOffset(ctx, nil); !errors.Is(err, acceptlog.ErrClosed) {
+		t.Errorf("ClockOffset after Close: %v, want ErrClosed", err)
+	}
+}
