@@ -72,3 +72,44 @@ func TestEmulatorManyScheduledJobsQueueASendForNowThatGoesFirst(t *testing.T) {
 		t.Errorf("emulator deliveries = %d, want 1 (tomorrow's jobs wait)", got)
 	}
 }
+
+// CONTRACT's order per mailbox is send_at, then acceptance order. Jobs
+// queued for one send_at at one instant of the clock (a manual clock, or a
+// coarse one) were delivered in Message-ID order; they go in the order the
+// relay accepted them. The three jobs are picked so that their Message-IDs
+// sort against their acceptance order.
+func TestEmulatorJobsQueuedAtOneInstantGoInAcceptanceOrder(t *testing.T) {
+	e := newEnv(t, 1_000_000, 2000)
+	at := e.clock.Now().Add(time.Hour)
+	var picked []relay.Prepared
+	for i := 1; len(picked) < 3; i++ {
+		p := e.prepare(i)
+		if len(picked) == 0 || p.MessageID < picked[len(picked)-1].MessageID {
+			p.SendAt = at
+			picked = append(picked, p)
+		}
+	}
+	ctx := context.Background()
+	for _, p := range picked {
+		if res, err := e.svc.Send(ctx, p, relay.SendOptions{Queue: true}); err != nil || res.Job.State != acceptlog.StateQueued {
+			t.Fatalf("send %s: %s, %v; want queued", p.MessageID, res.Job.State, err)
+		}
+	}
+	e.clock.Advance(time.Hour)
+	e.drain(time.Hour, nil)
+	var order []uint64
+	for _, p := range picked {
+		lines, err := e.log.JobLines(ctx, p.MessageID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range lines {
+			if l.Kind == acceptlog.KindEffect {
+				order = append(order, l.Seq)
+			}
+		}
+	}
+	if len(order) != 3 || !(order[0] < order[1] && order[1] < order[2]) {
+		t.Errorf("effect line seqs in acceptance order: %v, want 3 increasing (delivered in acceptance order)", order)
+	}
+}

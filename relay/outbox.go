@@ -113,7 +113,7 @@ func (s *Service) enqueue(ctx context.Context, box *Mailbox, p Prepared, o SendO
 			reason = acceptlog.ReasonSendAt
 		}
 		j := acceptlog.Job{MessageID: p.MessageID, Key: p.Key, Channel: p.Channel, Mailbox: box.name,
-			Fingerprint: p.Fingerprint, ThreadIDIn: p.ThreadID, SendAt: p.SendAt, CreatedAt: now, UpdatedAt: now}
+			Fingerprint: p.Fingerprint, ThreadIDIn: p.ThreadID, SendAt: p.SendAt, CreatedAt: s.acceptedAt(), UpdatedAt: now}
 		lines := []acceptlog.Line{
 			{Kind: acceptlog.KindReceived, Channel: p.Channel},
 			acceptlog.Move(&j, acceptlog.StateQueued, acceptlog.Line{Kind: acceptlog.KindState, Reason: reason}),

@@ -187,7 +187,7 @@ func (a *admitTx) change(cur *acceptlog.Job) (acceptlog.Change, error) {
 		*j = *cur
 	} else {
 		*j = acceptlog.Job{MessageID: p.MessageID, Key: p.Key, Channel: p.Channel, Mailbox: a.box.name,
-			Fingerprint: p.Fingerprint, ThreadIDIn: p.ThreadID, CreatedAt: now}
+			Fingerprint: p.Fingerprint, ThreadIDIn: p.ThreadID, CreatedAt: s.acceptedAt()}
 		raw = p.Raw
 	}
 	j.Attempts++

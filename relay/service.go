@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -95,6 +96,8 @@ type Service struct {
 	boxes    []*Mailbox // the default mailbox (or the first by name) first
 	onQueued func()
 	now      func() time.Time
+	// accepted is the last new job's CreatedAt (UnixNano); see acceptedAt.
+	accepted atomic.Int64
 	logger   zerolog.Logger
 	timeout  time.Duration
 	crash    func()
@@ -312,6 +315,25 @@ func (s *Service) Policy() *policy.Policy { return s.policy }
 
 // Now returns the service's clock reading.
 func (s *Service) Now() time.Time { return s.now() }
+
+// acceptedAt is the CreatedAt of a new job: now, made a nanosecond later
+// than the last one this Service gave when the clock has not moved on
+// since (a manual clock; a coarse one). The outbox delivers jobs of one
+// send_at in CreatedAt order, and CONTRACT's order is acceptance order:
+// taken inside the job's creating transaction, the stamps follow it.
+func (s *Service) acceptedAt() time.Time {
+	now := s.now()
+	for {
+		last := s.accepted.Load()
+		t := now
+		if d := last + 1 - now.UnixNano(); d > 0 {
+			t = now.Add(time.Duration(d))
+		}
+		if s.accepted.CompareAndSwap(last, t.UnixNano()) {
+			return t
+		}
+	}
+}
 
 // Logger returns the service's logger.
 func (s *Service) Logger() *zerolog.Logger { return &s.logger }
