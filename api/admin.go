@@ -10,6 +10,7 @@ import (
 
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/relay"
+	"github.com/gmailrelay/gmailrelay/retention"
 )
 
 // resolve answers POST /v1/jobs/{id}/resolve (admin): an operator's
@@ -168,7 +169,7 @@ func (s *Server) sweep(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	out := sweepAnswer{Result: res}
+	out := sweepAnswer{Result: res, Retention: &retention.Result{}} // zero counts without a retention policy
 	if s.cfg.Retention != nil && s.cfg.Retention.Enabled() {
 		rr, err := s.cfg.Retention.RunOnce(r.Context())
 		if err != nil {
