@@ -73,3 +73,18 @@ func TestParseMailboxesRefusesBadFields(t *testing.T) {
 		t.Errorf("an empty mailboxes mapping: %v, want an error naming mailboxes", err)
 	}
 }
+
+// CONTRACT's mailboxes snippet is a whole policy file: without channels:
+// it keeps the default channel (it was refused, "channels: required").
+func TestContractMailboxesSnippetIsAPolicy(t *testing.T) {
+	p, err := policy.Parse([]byte(`mailboxes:
+  support: {address: support@example.com, credentials: /secrets/support.json, quota_per_minute: 6000, daily_send_limit: 2000}
+  billing: {address: billing@example.com, subject: billing@example.com}   # service account + domain-wide delegation
+`))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if len(p.Mailboxes) != 2 || !reflect.DeepEqual(p.Channels, policy.Default().Channels) {
+		t.Errorf("mailboxes %v, channels %+v; want 2 mailboxes and the default channel", p.Mailboxes, p.Channels)
+	}
+}

@@ -68,9 +68,10 @@ func Parse(data []byte) (*Policy, error) {
 		return nil, err
 	}
 	// channels refuses an empty or null mapping, so nil means the key is
-	// missing.
+	// missing: a file that names only mailboxes or a retention (CONTRACT's
+	// mailboxes snippet is such a file) keeps the default channel.
 	if p.Channels == nil {
-		return nil, &FieldError{Field: "channels", Line: root.Line, Message: "required: at least one channel, e.g. default: {on_unknown: retry}"}
+		p.Channels = Default().Channels
 	}
 	// Parse applied every rule already; Validate guards against the two
 	// drifting apart.
@@ -81,7 +82,7 @@ func Parse(data []byte) (*Policy, error) {
 }
 
 func emptyFile() *FieldError {
-	return &FieldError{Message: "empty policy file; want at least a channels mapping"}
+	return &FieldError{Message: "empty policy file; want channels, mailboxes or another key (see the example policy)"}
 }
 
 // yamlError turns a YAML syntax error into a *FieldError, keeping the line

@@ -114,7 +114,6 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate top-level key", "verify_handle: first\nverify_handle: never\nchannels: {d: {on_unknown: retry}}\n", "verify_handle", 2, "duplicate"},
 		{"unknown channel key", "channels:\n  billing:\n    on_unknown: review\n    graze: 3m\n", "channels.billing.graze", 4, "unknown key"},
 		{"duplicate channel", "channels:\n  a: {on_unknown: retry}\n  a: {on_unknown: review}\n", "channels.a", 3, "duplicate"},
-		{"missing channels", "msgid_domain: x.com\n", "channels", 1, "required"},
 		{"null channels", "channels:\n", "channels", 1, "at least one"},
 		{"empty channels", "channels: {}\n", "channels", 1, "at least one"},
 		{"channels is a list", "channels: [default]\n", "channels", 1, "mapping"},
