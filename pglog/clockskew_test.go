@@ -107,21 +107,6 @@ func TestEmulatorClockSkewedReplicaPausesNobody(t *testing.T) {
 	}
 }
 
-// gateProvider forwards a send to Gmail, then holds its answer until
-// released: the owner's Gmail call is in flight.
-type gateProvider struct {
-	relay.Provider
-	forwarded chan struct{}
-	release   chan struct{}
-}
-
-func (p *gateProvider) Send(ctx context.Context, mailbox string, raw []byte, threadID string) (relay.SentMessage, error) {
-	m, err := p.Provider.Send(ctx, mailbox, raw, threadID)
-	close(p.forwarded)
-	<-p.release
-	return m, err
-}
-
 // F4: a replica whose clock is skew ahead of the owner's calls
 // RecoverExpired (and runs a sweeper pass) while the owner's Gmail call,
 // with lease 2 × sendTimeout, is in flight. It must leave the live
@@ -143,20 +128,11 @@ func TestEmulatorClockSkewedReplicaLeavesLiveLeasesAlone(t *testing.T) {
 			url, schema, emu, gm := skewSite(t)
 			ctx := context.Background()
 			pol := quietPolicy()
-			gate := &gateProvider{Provider: gm, forwarded: make(chan struct{}), release: make(chan struct{})}
+			gate := &stuckProvider{Provider: gm, forwarded: make(chan struct{}), release: make(chan struct{})}
 			owner := skewedReplica(t, url, schema, 0, relay.Config{Provider: gate, Policy: pol, SendTimeout: tc.sendTimeout})
 			ahead := skewedReplica(t, url, schema, tc.skew, relay.Config{Provider: gm, Policy: pol, SendTimeout: tc.sendTimeout})
 			p := prepareAt(t, "skew:lease", pol)
-			type answer struct {
-				res relay.Result
-				err error
-			}
-			answered := make(chan answer, 1)
-			go func() {
-				res, err := owner.Send(ctx, p, relay.SendOptions{})
-				answered <- answer{res, err}
-			}()
-			<-gate.forwarded
+			answered := sendInFlight(ctx, owner, p, gate)
 			released := false
 			defer func() {
 				if !released {

@@ -21,8 +21,28 @@ import (
 	"github.com/gmailrelay/gmailrelay/sweeper"
 )
 
-// stuckProvider forwards sends to Gmail and then never answers: the
-// replica "dies" right after its message reached Gmail.
+// answer is what a Send returned.
+type answer struct {
+	res relay.Result
+	err error
+}
+
+// sendInFlight starts svc.Send(p) and returns once stuck holds its Gmail
+// call in flight; the Send's answer comes on the channel when stuck is
+// released.
+func sendInFlight(ctx context.Context, svc *relay.Service, p relay.Prepared, stuck *stuckProvider) <-chan answer {
+	answered := make(chan answer, 1)
+	go func() {
+		res, err := svc.Send(ctx, p, relay.SendOptions{})
+		answered <- answer{res, err}
+	}()
+	<-stuck.forwarded
+	return answered
+}
+
+// stuckProvider forwards sends to Gmail and then holds the answer until
+// release is closed: the attempt is in flight (or, never released, the
+// replica "died" right after its message reached Gmail).
 type stuckProvider struct {
 	relay.Provider
 	forwarded chan struct{}
@@ -128,16 +148,7 @@ func TestEmulatorLeaseIsTheOwnersNotTheRecoverers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type answer struct {
-		res relay.Result
-		err error
-	}
-	answered := make(chan answer, 1)
-	go func() {
-		res, err := a.Send(ctx, p, relay.SendOptions{})
-		answered <- answer{res, err}
-	}()
-	<-stuck.forwarded
+	answered := sendInFlight(ctx, a, p, stuck)
 	s.clock.Advance(30 * time.Second)
 	if n, err := b.RecoverExpired(ctx); err != nil || n != 0 {
 		t.Errorf("B recovered %d jobs (%v) 30 s into A's 10 min lease, want 0", n, err)

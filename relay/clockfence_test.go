@@ -1,7 +1,6 @@
 package relay_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +20,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/outbox"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -52,24 +52,10 @@ func (l *fakeClockLog) set(offset, unc time.Duration, err error) {
 	l.offset, l.unc, l.err = offset, unc, err
 }
 
-// lockedLines is a zerolog writer tests read from while the relay logs.
-type lockedLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (w *lockedLines) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
-}
-
-// count returns how many lines at level contain text.
-func (w *lockedLines) count(level, text string) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+// countLines returns how many lines of logs at level contain text.
+func countLines(logs *testenv.LockedBuffer, level, text string) int {
 	n := 0
-	for _, l := range strings.Split(w.buf.String(), "\n") {
+	for _, l := range strings.Split(logs.String(), "\n") {
 		if strings.Contains(l, `"level":"`+level+`"`) && strings.Contains(l, text) {
 			n++
 		}
@@ -101,7 +87,7 @@ func TestClockFenceStopsAReplicaWhoseClockIsOff(t *testing.T) {
 	lg := &fakeClockLog{Log: bl}
 	pol := policy.Default()
 	pol.VerifyHandle = policy.VerifyNever
-	logs := &lockedLines{}
+	logs := &testenv.LockedBuffer{}
 	newService := func(manual bool) *relay.Service {
 		svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: gm, Policy: pol, Now: clock.Now, ManualClock: manual,
 			Logger: zerolog.New(logs), SendTimeout: 2 * time.Second})
@@ -132,8 +118,8 @@ func TestClockFenceStopsAReplicaWhoseClockIsOff(t *testing.T) {
 			t.Fatalf("CheckClock 30 s ahead: %v, want the fence's error", err)
 		}
 	}
-	if got := logs.count("error", "30s (±1ms) ahead of"); got != 1 {
-		t.Errorf("fence ERROR lines naming the offset = %d, want 1 (once per change)\n%s", got, logs.buf.String())
+	if got := countLines(logs, "error", "30s (±1ms) ahead of"); got != 1 {
+		t.Errorf("fence ERROR lines naming the offset = %d, want 1 (once per change)\n%s", got, logs.String())
 	}
 
 	srv := httptest.NewServer(api.New(api.Config{Service: svc, MsgIDDomain: svcDomain, Logger: zerolog.Nop()}))
@@ -194,7 +180,7 @@ func TestClockFenceStopsAReplicaWhoseClockIsOff(t *testing.T) {
 	if err := svc.CheckClock(ctx); err != nil {
 		t.Fatalf("CheckClock within the bound: %v, want nil", err)
 	}
-	if got := logs.count("warn", "clock fence lifted"); got != 1 {
+	if got := countLines(logs, "warn", "clock fence lifted"); got != 1 {
 		t.Errorf("fence lifted lines = %d, want 1", got)
 	}
 	if res, err := svc.Send(ctx, p, relay.SendOptions{}); err != nil || res.Job.State != acceptlog.StateSent {
