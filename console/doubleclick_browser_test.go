@@ -47,7 +47,9 @@ func TestBrowserDoubleClickSendsOneDecision(t *testing.T) {
 	do(t, ctx, "open the job", chromedp.Navigate(front.URL+jobPath(id)), chromedp.WaitVisible(tid("resolve-note")),
 		chromedp.SendKeys(tid("resolve-note"), "The customer asked for it again."))
 	at := eval[[]float64](t, ctx, `(() => {
-		const r = document.querySelector('[data-testid="resolve-retry"]').getBoundingClientRect();
+		const b = document.querySelector('[data-testid="resolve-retry"]');
+		b.scrollIntoView({block: "center"});
+		const r = b.getBoundingClientRect();
 		return [r.x + r.width / 2, r.y + r.height / 2]; })()`)
 	do(t, ctx, "double click Retry",
 		chromedp.MouseClickXY(at[0], at[1]),
