@@ -39,10 +39,10 @@ func checkJSONMaps(data []byte) error {
 			i++
 		case '"':
 			end, escaped, err := scanJSONString(data, i)
-			if err != nil {
+			switch {
+			case err != nil:
 				return err
-			}
-			if end > len(data) {
+			case end > len(data):
 				return nil
 			}
 			if expectKey && len(stack) > 0 && stack[len(stack)-1] != nil {
