@@ -110,3 +110,21 @@ func TestEmulatorClockStepStillSeesARewrittenCopy(t *testing.T) {
 		})
 	}
 }
+
+// TestEmulatorForeignDateNeverNarrowsTheWindow: a Date that is not
+// Google's (a proxy's clock, 5 s or an hour behind) gave the relay a
+// wrong offset, the window moved off the copy Gmail stored under its own
+// id, and the job was resent: 2 deliveries. The window only widens from
+// the host clock's, which agrees with Google's here.
+func TestEmulatorForeignDateNeverNarrowsTheWindow(t *testing.T) {
+	for _, off := range []time.Duration{-5 * time.Second, -time.Hour, 5 * time.Second} {
+		t.Run(fmt.Sprint(off), func(t *testing.T) {
+			r := newStepRig(t, rigSetup{dates: func(now time.Time) time.Time { return now.Add(off) }})
+			id := rewrittenAmbiguous(r, func() {})
+			r.wantDeliveries(id, 1, "Gmail stored the ambiguous send under its own id")
+			if j := r.job(id); j.State != acceptlog.StateReview {
+				t.Errorf("job %s, want review (a Gmail-made id in the attempt's window)", j.State)
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package sweeper_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -42,6 +43,9 @@ type rigSetup struct {
 	wrap func(relay.Provider) relay.Provider
 	// logger is the sweeper's; nil means none.
 	logger *zerolog.Logger
+	// dates, when set, rewrites the Date header of the emulator's answers
+	// before the relay's Gmail client reads them (a proxy's clock).
+	dates func(now time.Time) time.Time
 }
 
 func newStepRig(t *testing.T, set rigSetup) *stepRig {
@@ -51,7 +55,11 @@ func newStepRig(t *testing.T, set rigSetup) *stepRig {
 	host := &hostClock{real: real}
 	srv, url := gmailfake.NewTestServer(t, gmailfake.Options{IndexLag: set.indexLag, Seed: 7, Now: real.Now})
 	lg := acceptlogtest.OpenPath(t, filepath.Join(t.TempDir(), "accept.db"), acceptlog.Options{Now: host.Now})
-	gm, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: url, Now: host.Now})
+	gcfg := gmailapi.Config{Endpoint: url, Now: host.Now}
+	if set.dates != nil {
+		gcfg.HTTPClient = &http.Client{Transport: &redated{base: http.DefaultTransport, now: real.Now, date: set.dates}}
+	}
+	gm, err := gmailapi.New(ctx, gcfg)
 	if err != nil {
 		t.Fatalf("gmail client: %v", err)
 	}
@@ -76,6 +84,22 @@ func newStepRig(t *testing.T, set rigSetup) *stepRig {
 	}
 	h := &harness{t: t, ctx: ctx, clock: real, srv: srv, prov: prov, log: lg, faults: faults, svc: svc, sw: sweeper.New(cfg)}
 	return &stepRig{harness: h, host: host}
+}
+
+// redated sets the Date of every answer from its own clock, as a proxy
+// between the relay and Gmail may.
+type redated struct {
+	base http.RoundTripper
+	now  func() time.Time
+	date func(time.Time) time.Time
+}
+
+func (r *redated) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := r.base.RoundTrip(req)
+	if err == nil {
+		resp.Header.Set("Date", r.date(r.now()).UTC().Format(http.TimeFormat))
+	}
+	return resp, err
 }
 
 // send sends a new message on the retry channel, dated on the relay's

@@ -79,12 +79,13 @@ func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hit
 		// for then makes a second effect, a duplicate_delivery.
 		h := hits[0]
 		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
-			n.GmailID, n.LabelIDs, n.NextCheckAt = h.id, append([]string(nil), h.labels...), time.Time{}
-			n.Effects++
-			return []acceptlog.Line{search,
-				{Kind: acceptlog.KindEffect, Attempt: j.Attempts, Reason: ReasonFound, Source: acceptlog.SourceSearch, GmailID: h.id, LabelIDs: n.LabelIDs},
-				acceptlog.Move(n, acceptlog.StateReview, evidence(search, ReasonReviewChannel, hits,
-					"found once in the mailbox; this channel never resolves ambiguous sends by itself"))}
+			lines := []acceptlog.Line{search}
+			if found, ok := foundEffect(n, h); ok {
+				lines = append(lines, found)
+			}
+			n.NextCheckAt = time.Time{}
+			return append(lines, acceptlog.Move(n, acceptlog.StateReview, evidence(search, ReasonReviewChannel, hits,
+				"found once in the mailbox; this channel never resolves ambiguous sends by itself")))
 		})
 		if written {
 			p.res.Reviewed++
@@ -176,19 +177,52 @@ func (p *pass) resend(ctx context.Context, j acceptlog.Job, redo int) (bool, err
 // and the job is sent (effect line, source search) with its late look
 // scheduled.
 func (p *pass) foundOnce(ctx context.Context, j acceptlog.Job, search acceptlog.Line, h hit, ch policy.Channel) (bool, error) {
-	labels := append([]string(nil), h.labels...)
+	twice := false
 	written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
-		n.GmailID, n.LabelIDs = h.id, labels
-		n.Effects++
+		found, effect := foundEffect(n, h)
+		switch {
+		case !effect:
+			found.Kind = acceptlog.KindState // the copy counted before: still one delivery
+		case n.Effects > 1:
+			// A copy other than the one an effect line counts already:
+			// delivered twice.
+			twice = true
+			n.NextCheckAt = time.Time{}
+			return []acceptlog.Line{search, found, acceptlog.Move(n, acceptlog.StateReview, acceptlog.Line{Kind: acceptlog.KindReview,
+				Attempt: n.Attempts, Reason: ReasonDuplicateDelivery, GmailID: h.id,
+				Note: fmt.Sprintf("found a copy (gmail id %s) besides the one %d effect line(s) count already", h.id, n.Effects-1)})}
+		}
 		p.oneCopy(n, ch) // this search, after grace, already counted exactly one
-		return []acceptlog.Line{search, acceptlog.Move(n, acceptlog.StateSent, acceptlog.Line{Kind: acceptlog.KindEffect, Attempt: j.Attempts,
-			Reason: ReasonFound, Source: acceptlog.SourceSearch, GmailID: h.id, LabelIDs: labels})}
+		return []acceptlog.Line{search, acceptlog.Move(n, acceptlog.StateSent, found)}
 	})
-	if written {
+	switch {
+	case written && twice:
+		p.res.Duplicates++
+		p.res.Reviewed++
+		p.s.deps.Logger.Error().Str("message_id", j.MessageID).Str("gmail_id", h.id).
+			Msg("ALARM: the relay delivered a message twice (two own effects); handed to a human")
+	case written:
 		p.s.deps.Logger.Info().Str("message_id", j.MessageID).Str("gmail_id", h.id).Msg("ambiguous send found in the mailbox: sent")
 	}
 	p.count(written, &p.res.Checked, &p.res.Found)
 	return true, err
+}
+
+// foundEffect is the line that records copy h of job n found by a search,
+// with n's Gmail id and labels set: an effect line (source search, and
+// n's Effects counts it) unless an effect line already counts that very
+// copy (a found copy, then a retry whose outcome was unknown: the search
+// finds the same copy again, which is still one delivery); then effect is
+// false and the line is the caller's to give a kind.
+func foundEffect(n *acceptlog.Job, h hit) (line acceptlog.Line, effect bool) {
+	effect = n.Effects == 0 || n.GmailID != h.id
+	n.GmailID, n.LabelIDs = h.id, append([]string(nil), h.labels...)
+	line = acceptlog.Line{Kind: acceptlog.KindEffect, Attempt: n.Attempts, Reason: ReasonFound, Source: acceptlog.SourceSearch,
+		GmailID: h.id, LabelIDs: n.LabelIDs}
+	if effect {
+		n.Effects++
+	}
+	return line, effect
 }
 
 // decideFailed records the search of a retryable failed job with an

@@ -432,3 +432,44 @@ func TestLateLookCatchesALateSecondCopyOfARewrittenSend(t *testing.T) {
 		t.Errorf("mailbox rewrites = %d, %v; want 1 (the late look counts none)", mb.Rewrites, err)
 	}
 }
+
+// A copy the log counts already is one delivery, however often a search
+// finds it: a review channel's send found once (its effect line), then a
+// human's retry that Gmail answers 500 without storing anything, then the
+// next search finds the same copy. Before, it wrote a second effect line
+// (2 effects, 1 delivery at the emulator).
+func TestFoundAgainCopyIsNotASecondEffect(t *testing.T) {
+	h := newHarness(t, setup{})
+	id := h.sendAmbiguous(reviewChannel)
+	h.clock.Advance(grace)
+	h.sweep()
+	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionError, Status: 500, Count: 1})
+	if _, err := h.svc.Resolve(h.ctx, id, relay.ActionRetry, "", "ops@example.com", relay.AnyAttempts); err != nil {
+		t.Fatalf("resolve retry: %v", err)
+	}
+	h.clock.Advance(grace)
+	h.sweep()
+	h.wantJob(id, acceptlog.StateReview, 2, 1, 1)
+}
+
+// A copy other than the one an effect line counts is a second delivery:
+// found once by a retry channel's search, the job goes to review
+// (duplicate_delivery), not to sent with two effects.
+func TestFoundOtherCopyOfADeliveredJobIsADuplicate(t *testing.T) {
+	h := newHarness(t, setup{})
+	id := h.sendAmbiguous(retryChannel)
+	if _, _, err := h.log.Mutate(h.ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		n := *cur
+		n.Effects, n.GmailID = 1, "an-earlier-copy" // a delivery the log counted, since deleted by the user
+		return acceptlog.Change{Job: &n, Lines: []acceptlog.Line{{Kind: acceptlog.KindEffect, Attempt: n.Attempts,
+			Source: acceptlog.SourceResponse, GmailID: n.GmailID}}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(grace)
+	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Found: 1, Duplicates: 1, Reviewed: 1})
+	h.wantJob(id, acceptlog.StateReview, 1, 2, 1)
+	if got := reviewReason(h, id); got != sweeper.ReasonDuplicateDelivery {
+		t.Errorf("review reason %q, want %q", got, sweeper.ReasonDuplicateDelivery)
+	}
+}

@@ -42,11 +42,12 @@ const (
 )
 
 // gmailSpan is where, on Gmail's clock, what happened on the relay's
-// between from and to is dated: [from+lo, to+hi], Gmail's clock offset
+// between from and to may be dated: [from+lo, to+hi], Gmail's clock offset
 // lying in [lo, hi] as the current mailbox's provider measured it
-// (relay.GmailClock). A relay whose clock is seconds off Google's would
-// otherwise build windows and after: queries that Gmail's dates fall
-// outside of. An interval holding zero (clocks that agree as far as
+// (relay.GmailClock), widened to hold [from, to] itself: a relay whose
+// clock is seconds off Google's would otherwise build windows and after:
+// queries that Gmail's dates fall outside of, while an offset measured
+// from a Date that is not Google's (a proxy's) only widens them. An interval holding zero (clocks that agree as far as
 // Gmail's whole-second Date can tell) is taken as zero: within a second
 // the clocks were trusted before, and windowPad covers it. A provider
 // that has not measured it is taken as ±unknownOffset; one that does not
@@ -73,7 +74,10 @@ func (p *pass) gmailSpan(from, to time.Time) (time.Time, time.Time) {
 		p.s.deps.Logger.Warn().Str("mailbox", p.cur.m.Name()).Dur("gmail_ahead_min", lo).Dur("gmail_ahead_max", hi).
 			Msg("this host's clock is off Gmail's (measured from the Date of its answers); searches are placed on Gmail's clock, but fix the host's time sync")
 	}
-	return from.Add(lo), to.Add(hi)
+	// Only ever wider than the host clock's span: a Date that is not
+	// Google's (a proxy's, a gateway's) must not move the span off the
+	// host clock, which agreed with Google's before.
+	return from.Add(min(lo, 0)), to.Add(max(hi, 0))
 }
 
 // maxWindowReads bounds the messages.get calls one window check may make;
