@@ -118,18 +118,21 @@ func TestEmulatorClockSkewedReplicaPausesNobody(t *testing.T) {
 // the fence's bound: the margin RecoverExpired adds to every lease).
 func TestEmulatorClockSkewedReplicaLeavesLiveLeasesAlone(t *testing.T) {
 	for _, tc := range []struct {
-		name              string
-		skew, sendTimeout time.Duration
+		name                         string
+		ownerSkew, skew, sendTimeout time.Duration
 	}{
-		{"beyond the bound", 30 * time.Second, 10 * time.Second},
-		{"within the bound", 4500 * time.Millisecond, 2 * time.Second},
+		{"beyond the bound", 0, 30 * time.Second, 10 * time.Second},
+		{"within the bound", 0, 4500 * time.Millisecond, 2 * time.Second},
+		// Each within the bound, on either side of the reference: 9 s
+		// apart, more than the 4 s lease and one MaxClockSkew.
+		{"both within the bound, 9 s apart", -4500 * time.Millisecond, 4500 * time.Millisecond, 2 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			url, schema, emu, gm := skewSite(t)
 			ctx := context.Background()
 			pol := quietPolicy()
 			gate := &stuckProvider{Provider: gm, forwarded: make(chan struct{}), release: make(chan struct{})}
-			owner := skewedReplica(t, url, schema, 0, relay.Config{Provider: gate, Policy: pol, SendTimeout: tc.sendTimeout})
+			owner := skewedReplica(t, url, schema, tc.ownerSkew, relay.Config{Provider: gate, Policy: pol, SendTimeout: tc.sendTimeout})
 			ahead := skewedReplica(t, url, schema, tc.skew, relay.Config{Provider: gm, Policy: pol, SendTimeout: tc.sendTimeout})
 			p := prepareAt(t, "skew:lease", pol)
 			answered := sendInFlight(ctx, owner, p, gate)

@@ -59,7 +59,7 @@ func (p *stuckProvider) Send(ctx context.Context, mailbox string, raw []byte, th
 // Replica A dies mid-attempt (its message reached Gmail, the outcome is
 // never recorded). Replica B starting on the same log leaves A's attempt
 // alone while its lease runs (and the clock margin after it, see
-// relay.MaxClockSkew); once it has run out, B's sweeper turns the
+// relay.LeaseMargin); once it has run out, B's sweeper turns the
 // job unknown (lease_expired) and reconciles it by search: sent, one
 // delivery at the emulator (emulator results).
 func TestReplicaKilledMidAttemptIsTakenOverAfterItsLease(t *testing.T) {
@@ -109,7 +109,7 @@ func TestReplicaKilledMidAttemptIsTakenOverAfterItsLease(t *testing.T) {
 		t.Fatalf("within the lease the job is %s, want still forwarding (A's)", j.State)
 	}
 
-	clock.Advance(b.Lease() + relay.MaxClockSkew + time.Second)
+	clock.Advance(b.Lease() + relay.LeaseMargin + time.Second)
 	if _, err := sw.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}

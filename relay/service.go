@@ -267,14 +267,22 @@ func (s *Service) Lease() time.Duration { return 2 * s.timeout }
 // slower owner is still waiting on; a job without one (started by an
 // older gmailrelay) gets this process's Lease from its start (UpdatedAt).
 // Replicas compare times from their own clocks: every lease is honoured
-// for MaxClockSkew more, and a replica whose clock the fence found further
-// off than that takes nothing (it returns ClockFenced's error, cause
-// ErrClockSkew). The sweeper calls it on every pass on a shared log. An
+// for LeaseMargin more (two replicas the fence lets through may stand up
+// to twice MaxClockSkew apart), and a replica whose clock the fence found
+// further off than MaxClockSkew takes nothing (it returns ClockFenced's
+// error, cause ErrClockSkew). The sweeper calls it on every pass on a shared log. An
 // owner that is only late (its Gmail call outlived its lease and the
 // margin) finds the job no longer forwarding and records nothing (its
 // caller gets an error); the job is then the sweeper's, like any unknown
 // one: a send Gmail took is found by search (or goes to review on a
 // review channel).
+// LeaseMargin is how much longer than its lease an attempt of another
+// replica is left alone (RecoverExpired): each replica the clock fence lets through is
+// within MaxClockSkew of the reference (plus its measurement's
+// uncertainty, under a second on any sane network), so two of them are
+// within twice that.
+const LeaseMargin = 2*MaxClockSkew + time.Second
+
 func (s *Service) RecoverExpired(ctx context.Context) (int, error) {
 	if err := s.ClockFenced(); err != nil {
 		return 0, err
@@ -290,8 +298,8 @@ func (s *Service) RecoverExpired(ctx context.Context) (int, error) {
 		if until.IsZero() {
 			until = j.UpdatedAt.Add(s.Lease())
 		}
-		// The owner's clock may be up to MaxClockSkew behind ours.
-		if !now.After(until.Add(MaxClockSkew)) {
+		// The owner's clock may be up to LeaseMargin behind ours.
+		if !now.After(until.Add(LeaseMargin)) {
 			continue
 		}
 		_, err := s.markUnknown(ctx, j.MessageID, j.Attempts, Outcome{Verdict: Unknown, Reason: acceptlog.ReasonLeaseExpired}, "")
@@ -316,17 +324,22 @@ func (s *Service) Policy() *policy.Policy { return s.policy }
 // Now returns the service's clock reading.
 func (s *Service) Now() time.Time { return s.now() }
 
+// tieWindow bounds how far acceptedAt moves a stamp past the clock.
+const tieWindow = time.Millisecond
+
 // acceptedAt is the CreatedAt of a new job: now, made a nanosecond later
 // than the last one this Service gave when the clock has not moved on
-// since (a manual clock; a coarse one). The outbox delivers jobs of one
-// send_at in CreatedAt order, and CONTRACT's order is acceptance order:
-// taken inside the job's creating transaction, the stamps follow it.
+// since (a manual clock; a coarse one; within tieWindow). The outbox
+// delivers jobs of one send_at in CreatedAt order, and CONTRACT's order is
+// acceptance order: taken inside the job's creating transaction, the
+// stamps follow it. A clock that stepped back further than tieWindow is
+// taken as it is: a job's CreatedAt never runs ahead of its own lines.
 func (s *Service) acceptedAt() time.Time {
 	now := s.now()
 	for {
 		last := s.accepted.Load()
 		t := now
-		if d := last + 1 - now.UnixNano(); d > 0 {
+		if d := last + 1 - now.UnixNano(); d > 0 && d <= int64(tieWindow) {
 			t = now.Add(time.Duration(d))
 		}
 		if s.accepted.CompareAndSwap(last, t.UnixNano()) {

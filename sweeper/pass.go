@@ -440,6 +440,9 @@ func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.Stat
 		return false, nil
 	case errors.As(err, &rerr) && rerr.Code == relay.CodeConflict:
 		return false, nil // someone else moved the job: theirs stands
+	case errors.Is(err, relay.ErrClockSkew):
+		p.stop(p.s.interval) // the clock fence closed during the pass: nothing was sent
+		return false, nil
 	case err != nil:
 		p.res.Errors++
 		p.s.deps.Logger.Warn().Err(err).Str("message_id", j.MessageID).Str("reason", string(reason)).Msg("sweeper attempt")
