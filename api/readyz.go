@@ -75,7 +75,7 @@ func (p *probe) check(ctx context.Context) error {
 }
 
 // readyz answers whether the relay can serve: its log answers, Gmail
-// does, and on a shared log its clock agrees with the log's (see
+// does, and on a shared log its clock agrees with the other replicas' (see
 // clockReady). With several mailboxes, "mailboxes" says which are ready
 // (each with the reason it is not); the relay is ready while the log is
 // open and at least one mailbox is, since one broken credential stops
@@ -132,21 +132,22 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, body)
 }
 
-// clockReady measures the replica's clock against the shared log's (the
-// clock fence, relay.Service.CheckClock) and says in body["clock"] how far
-// off it is. It returns false when the fence is closed: the replica refuses
-// sends until its clock is fixed. Without a fence (a log of its own, a
-// manual clock) it adds nothing. Like a probe it runs on its own context,
-// so a caller that goes away does not turn into a failed measurement.
+// clockReady says in body["clock"] how far the replica's clock is from
+// the other replicas' (the clock fence, relay.Service.RecentClock: a
+// measurement younger than 10 s, or one shared with the concurrent
+// callers, never one per call; it waits at most 5 s for one in progress,
+// then takes the last status). It returns false when the fence is
+// closed: the replica refuses sends until its clock is fixed. Without a
+// fence (a log of its own, a manual clock) it adds nothing.
 func (s *Server) clockReady(ctx context.Context, body map[string]any) bool {
 	if s.svc == nil {
 		return true
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second) // then the last status
 	defer cancel()
-	fenced := s.svc.CheckClock(cctx) != nil
-	if st := s.svc.ClockStatus(); st.On {
+	st := s.svc.RecentClock(wctx)
+	if st.On {
 		body["clock"] = st.String()
 	}
-	return !fenced
+	return !st.Fenced
 }

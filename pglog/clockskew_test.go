@@ -3,6 +3,7 @@ package pglog_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -167,8 +168,6 @@ func TestEmulatorClockSkewedReplicaLeavesLiveLeasesAlone(t *testing.T) {
 	}
 }
 
-var _ relay.ClockChecker = (*pglog.Log)(nil)
-
 // ClockOffset reads PostgreSQL's clock against the caller's: a clock 3 s
 // behind the real one (the server's) measures about +3 s, within a small
 // uncertainty; after Close it answers acceptlog.ErrClosed.
@@ -186,3 +185,80 @@ func TestClockOffsetMeasuresTheCallersClock(t *testing.T) {
 		t.Errorf("ClockOffset after Close: %v, want ErrClosed", err)
 	}
 }
+
+// The clock fence's reference is the replicas, not the database's clock
+// (the reviewer's reproduction): two replicas whose clocks agree, both 10 s
+// ahead of PostgreSQL's, both send; before, each was compared with the
+// database alone and both refused every send (503 unavailable). Their
+// status names the database's clock as the one off.
+func TestEmulatorReplicasThatAgreeOutvoteTheDatabasesClock(t *testing.T) {
+	const skew = 10 * time.Second
+	url, schema, emu, gm := skewSite(t)
+	ctx := context.Background()
+	pol := quietPolicy()
+	a := skewedReplica(t, url, schema, skew, relay.Config{Provider: gm, Policy: pol, SendTimeout: 10 * time.Second})
+	b := skewedReplica(t, url, schema, skew, relay.Config{Provider: gm, Policy: pol, SendTimeout: 10 * time.Second})
+	for i, svc := range []*relay.Service{a, b} {
+		if err := svc.CheckClock(ctx); err != nil {
+			t.Errorf("replica %d: CheckClock: %v, want in step", i, err)
+		}
+		p := prepareAt(t, fmt.Sprintf("skew:agree:%d", i), pol)
+		res, err := svc.Send(ctx, p, relay.SendOptions{})
+		if err != nil || res.Job.State != acceptlog.StateSent {
+			t.Errorf("replica %d: send: %s, %v; want sent", i, res.Job.State, err)
+		}
+		if got := emu.Deliveries(p.MessageID); got != 1 {
+			t.Errorf("replica %d: emulator results: %d deliveries, want 1", i, got)
+		}
+		st := svc.ClockStatus()
+		if st.Fenced || st.Peers != 1 || !st.LogOff || !strings.Contains(st.String(), "the database's clock is") ||
+			!strings.Contains(st.String(), "behind the replicas'") {
+			t.Errorf("replica %d: clock status %+v %q; want in step with 1 peer, the database's clock named as off", i, st, st)
+		}
+	}
+}
+
+// MeasureClock publishes this Log's offset and returns those the other
+// replicas published: only of live replicas (a closed one's row is gone)
+// and younger than 2 minutes on the database's clock.
+func TestMeasureClockReturnsTheLiveReplicasRecentOffsets(t *testing.T) {
+	url := databaseURL(t)
+	schema := freshSchema(t, url)
+	ctx := context.Background()
+	ahead := open(t, url, schema, func() time.Time { return time.Now().Add(7 * time.Second) })
+	other := open(t, url, schema, nil)
+	peers := func() []time.Duration {
+		t.Helper()
+		r, err := other.MeasureClock(ctx, nil)
+		if err != nil || r.Offset < -time.Second || r.Offset > time.Second {
+			t.Fatalf("MeasureClock: %+v, %v; want an offset about 0", r, err)
+		}
+		return r.Peers
+	}
+	if p := peers(); len(p) != 0 {
+		t.Errorf("peers before the other replica measured: %v, want none", p)
+	}
+	if r, err := ahead.MeasureClock(ctx, nil); err != nil || len(r.Peers) != 1 || r.Offset > -6*time.Second || r.Offset < -8*time.Second {
+		t.Errorf("MeasureClock of the replica 7 s ahead: %+v, %v; want about -7s and one peer", r, err)
+	}
+	if p := peers(); len(p) != 1 || p[0] > -6*time.Second || p[0] < -8*time.Second {
+		t.Errorf("peers: %v, want the other replica's offset, about -7s", p)
+	}
+	execSQL(t, url, "UPDATE "+schema+".replicas SET clock_at_ns = clock_at_ns - $1 WHERE owner = $2", int64(3*time.Minute), ahead.Owner())
+	if p := peers(); len(p) != 0 {
+		t.Errorf("peers with an offset 3 min old: %v, want none", p)
+	}
+	if _, err := ahead.MeasureClock(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	_ = ahead.Close()
+	if p := peers(); len(p) != 0 {
+		t.Errorf("peers after the other replica closed: %v, want none", p)
+	}
+	_ = other.Close()
+	if _, err := other.MeasureClock(ctx, nil); !errors.Is(err, acceptlog.ErrClosed) {
+		t.Errorf("MeasureClock after Close: %v, want ErrClosed", err)
+	}
+}
+
+var _ relay.ClockChecker = (*pglog.Log)(nil)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -28,28 +29,56 @@ import (
 )
 
 // fakeClockLog is a bbolt log posing as one several replicas share, with a
-// clock the test sets: the clock fence without PostgreSQL.
+// clock the test sets: the clock fence without PostgreSQL. peers are the
+// other live replicas' offsets (set: one replica agreeing with the log);
+// delay makes each measurement take that long, and the counters record
+// how many ran, and how many at once.
 type fakeClockLog struct {
 	*acceptlog.Log
 	mu          sync.Mutex
 	offset, unc time.Duration
+	peers       []time.Duration
 	err         error
+	delay       time.Duration
+	started     chan struct{} // non-nil: told (without blocking) when a measurement starts
+
+	calls, running, maxRunning int
 }
 
 var _ relay.ClockChecker = (*fakeClockLog)(nil)
 
 func (l *fakeClockLog) Shared() bool { return true }
 
-func (l *fakeClockLog) ClockOffset(context.Context, func() time.Time) (time.Duration, time.Duration, error) {
+func (l *fakeClockLog) MeasureClock(context.Context, func() time.Time) (relay.ClockReading, error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.offset, l.unc, l.err
+	l.calls++
+	l.running++
+	l.maxRunning = max(l.maxRunning, l.running)
+	r, err, delay := relay.ClockReading{Offset: l.offset, Uncertainty: l.unc, Peers: slices.Clone(l.peers)}, l.err, l.delay
+	if l.started != nil {
+		select {
+		case l.started <- struct{}{}:
+		default:
+		}
+	}
+	l.mu.Unlock()
+	time.Sleep(delay)
+	l.mu.Lock()
+	l.running--
+	l.mu.Unlock()
+	return r, err
 }
 
+// set makes the log's clock offset ahead of this replica's (± unc), with
+// one other live replica agreeing with the log.
 func (l *fakeClockLog) set(offset, unc time.Duration, err error) {
+	l.setPeers(offset, unc, err, 0)
+}
+
+func (l *fakeClockLog) setPeers(offset, unc time.Duration, err error, peers ...time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.offset, l.unc, l.err = offset, unc, err
+	l.offset, l.unc, l.err, l.peers = offset, unc, err, peers
 }
 
 // countLines returns how many lines of logs at level contain text.
@@ -195,4 +224,162 @@ func TestClockFenceStopsAReplicaWhoseClockIsOff(t *testing.T) {
 	if manual := newService(true); manual.CheckClock(ctx) != nil || manual.ClockStatus().On {
 		t.Errorf("manual clock: fence %+v, want off", manual.ClockStatus())
 	}
+}
+
+// fenceService is a Service on lg (a bbolt log posing as a shared one) on
+// the real clock, its logs collected.
+func fenceService(t *testing.T, lg *fakeClockLog) (*relay.Service, *testenv.LockedBuffer) {
+	t.Helper()
+	ctx := context.Background()
+	_, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{})
+	gm, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: emuURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bl, err := acceptlog.Open(filepath.Join(t.TempDir(), "relay.db"), acceptlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bl.Close() })
+	lg.Log = bl
+	pol := policy.Default()
+	pol.VerifyHandle = policy.VerifyNever
+	logs := &testenv.LockedBuffer{}
+	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: gm, Policy: pol, Logger: zerolog.New(logs), SendTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc, logs
+}
+
+// The fence's reference is the other replicas, not the log's (the
+// database's) clock: the median of the live replicas' clocks and the
+// log's. Before, every replica was compared with the database alone, so a
+// database 10 s off fenced every replica (a total outage). A replica alone
+// is never fenced; a database clock off the replicas' is named in a
+// warning (once) and in /readyz's status, and fences nobody.
+func TestClockFenceComparesWithTheOtherReplicas(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		offset      time.Duration   // the database's clock minus this replica's
+		peers       []time.Duration // the other live replicas'
+		fenced      bool
+		status, log string // in ClockStatus().String(); in one WARN line ("" none)
+	}{
+		{"alone 30 s ahead of the database", -30 * time.Second, nil, false,
+			"30s (±1ms) ahead of the database's (the only live replica", "the database's clock is 30s behind this replica's (the only live one): fix its time sync"},
+		{"two replicas 10 s ahead of the database", -10 * time.Second, []time.Duration{-10 * time.Second}, false,
+			"in step: this replica's clock is 0s (±1ms) ahead of the other replicas'", "the database's clock is 10s behind the replicas' (median): fix its time sync; replicas are not fenced for it"},
+		{"12 s ahead of a replica and the database that agree", -12 * time.Second, []time.Duration{0}, true,
+			"fenced: this replica's clock is 12s (±1ms) ahead of the other replicas' (the median of 1 other live replica and the database's", ""},
+		{"12 s ahead of two replicas, the database 10 s behind them", -22 * time.Second, []time.Duration{-10 * time.Second, -10 * time.Second}, true,
+			"fenced: this replica's clock is 12s (±1ms) ahead of the other replicas' (the median of 2 other live replicas", "the database's clock is 10s behind the replicas'"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lg := &fakeClockLog{}
+			lg.setPeers(tc.offset, time.Millisecond, nil, tc.peers...)
+			svc, logs := fenceService(t, lg) // New measures
+			for range 2 {
+				if err := svc.CheckClock(context.Background()); (err != nil) != tc.fenced || (err != nil && !errors.Is(err, relay.ErrClockSkew)) {
+					t.Errorf("CheckClock: %v, want fenced %v", err, tc.fenced)
+				}
+			}
+			if st := svc.ClockStatus(); !strings.Contains(st.String(), tc.status) {
+				t.Errorf("status %q, want it to contain %q", st, tc.status)
+			}
+			if tc.log != "" && countLines(logs, "warn", tc.log) != 1 {
+				t.Errorf("WARN lines %q: %d, want 1\n%s", tc.log, countLines(logs, "warn", tc.log), logs.String())
+			}
+			if tc.log == "" && countLines(logs, "warn", "the database's clock") != 0 {
+				t.Errorf("a warning about the database's clock, want none\n%s", logs.String())
+			}
+		})
+	}
+}
+
+// /readyz takes no measurement of its own while the last one is younger
+// than 10 s, and concurrent calls share one: 8 of them with a measurement
+// of 400 ms make one, never two at once, and a sweeper pass started
+// meanwhile waits for at most that one before measuring (before, every
+// /readyz measured, all serialised on a mutex the sweeper's CheckClock
+// queued behind). Waiting for a measurement honours the context.
+func TestReadyzSharesOneClockMeasurement(t *testing.T) {
+	const delay = 400 * time.Millisecond
+	ctx := context.Background()
+	lg := &fakeClockLog{}
+	lg.set(0, time.Millisecond, nil)
+	svc, _ := fenceService(t, lg)
+	srv := httptest.NewServer(api.New(api.Config{Service: svc, MsgIDDomain: svcDomain, Logger: zerolog.Nop()}))
+	defer srv.Close()
+	counts := func() (calls, maxRunning int) {
+		lg.mu.Lock()
+		defer lg.mu.Unlock()
+		return lg.calls, lg.maxRunning
+	}
+	readyz := func(n int) *sync.WaitGroup {
+		var wg sync.WaitGroup
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := http.Get(srv.URL + "/readyz")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var rz map[string]any
+				_ = json.NewDecoder(resp.Body).Decode(&rz)
+				resp.Body.Close()
+				if c, _ := rz["clock"].(string); resp.StatusCode != http.StatusOK || !strings.HasPrefix(c, "in step") {
+					t.Errorf("/readyz: %d %v, want ready and in step", resp.StatusCode, rz)
+				}
+			}()
+		}
+		return &wg
+	}
+
+	readyz(8).Wait()
+	if calls, _ := counts(); calls != 1 {
+		t.Errorf("measurements after New and 8 /readyz: %d, want 1 (New's, still fresh)", calls)
+	}
+
+	lg.mu.Lock()
+	lg.delay, lg.started = delay, make(chan struct{}, 1)
+	lg.mu.Unlock()
+	svc.ForgetClockMeasurement()
+	wg := readyz(8)
+	<-lg.started
+	time.Sleep(100 * time.Millisecond) // the other /readyz calls are waiting too
+	t0 := time.Now()
+	if _, err := sweeper.New(sweeper.ConfigFor(svc)).RunOnce(ctx); err != nil {
+		t.Errorf("sweeper pass: %v", err)
+	}
+	took := time.Since(t0)
+	wg.Wait()
+	calls, most := counts()
+	if calls != 3 || most != 1 {
+		t.Errorf("measurements: %d in all, %d at once; want 3 (New, one for the 8 /readyz, the sweeper's), 1 at once", calls, most)
+	}
+	if took > 2*delay+300*time.Millisecond {
+		t.Errorf("sweeper pass took %v with 8 /readyz measuring, want at most one measurement's wait (%v) and its own", took, delay)
+	}
+
+	// A caller that stops waiting does not wait for the measurement.
+	select {
+	case <-lg.started: // the sweeper's
+	default:
+	}
+	svc.ForgetClockMeasurement()
+	done := make(chan struct{})
+	go func() { _ = svc.CheckClock(ctx); close(done) }()
+	<-lg.started
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	t0 = time.Now()
+	st := svc.RecentClock(short)
+	err := svc.CheckClock(short)
+	if took := time.Since(t0); took > delay/2 || !st.On || err != nil {
+		t.Errorf("RecentClock and CheckClock with 50 ms to wait: %v, %v after %v; want the last status within about 100 ms", st, err, took)
+	}
+	<-done
 }

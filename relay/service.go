@@ -49,8 +49,8 @@ type Config struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// ManualClock says Now is a manual clock (tests, serve --clock
-	// manual): it runs apart from the shared log's clock by design, so
-	// the clock fence (CheckClock) is off.
+	// manual): it runs apart from the other replicas' clocks by design,
+	// so the clock fence (CheckClock) is off.
 	ManualClock bool
 	// Logger receives structured logs (never bodies, tokens or recipients).
 	Logger zerolog.Logger
@@ -157,8 +157,8 @@ type Result struct {
 // New opens the send path and recovers from a crash: every job still in
 // forwarding becomes unknown with an ambiguous line (reason
 // recovered_after_restart), its check scheduled after its channel's grace.
-// On a shared log it measures its clock against the log's first (the
-// clock fence, CheckClock) and recovers only the attempts whose lease ran
+// On a shared log it measures its clock against the other replicas' first
+// (the clock fence, CheckClock) and recovers only the attempts whose lease ran
 // out (RecoverExpired), none while the fence is closed.
 func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.Log == nil || cfg.Policy == nil {
