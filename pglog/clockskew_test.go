@@ -262,3 +262,22 @@ func TestMeasureClockReturnsTheLiveReplicasRecentOffsets(t *testing.T) {
 }
 
 var _ relay.ClockChecker = (*pglog.Log)(nil)
+
+// A replica with no peer's clock to compare with (it starts first; its
+// peers run an older version) is compared with the database's: 2 h ahead,
+// it is fenced from its start and sends nothing. Before (the review's
+// finding), alone meant never fenced: it sent, and the Gmail pause its 429
+// published held the replica started after it for 2 h.
+func TestEmulatorReplicaStartingFirstIsComparedWithTheDatabase(t *testing.T) {
+	url, schema, emu, gm := skewSite(t)
+	ctx := context.Background()
+	pol := quietPolicy()
+	ahead := skewedReplica(t, url, schema, 2*time.Hour, relay.Config{Provider: gm, Policy: pol, SendTimeout: 10 * time.Second})
+	p := prepareAt(t, "skew:first", pol)
+	if _, err := ahead.Send(ctx, p, relay.SendOptions{}); !errors.Is(err, relay.ErrClockSkew) {
+		t.Errorf("send on the replica 2 h ahead, alone: %v, want the clock fence's refusal", err)
+	}
+	if got := emu.Deliveries(p.MessageID); got != 0 {
+		t.Errorf("emulator results: %d deliveries, want 0", got)
+	}
+}

@@ -69,13 +69,16 @@ type ClockStatus struct {
 	// Offset is the reference clock minus this replica's, Uncertainty its
 	// margin of error (half a round trip). The reference is the median
 	// of the live replicas' clocks (this one's included) and the log's,
-	// each measured through the log's clock; with no other live replica
-	// (Peers 0) it is the log's clock, and the fence stays open.
+	// each measured through the log's clock; with no other replica's
+	// clock published lately (Peers 0) it is the log's clock, unless
+	// Google's (a Gmail client's GmailClock) agrees with this replica's.
+	// A replica alone still writes leases and pauses the replicas after
+	// it read, so it is fenced too.
 	Offset, Uncertainty time.Duration
 	// Peers is how many other live replicas voted.
 	Peers int
-	// LogOffset is the log's clock minus the reference (this replica
-	// alone: minus its clock). LogOff: the last conclusive measurement
+	// LogOffset is the log's clock minus the reference (with no peer:
+	// minus this replica's clock). LogOff: the last conclusive measurement
 	// put it beyond MaxClockSkew (the log's clock is off; no replica is
 	// fenced for it).
 	LogOffset time.Duration
@@ -115,7 +118,7 @@ func describeOffset(offset, uncertainty time.Duration, peers int) string {
 	if offset > 0 {
 		way, d = "behind", offset
 	}
-	ref := "the database's (the only live replica: nobody to disagree with, so not fenced)"
+	ref := "the database's (no other replica has published its clock lately)"
 	if peers > 0 {
 		ref = fmt.Sprintf("the other replicas' (the median of %d other live %s and the database's, measured through the database's clock)",
 			peers, plural(peers, "replica", "replicas"))
@@ -133,7 +136,7 @@ func describeLogOffset(off time.Duration, peers int) string {
 	}
 	ref := "the replicas' (median)"
 	if peers == 0 {
-		ref = "this replica's (the only live one)"
+		ref = "this replica's (no other replica's clock published lately) and Google's"
 	}
 	return fmt.Sprintf("the database's clock is %s %s %s: fix its time sync; replicas are not fenced for it",
 		d.Round(time.Millisecond), way, ref)
@@ -184,7 +187,11 @@ func (s *Service) initClockFence(cfg Config) {
 // included) and the shared log's, each replica's measured through the
 // log's clock: two replicas that agree outvote a log whose clock is off,
 // and a replica that is off is outvoted by the log and one that agrees
-// with it. Alone (no other live replica) it is never fenced. A
+// with it. With no other replica's clock published lately (starting
+// first, a rolling restart, peers of an older version) the reference is
+// the log's clock, unless Google's agrees with this replica's (then the
+// log's is off, and only warned about): a replica alone writes leases and
+// Gmail pauses the replicas after it will read. A
 // measurement decides only when it is conclusive: the offset is beyond
 // MaxClockSkew even with its uncertainty taken off (fenced), or within it
 // even with the uncertainty added (not fenced); a measurement that fails
@@ -264,10 +271,15 @@ func (s *Service) measureClock(ctx context.Context) {
 		}
 		f.st.Err, f.st.At, f.st.Offset, f.st.Uncertainty, f.st.Peers, f.st.LogOffset = "", s.now(), off, r.Uncertainty, len(r.Peers), logOff
 		f.st.Fenced = conclusive(off, r.Uncertainty, f.st.Fenced)
-		if len(r.Peers) == 0 {
-			f.st.Fenced = false
-		}
 		f.st.LogOff = conclusive(logOff, r.Uncertainty, f.st.LogOff)
+		if len(r.Peers) == 0 {
+			// No other replica's clock to compare with: the database's
+			// decides, unless Google's agrees with this replica's (then
+			// the database is off).
+			vouched := f.st.Fenced && s.gmailVouches()
+			f.st.Fenced = f.st.Fenced && !vouched
+			f.st.LogOff = vouched
+		}
 	}
 	st := f.st
 	f.mu.Unlock()
@@ -298,6 +310,21 @@ func conclusive(off, unc time.Duration, last bool) bool {
 		return false
 	}
 	return last
+}
+
+// gmailVouches reports whether a mailbox's Gmail client has bounded
+// Google's clock (relay.GmailClock, from the Date of its answers) within
+// MaxClockSkew of this replica's: with no other replica's clock to compare
+// with, Google's decides between this replica's and the database's.
+func (s *Service) gmailVouches() bool {
+	for _, m := range s.boxes {
+		if gc, ok := m.provider.(GmailClock); ok {
+			if lo, hi, known := gc.ClockOffset(); known && lo >= -MaxClockSkew && hi <= MaxClockSkew {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ClockStatus returns the fence's last measurement.

@@ -228,7 +228,7 @@ func TestClockFenceStopsAReplicaWhoseClockIsOff(t *testing.T) {
 
 // fenceService is a Service on lg (a bbolt log posing as a shared one) on
 // the real clock, its logs collected.
-func fenceService(t *testing.T, lg *fakeClockLog) (*relay.Service, *testenv.LockedBuffer) {
+func fenceService(t *testing.T, lg *fakeClockLog) (*relay.Service, *testenv.LockedBuffer, *gmailapi.Client) {
 	t.Helper()
 	ctx := context.Background()
 	_, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{})
@@ -249,36 +249,51 @@ func fenceService(t *testing.T, lg *fakeClockLog) (*relay.Service, *testenv.Lock
 	if err != nil {
 		t.Fatal(err)
 	}
-	return svc, logs
+	return svc, logs, gm
 }
 
 // The fence's reference is the other replicas, not the log's (the
 // database's) clock: the median of the live replicas' clocks and the
 // log's. Before, every replica was compared with the database alone, so a
-// database 10 s off fenced every replica (a total outage). A replica alone
-// is never fenced; a database clock off the replicas' is named in a
-// warning (once) and in /readyz's status, and fences nobody.
+// database 10 s off fenced every replica (a total outage). A replica with
+// no peer's clock to compare with is compared with the database's, and
+// Google's breaks the tie; a database clock off the replicas' (or off a
+// lone replica's and Google's) is named in a warning (once) and in
+// /readyz's status, and fences nobody.
 func TestClockFenceComparesWithTheOtherReplicas(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		offset      time.Duration   // the database's clock minus this replica's
 		peers       []time.Duration // the other live replicas'
+		gmail       bool // Google's clock measured (a Gmail call, on this replica's clock)
 		fenced      bool
 		status, log string // in ClockStatus().String(); in one WARN line ("" none)
 	}{
-		{"alone 30 s ahead of the database", -30 * time.Second, nil, false,
-			"30s (±1ms) ahead of the database's (the only live replica", "the database's clock is 30s behind this replica's (the only live one): fix its time sync"},
-		{"two replicas 10 s ahead of the database", -10 * time.Second, []time.Duration{-10 * time.Second}, false,
+		// Alone, the database decides: a replica starting first, or whose
+		// peers have not published (an older version), still writes leases
+		// and pauses the next replicas read (the review's finding: a
+		// replica 2 h ahead starting first paused the next one for 2 h).
+		{"alone 30 s ahead of the database", -30 * time.Second, nil, false, true,
+			"fenced: this replica's clock is 30s (±1ms) ahead of the database's (no other replica has published its clock lately)", ""},
+		// ... unless Google's clock agrees with this replica's.
+		{"alone 30 s ahead of the database, in step with Google", -30 * time.Second, nil, true, false,
+			"in step", "the database's clock is 30s behind this replica's (no other replica's clock published lately) and Google's: fix its time sync"},
+		{"two replicas 10 s ahead of the database", -10 * time.Second, []time.Duration{-10 * time.Second}, false, false,
 			"in step: this replica's clock is 0s (±1ms) ahead of the other replicas'", "the database's clock is 10s behind the replicas' (median): fix its time sync; replicas are not fenced for it"},
-		{"12 s ahead of a replica and the database that agree", -12 * time.Second, []time.Duration{0}, true,
+		{"12 s ahead of a replica and the database that agree", -12 * time.Second, []time.Duration{0}, false, true,
 			"fenced: this replica's clock is 12s (±1ms) ahead of the other replicas' (the median of 1 other live replica and the database's", ""},
-		{"12 s ahead of two replicas, the database 10 s behind them", -22 * time.Second, []time.Duration{-10 * time.Second, -10 * time.Second}, true,
+		{"12 s ahead of two replicas, the database 10 s behind them", -22 * time.Second, []time.Duration{-10 * time.Second, -10 * time.Second}, false, true,
 			"fenced: this replica's clock is 12s (±1ms) ahead of the other replicas' (the median of 2 other live replicas", "the database's clock is 10s behind the replicas'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lg := &fakeClockLog{}
 			lg.setPeers(tc.offset, time.Millisecond, nil, tc.peers...)
-			svc, logs := fenceService(t, lg) // New measures
+			svc, logs, gm := fenceService(t, lg) // New measures
+			if tc.gmail {
+				if _, err := gm.List(context.Background(), "me", "", nil, "", 1); err != nil {
+					t.Fatal(err)
+				}
+			}
 			for range 2 {
 				if err := svc.CheckClock(context.Background()); (err != nil) != tc.fenced || (err != nil && !errors.Is(err, relay.ErrClockSkew)) {
 					t.Errorf("CheckClock: %v, want fenced %v", err, tc.fenced)
@@ -308,7 +323,7 @@ func TestReadyzSharesOneClockMeasurement(t *testing.T) {
 	ctx := context.Background()
 	lg := &fakeClockLog{}
 	lg.set(0, time.Millisecond, nil)
-	svc, _ := fenceService(t, lg)
+	svc, _, _ := fenceService(t, lg)
 	srv := httptest.NewServer(api.New(api.Config{Service: svc, MsgIDDomain: svcDomain, Logger: zerolog.Nop()}))
 	defer srv.Close()
 	counts := func() (calls, maxRunning int) {
