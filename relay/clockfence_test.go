@@ -265,7 +265,7 @@ func TestClockFenceComparesWithTheOtherReplicas(t *testing.T) {
 		name        string
 		offset      time.Duration   // the database's clock minus this replica's
 		peers       []time.Duration // the other live replicas'
-		gmail       bool // Google's clock measured (a Gmail call, on this replica's clock)
+		gmail       bool            // Google's clock measured (a Gmail call, on this replica's clock)
 		fenced      bool
 		status, log string // in ClockStatus().String(); in one WARN line ("" none)
 	}{
