@@ -9,8 +9,8 @@ import (
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
-// clockRoundTrips is how many round trips ClockOffset makes; it keeps the
-// shortest (the least uncertain).
+// clockRoundTrips is how many round trips a clock measurement makes; it
+// keeps the shortest (the least uncertain).
 const clockRoundTrips = 3
 
 // clockVoteTTL is how long a replica's published offset votes
@@ -19,30 +19,12 @@ const clockVoteTTL = 2 * time.Minute
 
 var _ relay.ClockChecker = (*Log)(nil)
 
-// ClockOffset measures PostgreSQL's clock (clock_timestamp(), read during
+// clockOffset measures PostgreSQL's clock (clock_timestamp(), read during
 // the statement, not at the start of its transaction) minus now's reading
 // at the midpoint of the round trip, and half the round trip as the
-// uncertainty. It makes clockRoundTrips round trips on one session
-// (acquiring it is not timed) and keeps the shortest. now is the
-// replica's clock; nil means the Log's (Options.Now). It returns
-// acceptlog.ErrClosed (wrapped) after Close, and the database's error when
-// it cannot be reached. It publishes nothing (see MeasureClock).
-func (l *Log) ClockOffset(ctx context.Context, now func() time.Time) (offset, uncertainty time.Duration, err error) {
-	const what = "clock offset"
-	if err := l.ready(ctx, what); err != nil {
-		return 0, 0, err
-	}
-	conn, err := l.pool.Acquire(ctx)
-	if err != nil {
-		return 0, 0, l.wrapErr(what, err)
-	}
-	defer conn.Release()
-	offset, uncertainty, _, err = l.clockOffset(ctx, conn.Conn(), now)
-	return offset, uncertainty, err
-}
-
-// clockOffset is ClockOffset on conn; it also returns the database's
-// reading of the kept round trip.
+// uncertainty, on conn: clockRoundTrips round trips, the shortest kept; it
+// also returns the database's reading of that round trip. now is the
+// replica's clock; nil means the Log's (Options.Now).
 func (l *Log) clockOffset(ctx context.Context, conn *pgx.Conn, now func() time.Time) (offset, uncertainty time.Duration, at time.Time, err error) {
 	if now == nil {
 		now = l.now
@@ -65,7 +47,7 @@ func (l *Log) clockOffset(ctx context.Context, conn *pgx.Conn, now func() time.T
 }
 
 // MeasureClock implements relay.ClockChecker: it measures now against
-// PostgreSQL's clock as ClockOffset does, publishes the offset in this
+// PostgreSQL's clock (see clockOffset; the session is acquired untimed), publishes the offset in this
 // Log's row of the replicas table (with the database's reading, so its age
 // is judged on one clock), and returns the offsets the other replicas
 // published: those with a session open (as LiveReplicas counts them) whose
