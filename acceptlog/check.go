@@ -13,6 +13,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Check verifies the log's invariants over the whole file (it reads every
@@ -58,88 +59,112 @@ func (l *Log) check(ctx context.Context, needRaw bool) error {
 }
 
 // OpenReadOnly opens the log at path for a tool that must not change it
-// (gmailrelay check): it creates neither the file nor its buckets and
-// migrates nothing; writes through the Log it returns fail. It refuses,
-// with an error starting with path: a path that does not exist or is
-// empty ("not a gmailrelay log"), a file bbolt cannot read safely (see
-// checkBoltFile: "truncated or not a bbolt log"), a bbolt file without
-// the log's buckets ("not a gmailrelay log"), and a log an older
-// gmailrelay wrote, which Open would migrate. A journal left by a relay
-// that did not stop cleanly is replayed first, as Open does (the file
-// alone lacks the acknowledged writes since the last checkpoint). When a
-// relay holds the file it fails after about a second.
+// (gmailrelay check): it creates, converts and replays nothing, and writes
+// through the Log it returns fail. It refuses, with an error starting with
+// path, a path that does not exist or is not a log (ErrNotALog), a log an
+// older gmailrelay wrote, which Open would convert, and a damaged file
+// (ErrDamaged, naming every damaged record). A journal an older gmailrelay
+// left beside the file is replayed into a temporary copy, which the Log
+// then reads (the file alone lacks the journal's commits); Notes says so.
+// When a relay holds the file it fails after about a second.
 func OpenReadOnly(path string) (*Log, error) {
-	if err := checkLogFile(path); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	var db *bolt.DB
-	err := guard("open log "+path, func() error {
-		var err error
-		if db, err = openOffline(path); err != nil {
-			return err
-		}
-		if err := db.View(checkBuckets); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		return nil
-	})
+	o, err := openOffline(path)
 	if err != nil {
-		if db != nil {
-			_ = db.Close()
-		}
 		return nil, err
 	}
-	return &Log{db: db, path: path, jpath: journalPath(path), now: time.Now,
-		logf: func(string, ...any) {}, pageSize: db.Info().PageSize}, nil
+	return &Log{db: o.db, path: path, now: time.Now, logf: func(string, ...any) {}, notes: o.notes, cleanup: o.cleanup}, nil
 }
 
-// checkLogFile refuses a path that cannot hold a log, before anything
-// opens it: missing, not a regular file, empty, or (when no journal is
-// beside it: a journal's recovery first rewrites the meta pages, and Open
-// checks the file after that) a file bbolt cannot read safely.
-func checkLogFile(path string) error {
+// offline is a log file opened read-only by a tool (see openOffline).
+type offline struct {
+	db      *bolt.DB
+	notes   []string
+	cleanup func()
+}
+
+func (o *offline) close() error {
+	err := o.db.Close()
+	o.cleanup()
+	return err
+}
+
+// openOffline opens the log file at path read-only for a tool (check,
+// backup, compact), verified as Open verifies it, after taking a shared
+// lock: it fails after about a second when a relay holds the file. A
+// journal an older gmailrelay left is replayed into a temporary copy
+// (removed by cleanup), which is opened instead: the file alone lacks its
+// commits. The file itself is never written.
+func openOffline(path string) (_ *offline, err error) {
+	const locked = "file is locked by a running gmailrelay; back it up through its GET /admin/backup (gmailrelay backup --url) instead"
+	fail := func(err error) (*offline, error) {
+		if errors.Is(err, berrors.ErrTimeout) {
+			return nil, fmt.Errorf("%s: %s: %w", path, locked, err)
+		}
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return fail(fmt.Errorf("%w (no such file)", ErrNotALog))
+	}
 	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return errors.New("not a gmailrelay log (no such file)")
-	}
 	if err != nil {
-		return err
+		return fail(err)
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	switch {
-	case err != nil:
-		return err
-	case !fi.Mode().IsRegular():
-		return errors.New("not a gmailrelay log (not a regular file)")
-	case fi.Size() == 0:
-		return errors.New("not a gmailrelay log (empty file)")
+	if err := lockShared(f, lockTimeout); err != nil {
+		_ = f.Close()
+		return fail(err)
 	}
-	if _, err := os.Stat(journalPath(path)); err == nil {
-		return nil
+	o := &offline{cleanup: func() {}}
+	j, err := readLegacyJournal(path)
+	if err != nil {
+		_ = f.Close()
+		return fail(err)
 	}
-	return checkBoltFile(f, fi.Size())
-}
-
-// checkBuckets refuses a bbolt file that is not a log this gmailrelay
-// reads as it is: one without the log's jobs and lines, or one an older
-// gmailrelay wrote (a bucket missing, or the job-lines index still there),
-// which Open would migrate.
-func checkBuckets(tx *bolt.Tx) error {
-	var missing []string
-	for _, name := range allBuckets {
-		if tx.Bucket(name) == nil {
-			missing = append(missing, string(name))
+	if j != nil {
+		dir, err := os.MkdirTemp("", "gmailrelay-check-")
+		if err != nil {
+			_ = f.Close()
+			return fail(err)
+		}
+		o.cleanup = func() { _ = os.RemoveAll(dir) }
+		fi, err := f.Stat()
+		if err == nil {
+			var notes []string
+			copyPath := dir + "/replayed.db"
+			notes, err = j.replayTo(f, fi.Size(), copyPath, time.Now())
+			o.notes = append([]string{fmt.Sprintf("journal %s would be replayed when the relay starts (an older gmailrelay did not stop cleanly); this reads the file as the replay leaves it, without changing either", j.path)}, notes...)
+			_ = f.Close()
+			if err == nil {
+				f, err = os.Open(copyPath)
+			}
+		}
+		if err != nil {
+			_ = f.Close()
+			o.cleanup()
+			return fail(err)
 		}
 	}
-	switch {
-	case tx.Bucket(bucketJobs) == nil || tx.Bucket(bucketLines) == nil:
-		return fmt.Errorf("not a gmailrelay log (a bbolt file without the buckets %s)", strings.Join(missing, ", "))
-	case len(missing) > 0 || tx.Bucket(bucketJobLinesV1) != nil:
-		return fmt.Errorf("written by an older gmailrelay (missing buckets: %s; job-lines index: %t), which this version migrates when it opens the file to write: run it once (gmailrelay serve), or check a migrated copy (gmailrelay backup --data FILE --to COPY)",
-			strings.Join(missing, ", "), tx.Bucket(bucketJobLinesV1) != nil)
+	handed := false
+	defer func() {
+		if !handed {
+			_ = f.Close()
+		}
+		if err != nil {
+			o.cleanup()
+		}
+	}()
+	rep, err := verifyLogFile(f)
+	if err != nil {
+		return fail(err)
 	}
-	return nil
+	if !rep.sealed {
+		return fail(errors.New("written by an older gmailrelay, which this version converts when it opens the file to write: run it once (gmailrelay serve), or check a converted copy (gmailrelay backup --data FILE --to COPY)"))
+	}
+	o.db, err = openBolt(path, &bolt.Options{Timeout: lockTimeout, ReadOnly: true,
+		OpenFile: func(string, int, os.FileMode) (*os.File, error) { handed = true; return f, nil }})
+	if err != nil {
+		return fail(err)
+	}
+	return o, nil
 }
 
 // guard runs fn and turns a panic, or a memory fault (SIGBUS on a mapped
@@ -213,8 +238,8 @@ func check(tx *bolt.Tx, v *violations, needRaw bool) error {
 
 	err := tx.Bucket(bucketLines).ForEach(func(k, val []byte) error {
 		var ln Line
-		if err := decodeLine(val, &ln); err != nil {
-			v.add("line %x: undecodable: %v", k, err)
+		if err := decodeLineValue(k, val, &ln); err != nil {
+			v.add("%v", err)
 			return nil
 		}
 		if len(k) != 8 || binary.BigEndian.Uint64(k) != ln.Seq {
@@ -233,9 +258,9 @@ func check(tx *bolt.Tx, v *violations, needRaw bool) error {
 	err = tx.Bucket(bucketJobs).ForEach(func(k, val []byte) error {
 		id := string(k)
 		var j Job
-		seqs, err := decodeJobRecord(val, &j)
+		seqs, err := decodeJobValueSeqs(k, val, &j)
 		if err != nil {
-			v.add("job %s: undecodable: %v", id, err)
+			v.add("%v", err)
 			return nil
 		}
 		counts[counterJobs]++

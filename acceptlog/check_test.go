@@ -2,12 +2,12 @@ package acceptlog_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	bolt "go.etcd.io/bbolt"
+	"time"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
@@ -80,84 +80,83 @@ func TestCheckEffectRule(t *testing.T) {
 func TestCheckDetectsCorruption(t *testing.T) {
 	tests := []struct {
 		name    string
-		corrupt func(tx *bolt.Tx) error
+		corrupt func(tx *acceptlog.Tamperer) error
 		want    []string // substrings of the Check error
 	}{
 		{
 			name: "job state disagrees with its lines",
-			corrupt: func(tx *bolt.Tx) error {
+			corrupt: func(tx *acceptlog.Tamperer) error {
 				return rewriteJob(tx, "<a@x>", func(j *acceptlog.Job) { j.State = acceptlog.StateSent })
 			},
 			want: []string{`job <a@x>: state "sent" but its lines fold to "unknown"`, "state index: missing entry", `counter "state\x00sent"`},
 		},
 		{
 			name: "attempts below a line's attempt",
-			corrupt: func(tx *bolt.Tx) error {
+			corrupt: func(tx *acceptlog.Tamperer) error {
 				return rewriteJob(tx, "<a@x>", func(j *acceptlog.Job) { j.Attempts = 0 })
 			},
 			want: []string{"has attempt 1, job only 0 attempts"},
 		},
 		{
 			name: "effects disagree with effect lines",
-			corrupt: func(tx *bolt.Tx) error {
+			corrupt: func(tx *acceptlog.Tamperer) error {
 				return rewriteJob(tx, "<a@x>", func(j *acceptlog.Job) { j.Effects = 1 })
 			},
 			want: []string{"job <a@x>: effects 1 but 0 effect lines"},
 		},
 		{
 			name: "due index entry lost",
-			corrupt: func(tx *bolt.Tx) error {
-				k, _ := tx.Bucket([]byte("due")).Cursor().First()
-				return tx.Bucket([]byte("due")).Delete(k)
+			corrupt: func(tx *acceptlog.Tamperer) error {
+				return tx.Delete("due", dueKey(t0, "<a@x>"))
 			},
 			want: []string{"due index: missing entry (job <a@x>"},
 		},
 		{
 			name: "state index holds a stray entry",
-			corrupt: func(tx *bolt.Tx) error {
-				return tx.Bucket([]byte("state")).Put([]byte("review\x00<ghost@x>"), nil)
+			corrupt: func(tx *acceptlog.Tamperer) error {
+				return tx.Put("state", []byte("review\x00<ghost@x>"), nil)
 			},
 			want: []string{"state index: stray entry (job <ghost@x> in state review)"},
 		},
 		{
 			name: "line lost from a job",
-			corrupt: func(tx *bolt.Tx) error {
-				c := tx.Bucket([]byte("lines")).Cursor()
-				k, _ := c.Last()
-				return tx.Bucket([]byte("lines")).Delete(k)
+			corrupt: func(tx *acceptlog.Tamperer) error {
+				return tx.Delete("lines", binary.BigEndian.AppendUint64(nil, 2))
 			},
 			want: []string{"job <a@x>: its record lists line 2, which is not one of its lines", `counter "lines" is 2, recount says 1`, "fold to \"forwarding\""},
 		},
 		{
 			name: "line missing from its job's record",
-			corrupt: func(tx *bolt.Tx) error {
+			corrupt: func(tx *acceptlog.Tamperer) error {
 				return rewriteRecord(tx, "<a@x>", func(_ *acceptlog.Job, seqs []uint64) []uint64 { return seqs[:1] })
 			},
 			want: []string{"1 violations", "job <a@x>: line 2 is not listed in its record"},
 		},
 		{
 			name: "job record lists a line that does not exist",
-			corrupt: func(tx *bolt.Tx) error {
+			corrupt: func(tx *acceptlog.Tamperer) error {
 				return rewriteRecord(tx, "<a@x>", func(_ *acceptlog.Job, seqs []uint64) []uint64 { return append(seqs, seqs[1]+1) })
 			},
 			want: []string{"1 violations", "job <a@x>: its record lists line 3, which is not one of its lines"},
 		},
 		{
 			name: "job record's line seqs unreadable",
-			corrupt: func(tx *bolt.Tx) error {
-				b := tx.Bucket([]byte("jobs"))
-				v := b.Get([]byte("<a@x>"))
+			corrupt: func(tx *acceptlog.Tamperer) error {
+				v, err := tx.Get("jobs", []byte("<a@x>"))
+				if err != nil {
+					return err
+				}
 				v = append([]byte(nil), v...)
 				v[len(v)-2] = 0 // the last seq's delta (before the zero lease) becomes 0
-				return b.Put([]byte("<a@x>"), v)
+				return tx.Put("jobs", []byte("<a@x>"), v)
 			},
 			want: []string{"job <a@x>: its record's line seqs: line seqs: 1 after 1 is not increasing"},
 		},
 		{
 			name: "many violations are counted and each is named",
-			corrupt: func(tx *bolt.Tx) error {
+			corrupt: func(tx *acceptlog.Tamperer) error {
 				for i := range 25 {
-					if err := tx.Bucket([]byte("state")).Put(fmt.Appendf(nil, "sent\x00<ghost%02d@x>", i), nil); err != nil {
+					if err := tx.Put("state", fmt.Appendf(nil, "sent\x00<ghost%02d@x>", i), nil); err != nil {
 						return err
 					}
 				}
@@ -167,8 +166,8 @@ func TestCheckDetectsCorruption(t *testing.T) {
 		},
 		{
 			name: "counter drift",
-			corrupt: func(tx *bolt.Tx) error {
-				return tx.Bucket([]byte("counters")).Put([]byte("jobs"), []byte{0, 0, 0, 0, 0, 0, 0, 9})
+			corrupt: func(tx *acceptlog.Tamperer) error {
+				return tx.Put("counters", []byte("jobs"), []byte{0, 0, 0, 0, 0, 0, 0, 9})
 			},
 			want: []string{`counter "jobs" is 9, recount says 1`},
 		},
@@ -196,15 +195,8 @@ func TestCheckDetectsCorruption(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			db, err := bolt.Open(path, 0o600, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := db.Update(tc.corrupt); err != nil {
+			if err := acceptlog.Tamper(path, tc.corrupt); err != nil {
 				t.Fatalf("corrupt: %v", err)
-			}
-			if err := db.Close(); err != nil {
-				t.Fatal(err)
 			}
 
 			l, err = acceptlog.Open(path, acceptlog.Options{})
@@ -227,18 +219,20 @@ func TestCheckDetectsCorruption(t *testing.T) {
 
 // rewriteJob edits the stored job id behind the log's back, keeping the
 // seqs its record lists.
-func rewriteJob(tx *bolt.Tx, id string, edit func(*acceptlog.Job)) error {
+func rewriteJob(tx *acceptlog.Tamperer, id string, edit func(*acceptlog.Job)) error {
 	return rewriteRecord(tx, id, func(j *acceptlog.Job, seqs []uint64) []uint64 {
 		edit(j)
 		return seqs
 	})
 }
 
-func rewriteRecord(tx *bolt.Tx, id string, edit func(*acceptlog.Job, []uint64) []uint64) error {
-	b := tx.Bucket([]byte("jobs"))
-	v, err := acceptlog.EditJobRecord(b.Get([]byte(id)), edit)
-	if err != nil {
-		return err
-	}
-	return b.Put([]byte(id), v)
+func rewriteRecord(tx *acceptlog.Tamperer, id string, edit func(*acceptlog.Job, []uint64) []uint64) error {
+	return tx.EditJob(id, edit)
+}
+
+// dueKey is the due index's key of job id due at t (8-byte sortable time,
+// then the id).
+func dueKey(t time.Time, id string) []byte {
+	k := binary.BigEndian.AppendUint64(nil, uint64(t.UnixNano())^(1<<63))
+	return append(k, id...)
 }

@@ -8,28 +8,30 @@ import (
 	"time"
 )
 
-// Job and line records are stored in a compact binary form (since issue 16;
-// encoding/json was an eighth of the relay's CPU per send and a tenth of its
-// allocations). A record starts with a format byte: recordV1 for the binary
-// form, '{' for a JSON record written by an older gmailrelay, which is still
-// read (nothing rewrites old records; a job gets the binary form the next
-// time it changes).
+// Job and line records are stored in a compact binary form: a format byte,
+// then the type's fields in the order of appendJob / appendLine: strings as
+// a uvarint length and the bytes, integers as varints, bools gathered into
+// one flags uvarint, times as a length byte (0: the zero time) and
+// time.Time's binary form, string lists as a uvarint count and the strings.
+// A record may end early: the fields after its end are zero, so a field
+// added at the end needs no new format. Like every stored value, the
+// record is followed by its checksum (record.go).
 //
-// The binary form, after the format byte, is the type's fields in the order
-// of encodeJob / encodeLine: strings as a uvarint length and the bytes,
-// integers as varints, bools gathered into one flags uvarint, times as a
-// length byte (0: the zero time) and time.Time's binary form, string lists
-// as a uvarint count and the strings. A record may end early: the fields
-// after its end are zero, so a field added at the end needs no new format.
+// The format byte is recordV2. recordV1 (the same fields, stored without a
+// checksum) and JSON records ('{') are written by older gmailrelays: Open
+// converts a file holding them once (migrate.go); an older gmailrelay
+// refuses a recordV2 record as an unknown format instead of misreading it.
 //
-// A job record's last field (since issue 16's step 2, which dropped the
-// job-lines index) is the seqs of the job's lines, oldest first, stored
-// like a string: a uvarint byte length, then a seq list (see seqList).
-// It is the stored record's, not Job's: the log keeps it (Mutate appends
-// the seqs of the lines it writes, Prune drops those it removes) and reads
-// a job's lines through it. A record written before it (or a JSON one)
-// has none; Open fills it when it drops the index (migrateJobLines).
-const recordV1 = 0x01
+// A job record's last fields are the seqs of the job's lines, oldest
+// first, stored like a string: a uvarint byte length, then a seq list (see
+// seqList), and the lease's end. The seqs are the stored record's, not
+// Job's: the log keeps them (Mutate appends the seqs of the lines it
+// writes, Prune drops those it removes) and reads a job's lines through
+// them.
+const (
+	recordV1 = 0x01
+	recordV2 = 0x02
+)
 
 // maxTimeSize is the most appendTime writes: a length byte and time.Time's
 // binary form (at most 16 bytes).
@@ -83,7 +85,7 @@ func appendJob(b []byte, j *Job, seqs []byte) []byte {
 	if j.Verified {
 		flags |= jobVerified
 	}
-	b = append(b, recordV1)
+	b = append(b, recordV2)
 	for _, s := range strs[:7] { // identity and request
 		b = appendString(b, s)
 	}
@@ -249,7 +251,7 @@ func appendLine(b []byte, ln *Line) []byte {
 			flags |= lineHandleKept
 		}
 	}
-	b = append(b, recordV1)
+	b = append(b, recordV2)
 	b = binary.AppendUvarint(b, ln.Seq)
 	b = appendTime(b, ln.Time)
 	b = appendString(b, ln.MessageID)
@@ -373,7 +375,7 @@ func newDecoder(v []byte) (decoder, error) {
 	switch {
 	case len(v) == 0:
 		return decoder{}, errors.New("empty record")
-	case v[0] != recordV1:
+	case v[0] != recordV2 && v[0] != recordV1:
 		return decoder{}, fmt.Errorf("unknown record format %#x", v[0])
 	}
 	return decoder{s: string(v[1:])}, nil

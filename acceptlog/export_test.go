@@ -1,52 +1,10 @@
 package acceptlog
 
 import (
-	"testing"
-	"time"
+	"bytes"
+
+	bolt "go.etcd.io/bbolt"
 )
-
-// SetBatching makes every Mutate of l go through db.Batch (alwaysBatch) and
-// sets bbolt's MaxBatchDelay, so benchmarks can compare commit strategies.
-// Call it before the first Mutate.
-func SetBatching(l *Log, alwaysBatch bool, delay time.Duration) {
-	if alwaysBatch {
-		// db.Batch commits with bbolt's syncs, outside the journal.
-		if err := l.useSynced(); err != nil {
-			panic(err)
-		}
-	}
-	l.alwaysBatch = alwaysBatch
-	l.db.MaxBatchDelay = delay
-}
-
-// useSynced stops the journal (for benchmarks of bbolt's own commits, see
-// SetBatching).
-func (l *Log) useSynced() error {
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	if l.j == nil {
-		return nil
-	}
-	return l.stopJournal()
-}
-
-// EditJobRecord decodes a stored job record (binary or, from an older log,
-// JSON), lets edit change the job and the seqs of its lines the record
-// lists, and returns the record encoded again (binary), for tests that
-// plant violations behind the log's back.
-func EditJobRecord(v []byte, edit func(j *Job, seqs []uint64) []uint64) ([]byte, error) {
-	var j Job
-	list, err := decodeJobRecord(v, &j)
-	if err != nil {
-		return nil, err
-	}
-	seqs, err := list.seqs()
-	if err != nil {
-		return nil, err
-	}
-	seqs = edit(&j, seqs)
-	return encodeJob(&j, encodeSeqs(seqs)), nil
-}
 
 // SetNoFreelistSync sets whether logs opened from now on skip writing
 // bbolt's freelist at each commit (see noFreelistSync), and returns the
@@ -57,10 +15,43 @@ func SetNoFreelistSync(v bool) bool {
 	return old
 }
 
-// VerifyJournal fails t unless l's checkpoint plus its journal replayed
-// equals l's live content (every committed write was journaled).
-func VerifyJournal(t testing.TB, l *Log) { verifyJournal(t, l) }
-
-// SetCheckpointGroups sets after how many journaled commits the log
-// checkpoints, for the test.
-func SetCheckpointGroups(t testing.TB, n int) { setVar(t, &checkpointGroups, n) }
+// ToFormat1 rewrites the closed log at path as a gmailrelay before
+// checksums wrote it (format 1): no meta bucket, every value without its
+// checksum, jobs and lines in recordV1. For tests of the conversion.
+func ToFormat1(path string) error {
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		return err
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			b := tx.Bucket(name)
+			type kv struct{ k, v []byte }
+			var all []kv
+			if err := b.ForEach(func(k, v []byte) error {
+				body, err := unseal(name, k, v)
+				if err != nil {
+					return err
+				}
+				body = bytes.Clone(body)
+				if (bytes.Equal(name, bucketJobs) || bytes.Equal(name, bucketLines)) && len(body) > 0 && body[0] == recordV2 {
+					body[0] = recordV1
+				}
+				all = append(all, kv{bytes.Clone(k), body})
+				return nil
+			}); err != nil {
+				return err
+			}
+			for _, r := range all {
+				if err := b.Put(r.k, r.v); err != nil {
+					return err
+				}
+			}
+		}
+		return tx.DeleteBucket(bucketMeta)
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

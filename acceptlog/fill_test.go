@@ -34,7 +34,7 @@ func TestAppendBucketsFillLeaves(t *testing.T) {
 		if st.LeafPageN < 10 {
 			return fmt.Errorf("lines bucket has %d leaf pages, want a tree of 10 or more", st.LeafPageN)
 		}
-		fill := float64(st.LeafInuse) / float64(st.LeafPageN*l.pageSize)
+		fill := float64(st.LeafInuse) / float64(st.LeafPageN*l.db.Info().PageSize)
 		// bbolt's default split (FillPercent 0.5) leaves about half.
 		if fill < 0.85 {
 			return fmt.Errorf("lines leaves are %.0f%% full (%d pages), want at least 85%%", 100*fill, st.LeafPageN)

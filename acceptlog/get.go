@@ -21,13 +21,14 @@ func (l *Log) get(ctx context.Context, id string) (Job, error) {
 		return Job{}, l.wrapErr("get "+id, err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	v := tx.Bucket(bucketJobs).Get([]byte(id))
+	key := []byte(id)
+	v := tx.Bucket(bucketJobs).Get(key)
 	if v == nil {
 		return Job{}, &notFoundError{op: "get", id: id}
 	}
 	var j Job
-	if err := decodeJob(v, &j); err != nil {
-		return Job{}, fmt.Errorf("get %s: decode job %s: %w", id, id, err)
+	if err := decodeJobValue(key, v, &j); err != nil {
+		return Job{}, fmt.Errorf("get %s: %w", id, err)
 	}
 	return j, nil
 }

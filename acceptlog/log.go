@@ -18,17 +18,11 @@ import (
 type Options struct {
 	// Now stamps lines whose Time is zero. Defaults to time.Now.
 	Now func() time.Time
-	// Logf, when set, is told what the log decides on its own: a journal
-	// replayed at Open, a switch to synced commits, a failure that stops
-	// writes.
+	// Logf, when set, is told what the log decides on its own: a file of
+	// an older format converted, an older version's journal replayed.
 	Logf func(format string, args ...any)
-	// Synced makes every commit sync the bbolt file twice, as bbolt does
-	// (the log before issue 16's journal), instead of one append and one
-	// sync of the journal: for benchmarks comparing the two.
-	Synced bool
-	// GroupWait is the longest a group commit waits for company when the
-	// last group had some (see Log.commitWaiter): 0 is DefaultGroupWait,
-	// a negative value never waits.
+	// GroupWait is how long a write waits for others to share its commit
+	// (bbolt's MaxBatchDelay): 0 is DefaultGroupWait.
 	GroupWait time.Duration
 }
 
@@ -105,98 +99,52 @@ type Stats struct {
 // that does not exist, or a decrease of Attempts.
 var ErrInvalidChange = errors.New("acceptlog: invalid change")
 
-// Default timings. The lock timeout makes a second opener of the same file
-// fail instead of hanging. The batch delay is how long a Mutate that has
-// company waits for more before the shared commit (a lone Mutate does not
-// wait at all). Measured on a 2-core VM with ext4 (raw write+fsync about
-// 0.4 ms, one bbolt commit about 1 ms since it syncs data and meta): with 16
-// concurrent writers 1 ms gave the best throughput (about 0.3 ms/op, 16
-// Mutates per fsync), 5 ms was about twice slower, and 0 gave no grouping
-// (1 fsync per Mutate, about 1.2 ms/op).
-const (
-	lockTimeout   = time.Second
-	maxBatchDelay = time.Millisecond
-)
-
-// noFreelistSync: a commit does not write bbolt's list of free pages (one
-// page or more per commit, more the more pages are free); Open rebuilds
-// it by walking the file's tree instead (since issue 16). Durability is
-// the same: the list is derived from the tree a committed meta page points
-// to, and a commit still syncs its pages, then its meta page. A file keeps
-// opening with any bbolt: one that finds no stored list writes it on open.
-// A variable only so that tests can write a file the old way.
-var noFreelistSync = true
+// lockTimeout makes a second opener of the same file fail instead of
+// hanging.
+const lockTimeout = time.Second
 
 // Log is the acceptance log in one bbolt file. It is safe for concurrent use.
 // Every method but Close and Commits returns ErrClosed (wrapped) after Close.
+//
+// Every write is one bbolt transaction, made durable by bbolt's own commit
+// (its pages synced, then its meta page) before the write returns.
+// Concurrent writes share a transaction through bbolt's Batch (group
+// commit): one commit, and its two syncs, for all of them.
 type Log struct {
-	db    *bolt.DB
-	path  string
-	jpath string
-	now   func() time.Time
-	logf  func(format string, args ...any)
+	db   *bolt.DB
+	path string
+	now  func() time.Time
+	logf func(format string, args ...any)
 
-	// group is the group commit every Mutate goes through (see commit).
-	group       groupCommit
-	groupWait   time.Duration
-	alwaysBatch bool // benchmarks only: use db.Batch instead, see export_test.go
+	// notes and cleanup are OpenReadOnly's: what it did to read the file
+	// (a journal replayed into a temporary copy), and how to remove the
+	// copy at Close.
+	notes   []string
+	cleanup func()
 
-	// wmu is held by the writer of a transaction from its begin to its
-	// durable commit (commitTx) and by Close; it guards j, failed and rec.
-	wmu sync.Mutex
-	// j is the live journal (see durable.go); nil when commits sync the
-	// bbolt file.
-	j *journal
-	// failed, once set, is returned by every write (see fail).
-	failed error
-	// rec records the changes of the transaction in progress for j.
-	rec opRecorder
-	// mapping is how much of the file bbolt maps (see fitsMapping).
-	mapping  int64
-	pageSize int
-	// journaling is j != nil, for readers that do not take wmu.
-	journaling atomic.Bool
-	// Tests only: fault injects failures into commits; noPin turns the
-	// checkpoint's pin off.
-	fault func(stage string) error
-	noPin bool
-
-	commits     atomic.Uint64
-	checkpoints atomic.Uint64
-	// lastTx is the write transaction whose commit is already counted. Only
-	// touched inside write transactions, which bbolt serialises.
+	commits atomic.Uint64
+	// lastTx is the write transaction whose commit is already counted.
+	// Only touched inside write transactions, which bbolt serialises.
 	lastTx *bolt.Tx
-	// countsTx is the group commit's transaction in progress (nil between
-	// groups) and counts the counter deltas of its Mutates so far: they
-	// are written once, when the group has run (counted), instead of a
-	// read and a write of every counter by every Mutate. The map is kept
-	// from group to group. Only touched inside write transactions.
-	countsTx *bolt.Tx
-	counts   map[string]int64
-	// w is the write transaction's buckets, cursors and key buffers (see
-	// writeTx). Only touched inside write transactions.
-	w *writeTx
 
 	closed    atomic.Bool
 	closeOnce sync.Once
 }
 
-// Commits returns how many write transactions Mutate has committed since
-// Open: each is one fsync (of the journal; two of the bbolt file in synced
-// mode), shared by every Mutate grouped into it.
+// Commits returns how many write transactions the log has committed since
+// Open: each is two syncs of the file, shared by every write batched into
+// it.
 func (l *Log) Commits() uint64 { return l.commits.Load() }
 
 // Mutate reads the job messageID, calls fn with a copy of it (nil when the
 // log has none) and writes the Change fn returns, all in one bbolt write
-// transaction that is durable (its journal record fsynced) before Mutate
-// returns.
+// transaction that is durable before Mutate returns.
 //
-// Concurrent Mutates are grouped into one transaction (a group commit: one
-// fsync for the group); a Mutate with no other in flight commits alone at
-// once. Because a group's members are retried alone when the group's
-// transaction fails, fn may be called more than once and must depend only on
-// its argument. ctx is only checked
-// before the transaction starts: a commit is never abandoned half-way.
+// Concurrent Mutates are grouped into one transaction (bbolt's Batch: one
+// commit for the group). Because a group's members are retried alone when
+// the group's transaction fails, fn may be called more than once and must
+// depend only on its argument. ctx is only checked before the transaction
+// starts: a commit is never abandoned half-way.
 //
 // When fn returns an error, nothing is written and Mutate returns that error
 // unchanged. A Change breaking the log's invariants is an error wrapping
@@ -216,55 +164,48 @@ func (l *Log) Mutate(ctx context.Context, messageID string, fn func(cur *Job) (C
 	if l.closed.Load() {
 		return Job{}, nil, fmt.Errorf("mutate %s: %w", messageID, ErrClosed)
 	}
-	m := &mutation{l: l, id: messageID, fn: fn}
-	m.w = waiter{m: m, wake: wakePool.Get().(chan struct{})}
-	err := l.commitWaiter(&m.w)
-	wakePool.Put(m.w.wake) // signalled at most once, and received: empty again
+	var (
+		job   Job
+		lines []Line
+		fnErr error
+	)
+	err := l.commit(func(w *writeTx) error {
+		// A batch retry runs this again: only the last run commits.
+		var err error
+		job, lines, fnErr, err = l.apply(w, messageID, fn)
+		return err
+	})
 	if err != nil {
 		return Job{}, nil, l.wrapErr("mutate "+messageID, err)
 	}
-	if m.fnErr != nil {
-		return Job{}, nil, m.fnErr
+	if fnErr != nil {
+		return Job{}, nil, fnErr
 	}
-	return m.job, m.lines, nil
+	return job, lines, nil
 }
 
-// mutation is one Mutate's run inside a write transaction and what it
-// produced, and its place in the group commit's queue: one allocation for
-// what was a closure, a waiter and their captured variables.
-type mutation struct {
-	l     *Log
-	id    string
-	fn    func(cur *Job) (Change, error)
-	w     waiter
-	job   Job
-	lines []Line
-	fnErr error
+// commit runs fn in a write transaction shared with the writes in flight
+// (bbolt's Batch) and returns once the transaction is durable. fn's
+// record counts are flushed after it.
+func (l *Log) commit(fn func(w *writeTx) error) error {
+	return l.db.Batch(func(tx *bolt.Tx) error {
+		if l.lastTx != tx {
+			l.lastTx = tx
+			tx.OnCommit(func() { l.commits.Add(1) })
+		}
+		w := newWriteTx(tx)
+		if err := fn(w); err != nil {
+			return err
+		}
+		return w.flush()
+	})
 }
 
-// wakePool recycles the waiters' wake channels.
-var wakePool = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
-
-func (m *mutation) run(tx *bolt.Tx) error {
-	// Reset: a batch retry runs this again, and only the last run is the
-	// one that commits.
-	l := m.l
-	m.job, m.lines, m.fnErr = Job{}, nil, nil
-	if l.lastTx != tx {
-		l.lastTx = tx
-		tx.OnCommit(func() { l.commits.Add(1) })
-	}
-	var err error
-	m.job, m.lines, m.fnErr, err = l.apply(tx, m.id, m.fn)
-	return err
-}
-
-// apply is one run of a Mutate inside tx. fnErr is the callback's error or a
-// validation error: the transaction stays untouched and bbolt sees success,
-// so the rest of a batch is not re-run because of it. err is a storage error
-// and rolls the transaction back.
-func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Job, _ []Line, fnErr, err error) {
-	w := l.writeTx(tx)
+// apply is one run of a Mutate inside w's transaction. fnErr is the
+// callback's error or a validation error: the transaction stays untouched
+// and bbolt sees success, so the rest of a batch is not re-run because of
+// it. err is a storage error and rolls the transaction back.
+func (l *Log) apply(w *writeTx, id string, fn func(*Job) (Change, error)) (_ Job, _ []Line, fnErr, err error) {
 	cur, curRecord, curSeqs, err := w.getJob(id)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return Job{}, nil, nil, err
@@ -273,15 +214,7 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 	if err != nil {
 		return Job{}, nil, err, nil
 	}
-
-	// A group commit's Mutates add their counter deltas into the group's
-	// map (written once by counted); a lone transaction (bbolt's Batch)
-	// writes its own.
-	grouped := l.countsTx == tx
-	counts := l.counts
-	if !grouped {
-		counts = map[string]int64{}
-	}
+	counts := map[string]int64{}
 	// The job's record lists the seqs of its lines: the new lines' seqs
 	// are appended to the stored list, so a change with lines rewrites
 	// the record even when it leaves the job as it is.
@@ -289,7 +222,7 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 	var last uint64
 	if len(p.Lines) > 0 {
 		if last, err = curSeqs.last(); err != nil {
-			return Job{}, nil, nil, fmt.Errorf("job %s: %w", id, err)
+			return Job{}, nil, nil, &DamageError{What: "job " + id, Err: err}
 		}
 	}
 	for i := range p.Lines {
@@ -300,9 +233,7 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 		}
 		ln.Seq = seq
 		w.key = binary.BigEndian.AppendUint64(w.key[:0], seq)
-		v := appendLine(w.value(lineSize(ln)), ln)
-		w.used(v)
-		if err := w.put(wLines, w.key, v); err != nil {
+		if err := w.putNew(wLines, w.key, encodeLine(ln)); err != nil {
 			return Job{}, nil, nil, fmt.Errorf("put line %d: %w", seq, err)
 		}
 		w.seqs, last = appendSeq(w.seqs, last, seq), seq
@@ -336,34 +267,10 @@ func (l *Log) apply(tx *bolt.Tx, id string, fn func(*Job) (Change, error)) (_ Jo
 			return Job{}, nil, nil, err
 		}
 	}
-	if !grouped {
-		if err := addCounts(w, counts); err != nil {
-			return Job{}, nil, nil, err
-		}
+	if err := addCounts(w, counts); err != nil {
+		return Job{}, nil, nil, err
 	}
 	return p.Result, p.Lines, nil, nil
-}
-
-// counted runs a group's Mutates in tx, collecting their counter deltas,
-// and writes the deltas once when all have run.
-func (l *Log) counted(tx *bolt.Tx, run func() error) error {
-	// The map is the Log's own, emptied for each group: clear keeps its
-	// room, so a group's deltas cost no allocation.
-	if l.counts == nil {
-		l.counts = map[string]int64{}
-	}
-	clear(l.counts)
-	l.countsTx = tx
-	defer func() {
-		l.countsTx = nil
-		if l.w != nil {
-			l.w.reset(nil)
-		}
-	}()
-	if err := run(); err != nil {
-		return err
-	}
-	return addCounts(l.writeTx(tx), l.counts)
 }
 
 // validateChange checks ch against the log's invariants before anything is
@@ -449,30 +356,37 @@ func validateChange(id string, cur *Job, ch *Change) error {
 // getMailbox reads a mailbox's record; the zero Mailbox{Name: name} when
 // the log knows nothing about it.
 func getMailbox(tx *bolt.Tx, name string) (Mailbox, error) {
-	return decodeMailbox(name, tx.Bucket(bucketMailboxes).Get([]byte(name)))
+	v, err := readRecord(bucketMailboxes, tx.Bucket(bucketMailboxes).Get, []byte(name))
+	if err != nil {
+		return Mailbox{}, err
+	}
+	return decodeMailbox(name, v)
 }
 
-// decodeMailbox decodes a mailbox's stored record v (nil: none).
+// decodeMailbox decodes a mailbox's stored body v (nil: none).
 func decodeMailbox(name string, v []byte) (Mailbox, error) {
 	mb := Mailbox{Name: name}
 	if v == nil {
 		return mb, nil
 	}
 	if err := json.Unmarshal(v, &mb); err != nil {
-		return Mailbox{}, fmt.Errorf("decode mailbox %s: %w", name, err)
+		return Mailbox{}, &DamageError{What: "mailbox " + name, Err: err}
 	}
 	return mb, nil
 }
 
 // getJob reads a job; ErrNotFound (and a nil job) when absent.
 func getJob(tx *bolt.Tx, id string) (*Job, error) {
-	v := tx.Bucket(bucketJobs).Get([]byte(id))
+	v, err := readRecord(bucketJobs, tx.Bucket(bucketJobs).Get, []byte(id))
+	if err != nil {
+		return nil, err
+	}
 	if v == nil {
 		return nil, ErrNotFound
 	}
 	var j Job
 	if err := decodeJob(v, &j); err != nil {
-		return nil, fmt.Errorf("decode job %s: %w", id, err)
+		return nil, &DamageError{What: "job " + id, Err: err}
 	}
 	return &j, nil
 }

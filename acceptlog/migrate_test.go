@@ -68,7 +68,10 @@ func oldLogContent(t *testing.T) (string, map[string][]Line) {
 // wrote; index says which lines go into the joblines bucket.
 func makeOld(t *testing.T, path string, index func(seq uint64) bool) {
 	t.Helper()
-	db := openBolt(t, path, nil)
+	if err := ToFormat1(path); err != nil {
+		t.Fatal(err)
+	}
+	db := openBoltT(t, path, nil)
 	defer db.Close()
 	err := db.Update(func(tx *bolt.Tx) error {
 		jobs := tx.Bucket(bucketJobs)
@@ -124,7 +127,7 @@ func makeOld(t *testing.T, path string, index func(seq uint64) bool) {
 // bucket exists.
 func jobRecords(t *testing.T, path string) (map[string]string, bool) {
 	t.Helper()
-	db := openBolt(t, path, &bolt.Options{ReadOnly: true})
+	db := openBoltT(t, path, &bolt.Options{ReadOnly: true})
 	defer db.Close()
 	recs := map[string]string{}
 	hasIndex := false
@@ -223,8 +226,8 @@ func TestOpenMovesTheJobLinesIndexIntoTheJobs(t *testing.T) {
 				t.Error("the joblines bucket is still there")
 			}
 			for k, v := range recs {
-				if v[0] != recordV1 {
-					t.Errorf("job %s still in the JSON form", k)
+				if v[0] != recordV2 {
+					t.Errorf("job %s not in recordV2", k)
 				}
 			}
 
@@ -248,7 +251,7 @@ func TestOpenMovesTheJobLinesIndexIntoTheJobs(t *testing.T) {
 func TestFailedMigrationLeavesTheFile(t *testing.T) {
 	path, _ := oldLogContent(t)
 	makeOld(t, path, func(uint64) bool { return true })
-	db := openBolt(t, path, nil)
+	db := openBoltT(t, path, nil)
 	err := db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketLines).Put(binary.BigEndian.AppendUint64(nil, 1<<40), []byte{0x7f})
 	})
@@ -277,7 +280,7 @@ func TestOldJournalIsReplayedThenMigrated(t *testing.T) {
 	// commit, lost from the file, that added a search line to a job
 	// (the line, its joblines entry, the lines' sequence, the counters).
 	id := "<old-0005@journal.example>"
-	db := openBolt(t, path, nil)
+	db := openBoltT(t, path, nil)
 	var txid, seq uint64
 	var rec opRecorder
 	rec.reset()
@@ -318,7 +321,7 @@ func TestOldJournalIsReplayedThenMigrated(t *testing.T) {
 
 	l, logged := openLogged(t, path)
 	defer l.Close()
-	for _, w := range []string{"replayed 1 commits", "job-lines index was moved"} {
+	for _, w := range []string{"replayed the 1 commits", "job-lines index was moved", "given checksums"} {
 		if !strings.Contains(logged.String(), w) {
 			t.Errorf("Open logged %q, want %q", logged, w)
 		}
@@ -327,7 +330,7 @@ func TestOldJournalIsReplayedThenMigrated(t *testing.T) {
 		t.Fatalf("Check after the replay and the migration: %v", err)
 	}
 	wantLines(t, l, want)
-	if got := bytes.Count([]byte(logged.String()), []byte("\n")); got != 2 {
+	if got := bytes.Count([]byte(logged.String()), []byte("\n")); got != 3 {
 		t.Errorf("Open logged %d lines: %q", got, logged)
 	}
 }

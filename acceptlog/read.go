@@ -61,14 +61,17 @@ func (l *Log) JobLines(ctx context.Context, messageID string) ([]Line, error) {
 // lists, each read from the lines bucket through one cursor (the seqs
 // ascend, so each seek moves forward). ErrNotFound when there is no job.
 func jobLines(tx *bolt.Tx, id string) (*Job, []Line, error) {
-	v := tx.Bucket(bucketJobs).Get([]byte(id))
+	v, err := readRecord(bucketJobs, tx.Bucket(bucketJobs).Get, []byte(id))
+	if err != nil {
+		return nil, nil, err
+	}
 	if v == nil {
 		return nil, nil, ErrNotFound
 	}
 	var j Job
 	seqs, err := decodeJobRecord(v, &j)
 	if err != nil {
-		return nil, nil, fmt.Errorf("decode job %s: %w", id, err)
+		return nil, nil, &DamageError{What: "job " + id, Err: err}
 	}
 	var lines []Line
 	var readErr error
@@ -82,8 +85,7 @@ func jobLines(tx *bolt.Tx, id string) (*Job, []Line, error) {
 			return false
 		}
 		var ln Line
-		if readErr = decodeLine(v, &ln); readErr != nil {
-			readErr = fmt.Errorf("decode line %d: %w", seq, readErr)
+		if readErr = decodeLineValue(k, v, &ln); readErr != nil {
 			return false
 		}
 		lines = append(lines, ln)
@@ -103,7 +105,10 @@ func jobLines(tx *bolt.Tx, id string) (*Job, []Line, error) {
 func (l *Log) Raw(ctx context.Context, messageID string) ([]byte, error) {
 	var raw []byte
 	err := l.view(ctx, "raw "+messageID, func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketBodies).Get([]byte(messageID))
+		v, err := readRecord(bucketBodies, tx.Bucket(bucketBodies).Get, []byte(messageID))
+		if err != nil {
+			return err
+		}
 		if v == nil {
 			return ErrNotFound
 		}
@@ -147,8 +152,8 @@ func (l *Log) List(ctx context.Context, o ListOptions) (jobs []Job, next string,
 		}
 		for ; k != nil; k, v = c.Next() {
 			var j Job
-			if err := decodeJob(v, &j); err != nil {
-				return fmt.Errorf("decode job %s: %w", k, err)
+			if err := decodeJobValue(k, v, &j); err != nil {
+				return err
 			}
 			if !each(&j) {
 				break
@@ -204,8 +209,8 @@ func (l *Log) Lines(ctx context.Context, after uint64, limit int) (lines []Line,
 				break
 			}
 			var ln Line
-			if err := decodeLine(v, &ln); err != nil {
-				return fmt.Errorf("decode line %x: %w", k, err)
+			if err := decodeLineValue(k, v, &ln); err != nil {
+				return err
 			}
 			lines = append(lines, ln)
 		}
@@ -311,12 +316,50 @@ func (l *Log) Stats(ctx context.Context) (Stats, error) {
 func readCounters(tx *bolt.Tx) (map[string]int64, error) {
 	counts := map[string]int64{}
 	err := tx.Bucket(bucketCounters).ForEach(func(k, v []byte) error {
-		n, err := decodeCount(v)
-		if err != nil {
-			return fmt.Errorf("counter %q: %w", k, err)
+		body, err := unseal(bucketCounters, k, v)
+		if err == nil {
+			var n int64
+			n, err = decodeCount(body)
+			counts[string(k)] = n
 		}
-		counts[string(k)] = n
+		if err != nil {
+			return &DamageError{What: describeRecord(bucketCounters, k), Err: err}
+		}
 		return nil
 	})
 	return counts, err
+}
+
+// decodeJobValue decodes the stored value v of the job under key k: its
+// checksum, then its record. Either failing is a DamageError.
+func decodeJobValue(k, v []byte, j *Job) error {
+	_, err := decodeJobValueSeqs(k, v, j)
+	return err
+}
+
+// decodeJobValueSeqs is decodeJobValue that also returns the seqs of the
+// job's lines.
+func decodeJobValueSeqs(k, v []byte, j *Job) (seqList, error) {
+	body, err := unseal(bucketJobs, k, v)
+	var seqs seqList
+	if err == nil {
+		seqs, err = decodeJobRecord(body, j)
+	}
+	if err != nil {
+		return "", &DamageError{What: describeRecord(bucketJobs, k), Err: err}
+	}
+	return seqs, nil
+}
+
+// decodeLineValue decodes the stored value v of the line under key k (see
+// decodeJobValue).
+func decodeLineValue(k, v []byte, ln *Line) error {
+	body, err := unseal(bucketLines, k, v)
+	if err == nil {
+		err = decodeLine(body, ln)
+	}
+	if err != nil {
+		return &DamageError{What: describeRecord(bucketLines, k), Err: err}
+	}
+	return nil
 }

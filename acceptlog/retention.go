@@ -3,7 +3,6 @@ package acceptlog
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Prunable reports whether the retention pass may prune j: it is terminal
@@ -79,10 +77,10 @@ func (l *Log) Prune(ctx context.Context, cutoff time.Time, limit int) (PruneResu
 		return PruneResult{}, fmt.Errorf("prune: %w", ErrClosed)
 	}
 	var res PruneResult
-	err := l.commit(func(tx *bolt.Tx) error {
+	err := l.commit(func(w *writeTx) error {
 		res = PruneResult{}
 		var ids []string
-		c := tx.Bucket(bucketPrunable).Cursor()
+		c := w.tx.Bucket(bucketPrunable).Cursor()
 		end := sortableTime(cutoff)
 		for k, _ := c.First(); k != nil; k, _ = c.Next() {
 			if len(k) < 8 || sortableTimeOf(k) >= end {
@@ -96,7 +94,7 @@ func (l *Log) Prune(ctx context.Context, cutoff time.Time, limit int) (PruneResu
 		}
 		now := l.now()
 		for _, id := range ids {
-			if err := l.pruneJob(tx, id, now, &res); err != nil {
+			if err := pruneJob(w, id, now, &res); err != nil {
 				return err
 			}
 		}
@@ -108,9 +106,10 @@ func (l *Log) Prune(ctx context.Context, cutoff time.Time, limit int) (PruneResu
 	return res, nil
 }
 
-// pruneJob prunes one job inside tx and adds what it removed to res.
-func (l *Log) pruneJob(tx *bolt.Tx, id string, now time.Time, res *PruneResult) error {
-	cur, lines, err := jobLines(tx, id)
+// pruneJob prunes one job inside w's transaction and adds what it removed
+// to res.
+func pruneJob(w *writeTx, id string, now time.Time, res *PruneResult) error {
+	cur, lines, err := jobLines(w.tx, id)
 	if err != nil {
 		return fmt.Errorf("prune %s: %w", id, err)
 	}
@@ -121,7 +120,6 @@ func (l *Log) pruneJob(tx *bolt.Tx, id string, now time.Time, res *PruneResult) 
 		}
 	}
 	counts := map[string]int64{}
-	w := l.writeTx(tx)
 	// The record keeps the seqs of the kept lines.
 	w.seqs = w.seqs[:0]
 	var last uint64
@@ -141,7 +139,11 @@ func (l *Log) pruneJob(tx *bolt.Tx, id string, now time.Time, res *PruneResult) 
 		res.Lines++
 	}
 	w.key = append(w.key[:0], id...)
-	if raw := w.get(wBodies, w.key); raw != nil {
+	raw, err := w.get(wBodies, w.key)
+	if err != nil {
+		return err
+	}
+	if raw != nil {
 		res.RawBytes += int64(len(raw))
 		if err := w.delete(wBodies, w.key); err != nil {
 			return fmt.Errorf("prune %s: delete raw: %w", id, err)
@@ -165,7 +167,7 @@ func backfillPrunable(tx *bolt.Tx) error {
 	idx := tx.Bucket(bucketPrunable)
 	return tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
 		var j Job
-		if err := decodeJob(v, &j); err != nil {
+		if err := decodeJob(v, &j); err != nil { // a format 1 record: see migrateLegacy
 			return fmt.Errorf("decode job %s: %w", k, err)
 		}
 		if pk := keysOf(&j).prunable; pk != nil {
@@ -205,51 +207,18 @@ func (l *Log) Size(ctx context.Context) (int64, error) {
 	return n, err
 }
 
-// openOffline opens the bbolt file at path read-only for a tool (backup,
-// compact); it fails after about a second when a relay holds the file. A
-// file with a journal (left by a relay that did not stop cleanly: bbolt
-// alone would read it without the writes only the journal holds) is
-// recovered first, by opening and closing the log, exactly as the relay
-// does when it starts.
-func openOffline(path string) (*bolt.DB, error) {
-	if err := checkLogFile(path); err != nil {
-		return nil, fmt.Errorf("open log %s: %w", path, err)
-	}
-	const locked = "file is locked by a running gmailrelay; back it up through its GET /admin/backup (gmailrelay backup --url) instead"
-	if _, err := os.Stat(journalPath(path)); err == nil {
-		l, err := Open(path, Options{})
-		if errors.Is(err, berrors.ErrTimeout) {
-			return nil, fmt.Errorf("open log %s: %s: %w", path, locked, err)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("recover log %s from its journal: %w", path, err)
-		}
-		if err := l.Close(); err != nil {
-			return nil, fmt.Errorf("recover log %s from its journal: %w", path, err)
-		}
-	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout, ReadOnly: true})
-	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, fmt.Errorf("open log %s: %s: %w", path, locked, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open log %s: %w", path, err)
-	}
-	return db, nil
-}
-
 // BackupFile copies the log file at src, which no relay has open, to dst
 // (mode 0600) through a read transaction, writing dst.tmp, syncing it and
 // renaming it into place, so dst is never a partial copy. dst must not exist.
 func BackupFile(src, dst string) (int64, error) {
-	db, err := openOffline(src)
+	o, err := openOffline(src)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("back up: %w", err)
 	}
-	defer db.Close()
+	defer func() { _ = o.close() }()
 	var n int64
 	err = WriteFileAtomic(dst, func(w io.Writer) error {
-		return db.View(func(tx *bolt.Tx) error {
+		return o.db.View(func(tx *bolt.Tx) error {
 			var err error
 			n, err = tx.WriteTo(w)
 			return err
@@ -265,14 +234,12 @@ func Compact(src, dst string) (before, after int64, err error) {
 	if _, err := os.Stat(dst); err == nil {
 		return 0, 0, fmt.Errorf("compact to %s: file exists", dst)
 	}
-	sdb, err := openOffline(src)
+	o, err := openOffline(src)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, fmt.Errorf("compact: %w", err)
 	}
-	defer sdb.Close()
-	if err := sdb.View(checkBuckets); err != nil {
-		return 0, 0, fmt.Errorf("compact %s: %w", src, err)
-	}
+	defer func() { _ = o.close() }()
+	sdb := o.db
 	tmp := dst + ".tmp"
 	ddb, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: lockTimeout})
 	if err != nil {

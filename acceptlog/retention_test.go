@@ -85,6 +85,9 @@ func TestOpenBackfillsThePrunableIndex(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
+	if err := acceptlog.ToFormat1(path); err != nil {
+		t.Fatal(err)
+	}
 	db, err := bolt.Open(path, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)

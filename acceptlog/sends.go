@@ -65,9 +65,9 @@ func (l *Log) SendTimes(ctx context.Context, mailbox string, since time.Time) ([
 // mailbox) and returns how many it removed.
 func (l *Log) PruneSends(ctx context.Context, before time.Time) (int, error) {
 	n := 0
-	err := l.commit(func(tx *bolt.Tx) error {
+	err := l.commit(func(w *writeTx) error {
 		n = 0
-		b := tx.Bucket(bucketSends)
+		b := w.tx.Bucket(bucketSends)
 		var dead [][]byte
 		err := b.ForEach(func(k, _ []byte) error {
 			i := bytes.IndexByte(k, 0)
@@ -83,7 +83,6 @@ func (l *Log) PruneSends(ctx context.Context, before time.Time) (int, error) {
 		if err != nil {
 			return err
 		}
-		w := l.writeTx(tx)
 		for _, k := range dead {
 			if err := w.delete(wSends, k); err != nil {
 				return err

@@ -39,6 +39,9 @@ func sendKeys(t *testing.T, path string) [][]byte {
 // file written by a gmailrelay before the index existed has none.
 func dropSendIndex(t *testing.T, path string) {
 	t.Helper()
+	if err := acceptlog.ToFormat1(path); err != nil {
+		t.Fatal(err)
+	}
 	db, err := bolt.Open(path, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)

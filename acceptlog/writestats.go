@@ -6,16 +6,10 @@ import "os"
 // Open, from bbolt's own counters: for benchmarks that explain the cost of
 // a durable commit.
 type WriteStats struct {
-	// Commits are the write transactions Mutate committed (Commits). Each
-	// syncs the journal once (in synced mode, the file twice: once after
-	// writing its pages, once after writing its meta page), and once more
-	// when it grows the file.
+	// Commits are the write transactions the log committed (Commits).
+	// Each syncs the file twice (once after writing its pages, once after
+	// writing its meta page), and once more when it grows the file.
 	Commits uint64
-	// Checkpoints are the journal's checkpoints since Open (its first
-	// included): each syncs the file and starts a new journal.
-	Checkpoints uint64
-	// Journal says whether commits go through the journal now.
-	Journal bool
 	// Writes are the write calls of pages and meta pages, of every write
 	// transaction (Open's included).
 	Writes int64
@@ -29,9 +23,8 @@ type WriteStats struct {
 // WriteStats returns the log's write counters (see WriteStats).
 func (l *Log) WriteStats() WriteStats {
 	st := l.db.Stats()
-	ws := WriteStats{Commits: l.commits.Load(), Checkpoints: l.checkpoints.Load(),
+	ws := WriteStats{Commits: l.commits.Load(),
 		Writes: st.TxStats.GetWrite(), PagesAllocated: st.TxStats.GetPageCount()}
-	ws.Journal = l.journaling.Load()
 	if fi, err := os.Stat(l.path); err == nil {
 		ws.FileSize = fi.Size()
 	}

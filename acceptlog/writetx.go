@@ -1,16 +1,14 @@
 package acceptlog
 
 import (
-	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
 )
 
-// The buckets a write transaction touches, by number (see writeTx). The
-// journal names buckets by these numbers: renumbering them is a new
-// journal version (see journalBuckets).
+// The buckets a write transaction touches, by number (see writeTx).
 const (
 	wJobs = iota
 	wLines
@@ -31,78 +29,26 @@ var writeBucketNames = [numWriteBuckets][]byte{
 	wBodies: bucketBodies, wMailboxes: bucketMailboxes, wCounters: bucketCounters, wSends: bucketSends,
 }
 
-// writeTx is what the Mutates of one write transaction share: each bucket
-// looked up once, one cursor per bucket read or deleted from (bbolt's
-// Bucket.Get and Delete make a new Cursor, and grow its stack, on every
-// call; a reused cursor's Seek reuses both) and two scratch buffers for
-// keys (bbolt's Put copies the key it is given, so a buffer is free again
-// as soon as Put returns). Since issue 16.
-//
-// The Log keeps one and resets it for each transaction (see Log.writeTx);
-// it is only touched inside write transactions, which bbolt serialises.
+// writeTx is one writer's view of a write transaction: every write of the
+// log goes through its put, delete and nextSequence, which seal each value
+// with its checksum (record.go) and count the records each bucket gains
+// or loses; flush adds those counts to the log's record counts (meta.go),
+// which Open compares with what it finds. Several writers may share one
+// bbolt transaction (a group commit): each flushes its own counts.
 type writeTx struct {
-	tx       *bolt.Tx
-	buckets  [numWriteBuckets]*bolt.Bucket
-	cursors  [numWriteBuckets]*bolt.Cursor
+	tx      *bolt.Tx
+	buckets [numWriteBuckets]*bolt.Bucket
+	// key, old and seqs are scratch buffers: bbolt's Put copies the key it
+	// is given, so a key buffer is free again once Put returns. Values are
+	// not copied by Put: each is a new slice.
 	key, old []byte
-	// seqs is a scratch buffer for a job record's seq list (encodeJob
-	// copies it).
-	seqs []byte
-	// values holds the records the transaction puts (see value): bbolt's
-	// Put keeps the value it is given, not a copy, until the commit
-	// writes it into a page, so a record cannot live in a scratch buffer;
-	// but once the transaction has ended nothing refers to them and the
-	// next transaction writes over them.
-	values []byte
-	// rec, when not nil, records every change for the journal: every
-	// write of the log goes through put, delete and nextSequence.
-	rec *opRecorder
+	seqs     []byte
+	// records are the record count deltas of the buckets since the last
+	// flush.
+	records [numWriteBuckets]int64
 }
 
-// writeTx returns the Log's writeTx, set up for tx.
-func (l *Log) writeTx(tx *bolt.Tx) *writeTx {
-	if l.w == nil {
-		l.w = &writeTx{}
-	}
-	if l.w.tx != tx {
-		l.w.reset(tx)
-		l.w.rec = nil
-		if l.j != nil {
-			l.w.rec = &l.rec
-		}
-	}
-	return l.w
-}
-
-// reset forgets the buckets and cursors of the previous transaction (so a
-// finished transaction's pages are not kept alive) and keeps the buffers.
-func (w *writeTx) reset(tx *bolt.Tx) {
-	w.tx = tx
-	clear(w.buckets[:])
-	clear(w.cursors[:])
-	w.values = w.values[:0]
-}
-
-// valuesChunk is the least room values is given at once.
-const valuesChunk = 16 << 10
-
-// value returns an empty slice with room for n bytes, in values, for a
-// record that the transaction puts; used marks the bytes the record took.
-// A full chunk is left to the nodes that refer to it and a new one is
-// started (only the newest is reused).
-func (w *writeTx) value(n int) []byte {
-	if cap(w.values)-len(w.values) < n {
-		w.values = make([]byte, 0, max(valuesChunk, n))
-	}
-	k := len(w.values)
-	return w.values[k : k : k+n]
-}
-
-// used marks v, which value returned and the record was appended to, as
-// taken.
-func (w *writeTx) used(v []byte) {
-	w.values = w.values[:len(w.values)+len(v)]
-}
+func newWriteTx(tx *bolt.Tx) *writeTx { return &writeTx{tx: tx} }
 
 func (w *writeTx) bucket(b int) *bolt.Bucket {
 	if w.buckets[b] == nil {
@@ -116,90 +62,97 @@ func (w *writeTx) bucket(b int) *bolt.Bucket {
 
 // appendBuckets are the buckets whose new keys mostly sort after every
 // stored one (a seq, a time of now): a leaf that splits there keeps all it
-// can hold instead of bbolt's default half, so the right-edge leaf every
-// commit reads (and bbolt copies into a node) holds half a page on
-// average instead of three quarters, and the tree has fewer, fuller pages.
-// FillPercent is not stored in the file: it only shapes the splits of the
-// transaction that sets it.
+// can hold instead of bbolt's default half, so the tree has fewer, fuller
+// pages (bytes on disk per job). FillPercent is not stored in the file: it
+// only shapes the splits of the transaction that sets it.
 var appendBuckets = [numWriteBuckets]bool{wLines: true, wPrunable: true, wSends: true}
 
-func (w *writeTx) cursor(b int) *bolt.Cursor {
-	if w.cursors[b] == nil {
-		w.cursors[b] = w.bucket(b).Cursor()
-	}
-	return w.cursors[b]
+// get returns the body of the value under key in bucket b (nil when
+// absent), checked against its checksum.
+func (w *writeTx) get(b int, key []byte) ([]byte, error) {
+	return readRecord(writeBucketNames[b], w.bucket(b).Get, key)
 }
 
-// get is Bucket.Get through the bucket's reused cursor (no bucket of the
-// log holds nested buckets).
-func (w *writeTx) get(b int, key []byte) []byte {
-	k, v := w.cursor(b).Seek(key)
-	if !bytes.Equal(k, key) {
-		return nil
+// put stores body under key in bucket b, sealed with its checksum. An
+// existing value is replaced; a new key adds a record to b's count.
+func (w *writeTx) put(b int, key, body []byte) error {
+	bk := w.bucket(b)
+	isNew := bk.Get(key) == nil
+	if err := bk.Put(key, sealed(writeBucketNames[b], key, body)); err != nil {
+		return err
 	}
-	return v
+	if isNew {
+		w.records[b]++
+	}
+	return nil
 }
 
-// delete is Bucket.Delete through the bucket's reused cursor.
+// putNew is put for a key that must not exist yet: a line's seq.
+func (w *writeTx) putNew(b int, key, body []byte) error {
+	if w.bucket(b).Get(key) != nil {
+		return &DamageError{What: describeRecord(writeBucketNames[b], key),
+			Err: fmt.Errorf("a new record's key is taken: the %s bucket's sequence is damaged", writeBucketNames[b])}
+	}
+	return w.put(b, key, body)
+}
+
+// delete removes key from bucket b, if present.
 func (w *writeTx) delete(b int, key []byte) error {
-	c := w.cursor(b)
-	if k, _ := c.Seek(key); !bytes.Equal(k, key) {
+	bk := w.bucket(b)
+	if bk.Get(key) == nil {
 		return nil
 	}
-	if err := c.Delete(); err != nil {
+	if err := bk.Delete(key); err != nil {
 		return err
 	}
-	if w.rec != nil {
-		w.rec.delete(b, key)
-	}
+	w.records[b]--
 	return nil
 }
 
-func (w *writeTx) put(b int, key, value []byte) error {
-	if err := w.bucket(b).Put(key, value); err != nil {
-		return err
-	}
-	if w.rec != nil {
-		w.rec.put(b, key, value)
-	}
-	return nil
-}
-
-// nextSequence is Bucket.NextSequence, recorded for the journal.
+// nextSequence is Bucket.NextSequence.
 func (w *writeTx) nextSequence(b int) (uint64, error) {
-	seq, err := w.bucket(b).NextSequence()
-	if err != nil {
-		return 0, err
-	}
-	if w.rec != nil {
-		w.rec.sequence(b, seq)
-	}
-	return seq, nil
+	return w.bucket(b).NextSequence()
 }
 
-// getJob reads a job, its stored record and the seqs of its lines;
-// ErrNotFound (and a nil job) when absent. The record stays valid until
-// the transaction ends.
+// flush adds the record count deltas to the stored counts.
+func (w *writeTx) flush() error {
+	for b, d := range w.records {
+		if d == 0 {
+			continue
+		}
+		if err := addRecordCount(w.tx, writeBucketNames[b], d); err != nil {
+			return err
+		}
+		w.records[b] = 0
+	}
+	return nil
+}
+
+// getJob reads a job, its stored body and the seqs of its lines;
+// ErrNotFound (and a nil job) when absent.
 func (w *writeTx) getJob(id string) (*Job, []byte, seqList, error) {
 	w.key = append(w.key[:0], id...)
-	v := w.get(wJobs, w.key)
+	v, err := w.get(wJobs, w.key)
+	if err != nil {
+		return nil, nil, "", err
+	}
 	if v == nil {
 		return nil, nil, "", ErrNotFound
 	}
 	var j Job
 	seqs, err := decodeJobRecord(v, &j)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("decode job %s: %w", id, err)
+		return nil, nil, "", &DamageError{What: "job " + id, Err: err}
 	}
 	return &j, v, seqs, nil
 }
 
 // putJob stores j, with seqs (a seqList's bytes) as the seqs of its lines,
-// in place of cur (nil when new; old is its stored record), moving the
-// index entries whose key changes and adding its counter deltas to
-// counts. An index entry whose key stays, the counters of an unchanged
-// state and channel, and a record that encodes to the stored bytes are not
-// written again.
+// in place of cur (nil when new; old is its stored body), moving the index
+// entries whose key changes and adding its counter deltas to counts. An
+// index entry whose key stays, the counters of an unchanged state and
+// channel, and a record that encodes to the stored bytes are not written
+// again.
 func putJob(w *writeTx, cur *Job, old []byte, j *Job, seqs []byte, counts map[string]int64) error {
 	for i := range numIndexes {
 		var hadOld, hasNew bool
@@ -207,7 +160,7 @@ func putJob(w *writeTx, cur *Job, old []byte, j *Job, seqs []byte, counts map[st
 			w.old, hadOld = appendIndexKey(w.old[:0], i, cur)
 		}
 		w.key, hasNew = appendIndexKey(w.key[:0], i, j)
-		if hadOld && hasNew && bytes.Equal(w.old, w.key) {
+		if hadOld && hasNew && string(w.old) == string(w.key) {
 			continue
 		}
 		if hadOld {
@@ -234,11 +187,10 @@ func putJob(w *writeTx, cur *Job, old []byte, j *Job, seqs []byte, counts map[st
 			counts[k]++
 		}
 	}
-	v := appendJob(w.value(jobSize(j, seqs)), j, seqs)
-	if old != nil && bytes.Equal(old, v) {
+	v := encodeJob(j, seqs)
+	if old != nil && string(old) == string(v) {
 		return nil
 	}
-	w.used(v)
 	w.key = append(w.key[:0], j.MessageID...)
 	if err := w.put(wJobs, w.key, v); err != nil {
 		return fmt.Errorf("put job %s: %w", j.MessageID, err)
@@ -249,7 +201,11 @@ func putJob(w *writeTx, cur *Job, old []byte, j *Job, seqs []byte, counts map[st
 // putRaw stores a job's message unless the same bytes are stored.
 func (w *writeTx) putRaw(id string, raw []byte) error {
 	w.key = append(w.key[:0], id...)
-	if v := w.get(wBodies, w.key); v != nil && bytes.Equal(v, raw) {
+	v, err := w.get(wBodies, w.key)
+	if err != nil {
+		return err
+	}
+	if v != nil && string(v) == string(raw) {
 		return nil
 	}
 	return w.put(wBodies, w.key, raw)
@@ -259,7 +215,11 @@ func (w *writeTx) putRaw(id string, raw []byte) error {
 // the log knows nothing about it.
 func (w *writeTx) getMailbox(name string) (Mailbox, error) {
 	w.key = append(w.key[:0], name...)
-	return decodeMailbox(name, w.get(wMailboxes, w.key))
+	v, err := w.get(wMailboxes, w.key)
+	if err != nil {
+		return Mailbox{}, err
+	}
+	return decodeMailbox(name, v)
 }
 
 // putMailbox stores mb unless it encodes to the stored bytes.
@@ -269,7 +229,11 @@ func (w *writeTx) putMailbox(mb *Mailbox) error {
 		return fmt.Errorf("encode mailbox: %w", err)
 	}
 	w.key = append(w.key[:0], mb.Name...)
-	if old := w.get(wMailboxes, w.key); old != nil && bytes.Equal(old, v) {
+	old, err := w.get(wMailboxes, w.key)
+	if err != nil {
+		return err
+	}
+	if old != nil && string(old) == string(v) {
 		return nil
 	}
 	if err := w.put(wMailboxes, w.key, v); err != nil {
@@ -287,20 +251,20 @@ func addCounts(w *writeTx, deltas map[string]int64) error {
 		}
 		w.key = append(w.key[:0], k...)
 		var n int64
-		if v := w.get(wCounters, w.key); v != nil {
-			var err error
+		v, err := w.get(wCounters, w.key)
+		if err != nil {
+			return err
+		}
+		if v != nil {
 			if n, err = decodeCount(v); err != nil {
-				return fmt.Errorf("counter %q: %w", k, err)
+				return &DamageError{What: "counter " + k, Err: err}
 			}
 		}
 		n += d
-		var err error
 		if n == 0 {
 			err = w.delete(wCounters, w.key)
 		} else {
-			v := appendCount(w.value(8), n)
-			w.used(v)
-			err = w.put(wCounters, w.key, v)
+			err = w.put(wCounters, w.key, binary.BigEndian.AppendUint64(nil, uint64(n)))
 		}
 		if err != nil {
 			return fmt.Errorf("update counter %q: %w", k, err)
@@ -308,3 +272,11 @@ func addCounts(w *writeTx, deltas map[string]int64) error {
 	}
 	return nil
 }
+
+// noFreelistSync: a commit does not write bbolt's list of free pages (one
+// page or more per commit, more the more pages are free); Open rebuilds
+// it by walking the file's tree instead. Durability is the same: the list
+// is derived from the tree a committed meta page points to, and a commit
+// still syncs its pages, then its meta page. A variable only so that
+// tests can write a file with a stored free list.
+var noFreelistSync = true

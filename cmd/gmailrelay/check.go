@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/pglog"
@@ -16,12 +18,29 @@ type fullChecker interface {
 	CheckFull(ctx context.Context) error
 }
 
+// damageReport renders a damaged file's error with every damaged record on
+// a line of its own (the error's own text stops after the first 20).
+func damageReport(err error) string {
+	var list interface{ Unwrap() []error }
+	if !errors.As(err, &list) {
+		return err.Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%v", err)
+	b.WriteString("\nevery damaged record:")
+	for _, e := range list.Unwrap() {
+		b.WriteString("\n  " + e.Error())
+	}
+	return b.String()
+}
+
 // runCheck verifies an acceptance log offline, a bbolt file (--data) or a
 // PostgreSQL log (--database, read by any replica), without changing it:
-// the file is opened read-only (acceptlog.OpenReadOnly: a journal left by
-// a crash is replayed first, as the relay does) and the database is
-// neither created nor migrated. Exit 0 and a one-line summary when every
-// invariant holds, 1 naming each violation (or a page bbolt cannot read),
+// the file is opened read-only (acceptlog.OpenReadOnly: a journal an older
+// gmailrelay left is replayed into a temporary copy, which is checked, and
+// said) and the database is neither created nor migrated. Exit 0 and a
+// one-line summary when every invariant holds, 1 naming each violation or
+// each damaged record (a checksum, a page, a count),
 // 2 for bad flags or what is not a log this version reads: a missing,
 // empty, truncated or non-bbolt file, a file or database without the
 // log's schema, or one at another version's.
@@ -46,8 +65,14 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		l, name = pl, "database"
 	} else {
 		bl, err := acceptlog.OpenReadOnly(*data)
+		if errors.Is(err, acceptlog.ErrDamaged) {
+			return fail(1, "%v", damageReport(err))
+		}
 		if err != nil {
 			return fail(2, "%v", err)
+		}
+		for _, n := range bl.Notes() {
+			fmt.Fprintf(stdout, "%s: %s\n", *data, n)
 		}
 		l = bl
 	}

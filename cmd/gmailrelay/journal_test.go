@@ -1,44 +1,63 @@
 package main
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
-	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
 )
 
-// A relay started on a file its last process left without a clean stop
-// replays the log's journal, serves the writes it held, and says so in a
-// warning (the operator learns the last stop was not clean).
-func TestServeWarnsWhenItReplaysTheJournal(t *testing.T) {
-	live := filepath.Join(t.TempDir(), "live.db")
-	l, err := acceptlog.Open(live, acceptlog.Options{})
-	if err != nil {
-		t.Fatal(err)
+// legacyFixture copies the gzipped fixture files name (and name-journal,
+// when journal) of acceptlog/testdata/legacy — written by the gmailrelay
+// before this one, a kill -9 after 40 jobs — into a new directory.
+func legacyFixture(t *testing.T, name string, journal bool) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "r.db")
+	files := map[string]string{name: dst}
+	if journal {
+		files[name+"-journal"] = dst + "-journal"
 	}
-	const id = "<job-replayed@example.com>"
-	logtest.SentJob(t, l, id, time.Now())
-	// What a kill -9 leaves: the file and its journal as they are now.
-	crashed := filepath.Join(t.TempDir(), "r.db")
-	for _, suffix := range []string{"", "-journal"} {
-		b, err := os.ReadFile(live + suffix)
+	for src, to := range files {
+		f, err := os.Open(filepath.Join("..", "..", "acceptlog", "testdata", "legacy", src+".gz"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(crashed+suffix, b, 0o600); err != nil {
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(zr)
+		_ = f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := l.Close(); err != nil {
+	return dst
+}
+
+// A relay started on a file an older gmailrelay left without a clean stop
+// replays that version's journal once, serves every job it held, says so
+// in a warning, and leaves no journal behind.
+func TestServeWarnsWhenItReplaysTheJournal(t *testing.T) {
+	crashed := legacyFixture(t, "crash.db", true)
+	b, err := os.ReadFile(filepath.Join("..", "..", "acceptlog", "testdata", "legacy", "crash.json"))
+	if err != nil {
 		t.Fatal(err)
 	}
-
+	var want map[string]int
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatal(err)
+	}
 	c, err := parseServeFlags([]string{"--addr", "127.0.0.1:0", "--data", crashed}, env(nil), &testenv.LockedBuffer{})
 	if err != nil {
 		t.Fatal(err)
@@ -49,10 +68,27 @@ func TestServeWarnsWhenItReplaysTheJournal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rs.close(context.Background())
-	if !strings.Contains(logs.String(), `"level":"warn"`) || !strings.Contains(logs.String(), "replayed 2 commits from journal "+crashed+"-journal") {
+	if !strings.Contains(logs.String(), `"level":"warn"`) || !strings.Contains(logs.String(), "replayed the ") || !strings.Contains(logs.String(), crashed+"-journal") {
 		t.Errorf("no warning about the replayed journal in:\n%s", logs.String())
 	}
-	if _, err := rs.log.Get(context.Background(), id); err != nil {
-		t.Errorf("the job the journal held: %v", err)
+	for id, n := range want {
+		lines, err := rs.log.JobLines(context.Background(), id)
+		if err != nil || len(lines) != n {
+			t.Errorf("job %s: %d lines, %v; want the %d the old relay acknowledged", id, len(lines), err, n)
+		}
+	}
+	if len(want) != 40 {
+		t.Errorf("the fixture lists %d jobs, want 40", len(want))
+	}
+	if _, err := os.Stat(crashed + "-journal"); err == nil {
+		t.Error("the journal is still there after its replay")
+	}
+	entries, _ := os.ReadDir(filepath.Dir(crashed))
+	var names bytes.Buffer
+	for _, e := range entries {
+		names.WriteString(e.Name() + " ")
+	}
+	if len(entries) != 1 {
+		t.Errorf("files beside the log: %s, want the log alone", names.String())
 	}
 }

@@ -5,16 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"hash/fnv"
 )
 
-// The journal (since issue 16) makes a commit one append and one fsync: a
-// group commit's changes are appended to <path>-journal and synced before
-// bbolt commits them without syncing, and the bbolt file is synced only at
-// a checkpoint. This file is the journal's format; durable.go is how the
-// log uses it. See docs/operations.md, "Durability: the journal".
-//
-// The file is a header, then records:
+// The journal of an older gmailrelay. Those versions made a commit one
+// append and one fsync of <path>-journal and synced the bbolt file only at
+// a checkpoint; after a crash, the file's last checkpoint plus the
+// journal's records are the log. This version writes no journal: Open
+// replays one an older version left (legacy.go), once, and only when
+// every record in it checks out. This file reads the format:
 //
 //	header: "gmrjrnl1" | uint32 version | uint32 page size | uint64 txid |
 //	        the checkpoint's bbolt meta page (page size bytes) | uint32 CRC-32C
@@ -24,19 +22,10 @@ import (
 //	    delete:   0x02 | bucket | uvarint len | key
 //	    sequence: 0x03 | bucket | uvarint sequence
 //
-// All integers are little-endian. A bucket is a write bucket's number (wJobs
-// ...), so the version changes when they are renumbered (journalBuckets).
-// The sequence op is bbolt's bucket sequence, which NextSequence changes
-// without a put: the lines' Seq counter would otherwise go back after a
-// replay.
-//
-// Version 2 (issue 16's step 2) dropped the job-lines index's bucket, number
-// 2 in version 1. A version 1 journal (a gmailrelay before it stopped
-// without closing its log) is still replayed, with version 1's numbers,
-// into its file, which still has that bucket; Open then migrates the file
-// (migrateJobLines). A gmailrelay that knows only version 1 refuses a
-// version 2 journal, as it must: the file it belongs to no longer has the
-// index that gmailrelay reads.
+// After the last record the file holds zeros (it was written ahead with
+// zeros). All integers are little-endian. A bucket is its number in the
+// journal's version (journalBuckets). Version 1 journals name the
+// job-lines index of files of that time, which Open then migrates.
 const (
 	journalMagic   = "gmrjrnl1"
 	journalVersion = 2
@@ -51,11 +40,15 @@ const (
 	maxRecord = 1 << 30
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // journalBucketsV1 are the buckets of a version 1 journal, by number.
 var journalBucketsV1 = [...][]byte{
 	bucketJobs, bucketLines, bucketJobLinesV1, bucketState, bucketDue, bucketUnknown,
+	bucketPrunable, bucketBodies, bucketMailboxes, bucketCounters, bucketSends,
+}
+
+// journalBucketsV2 are the buckets of a version 2 journal, by number.
+var journalBucketsV2 = [...][]byte{
+	bucketJobs, bucketLines, bucketState, bucketDue, bucketUnknown,
 	bucketPrunable, bucketBodies, bucketMailboxes, bucketCounters, bucketSends,
 }
 
@@ -66,7 +59,7 @@ func journalBuckets(v uint32) [][]byte {
 	case 1:
 		return journalBucketsV1[:]
 	case journalVersion:
-		return writeBucketNames[:]
+		return journalBucketsV2[:]
 	}
 	return nil
 }
@@ -81,17 +74,6 @@ type journalHeader struct {
 	meta     []byte // pageSize bytes
 }
 
-// encodeJournalHeader returns h as the journal's first bytes.
-func encodeJournalHeader(h journalHeader) []byte {
-	b := make([]byte, 0, len(journalMagic)+16+len(h.meta)+4)
-	b = append(b, journalMagic...)
-	b = binary.LittleEndian.AppendUint32(b, h.version)
-	b = binary.LittleEndian.AppendUint32(b, uint32(h.pageSize))
-	b = binary.LittleEndian.AppendUint64(b, h.txid)
-	b = append(b, h.meta...)
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
-}
-
 // decodeJournalHeader reads the header at the start of b and returns it and
 // its length. An error means b does not start with a whole, valid header.
 func decodeJournalHeader(b []byte) (journalHeader, int, error) {
@@ -101,7 +83,7 @@ func decodeJournalHeader(b []byte) (journalHeader, int, error) {
 	}
 	v := binary.LittleEndian.Uint32(b[8:])
 	if journalBuckets(v) == nil {
-		return journalHeader{}, 0, fmt.Errorf("journal version %d, want %d or older", v, journalVersion)
+		return journalHeader{}, 0, fmt.Errorf("journal version %d, want %d or older (written by another version of gmailrelay: open the file with that version)", v, journalVersion)
 	}
 	ps := int(binary.LittleEndian.Uint32(b[12:]))
 	if ps < metaPageMin || ps > 1<<16 {
@@ -205,91 +187,4 @@ func readBytes(b []byte) (v, rest []byte, err error) {
 		return nil, nil, errors.New("journal record: length out of range")
 	}
 	return b[k : k+int(n) : k+int(n)], b[k+int(n):], nil
-}
-
-// opRecorder collects the ops of one write transaction (see writeTx): the
-// journal record its commit appends, built in place (buf starts with room
-// for the record's header). Only touched inside write transactions.
-type opRecorder struct {
-	buf []byte
-	ops int
-}
-
-func (r *opRecorder) reset() {
-	if r.buf == nil {
-		r.buf = make([]byte, recordHeaderSize, 4096)
-	}
-	r.buf, r.ops = r.buf[:recordHeaderSize], 0
-}
-
-// record fills in the record's header and returns the whole record.
-func (r *opRecorder) record() []byte {
-	payload := r.buf[recordHeaderSize:]
-	binary.LittleEndian.PutUint32(r.buf, uint32(len(payload)))
-	binary.LittleEndian.PutUint32(r.buf[4:], crc32.Checksum(payload, castagnoli))
-	return r.buf
-}
-
-func (r *opRecorder) put(b int, key, value []byte) {
-	r.buf = append(r.buf, opPut, byte(b))
-	r.buf = binary.AppendUvarint(r.buf, uint64(len(key)))
-	r.buf = append(r.buf, key...)
-	r.buf = binary.AppendUvarint(r.buf, uint64(len(value)))
-	r.buf = append(r.buf, value...)
-	r.ops++
-}
-
-func (r *opRecorder) delete(b int, key []byte) {
-	r.buf = append(r.buf, opDelete, byte(b))
-	r.buf = binary.AppendUvarint(r.buf, uint64(len(key)))
-	r.buf = append(r.buf, key...)
-	r.ops++
-}
-
-func (r *opRecorder) sequence(b int, seq uint64) {
-	r.buf = append(r.buf, opSequence, byte(b))
-	r.buf = binary.AppendUvarint(r.buf, seq)
-	r.ops++
-}
-
-// bbolt's meta page, as laid out by go.etcd.io/bbolt/internal/common
-// (page.go, meta.go): a 16-byte page header (id uint64, flags uint16, count
-// uint16, overflow uint32), then the meta: magic, version, page size,
-// flags (uint32 each), root bucket (root pgid, sequence), freelist pgid,
-// high-water pgid, txid, checksum (uint64 each, native byte order: this
-// code, like bbolt's file format, assumes little-endian). The checksum is
-// FNV-1a 64 of the meta up to the checksum and does not cover the page
-// header, so the same meta can be written into both slots with each slot's
-// own page id.
-const (
-	metaPageFlag  = 0x04
-	metaMagic     = 0xED0CDAED
-	metaOffset    = 16
-	metaTxidOff   = metaOffset + 48
-	metaSumOff    = metaOffset + 56
-	metaPageMin   = metaSumOff + 8
-	metaFlagsOff  = 8
-	metaPageIDOff = 0
-)
-
-// checkMetaPage checks that p is a valid bbolt meta page of transaction txid.
-func checkMetaPage(p []byte, txid uint64) error {
-	if len(p) < metaPageMin {
-		return errors.New("meta page cut short")
-	}
-	if binary.LittleEndian.Uint16(p[metaFlagsOff:])&metaPageFlag == 0 {
-		return errors.New("not a meta page")
-	}
-	if binary.LittleEndian.Uint32(p[metaOffset:]) != metaMagic {
-		return errors.New("meta page: bad magic")
-	}
-	h := fnv.New64a()
-	_, _ = h.Write(p[metaOffset:metaSumOff])
-	if h.Sum64() != binary.LittleEndian.Uint64(p[metaSumOff:]) {
-		return errors.New("meta page: checksum mismatch")
-	}
-	if got := binary.LittleEndian.Uint64(p[metaTxidOff:]); got != txid {
-		return fmt.Errorf("meta page of transaction %d, want %d", got, txid)
-	}
-	return nil
 }
