@@ -30,6 +30,11 @@ type Options struct {
 	// last group had some (see Log.commitWaiter): 0 is DefaultGroupWait,
 	// a negative value never waits.
 	GroupWait time.Duration
+	// Identity is the relay's (see Identity): a new file stores it, a
+	// file without one adopts it, and a file with another one is refused
+	// (an error wrapping ErrIdentityMismatch, nothing written). Zero
+	// checks nothing (tests, backup, check, compact).
+	Identity Identity
 }
 
 // Mailbox is what the log remembers about one Gmail mailbox.
@@ -135,6 +140,8 @@ type Log struct {
 	jpath string
 	now   func() time.Time
 	logf  func(format string, args ...any)
+	// identity is Options.Identity (see openIdentity).
+	identity Identity
 
 	// group is the group commit every Mutate goes through (see commit).
 	group       groupCommit

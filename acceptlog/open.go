@@ -34,7 +34,7 @@ func Open(path string, opts Options) (*Log, error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	l := &Log{path: path, jpath: journalPath(path), now: now, logf: logf, groupWait: opts.GroupWait}
+	l := &Log{path: path, jpath: journalPath(path), now: now, logf: logf, groupWait: opts.GroupWait, identity: opts.Identity}
 	if l.groupWait == 0 {
 		l.groupWait = DefaultGroupWait
 	}
@@ -106,8 +106,12 @@ func (l *Log) open(synced bool) error {
 		_ = db.Close()
 		return err
 	}
-	migrated, indexed := 0, 0
+	migrated, indexed, idNote := 0, 0, ""
 	err = db.Update(func(tx *bolt.Tx) error {
+		var err error
+		if idNote, err = l.openIdentity(tx); err != nil { // identitystore.go
+			return err
+		}
 		// A file written before the prunable index existed gets it filled
 		// from its jobs, and one written before the send index existed
 		// gets it filled from its recent forwarding lines (the other
@@ -131,12 +135,14 @@ func (l *Log) open(synced bool) error {
 			}
 			indexed = n
 		}
-		var err error
 		migrated, err = migrateJobLines(tx)
 		return err
 	})
 	if err == nil && migrated > 0 {
 		l.logf("acceptlog: %s: the job-lines index was moved into the %d job records and dropped (once; an older gmailrelay would not read the file right)", l.path, migrated)
+	}
+	if err == nil && idNote != "" {
+		l.logf("%s", idNote)
 	}
 	if err == nil && indexed > 0 {
 		l.logf("acceptlog: %s: the send index was created and filled with the %d sends of the last %s (the daily sending budget counts them)", l.path, indexed, sendsBackfillWindow)

@@ -22,6 +22,7 @@ const (
 	wMailboxes
 	wCounters
 	wSends
+	wKeys
 	numWriteBuckets
 )
 
@@ -29,6 +30,7 @@ var writeBucketNames = [numWriteBuckets][]byte{
 	wJobs: bucketJobs, wLines: bucketLines,
 	wState: bucketState, wDue: bucketDue, wUnknown: bucketUnknown, wPrunable: bucketPrunable,
 	wBodies: bucketBodies, wMailboxes: bucketMailboxes, wCounters: bucketCounters, wSends: bucketSends,
+	wKeys: bucketKeys,
 }
 
 // writeTx is what the Mutates of one write transaction share: each bucket
@@ -223,6 +225,9 @@ func putJob(w *writeTx, cur *Job, old []byte, j *Job, seqs []byte, counts map[st
 	}
 	if cur == nil {
 		counts[counterJobs]++
+		if err := indexKey(w, j); err != nil {
+			return err
+		}
 	}
 	if cur == nil || cur.State != j.State || cur.Channel != j.Channel {
 		if cur != nil {
