@@ -28,11 +28,12 @@ type Identity struct {
 func (id Identity) IsZero() bool { return id == Identity{} }
 
 // String names the identity for messages: the Message-ID domain, and the
-// secret's fingerprint when there is one (never the secret itself).
+// secret's fingerprint when there is one (never the secret itself); no
+// mention of a secret means none is set.
 func (id Identity) String() string {
 	s := fmt.Sprintf("Message-ID domain %q", id.MsgIDDomain)
 	if id.SecretFingerprint == "" {
-		return s + " without a Message-ID secret"
+		return s
 	}
 	return s + " with the Message-ID secret of fingerprint " + id.SecretFingerprint
 }
