@@ -24,6 +24,11 @@ type Options struct {
 	// GroupWait is how long a write waits for others to share its commit
 	// (bbolt's MaxBatchDelay): 0 is DefaultGroupWait.
 	GroupWait time.Duration
+	// Identity is the relay's (see Identity): a new file stores it, a
+	// file without one adopts it, and a file with another one is refused
+	// (an error wrapping ErrIdentityMismatch, nothing written). Zero
+	// checks nothing (tests, backup, check, compact).
+	Identity Identity
 }
 
 // Mailbox is what the log remembers about one Gmail mailbox.
@@ -115,6 +120,8 @@ type Log struct {
 	path string
 	now  func() time.Time
 	logf func(format string, args ...any)
+	// identity is Options.Identity (see openIdentity).
+	identity Identity
 
 	// notes and cleanup are OpenReadOnly's: what it did to read the file
 	// (a journal replayed into a temporary copy), and how to remove the

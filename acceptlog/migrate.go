@@ -143,6 +143,7 @@ func migrateLegacy(tx *bolt.Tx, now time.Time) ([]string, error) {
 	}
 	backfill := tx.Bucket(bucketPrunable) == nil
 	backfillSends := tx.Bucket(bucketSends) == nil
+	backfillKeyIndex := tx.Bucket(bucketKeys) == nil
 	for _, name := range allBuckets {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return nil, fmt.Errorf("create bucket %s: %w", name, err)
@@ -161,6 +162,13 @@ func migrateLegacy(tx *bolt.Tx, now time.Time) ([]string, error) {
 			return nil, fmt.Errorf("fill the send index: %w", err)
 		}
 		notes = append(notes, fmt.Sprintf("the send index was created and filled with the %d sends of the last %s (the daily sending budget counts them)", n, sendsBackfillWindow))
+	}
+	if backfillKeyIndex {
+		n, err := backfillKeys(tx.Bucket(bucketJobs), tx.Bucket(bucketKeys))
+		if err != nil {
+			return nil, fmt.Errorf("fill the key index: %w", err)
+		}
+		notes = append(notes, fmt.Sprintf("the key index was created and filled with the keys of %d jobs", n))
 	}
 	n, err := migrateJobLines(tx)
 	if err != nil {

@@ -47,7 +47,7 @@ func Open(path string, opts Options) (*Log, error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	l := &Log{path: path, now: now, logf: logf}
+	l := &Log{path: path, now: now, logf: logf, identity: opts.Identity}
 	if err := l.open(opts); err != nil {
 		return nil, fmt.Errorf("open log %s: %w", path, err)
 	}
@@ -90,20 +90,38 @@ func (l *Log) open(opts Options) error {
 		db.MaxBatchDelay = DefaultGroupWait
 	}
 	l.db = db
-	if !rep.sealed {
+	// The identity is checked before anything is written: a relay
+	// configured otherwise leaves the file as it was.
+	var rec *IdentityRecord
+	err = db.View(func(tx *bolt.Tx) error {
+		var err error
+		rec, err = l.checkIdentity(tx)
+		return err
+	})
+	if err == nil && (rec != nil || !rep.sealed) {
 		var notes []string
-		err := db.Update(func(tx *bolt.Tx) error {
-			var err error
-			notes, err = migrateLegacy(tx, l.now())
-			return err
+		err = db.Update(func(tx *bolt.Tx) error {
+			if !rep.sealed {
+				var err error
+				if notes, err = migrateLegacy(tx, l.now()); err != nil {
+					return fmt.Errorf("convert the file from an older gmailrelay: %w", err)
+				}
+			}
+			if rec == nil {
+				return nil
+			}
+			if !rep.sealed || tx.Size() > 0 && rep.buckets[string(bucketJobs)].records > 0 {
+				notes = append(notes, fmt.Sprintf("it had no identity; it now remembers %s, and a relay configured otherwise refuses it (gmailrelay rekey changes it on purpose)", rec.Identity))
+			}
+			return putIdentity(tx, rec)
 		})
-		if err != nil {
-			_ = db.Close()
-			return fmt.Errorf("convert the file from an older gmailrelay: %w", err)
-		}
 		for _, n := range notes {
 			l.logf("acceptlog: %s: %s", l.path, n)
 		}
+	}
+	if err != nil {
+		_ = db.Close()
+		return err
 	}
 	return nil
 }

@@ -19,6 +19,12 @@ type Store interface {
 	Mutate(ctx context.Context, messageID string, fn func(cur *Job) (Change, error)) (Job, []Line, error)
 	// Get returns the job messageID, or an error wrapping ErrNotFound.
 	Get(ctx context.Context, messageID string) (Job, error)
+	// JobByKey returns the job created with the job key key, whatever
+	// identity the log had then (a job created before a rekey keeps its
+	// Message-ID), or an error wrapping ErrNotFound when there is none.
+	// When several jobs have the key (created with other identities
+	// before the log kept its own), it is the one created first.
+	JobByKey(ctx context.Context, key string) (Job, error)
 	// JobLines returns the job's lines oldest first (ErrNotFound wrapped
 	// when there is no such job).
 	JobLines(ctx context.Context, messageID string) ([]Line, error)

@@ -20,6 +20,7 @@ const (
 	wMailboxes
 	wCounters
 	wSends
+	wKeys
 	numWriteBuckets
 )
 
@@ -27,6 +28,7 @@ var writeBucketNames = [numWriteBuckets][]byte{
 	wJobs: bucketJobs, wLines: bucketLines,
 	wState: bucketState, wDue: bucketDue, wUnknown: bucketUnknown, wPrunable: bucketPrunable,
 	wBodies: bucketBodies, wMailboxes: bucketMailboxes, wCounters: bucketCounters, wSends: bucketSends,
+	wKeys: bucketKeys,
 }
 
 // writeTx is one writer's view of a write transaction: every write of the
@@ -176,6 +178,9 @@ func putJob(w *writeTx, cur *Job, old []byte, j *Job, seqs []byte, counts map[st
 	}
 	if cur == nil {
 		counts[counterJobs]++
+		if err := indexKey(w, j); err != nil {
+			return err
+		}
 	}
 	if cur == nil || cur.State != j.State || cur.Channel != j.Channel {
 		if cur != nil {

@@ -36,6 +36,11 @@ type Options struct {
 	// creates Schema nor applies migrations, and refuses a database
 	// without this version's schema (see checkSchema).
 	NoMigrate bool
+	// Identity is the replica's (acceptlog.Identity), compared with the
+	// log's at Open: the first replica with one records it, a replica
+	// with another one is refused (an error wrapping
+	// acceptlog.ErrIdentityMismatch). Zero compares nothing.
+	Identity acceptlog.Identity
 }
 
 // Log is the acceptance log in a PostgreSQL database. It is safe for
@@ -93,18 +98,18 @@ func Open(ctx context.Context, url string, opts Options) (*Log, error) {
 			}
 		}
 	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
 	if opts.NoMigrate {
 		err = checkSchema(ctx, pool)
-	} else {
-		_, err = Migrate(ctx, pool)
+	} else if _, err = Migrate(ctx, pool); err == nil {
+		err = checkIdentity(ctx, pool, opts.Identity, now()) // identity.go
 	}
 	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open log: %w", err)
-	}
-	now := opts.Now
-	if now == nil {
-		now = time.Now
 	}
 	return &Log{pool: pool, now: now, owner: owner}, nil
 }
@@ -281,9 +286,9 @@ func (l *Log) mutateTx(ctx context.Context, tx pgx.Tx, id string, fn func(*accep
 			return p, nil, err
 		}
 		if cur == nil {
-			tag, err := tx.Exec(ctx, `INSERT INTO jobs (message_id, state, channel, next_check_ns, unknown_ns, prunable_ns, data)
-				VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (message_id) DO NOTHING`,
-				id, c.state, c.channel, c.nextCheck, c.unknown, c.prunable, c.data)
+			tag, err := tx.Exec(ctx, `INSERT INTO jobs (message_id, state, channel, next_check_ns, unknown_ns, prunable_ns, data, job_key)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (message_id) DO NOTHING`,
+				id, c.state, c.channel, c.nextCheck, c.unknown, c.prunable, c.data, jobKey(p.Job))
 			if err != nil {
 				return p, nil, fmt.Errorf("insert job: %w", err)
 			}

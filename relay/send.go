@@ -58,6 +58,9 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 		return Result{}, &Error{Code: CodeInvalid, Field: "channel", Message: err.Error()}
 	}
 	p.Channel = ch.Name
+	if p, err = s.byKey(ctx, p); err != nil {
+		return Result{}, err
+	}
 	box, err := s.pick(p)
 	if err != nil {
 		return Result{}, err
@@ -120,6 +123,43 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 	}
 	s.observeFault(a.d)
 	return s.forward(ctx, box, job, p.Raw, a.d, o.Queue, o.Timing)
+}
+
+// byKey points p at the job its key already has when that job's
+// Message-ID is not the one p derives: a job created before an operator
+// changed the log's identity (gmailrelay rekey). The front door then
+// answers and retries that job, with its own stored message and
+// Message-ID, exactly as if the derived Message-ID had matched, so a key
+// is never sent twice because the configuration changed.
+//
+// The lookup is a read of its own, before the admission transaction, and
+// needs no more: rekey runs only while no relay runs on the log (the
+// bbolt file's lock; on PostgreSQL, no connected replica), so no job of
+// an older identity is created while this relay runs, and one of the
+// current identity has the derived Message-ID, which the admission
+// transaction reads itself.
+func (s *Service) byKey(ctx context.Context, p Prepared) (Prepared, error) {
+	if p.Key == "" || p.Key == p.MessageID {
+		return p, nil // a raw message sent without a key: its Message-ID is its key
+	}
+	j, err := s.log.JobByKey(ctx, p.Key)
+	switch {
+	case errors.Is(err, acceptlog.ErrNotFound):
+		return p, nil
+	case err != nil:
+		return p, err
+	case j.MessageID == p.MessageID:
+		return p, nil
+	}
+	// Any new attempt of that job must carry its Message-ID: its own
+	// message, stored until the job can no longer be sent (a pruned job
+	// is only ever replayed).
+	raw, err := s.log.Raw(ctx, j.MessageID)
+	if err != nil && !errors.Is(err, acceptlog.ErrNotFound) {
+		return p, err
+	}
+	p.MessageID, p.Raw = j.MessageID, raw
+	return p, nil
 }
 
 // frontDoorRead reads the job of p, if any, and answers from it as the

@@ -32,6 +32,7 @@ func commands() []command {
 		{"check", "verify an acceptance log file's invariants offline (exit 1 naming each violation)", runCheck},
 		{"backup", "save a consistent copy of the acceptance log (from a running relay or a stopped one's file)", runBackup},
 		{"compact", "write a compacted copy of a stopped relay's log file", runCompact},
+		{"rekey", "record a new Message-ID domain (or secret) in a stopped relay's log, on purpose", runRekey},
 		{"healthcheck", "ask a running relay's /healthz (for container health checks)", runHealthcheck},
 	}
 }

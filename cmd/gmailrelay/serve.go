@@ -282,6 +282,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	rs, err := startRelay(ctx, c, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "gmailrelay serve: %v\n", err)
+		if errors.Is(err, acceptlog.ErrIdentityMismatch) {
+			fmt.Fprintf(stderr, "gmailrelay serve: to move this log to the configured identity, with every relay on it stopped: %s\n", c.rekeyCommand())
+			return 2 // configuration
+		}
 		return 1
 	}
 	fmt.Fprintf(stdout, "gmailrelay listening on %s\n", rs.URL)
@@ -323,7 +327,7 @@ func openLog(ctx context.Context, c serveConfig, now func() time.Time, logger ze
 	if c.Database != "" {
 		u, _ := url.Parse(c.Database)
 		where = u.Redacted()
-		lg, err = pglog.Open(ctx, c.Database, pglog.Options{Now: now})
+		lg, err = pglog.Open(ctx, c.Database, pglog.Options{Now: now, Identity: c.identity()})
 		if err != nil {
 			return nil, "", fmt.Errorf("open acceptance log in %s: %w", where, err)
 		}
@@ -334,7 +338,7 @@ func openLog(ctx context.Context, c serveConfig, now func() time.Time, logger ze
 	// warning: it says the last stop was not clean, or that the file grew
 	// far in one run.
 	logf := func(format string, args ...any) { logger.Warn().Msgf(format, args...) }
-	lg, err = acceptlog.Open(c.Data, acceptlog.Options{Now: now, Logf: logf})
+	lg, err = acceptlog.Open(c.Data, acceptlog.Options{Now: now, Logf: logf, Identity: c.identity()})
 	if err != nil {
 		return nil, "", fmt.Errorf("open acceptance log %s: %w", c.Data, err)
 	}
