@@ -33,6 +33,7 @@ func commands() []command {
 		{"backup", "save a consistent copy of the acceptance log (from a running relay or a stopped one's file)", runBackup},
 		{"compact", "write a compacted copy of a stopped relay's log file", runCompact},
 		{"healthcheck", "ask a running relay's /healthz (for container health checks)", runHealthcheck},
+		{"version", "print the version, the commit it was built from and the Go version", runVersion},
 	}
 }
 
@@ -50,6 +51,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		return 0
+	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args[0] = "version"
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
