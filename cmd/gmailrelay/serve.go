@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -172,13 +171,6 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	}
 	ok = true
 	return rs, nil
-}
-
-// crash is the real crash: SIGKILL to ourselves, no deferred cleanup, no
-// log write.
-func crash() {
-	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	select {}
 }
 
 // crashPoint returns the CrashPoint hook for crash tests: with
