@@ -59,9 +59,20 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	ok := false
 	defer func() {
 		if !ok {
+			if rs.http == nil && rs.listener != nil {
+				_ = rs.listener.Close() // the HTTP server's Shutdown closes it once it serves
+			}
 			rs.close(context.Background())
 		}
 	}()
+	// Listen first: a taken port fails the start before the log's file
+	// (or schema) is created, so a failed start leaves nothing behind.
+	ln, err := net.Listen("tcp", c.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", c.Addr, err)
+	}
+	rs.listener = ln
+	rs.URL = "http://" + ln.Addr().String()
 	now, advance := time.Now, func(time.Duration) {}
 	if c.Clock == "manual" {
 		if c.clock == nil {
@@ -151,14 +162,8 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		AdvanceClock: clockAdvance, MaxInflightBytes: c.MaxInflightBytes,
 		Probes: boxes.probes,
 	})
-	ln, err := net.Listen("tcp", c.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", c.Addr, err)
-	}
-	rs.listener = ln
-	rs.URL = "http://" + ln.Addr().String()
 	rs.http = newHTTPServer(handler, serverTimeouts(c.SendTimeout))
-	go func() { rs.served <- rs.http.Serve(ln) }()
+	go func() { rs.served <- rs.http.Serve(rs.listener) }()
 	rs.sweeper.Start(context.WithoutCancel(ctx))
 	rs.outbox.Start(context.WithoutCancel(ctx))
 	rs.retention.Start(context.WithoutCancel(ctx))
