@@ -25,6 +25,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/outbox"
 	"github.com/gmailrelay/gmailrelay/pglog"
+	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/retention"
 	"github.com/gmailrelay/gmailrelay/sweeper"
@@ -158,7 +159,8 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		APIToken: c.APIToken, AdminToken: c.AdminToken, Logger: logger})
 	handler := api.New(api.Config{
 		Service: svc, Sweeper: rs.sweeper, Outbox: rs.outbox, Retention: rs.retention, APIToken: c.APIToken, AdminToken: c.AdminToken, Console: ui,
-		MsgIDDomain: c.policy.MsgIDDomain, FaultHeader: c.FaultHeader, Mode: mode, Metrics: metrics, Logger: logger,
+		MsgIDDomain: c.policy.MsgIDDomain, FaultHeader: c.FaultHeader, Mode: mode, SandboxEmulator: rs.EmulatorURL,
+		Metrics: metrics, Logger: logger,
 		AdvanceClock: clockAdvance, MaxInflightBytes: c.MaxInflightBytes,
 		Probes: boxes.probes,
 	})
@@ -171,11 +173,21 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	logger.Info().Str("url", rs.URL).Str("mode", mode).Str("data", where).Int64("fault_seed", faults.Seed()).
 		Msg("gmailrelay listening")
 	if mode == "sandbox" {
-		logger.Warn().Str("emulator", rs.EmulatorURL).
-			Msg("SANDBOX MODE: no Gmail credentials, sends go to the embedded Gmail emulator; nothing reaches a real mailbox")
+		logger.Warn().Str("emulator", rs.EmulatorURL).Str("grace", defaultGrace(c.policy)).
+			Msg("SANDBOX MODE: no Gmail credentials, sends go to the embedded Gmail emulator; nothing reaches a real mailbox; " +
+				"an ambiguous send is looked for after its channel's grace (" + defaultGrace(c.policy) + ")")
 	}
 	ok = true
 	return rs, nil
+}
+
+// defaultGrace says the default channel's grace for the start-up lines:
+// "default channel 10s", or that there is no default channel.
+func defaultGrace(p *policy.Policy) string {
+	if ch, ok := p.Channels[policy.DefaultChannel]; ok {
+		return "default channel " + ch.Grace.String()
+	}
+	return "no default channel"
 }
 
 // crashPoint returns the CrashPoint hook for crash tests: with
@@ -283,7 +295,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	fmt.Fprintf(stdout, "gmailrelay listening on %s\n", rs.URL)
 	if rs.EmulatorURL != "" {
-		fmt.Fprintf(stdout, "SANDBOX: sends go to the embedded Gmail emulator at %s (emulator results, not Gmail)\n", rs.EmulatorURL)
+		fmt.Fprintf(stdout, "SANDBOX: sends go to the embedded Gmail emulator at %s (emulator results, not Gmail); grace: %s\n",
+			rs.EmulatorURL, defaultGrace(c.policy))
 	}
 	return serveUntil(ctx, rs, logger, stderr)
 }
