@@ -72,7 +72,7 @@ func decodeStrict(r *http.Request, v any) error {
 			field = strings.Trim(f, `"`)
 			return relay.Invalid(field, "unknown field %q", field)
 		}
-		return relay.Invalid("body", "invalid JSON: %v", err)
+		return jsonError(body, err)
 	}
 	return nil
 }

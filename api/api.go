@@ -58,6 +58,10 @@ type Config struct {
 	FaultHeader bool
 	// Mode is "sandbox" (embedded emulator) or "gmail"; shown on /readyz.
 	Mode string
+	// SandboxEmulator is the embedded emulator's URL in sandbox mode:
+	// /readyz and /v1/stats carry it as sandbox.emulator (its ground
+	// truth, /_emulator/…, answers there). Empty: no sandbox object.
+	SandboxEmulator string
 	// Probe checks that the provider answers; nil: not checked. For a
 	// relay of several mailboxes, Probes has one per mailbox instead.
 	Probe func(ctx context.Context) error

@@ -67,7 +67,7 @@ func TestFieldErrorsAnswerInvalidArgumentByteForByte(t *testing.T) {
 		{"fault rule (faultmodes)", "/admin/faults", adminToken, map[string]any{"mode": "fail-before-forward", "probability": 1.5},
 			`{"error":{"code":"invalid_argument","message":"must be greater than 0 and at most 1, got 1.5","field":"probability"}}` + "\n"},
 		{"gmail surface", "/gmail/v1/users/me/messages/send", apiToken, `{"raw":5}`,
-			`{"error":{"code":400,"errors":[{"domain":"global","message":"invalid JSON: json: cannot unmarshal number into Go struct field gmailMessage.raw of type string (field body)","reason":"invalidArgument"}],"message":"invalid JSON: json: cannot unmarshal number into Go struct field gmailMessage.raw of type string (field body)","status":"INVALID_ARGUMENT"}}` + "\n"},
+			`{"error":{"code":400,"errors":[{"domain":"global","message":"raw must be a string, not number (field raw)","reason":"invalidArgument"}],"message":"raw must be a string, not number (field raw)","status":"INVALID_ARGUMENT"}}` + "\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.must("POST", tc.path, tc.token, tc.body)

@@ -84,7 +84,7 @@ func (s *Server) gmailSend(w http.ResponseWriter, r *http.Request) {
 		// every send.
 		var full gmailMessage
 		if err := json.Unmarshal(body, &full); err != nil {
-			writeGmailError(w, r, relay.Invalid("body", "invalid JSON: %v", err))
+			writeGmailError(w, r, jsonError(body, err))
 			return
 		}
 		m = full

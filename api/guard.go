@@ -263,7 +263,7 @@ func (s *Server) bodyGuard(next http.Handler) http.Handler {
 			return
 		}
 		if r.ContentLength > rule.limit {
-			guardError(w, r, &relay.Error{Code: relay.CodeTooLarge, Field: "body",
+			guardError(w, r, &relay.Error{Code: relay.CodeTooLarge, Field: fieldRequest,
 				Message: "request body of " + strconv.FormatInt(r.ContentLength, 10) + " bytes is larger than " + strconv.FormatInt(rule.limit, 10) + " bytes"})
 			return
 		}

@@ -154,6 +154,25 @@ type Stats struct {
 	// Mailboxes holds each mailbox's figures by name (only the one
 	// ?mailbox= names, when given).
 	Mailboxes map[string]MailboxStats `json:"mailboxes"`
+	// Sandbox is present in sandbox mode only.
+	Sandbox *Sandbox `json:"sandbox,omitempty"`
+}
+
+// Sandbox is what /readyz and /v1/stats say about sandbox mode.
+type Sandbox struct {
+	// Emulator is the embedded Gmail emulator's base URL
+	// (http://127.0.0.1:PORT): its Gmail API and its ground truth
+	// (/_emulator/messages, /_emulator/stats).
+	Emulator string `json:"emulator"`
+}
+
+// sandbox is the sandbox object of /readyz and /v1/stats, nil outside
+// sandbox mode.
+func (s *Server) sandbox() *Sandbox {
+	if s.cfg.SandboxEmulator == "" {
+		return nil
+	}
+	return &Sandbox{Emulator: s.cfg.SandboxEmulator}
 }
 
 // CollectStats gathers /v1/stats; /metrics reads the same numbers.
@@ -175,6 +194,7 @@ func (s *Server) collectStats(ctx context.Context, mailbox string) (Stats, error
 		ReviewDepth:     st.ByState[acceptlog.StateReview],
 		QuotaUnitsSpent: s.cfg.Quota.Spent(),
 		FaultsInjected:  map[faultmodes.Mode]int{},
+		Sandbox:         s.sandbox(),
 	}
 	if !st.OldestUnknown.IsZero() {
 		out.OldestUnknownAge = s.cfg.Now().Sub(st.OldestUnknown).Seconds()

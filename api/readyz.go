@@ -85,6 +85,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Mode == "sandbox" {
 		body["warning"] = "SANDBOX: sends go to the embedded Gmail emulator, not to Gmail"
 	}
+	if sb := s.sandbox(); sb != nil {
+		body["sandbox"] = sb
+	}
 	ok := true
 	if _, err := s.cfg.Log.Stats(r.Context()); err != nil {
 		ok = false

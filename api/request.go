@@ -25,10 +25,11 @@ func DecodeSendRequest(data []byte) (relay.SendRequest, error) {
 	var req relay.SendRequest
 	var fields map[string]rawField
 	if err := json.Unmarshal(data, &fields); err != nil || fields == nil {
-		if json.Valid(data) {
-			return req, relay.Invalid("", "request body must be a JSON object")
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return req, jsonError(data, se)
 		}
-		return req, relay.Invalid("", "request body is not valid JSON")
+		return req, relay.Invalid("", "request body must be a JSON object")
 	}
 	// Deeper than any send request: duplicateKey's walk would hold a key
 	// and a stack frame per level.

@@ -149,9 +149,9 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 func bodyError(err error, limit int64) error {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return &relay.Error{Code: relay.CodeTooLarge, Message: "request body larger than " + strconv.FormatInt(limit, 10) + " bytes"}
+		return &relay.Error{Code: relay.CodeTooLarge, Field: fieldRequest, Message: "request body larger than " + strconv.FormatInt(limit, 10) + " bytes"}
 	}
-	return relay.Invalid("body", "read request body: %v", err)
+	return relay.Invalid(fieldRequest, "read request body: %v", err)
 }
 
 // readAllSized is io.ReadAll with the buffer sized from the request's

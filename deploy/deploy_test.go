@@ -164,6 +164,29 @@ func TestDockerfileBuildsWhatCIBuilds(t *testing.T) {
 	}
 }
 
+// TestReleaseScriptBuildsWhatTheImageShips holds scripts/release.sh to the
+// Dockerfile's static build (CGO_ENABLED=0, -trimpath) for every platform
+// the release promises, and to .ci/run's checking of its SHA256SUMS.
+func TestReleaseScriptBuildsWhatTheImageShips(t *testing.T) {
+	script := read(t, "scripts/release.sh")
+	builds := findGoBuild(script)
+	if len(builds) != 1 {
+		t.Fatalf("scripts/release.sh runs %d `go build ./cmd/gmailrelay`, want 1 (in its loop over the platforms)", len(builds))
+	}
+	if b := builds[0]; !slices.Contains(b.env, "CGO_ENABLED=0") || !slices.Contains(b.flags, "-trimpath") {
+		t.Errorf("scripts/release.sh builds with env %v flags %v, want CGO_ENABLED=0 and -trimpath", b.env, b.flags)
+	}
+	for _, p := range []string{"linux/amd64", "linux/arm64", "darwin/amd64", "darwin/arm64", "windows/amd64"} {
+		if !strings.Contains(script, p) {
+			t.Errorf("scripts/release.sh does not build %s", p)
+		}
+	}
+	ci := read(t, ".ci/run")
+	if !strings.Contains(ci, "scripts/release.sh") || !strings.Contains(ci, "sha256sum -c") {
+		t.Error(".ci/run does not run scripts/release.sh and check its SHA256SUMS with sha256sum -c")
+	}
+}
+
 func TestDockerfileRunStage(t *testing.T) {
 	stages := parseDockerfile(read(t, "Dockerfile"))
 	if len(stages) == 0 {

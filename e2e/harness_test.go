@@ -18,6 +18,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
+	"github.com/gmailrelay/gmailrelay/pglog/pgtest"
 )
 
 // The binaries under test, built at most once per `go test` run into a
@@ -44,7 +45,7 @@ func TestMain(m *testing.M) {
 			return buildRelay(filepath.Join(dir, "gmailrelay-broken"), "gmailrelay_broken")
 		}),
 	}
-	code := m.Run()
+	code := pgtest.Run(m) // m.Run, then stops pgtest's throwaway PostgreSQL, if one was started
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }

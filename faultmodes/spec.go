@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gmailrelay/gmailrelay/internal/fielderr"
+	"github.com/gmailrelay/gmailrelay/internal/jsonpos"
 )
 
 // Mode is what a fault rule does to a send attempt.
@@ -159,9 +160,11 @@ func decodeOne(data []byte, v any) error {
 		case errors.As(err, &typeErr):
 			return fieldErr("", "body must be a JSON object, not %s", typeErr.Value)
 		case errors.As(err, &syntaxErr):
-			return fieldErr("", "malformed JSON at byte %d: %v", syntaxErr.Offset, err)
+			where, _ := jsonpos.Of(data, err)
+			return fieldErr("", "malformed JSON at %s: %v", where, err)
 		case errors.Is(err, io.ErrUnexpectedEOF):
-			return fieldErr("", "malformed JSON: unexpected end of body")
+			where, _ := jsonpos.Of(data, err)
+			return fieldErr("", "malformed JSON: unexpected end of body at %s", where)
 		}
 		if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 			return fieldErr(strings.Trim(name, `"`), "unknown field")

@@ -71,7 +71,7 @@ func Parse(data []byte) (*Policy, error) {
 	// missing: a file that names only mailboxes or a retention (CONTRACT's
 	// mailboxes snippet is such a file) keeps the default channel.
 	if p.Channels == nil {
-		p.Channels = Default().Channels
+		p.Channels, p.BuiltInChannels = Default().Channels, true
 	}
 	// Parse applied every rule already; Validate guards against the two
 	// drifting apart.

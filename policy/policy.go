@@ -114,6 +114,10 @@ type Policy struct {
 	// Mailboxes holds the mailboxes' policies (file key mailboxes), keyed
 	// by name; empty means one, DefaultMailbox. See MailboxList.
 	Mailboxes map[string]Mailbox
+	// BuiltInChannels reports that Channels are Default()'s: no policy
+	// file, or a file without channels. serve shortens the default
+	// channel's grace in sandbox mode only then, never a grace a file set.
+	BuiltInChannels bool
 }
 
 // MinGrace is the shortest grace a channel may set: below it a search
@@ -141,6 +145,7 @@ func Default() *Policy {
 		Channels: map[string]Channel{
 			DefaultChannel: {Name: DefaultChannel, OnUnknown: Retry, Grace: DefaultGrace, Checks: DefaultChecks, MaxAttempts: DefaultMaxAttempts},
 		},
+		BuiltInChannels: true,
 	}
 }
 

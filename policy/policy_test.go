@@ -27,6 +27,29 @@ func TestDefault(t *testing.T) {
 	}
 }
 
+// TestBuiltInChannels: the channels are the built-in ones without a file
+// and with a file that names none, never when a file names them (serve's
+// sandbox shortens only a built-in grace).
+func TestBuiltInChannels(t *testing.T) {
+	if !policy.Default().BuiltInChannels {
+		t.Error("Default(): BuiltInChannels false")
+	}
+	for file, want := range map[string]bool{
+		"retention: 90d\n": true,
+		"mailboxes:\n  default: {daily_send_limit: 100}\n":       true,
+		"channels:\n  default: {on_unknown: retry}\n":            false,
+		"channels:\n  default: {on_unknown: retry, grace: 3m}\n": false,
+	} {
+		p, err := policy.Parse([]byte(file))
+		if err != nil {
+			t.Fatalf("Parse(%q): %v", file, err)
+		}
+		if p.BuiltInChannels != want {
+			t.Errorf("Parse(%q).BuiltInChannels = %v, want %v", file, p.BuiltInChannels, want)
+		}
+	}
+}
+
 func TestExampleFile(t *testing.T) {
 	p, err := policy.Load("example.yaml")
 	if err != nil {
@@ -46,6 +69,9 @@ func wantPolicy(t *testing.T, got *policy.Policy, domain string, chans ...policy
 	for _, c := range chans {
 		want.Channels[c.Name] = c
 	}
+	g := *got
+	g.BuiltInChannels = false // TestBuiltInChannels checks it
+	got = &g
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}

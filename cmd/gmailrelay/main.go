@@ -34,6 +34,7 @@ func commands() []command {
 		{"compact", "write a compacted copy of a stopped relay's log file", runCompact},
 		{"rekey", "record a new Message-ID domain (or secret) in a stopped relay's log, on purpose", runRekey},
 		{"healthcheck", "ask a running relay's /healthz (for container health checks)", runHealthcheck},
+		{"version", "print the version, the commit it was built from and the Go version", runVersion},
 	}
 }
 
@@ -51,6 +52,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		return 0
+	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args[0] = "version"
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {

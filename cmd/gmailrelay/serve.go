@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -26,6 +25,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/outbox"
 	"github.com/gmailrelay/gmailrelay/pglog"
+	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/retention"
 	"github.com/gmailrelay/gmailrelay/sweeper"
@@ -60,9 +60,20 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	ok := false
 	defer func() {
 		if !ok {
+			if rs.http == nil && rs.listener != nil {
+				_ = rs.listener.Close() // the HTTP server's Shutdown closes it once it serves
+			}
 			rs.close(context.Background())
 		}
 	}()
+	// Listen first: a taken port fails the start before the log's file
+	// (or schema) is created, so a failed start leaves nothing behind.
+	ln, err := net.Listen("tcp", c.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", c.Addr, err)
+	}
+	rs.listener = ln
+	rs.URL = "http://" + ln.Addr().String()
 	now, advance := time.Now, func(time.Duration) {}
 	if c.Clock == "manual" {
 		if c.clock == nil {
@@ -148,18 +159,13 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		APIToken: c.APIToken, AdminToken: c.AdminToken, Logger: logger})
 	handler := api.New(api.Config{
 		Service: svc, Sweeper: rs.sweeper, Outbox: rs.outbox, Retention: rs.retention, APIToken: c.APIToken, AdminToken: c.AdminToken, Console: ui,
-		MsgIDDomain: c.policy.MsgIDDomain, FaultHeader: c.FaultHeader, Mode: mode, Metrics: metrics, Logger: logger,
+		MsgIDDomain: c.policy.MsgIDDomain, FaultHeader: c.FaultHeader, Mode: mode, SandboxEmulator: rs.EmulatorURL,
+		Metrics: metrics, Logger: logger,
 		AdvanceClock: clockAdvance, MaxInflightBytes: c.MaxInflightBytes,
 		Probes: boxes.probes,
 	})
-	ln, err := net.Listen("tcp", c.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", c.Addr, err)
-	}
-	rs.listener = ln
-	rs.URL = "http://" + ln.Addr().String()
 	rs.http = newHTTPServer(handler, serverTimeouts(c.SendTimeout))
-	go func() { rs.served <- rs.http.Serve(ln) }()
+	go func() { rs.served <- rs.http.Serve(rs.listener) }()
 	rs.sweeper.Start(context.WithoutCancel(ctx))
 	rs.outbox.Start(context.WithoutCancel(ctx))
 	rs.retention.Start(context.WithoutCancel(ctx))
@@ -167,18 +173,21 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	logger.Info().Str("url", rs.URL).Str("mode", mode).Str("data", where).Int64("fault_seed", faults.Seed()).
 		Msg("gmailrelay listening")
 	if mode == "sandbox" {
-		logger.Warn().Str("emulator", rs.EmulatorURL).
-			Msg("SANDBOX MODE: no Gmail credentials, sends go to the embedded Gmail emulator; nothing reaches a real mailbox")
+		logger.Warn().Str("emulator", rs.EmulatorURL).Str("grace", defaultGrace(c.policy)).
+			Msg("SANDBOX MODE: no Gmail credentials, sends go to the embedded Gmail emulator; nothing reaches a real mailbox; " +
+				"an ambiguous send is looked for after its channel's grace (" + defaultGrace(c.policy) + ")")
 	}
 	ok = true
 	return rs, nil
 }
 
-// crash is the real crash: SIGKILL to ourselves, no deferred cleanup, no
-// log write.
-func crash() {
-	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	select {}
+// defaultGrace says the default channel's grace for the start-up lines:
+// "default channel 10s", or that there is no default channel.
+func defaultGrace(p *policy.Policy) string {
+	if ch, ok := p.Channels[policy.DefaultChannel]; ok {
+		return "default channel " + ch.Grace.String()
+	}
+	return "no default channel"
 }
 
 // crashPoint returns the CrashPoint hook for crash tests: with
@@ -290,7 +299,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	fmt.Fprintf(stdout, "gmailrelay listening on %s\n", rs.URL)
 	if rs.EmulatorURL != "" {
-		fmt.Fprintf(stdout, "SANDBOX: sends go to the embedded Gmail emulator at %s (emulator results, not Gmail)\n", rs.EmulatorURL)
+		fmt.Fprintf(stdout, "SANDBOX: sends go to the embedded Gmail emulator at %s (emulator results, not Gmail); grace: %s\n",
+			rs.EmulatorURL, defaultGrace(c.policy))
 	}
 	return serveUntil(ctx, rs, logger, stderr)
 }

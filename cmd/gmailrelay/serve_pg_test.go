@@ -88,7 +88,7 @@ func TestServeThreeReplicasOnePostgresOneDelivery(t *testing.T) {
 	if got := emu.Deliveries(msgID); got != 1 {
 		t.Errorf("emulator results: %d deliveries of %s, want exactly 1", got, msgID)
 	}
-	lg, err := pglog.Open(context.Background(), os.Getenv("GMAILRELAY_TEST_DATABASE"), pglog.Options{Schema: schema})
+	lg, err := pglog.Open(context.Background(), pgtest.URL(t), pglog.Options{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -205,5 +206,27 @@ func TestServeTokenRefreshFailureIsLoud(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(fmt.Sprint(ready["provider"]), "token refresh failing") {
 		t.Errorf("readyz: %d %v, want 503 naming the token refresh", resp.StatusCode, ready)
+	}
+}
+
+// TestServePortTakenWritesNoDataFile: a serve that cannot listen exits 1
+// naming the address, before it creates the log's file.
+func TestServePortTakenWritesNoDataFile(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	data := filepath.Join(t.TempDir(), "relay.db")
+	var stdout, stderr bytes.Buffer
+	code := runServe(context.Background(), []string{"--addr", taken.Addr().String(), "--data", data}, &stdout, &stderr)
+	if code != 1 {
+		t.Errorf("exit code %d, want 1; stderr %q", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "listen on "+taken.Addr().String()) {
+		t.Errorf("stderr %q does not name the address it could not listen on", stderr.String())
+	}
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Errorf("data file after a failed start: stat %v, want none", err)
 	}
 }

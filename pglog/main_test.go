@@ -1,0 +1,11 @@
+package pglog_test
+
+import (
+	"testing"
+
+	"github.com/gmailrelay/gmailrelay/pglog/pgtest"
+)
+
+// TestMain stops the throwaway PostgreSQL cluster pgtest starts for these
+// tests (unless GMAILRELAY_TEST_DATABASE names a server).
+func TestMain(m *testing.M) { pgtest.Main(m) }
