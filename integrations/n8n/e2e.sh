@@ -3,8 +3,9 @@
 # in front of the Gmail emulator (all results are emulator results).
 #
 # Installs n8n $N8N_VERSION once into $GMAILRELAY_N8N_CACHE (default
-# ~/.cache/gmailrelay-n8n; reruns reuse it), builds the gmailrelay binary and
-# the node package, starts `gmailrelay fakegmail` and `gmailrelay serve` on
+# ~/.cache/gmailrelay-n8n; reruns reuse it), builds the gmailrelay binary,
+# packs the node package (`npm pack`) and installs the tarball into n8n's
+# community nodes folder (scripts/install-packed.sh), starts `gmailrelay fakegmail` and `gmailrelay serve` on
 # free loopback ports, imports the credential template and workflows with
 # the n8n CLI and runs them with `n8n execute --id` (no UI step), then checks
 # the emulator's ground truth (GET /_emulator/messages?rfc822msgid=).
@@ -37,12 +38,18 @@ else
 fi
 n8n="$cache/node_modules/.bin/n8n"
 
-# 2. The relay binary and the node package.
+# 2. The relay binary, and the node package as a user gets it: the tarball
+# of `npm pack`, installed into n8n's community nodes folder
+# ($N8N_USER_FOLDER/.n8n/nodes) with npm, as docs/n8n.md says.
 step "building gmailrelay and n8n-nodes-gmailrelay"
 (cd "$repo" && go build -o "$work/gmailrelay" ./cmd/gmailrelay)
 (cd "$here" && { [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error >/dev/null; } && npm run --silent build)
-mkdir -p "$work/ext/n8n-nodes-gmailrelay"
-cp -r "$here/dist/credentials" "$here/dist/nodes" "$here/package.json" "$work/ext/n8n-nodes-gmailrelay/"
+tgz="$work/$(cd "$here" && npm pack --silent --pack-destination "$work")"
+export N8N_USER_FOLDER="$work/n8n-home"
+"$here/scripts/install-packed.sh" "$tgz"
+[ -f "$N8N_USER_FOLDER/.n8n/nodes/node_modules/n8n-nodes-gmailrelay/dist/nodes/GmailRelay/GmailRelay.node.json" ] || fail "the packed node is not in n8n's nodes folder"
+[ ! -e "$N8N_USER_FOLDER/.n8n/nodes/node_modules/n8n-workflow" ] || fail "npm installed a second n8n-workflow beside the node"
+step "installed $(basename "$tgz") ($(du -k "$tgz" | cut -f1) KiB) into $N8N_USER_FOLDER/.n8n/nodes"
 
 # 3. Emulator and relay on free loopback ports; a trial policy (short grace,
 # a review channel) and a manual clock, so grace passes without waiting.
@@ -71,8 +78,8 @@ msgid() { curl -fs "${A[@]}" "$relay/v1/msgid?customer_id=cus_e2e&event_type=ord
 truth() { curl -fs --get --data-urlencode "rfc822msgid=$1" "$emu/_emulator/messages" | python3 -c 'import json,sys;print(json.load(sys.stdin)["count"])'; }
 state() { curl -fs "${A[@]}" "$relay/v1/jobs/$(python3 -c 'import sys,urllib.parse;print(urllib.parse.quote(sys.argv[1],safe=""))' "$1")" | python3 -c 'import json,sys;print(json.load(sys.stdin)["state"])'; }
 
-# 4. n8n: its own user folder, the node from N8N_CUSTOM_EXTENSIONS.
-export N8N_USER_FOLDER="$work/n8n-home" N8N_ENCRYPTION_KEY=e2e-not-a-secret-key N8N_CUSTOM_EXTENSIONS="$work/ext"
+# 4. n8n: its own user folder (set above), the node from its nodes folder.
+export N8N_ENCRYPTION_KEY=e2e-not-a-secret-key
 export N8N_DIAGNOSTICS_ENABLED=false N8N_VERSION_NOTIFICATIONS_ENABLED=false N8N_BLOCK_ENV_ACCESS_IN_NODE=false
 # No NODE_FUNCTION_ALLOW_BUILTIN: the raw example's Code node needs no crypto.
 export GMAILRELAY_URL="$relay" DB_SQLITE_POOL_SIZE=0
@@ -92,14 +99,25 @@ step "n8n import:workflow --separate: $(cd "$work/workflows" && echo *.json)"
 
 # run ID: n8n execute --id ID --rawOutput; prints "Node:output" for every
 # node that emitted items (output 0..n of a node are named by its index; the
-# Send node's are 0 Sent, 1 Pending, 2 Retry Later, 3 Needs Fix) and
-# "result:OUTCOME:STATUS:REPLAYED" for every Send result; on stderr the
-# fields of each Send result.
+# Send node's are 0 Sent, 1 Pending, 2 Retry Later, 3 Needs Fix, and 4 Error
+# with "Continue (using error output)") and "result:OUTCOME:STATUS:REPLAYED"
+# for every Send result; on stderr the fields of each Send result.
+# run_failed ID: the execution must fail; prints "failed:ERROR_NAME:NODE" and
+# the error's message on stderr.
 run() {
   local out="$work/run-$1-$RANDOM.json"
   "$n8n" execute --id="$1" --rawOutput >"$out" 2>"$out.err" </dev/null || { { tail -c 3000 "$out"; tail -c 3000 "$out.err"; } >&2; fail "n8n execute --id=$1"; }
+  read_run "$1" "$out"
+}
+run_failed() {
+  local out="$work/run-$1-$RANDOM.json"
+  if "$n8n" execute --id="$1" --rawOutput >"$out" 2>"$out.err" </dev/null; then fail "n8n execute --id=$1 succeeded; want a failed execution"; fi
+  E2E_WANT_FAILED=1 read_run "$1" "$out"
+}
+read_run() {
+  local out="$2"
   python3 - "$out" <<'PY' || { { echo "--- n8n execute output:"; tail -c 3000 "$out"; tail -c 3000 "$out.err"; } >&2; fail "could not read the execution of $1"; }
-import json, sys
+import json, os, sys
 lines = open(sys.argv[1]).read().split("\n")
 # The result is JSON.stringify(run, null, 2): a line "{" ... a line "}".
 # Other info lines (community packages, migrations) may come before it.
@@ -114,9 +132,16 @@ for i, line in enumerate(lines):
 if not isinstance(data, dict) or "data" not in data:
     sys.exit("no execution JSON in the output")
 res = data["data"]["resultData"]
+if os.environ.get("E2E_WANT_FAILED"):
+    err = res.get("error")
+    if not err:
+        sys.exit("the execution did not fail")
+    print("  %s in %s: %s (item %s)" % (err.get("name"), (err.get("node") or {}).get("name"), err.get("message"), (err.get("context") or {}).get("itemIndex")), file=sys.stderr)
+    print("failed:%s:%s" % (err.get("name"), (err.get("node") or {}).get("name", "").replace(" ", "_")))
+    sys.exit(0)
 if res.get("error"):
     sys.exit("execution error: %s" % res["error"].get("message"))
-names = {0: "Sent", 1: "Pending", 2: "Retry_Later", 3: "Needs_Fix"}
+names = {0: "Sent", 1: "Pending", 2: "Retry_Later", 3: "Needs_Fix", 4: "Error"}
 ran = []
 for node, runs in res.get("runData", {}).items():
     for r in runs:
@@ -126,9 +151,12 @@ for node, runs in res.get("runData", {}).items():
             ran.append("%s:%d" % (node.replace(" ", "_"), idx))
             for item in items:
                 j = item.get("json", {})
+                if node.startswith("Send Email") and "error" in j and "outcome" not in j:
+                    ran.append("error_item:%d" % idx)
+                    print("  %s output %d (%s): %s" % (node, idx, names.get(idx, "?"), json.dumps(j)), file=sys.stderr)
                 if "outcome" in j and node.startswith("Send Email"):
                     ran.append("result:%s:%s:%s" % (j["outcome"], j.get("status"), str(j.get("replayed")).lower()))
-                    print("  %s output %d (%s): %s" % (node, idx, names.get(idx, "?"), json.dumps({k: j.get(k) for k in ("outcome", "status", "state", "message_id", "replayed", "attempts") if k in j})), file=sys.stderr)
+                    print("  %s output %d (%s): %s" % (node, idx, names.get(idx, "?"), json.dumps({k: j.get(k) for k in ("outcome", "status", "state", "message_id", "replayed", "http_tries", "error") if k in j})), file=sys.stderr)
 print(" ".join(sorted(ran)))
 PY
 }
@@ -147,6 +175,19 @@ step "execute send (re-run, same order)"
 ran=$(run gmrE2eSendNode01); echo "  ran: $ran"; expect_ran Out_Sent:0 "$ran"; expect_ran result:sent:200:true "$ran"
 [ "$(truth "$id1")" = 1 ] || fail "ground truth after the re-run: $(truth "$id1")"
 step "emulator ground truth for $id1 after the re-run: $(truth "$id1") (replayed)"
+
+# 5b. A refusal is an n8n error: with On Error "Stop Workflow" (send.json) the
+# node fails the execution with a NodeApiError (what starts an Error
+# Workflow); with "Continue (using error output)" (refused.json) the item
+# {error} leaves on n8n's Error output. Nothing is sent either way.
+export E2E_ORDER_ID=ord_1008 E2E_TO='not an address'
+id8=$(msgid ord_1008)
+step "execute send with To 'not an address' (the relay answers 400)"
+ran=$(run_failed gmrE2eSendNode01); echo "  ran: $ran"; expect_ran 'failed:NodeApiError:Send_Email_(safe_retry)' "$ran"
+unset E2E_TO
+step "execute refused.json (same refusal, On Error: continue using error output)"
+ran=$(run gmrE2eRefused001); echo "  ran: $ran"; expect_ran Out_Error:0 "$ran"; expect_ran error_item:4 "$ran"
+[ "$(truth "$id8")" = 0 ] || fail "a refused send reached the mailbox: ground truth $(truth "$id8")"
 
 # 6. A dropped response: the node repeats the request, gets 202, ends on Pending;
 # the sweeper reconciles it to sent.
@@ -205,6 +246,15 @@ done
 jar="$work/n8n-cookies"; B=(-H 'browser-id: gmailrelay-e2e' -H 'Content-Type: application/json' -b "$jar" -c "$jar")
 curl -fsS "${B[@]}" -X POST "$n8nurl/rest/owner/setup" \
   -d '{"email":"owner@e2e.gmailrelay.test","firstName":"e2e","lastName":"owner","password":"E2e-not-a-secret-1"}' >/dev/null || fail "n8n owner setup"
+# The codex file beside each node reached n8n (its nodes panel reads it).
+curl -fsS "${B[@]}" "$n8nurl/types/nodes.json" | python3 -c '
+import json, sys
+types = {t["name"]: t for t in json.load(sys.stdin)}
+for name in ("n8n-nodes-gmailrelay.gmailRelay", "n8n-nodes-gmailrelay.gmailRelayTrigger"):
+    codex = (types.get(name) or {}).get("codex") or {}
+    if codex.get("categories") != ["Communication"] or not codex.get("resources", {}).get("primaryDocumentation"):
+        sys.exit("%s: codex not loaded: %s" % (name, json.dumps(codex)))
+print("  n8n loaded both nodes from the package with their codex (category Communication, documentation links)")' || fail "codex"
 ver=$(curl -fsS "${B[@]}" "$n8nurl/rest/workflows/gmrE2eTrigger001" | python3 -c 'import json,sys;print(json.load(sys.stdin)["data"]["versionId"])')
 curl -sS "${B[@]}" -X PATCH "$n8nurl/rest/workflows/gmrE2eTrigger001" \
   -d "{\"versionId\":\"$ver\",\"name\":\"e2e: gmailrelay Trigger (review jobs)\",\"active\":true}" >"$work/activate.json" || fail "PATCH workflow"

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { buildBody, classify, keyWarnings, send, type FullResponse, type RequestOptions } from '../nodes/GmailRelay/logic';
+import { buildBody, classify, keyWarnings, refusal, send, type FullResponse, type RequestOptions } from '../nodes/GmailRelay/logic';
 
 const limits = { maxWaits: 2, maxWaitSeconds: 30, maxNoAnswer: 2, timeoutMs: 1000 };
 
@@ -26,17 +26,28 @@ function answer(statusCode: number, body: unknown, headers: Record<string, strin
 	return { statusCode, body, headers };
 }
 
-test('classify routes every status of CONTRACT.md', () => {
+test('classify routes every status of CONTRACT.md: refusals are failed (errors), Needs Fix is for a person\'s decision', () => {
 	assert.equal(classify(200, undefined), 'sent');
-	assert.equal(classify(202, undefined), 'pending');
+	assert.equal(classify(202, undefined, { state: 'unknown' }), 'pending');
+	assert.equal(classify(202, undefined, { state: 'queued' }), 'pending');
+	assert.equal(classify(202, undefined, { state: 'review', replayed: true }), 'needsFix', 'a job in review waits for a person');
 	assert.equal(classify(409, 2), 'wait');
-	assert.equal(classify(409, undefined), 'needsFix'); // abandoned by an operator
+	const abandoned = { error: { code: 'conflict', field: 'key', message: 'an operator abandoned this job; it will not be sent' } };
+	assert.equal(classify(409, undefined, abandoned), 'needsFix', 'abandoned by an operator: a decision, not an error');
+	assert.equal(classify(409, undefined, { error: { code: 'message_id_conflict' } }), 'failed', 'another 409 is a refusal');
 	assert.equal(classify(429, 30), 'wait');
 	assert.equal(classify(503, 1), 'wait');
-	for (const s of [400, 401, 403, 413, 422, 500]) {
-		assert.equal(classify(s, undefined), 'needsFix', String(s));
+	for (const s of [400, 401, 403, 404, 413, 415, 422, 500]) {
+		assert.equal(classify(s, undefined, { error: { code: 'x' } }), 'failed', String(s));
 	}
-	assert.equal(classify(502, undefined, { error: { code: 'provider_rejected', message: 'Gmail rejected it' } }), 'needsFix');
+	assert.equal(classify(502, undefined, { error: { code: 'provider_rejected', message: 'Gmail rejected it' } }), 'failed');
+});
+
+test('refusal names the status, the relay\'s code and field; a body that is not the relay\'s JSON is quoted', () => {
+	const r = refusal({ outcome: 'failed', status: 400, replayed: false, http_tries: 1, body: { error: { code: 'invalid_argument', field: 'to', message: 'bad address "x"' } } });
+	assert.deepEqual(r, { message: 'gmailrelay refused the e-mail: 400 invalid_argument, field to', description: 'bad address "x"' });
+	const p = refusal({ outcome: 'failed', status: 500, replayed: false, http_tries: 1, body: '<html>oops</html>' });
+	assert.deepEqual(p, { message: 'gmailrelay answered HTTP 500', description: '<html>oops</html>' });
 });
 
 test('classify: 504 and a 502 without the relay\'s JSON error are no answer, not Needs Fix', () => {
@@ -100,7 +111,7 @@ test('buildBody: undefined, null and whitespace are blank, never the text "undef
 		assert.throws(() => buildBody({ customerId: 'c', eventType: 'e', orderId: v }, m), /Order ID is empty/, String(v));
 		assert.throws(() => buildBody({ key: v }, m), /Idempotency Key is empty/, String(v));
 		assert.throws(() => buildBody({ key: 'k' }, { to: v, subject: 's' }), /To is empty/, String(v));
-		assert.throws(() => buildBody({ key: 'k' }, { to: 'a@example.com', subject: v }), /Subject is empty/, String(v));
+		assert.deepEqual(buildBody({ key: 'k' }, { to: 'a@example.com', subject: v }), { key: 'k', to: 'a@example.com' }, 'no subject: sent without one, as Gmail does');
 		assert.deepEqual(buildBody({ key: 'k' }, { ...m, text: v, cc: v, threadId: v }), { key: 'k', ...m }, 'blank optional fields left out');
 	}
 	assert.throws(() => buildBody({ customerId: 'c', eventType: 'e', orderId: { id: 1 } }, m), /Order ID is not text/);
@@ -123,7 +134,7 @@ test('send: a dropped response is repeated once and ends on pending (202)', asyn
 	const r = await send(req, async () => {}, 'http://relay', { key: 'k' }, limits);
 	assert.equal(r.outcome, 'pending');
 	assert.equal(r.state, 'unknown');
-	assert.equal(r.attempts, 2);
+	assert.equal(r.http_tries, 2);
 	assert.deepEqual(calls[1].body, { key: 'k' }, 'the repeat sends the same body (same key)');
 });
 
@@ -156,11 +167,12 @@ test('send: no answer at all ends on Retry Later after the repeats', async () =>
 	assert.equal(calls.length, 3);
 });
 
-test('send: 422 and 400 go to Needs Fix with the relay error', async () => {
+test('send: 422 and 400 are failed (one request, the relay error kept)', async () => {
 	for (const s of [400, 422]) {
-		const { req } = scripted([answer(s, { error: { code: 'x', message: 'bad', message_id: '<job-a@x>' } })]);
+		const { req, calls } = scripted([answer(s, { error: { code: 'x', message: 'bad', message_id: '<job-a@x>' } })]);
 		const r = await send(req, async () => {}, 'http://relay', { key: 'k' }, limits);
-		assert.equal(r.outcome, 'needsFix');
+		assert.equal(r.outcome, 'failed');
+		assert.equal(calls.length, 1);
 		assert.equal(r.status, s);
 		assert.equal(r.message_id, '<job-a@x>');
 	}

@@ -1,18 +1,22 @@
-// Types only: the built node has no runtime dependency on n8n-workflow, so
-// it loads from N8N_CUSTOM_EXTENSIONS or ~/.n8n/nodes alike.
 import type {
 	IDataObject,
 	IExecuteFunctions,
 	IHttpRequestOptions,
+	INode,
 	INodeExecutionData,
 	INodeType,
 	INodeTypeDescription,
+	JsonObject,
 } from 'n8n-workflow';
+// n8n-workflow is a peer dependency: inside n8n it resolves to n8n's own
+// copy (n8n puts its node_modules on NODE_PATH before loading packages).
+import { NodeApiError, NodeOperationError } from 'n8n-workflow';
 
 import {
 	OUTPUTS,
 	buildBody,
 	keyWarnings,
+	refusal,
 	send,
 	trimBase,
 	type FullResponse,
@@ -21,10 +25,18 @@ import {
 	type SendResult,
 } from './logic';
 
+/** Index of the Needs Fix output. */
+const NEEDS_FIX = OUTPUTS.indexOf('needsFix');
+
 /**
  * Send Email (safe retry): posts to gmailrelay's /v1/send with an
- * idempotency key and routes the relay's answer to an output instead of
- * failing, so Retry On Fail is never needed.
+ * idempotency key and routes the relay's answer to an output: Sent,
+ * Pending (the relay owns it), Retry Later, Needs Fix (a person must
+ * decide: a job in review, or one an operator abandoned). A refusal (400,
+ * 401, 403, 413, 422, 502 provider_rejected, 500…) and a parameter that
+ * cannot be sent are errors: NodeApiError / NodeOperationError, so n8n's
+ * Error Workflow fires, or, with On Error set to continue, an item
+ * {error} (on Needs Fix, never on Sent).
  */
 export class GmailRelay implements INodeType {
 	description: INodeTypeDescription = {
@@ -37,7 +49,7 @@ export class GmailRelay implements INodeType {
 		description: 'Send an e-mail through gmailrelay: a retry with the same key is never a second e-mail',
 		defaults: { name: 'Send Email (safe retry)' },
 		inputs: ['main'],
-		// Four outputs by design (the relay's answer routed, never an error);
+		// Four outputs by design (the relay's answers routed; refusals are errors);
 		// the rule allows more than one only to nodes named if or switch.
 		// eslint-disable-next-line n8n-nodes-base/node-class-description-outputs-wrong
 		outputs: ['main', 'main', 'main', 'main'],
@@ -98,7 +110,13 @@ export class GmailRelay implements INodeType {
 				displayOptions: { show: { keySource: ['key'] } },
 			},
 			{ displayName: 'To', name: 'to', type: 'string', default: '', required: true, placeholder: 'name@example.com' },
-			{ displayName: 'Subject', name: 'subject', type: 'string', default: '', required: true },
+			{
+				displayName: 'Subject',
+				name: 'subject',
+				type: 'string',
+				default: '',
+				description: 'May be empty: Gmail sends a message without a subject, and so does the relay',
+			},
 			{ displayName: 'Text', name: 'text', type: 'string', typeOptions: { rows: 4 }, default: '' },
 			{
 				displayName: 'Additional Fields',
@@ -156,14 +174,13 @@ export class GmailRelay implements INodeType {
 			timeoutMs: Number(opts.timeout ?? 90000),
 		});
 		for (let i = 0; i < items.length; i++) {
-			// Everything of one item is inside its own try: an error reading a
-			// parameter (an expression that throws for this item) must not
-			// abort the run after earlier items were sent. With On Error =
-			// Continue, n8n would then put every input item on output 0
-			// (Sent), unsent ones included. The item goes to Needs Fix with
-			// the message instead, and the next item is sent.
-			let body: Record<string, unknown>;
-			let opts: IDataObject;
+			// Everything of one item is inside its own try, so an error is the
+			// item's: with On Error set to continue, item k becomes an error
+			// item and the next item is still sent. Were the error to escape
+			// execute(), n8n would put every input item on output 0 (Sent),
+			// unsent ones included. Without continue, the first error fails
+			// the node (Error Workflow); the items before it were sent, and
+			// running the execution again replays them (same keys).
 			try {
 				const keySource = this.getNodeParameter('keySource', i) as string;
 				// Parameter values as evaluated, never through String(): a
@@ -177,41 +194,62 @@ export class GmailRelay implements INodeType {
 								orderId: this.getNodeParameter('orderId', i),
 							};
 				const extra = (this.getNodeParameter('additionalFields', i, {}) ?? {}) as IDataObject;
-				opts = (this.getNodeParameter('options', i, {}) ?? {}) as IDataObject;
-				body = buildBody(k, {
-					to: this.getNodeParameter('to', i),
-					subject: this.getNodeParameter('subject', i),
-					text: this.getNodeParameter('text', i, ''),
-					...extra,
-				});
+				const opts = (this.getNodeParameter('options', i, {}) ?? {}) as IDataObject;
+				let body: Record<string, unknown>;
+				try {
+					body = buildBody(k, {
+						to: this.getNodeParameter('to', i),
+						subject: this.getNodeParameter('subject', i, ''),
+						text: this.getNodeParameter('text', i, ''),
+						...extra,
+					});
+				} catch (err) {
+					// A blank key part or recipient: a workflow to fix, found
+					// before any request (the relay would answer 400 too).
+					throw new NodeOperationError(this.getNode(), err as Error, { itemIndex: i });
+				}
+				const r = await send(req, sleep, base, body, limitsOf(opts));
+				if (r.outcome === 'failed') {
+					throw refused(this.getNode(), r, i);
+				}
+				const json: IDataObject = { ...(r as unknown as IDataObject) };
+				if (warnings.length > 0) {
+					json.key_warnings = warnings;
+				}
+				out[OUTPUTS.indexOf(r.outcome)].push({ json, pairedItem: { item: i } });
 			} catch (err) {
-				// A blank key part or recipient, or a parameter n8n could not
-				// evaluate, is a workflow to fix, not a send: Needs Fix, before
-				// any request (the relay would answer 400 too).
-				out[OUTPUTS.indexOf('needsFix')].push({ json: needsFix(err), pairedItem: { item: i } });
-				continue;
+				const e = asNodeError(this.getNode(), err, i);
+				if (!this.continueOnFail()) {
+					throw e;
+				}
+				// n8n's shape for an error item: {json: {error}} plus the error
+				// itself. With "Continue (using error output)" n8n moves it to
+				// its Error output; with "Continue" it stays on Needs Fix, not
+				// on Sent, where it would look like a sent e-mail.
+				out[NEEDS_FIX].push({ json: { error: e.message }, error: e, pairedItem: { item: i } });
 			}
-			let r: SendResult;
-			try {
-				r = await send(req, sleep, base, body, limitsOf(opts));
-			} catch (err) {
-				// send does not throw for an HTTP status or a lost answer; this
-				// is something unexpected. The key is the item's own, so running
-				// the item again is a replay, never a second e-mail.
-				out[OUTPUTS.indexOf('needsFix')].push({ json: needsFix(err), pairedItem: { item: i } });
-				continue;
-			}
-			const json: IDataObject = { ...(r as unknown as IDataObject) };
-			if (warnings.length > 0) {
-				json.key_warnings = warnings;
-			}
-			out[OUTPUTS.indexOf(r.outcome)].push({ json, pairedItem: { item: i } });
 		}
 		return out;
 	}
 }
 
-/** needsFix is the Needs Fix item for an error found before or outside the relay's answer. */
-function needsFix(err: unknown): IDataObject {
-	return { outcome: 'needsFix', replayed: false, attempts: 0, error: err instanceof Error ? err.message : String(err) };
+/** refused is the NodeApiError for a failed send result (a refusal of the relay). */
+function refused(node: INode, r: SendResult, itemIndex: number): NodeApiError {
+	const { message, description } = refusal(r);
+	const response: JsonObject =
+		r.body !== null && typeof r.body === 'object' ? (r.body as JsonObject) : { body: String(r.body ?? '') };
+	return new NodeApiError(node, response, { message, description, httpCode: String(r.status), itemIndex });
+}
+
+/**
+ * asNodeError returns err as an n8n error of item itemIndex: a NodeApiError
+ * or NodeOperationError as it is; anything else (an expression n8n could
+ * not evaluate, an unexpected exception) wrapped in a NodeOperationError,
+ * which keeps its message and description.
+ */
+function asNodeError(node: INode, err: unknown, itemIndex: number): NodeApiError | NodeOperationError {
+	if (err instanceof NodeApiError || err instanceof NodeOperationError) {
+		return err;
+	}
+	return new NodeOperationError(node, err instanceof Error ? err : String(err), { itemIndex });
 }

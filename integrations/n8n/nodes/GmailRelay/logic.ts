@@ -30,48 +30,64 @@ export type Sleeper = (ms: number) => Promise<void>;
 /** The Send node's outputs, in order. */
 export const OUTPUTS = ['sent', 'pending', 'retryLater', 'needsFix'] as const;
 /** One of the Send node's outputs. */
-export type Outcome = (typeof OUTPUTS)[number];
+export type Output = (typeof OUTPUTS)[number];
+/**
+ * What one item ends as: an output, or 'failed' — the relay refused the
+ * request (or answered something no output stands for), which the node
+ * raises as an n8n error (NodeApiError) instead of routing it.
+ */
+export type Outcome = Output | 'failed';
 
 /**
- * What the node does with one relay answer: an output, 'wait' (Retry-After,
+ * What the node does with one relay answer: an outcome, 'wait' (Retry-After,
  * then the same request) or 'noAnswer' (treated as if no answer came: the
  * same request is repeated, at most maxNoAnswer times).
  */
 export type Decision = Outcome | 'wait' | 'noAnswer';
+
+/** errorOf is the relay's JSON error object of body, or undefined. */
+export function errorOf(body: unknown): Record<string, unknown> | undefined {
+	if (body === null || typeof body !== 'object') {
+		return undefined;
+	}
+	const e = (body as Record<string, unknown>).error;
+	return e !== null && typeof e === 'object' && typeof (e as Record<string, unknown>).code === 'string' ? (e as Record<string, unknown>) : undefined;
+}
 
 /**
  * relayError reports whether body is the relay's own JSON error
  * (`{"error": {"code": "..."}}`), as opposed to a proxy's HTML or text page.
  */
 export function relayError(body: unknown): boolean {
-	if (body === null || typeof body !== 'object') {
-		return false;
-	}
-	const e = (body as Record<string, unknown>).error;
-	return e !== null && typeof e === 'object' && typeof (e as Record<string, unknown>).code === 'string';
+	return errorOf(body) !== undefined;
 }
 
 /**
- * classify maps a /v1/send answer to an output, or to 'wait' when the
+ * classify maps a /v1/send answer to an outcome, or to 'wait' when the
  * relay said "try again after Retry-After" (409 in flight, 429, 503).
- * 200 is sent (now or replayed); 202 means the relay owns the job (unknown
- * or review): never resend it under a new key. A 409 without Retry-After is
- * an abandoned job. 504 (a gateway timeout, or the relay's own injected
- * drop: the outcome is unknown and the relay owns the job) and a 502 that
- * is not the relay's JSON error (a proxy's bad gateway) are 'noAnswer': the
- * caller repeats the same request with the same key, which the relay
- * answers 200 (replayed) or 202, never a second e-mail. Every other answer
- * needs a fix in the workflow (400, 401, 403, 413, 422, 502
- * provider_rejected, 500).
+ *
+ * 200 is sent (now or replayed). 202 means the relay owns the job: pending
+ * while it settles by itself (queued, unknown), needsFix when it waits for
+ * a person (state review). A 409 without Retry-After whose code is
+ * `conflict` is a job an operator abandoned: needsFix too (a decision, not
+ * an error of the workflow). 504 (a gateway timeout, or the relay's own
+ * injected drop: the outcome is unknown and the relay owns the job) and a
+ * 502 that is not the relay's JSON error (a proxy's bad gateway) are
+ * 'noAnswer': the caller repeats the same request with the same key, which
+ * the relay answers 200 (replayed) or 202, never a second e-mail. Every
+ * other answer (400, 401, 403, 404, 413, 422, 502 provider_rejected, 500,
+ * another 409) is a refusal the workflow must fix: 'failed'.
  */
 export function classify(status: number, retryAfter: number | undefined, body?: unknown): Decision {
 	switch (true) {
 		case status === 200:
 			return 'sent';
 		case status === 202:
-			return 'pending';
-		case status === 409:
-			return retryAfter === undefined ? 'needsFix' : 'wait';
+			return stateOf(body) === 'review' ? 'needsFix' : 'pending';
+		case status === 409 && retryAfter !== undefined:
+			return 'wait';
+		case status === 409 && errorOf(body)?.code === 'conflict':
+			return 'needsFix';
 		case status === 429 || status === 503:
 			return 'wait';
 		case status === 504:
@@ -79,8 +95,16 @@ export function classify(status: number, retryAfter: number | undefined, body?: 
 		case status === 502 && !relayError(body):
 			return 'noAnswer';
 		default:
-			return 'needsFix';
+			return 'failed';
 	}
+}
+
+/** stateOf is the job state a /v1/send answer names (top level, or in its error). */
+function stateOf(body: unknown): string | undefined {
+	if (body === null || typeof body !== 'object') {
+		return undefined;
+	}
+	return str((body as Record<string, unknown>).state) ?? str(errorOf(body)?.state);
 }
 
 /** header reads a header case-insensitively. */
@@ -150,7 +174,7 @@ export type KeySpec = { customerId: ParamValue; eventType: ParamValue; orderId: 
 /** The message of one item (values as n8n evaluated them). */
 export interface Message {
 	to: ParamValue;
-	subject: ParamValue;
+	subject?: ParamValue;
 	text?: ParamValue;
 	html?: ParamValue;
 	cc?: ParamValue;
@@ -194,6 +218,7 @@ function required(v: ParamValue, name: string, why: string): string {
 
 /** The optional message fields: n8n's display name, the /v1/send field. */
 const optionalFields: Array<[keyof Message & string, string, string]> = [
+	['subject', 'Subject', 'subject'],
 	['text', 'Text', 'text'],
 	['html', 'HTML', 'html'],
 	['cc', 'CC', 'cc'],
@@ -205,11 +230,12 @@ const optionalFields: Array<[keyof Message & string, string, string]> = [
 ];
 
 /**
- * buildBody builds the /v1/send JSON body. A blank key part, To or Subject
+ * buildBody builds the /v1/send JSON body. A blank key part or To
  * (undefined, null, or empty after trimming) is an error naming the n8n
- * parameter, so the item goes to Needs Fix instead of being sent under a
- * key such as "cus_1:order.shipped:undefined" that every order without an
- * id would share. Blank optional fields are left out.
+ * parameter, so the item fails before any request instead of being sent
+ * under a key such as "cus_1:order.shipped:undefined" that every order
+ * without an id would share. Blank optional fields are left out, Subject
+ * included: Gmail sends a message without a subject, and so does the relay.
  */
 export function buildBody(k: KeySpec, m: Message): Record<string, unknown> {
 	const body: Record<string, unknown> = {};
@@ -224,7 +250,6 @@ export function buildBody(k: KeySpec, m: Message): Record<string, unknown> {
 		};
 	}
 	body.to = required(m.to, 'To', '');
-	body.subject = required(m.subject, 'Subject', '');
 	for (const [from, name, to] of optionalFields) {
 		const v = m[from];
 		if (!isBlank(v)) {
@@ -246,20 +271,25 @@ export interface SendLimits {
 	timeoutMs: number;
 }
 
-/** What the node emits for one item. */
+/**
+ * What the node emits for one item. http_tries counts the HTTP requests this
+ * node made for the item (repeats and waits included); it is not the
+ * relay's `attempts`, which counts attempts at Gmail.
+ */
 export interface SendResult {
 	outcome: Outcome;
 	status?: number;
 	message_id?: string;
 	state?: string;
 	replayed: boolean;
-	attempts: number;
+	http_tries: number;
 	body?: unknown;
 	error?: string;
 }
 
 /**
  * send posts one message to /v1/send and follows the relay's answers:
+ * outcome 'failed' is a refusal (see classify), for the node to raise;
  * it waits Retry-After on 409/429/503 (at most limits.maxWaits times), and
  * repeats a request that got no answer (a dropped response, a reset, a
  * 504, a proxy's 502) at most limits.maxNoAnswer times — the relay answers such a repeat 202
@@ -275,10 +305,10 @@ export async function send(
 ): Promise<SendResult> {
 	let waits = 0;
 	let noAnswer = 0;
-	let attempts = 0;
+	let tries = 0;
 	let last: SendResult | undefined;
 	for (;;) {
-		attempts++;
+		tries++;
 		let res: FullResponse;
 		try {
 			res = await req({
@@ -293,7 +323,7 @@ export async function send(
 		} catch (err) {
 			noAnswer++;
 			const msg = err instanceof Error ? err.message : String(err);
-			last = { outcome: 'retryLater', replayed: false, attempts, error: `no answer from the relay: ${msg}` };
+			last = { outcome: 'retryLater', replayed: false, http_tries: tries, error: `no answer from the relay: ${msg}` };
 			if (noAnswer > limits.maxNoAnswer) {
 				return last;
 			}
@@ -309,7 +339,7 @@ export async function send(
 			message_id: str(b.message_id) ?? str(errObj.message_id),
 			state: str(b.state) ?? str(errObj.state),
 			replayed: header(res.headers, 'idempotent-replayed') === 'true' || b.replayed === true,
-			attempts,
+			http_tries: tries,
 			body: res.body,
 		};
 		if (d === 'noAnswer') {
@@ -331,6 +361,24 @@ export async function send(
 		waits++;
 		await sleep(Math.min(ra ?? 5, limits.maxWaitSeconds) * 1000);
 	}
+}
+
+/**
+ * refusal describes a failed result for an n8n error: message names the
+ * status, the relay's error code and field, description is the relay's
+ * message (or the start of a body that is not the relay's JSON).
+ */
+export function refusal(r: SendResult): { message: string; description: string } {
+	const e = errorOf(r.body);
+	if (e === undefined) {
+		const text = typeof r.body === 'string' ? r.body : JSON.stringify(r.body ?? '');
+		return { message: `gmailrelay answered HTTP ${r.status ?? '?'}`, description: text.slice(0, 300) };
+	}
+	const field = str(e.field) ? `, field ${String(e.field)}` : '';
+	return {
+		message: `gmailrelay refused the e-mail: ${r.status ?? '?'} ${String(e.code)}${field}`,
+		description: str(e.message) ?? String(e.code),
+	};
 }
 
 function str(v: unknown): string | undefined {

@@ -5,10 +5,12 @@ import type {
 	INodeType,
 	INodeTypeDescription,
 	IPollFunctions,
+	JsonObject,
 } from 'n8n-workflow';
+import { NodeApiError } from 'n8n-workflow';
 
 import { trimBase, type FullResponse, type RequestOptions } from '../GmailRelay/logic';
-import { poll, type Seen } from './poll';
+import { poll, RelayHttpError, type PollResult, type Seen } from './poll';
 
 /**
  * Pages of 100 jobs the Trigger reads per state and poll. `next` is followed
@@ -62,18 +64,29 @@ export class GmailRelayTrigger implements INodeType {
 		const data = this.getWorkflowStaticData('node') as IDataObject & { seen?: Seen };
 		const req = async (o: RequestOptions) =>
 			(await this.helpers.httpRequestWithAuthentication.call(this, 'gmailRelayApi', o as IHttpRequestOptions)) as FullResponse;
-		const r = await poll(
-			req,
-			base,
-			{
-				includeQueued: this.getNodeParameter('includeQueued', false) as boolean,
-				queuedOlderThanMs: Number(this.getNodeParameter('queuedMinutes', 15)) * 60_000,
-				maxPages: MAX_PAGES,
-			},
-			data.seen ?? {},
-			new Date(),
-			this.getMode() === 'manual',
-		);
+		let r: PollResult;
+		try {
+			r = await poll(
+				req,
+				base,
+				{
+					includeQueued: this.getNodeParameter('includeQueued', false) as boolean,
+					queuedOlderThanMs: Number(this.getNodeParameter('queuedMinutes', 15)) * 60_000,
+					maxPages: MAX_PAGES,
+				},
+				data.seen ?? {},
+				new Date(),
+				this.getMode() === 'manual',
+			);
+		} catch (err) {
+			// A relay that answers with an error (401: a wrong token) is an
+			// API error with its status, as n8n shows them.
+			if (err instanceof RelayHttpError) {
+				const body = err.body !== null && typeof err.body === 'object' ? (err.body as JsonObject) : { body: String(err.body ?? '') };
+				throw new NodeApiError(this.getNode(), body, { message: err.message, httpCode: String(err.status) });
+			}
+			throw err;
+		}
 		data.seen = r.seen;
 		if (r.truncated) {
 			this.logger.warn(

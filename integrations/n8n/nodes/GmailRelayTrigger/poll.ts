@@ -41,6 +41,18 @@ export interface PollResult {
 	truncated?: string[];
 }
 
+/** RelayHttpError is an answer of GET /v1/jobs other than 200 (the Trigger raises it as a NodeApiError). */
+export class RelayHttpError extends Error {
+	constructor(
+		readonly status: number,
+		readonly body: unknown,
+		message: string,
+	) {
+		super(message);
+		this.name = 'RelayHttpError';
+	}
+}
+
 /**
  * listState reads every job in one state (following `next` until the relay
  * gives none, at most maxPages pages; onTruncated is called when pages were
@@ -73,7 +85,7 @@ export async function listState(
 			return undefined;
 		}
 		if (res.statusCode !== 200) {
-			throw new Error(`GET /v1/jobs?state=${state}: ${res.statusCode} ${b.error?.message ?? ''}`.trim());
+			throw new RelayHttpError(res.statusCode, res.body, `GET /v1/jobs?state=${state}: ${res.statusCode} ${b.error?.message ?? ''}`.trim());
 		}
 		out.push(...(b.jobs ?? []));
 		if (!b.next) {
