@@ -263,7 +263,7 @@ func validate(m Message, messageID string) (validated, error) {
 		if _, dup := v.headers[canon]; dup {
 			return v, Invalid("headers", "header %q is given twice (names are case-insensitive)", canon)
 		}
-		if err := checkHeaderText("headers."+canon, value); err != nil {
+		if err := checkExtraHeader(canon, value); err != nil {
 			return v, err
 		}
 		v.headers[canon] = value
