@@ -30,6 +30,8 @@ var statusOf = map[relay.Code]int{
 	relay.CodeUnavailable:      http.StatusServiceUnavailable,
 	relay.CodeFaultDropped:     http.StatusGatewayTimeout,
 	relay.CodeInternal:         http.StatusInternalServerError,
+
+	relay.CodeReservedMessageID: http.StatusConflict,
 }
 
 type errorBody struct {

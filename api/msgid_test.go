@@ -42,7 +42,8 @@ func TestMsgIDBothPathsAgree(t *testing.T) {
 		t.Fatalf("/v1/send: %d %s, want message_id %q", sent.status, sent.raw, id)
 	}
 
-	// Path 2: the raw path, with the Message-ID from /v1/msgid, on a second key
+	// Path 2: the raw path, with the Message-ID from /v1/msgid and its key
+	// (the relay's namespace is claimed only with the key), on a second key
 	// of the same relay (the first is taken by path 1's content).
 	const key2 = "cus_123:order.shipped:ord_789"
 	r2 := e.must(http.MethodGet, "/v1/msgid?key="+url.QueryEscape(key2), apiToken, nil)
@@ -50,7 +51,7 @@ func TestMsgIDBothPathsAgree(t *testing.T) {
 	raw := "From: shop@example.com\r\nTo: a@example.com\r\nSubject: shipped\r\nMessage-ID: " + id2 +
 		"\r\nDate: Thu, 03 Dec 2026 10:00:00 +0000\r\nMIME-Version: 1.0\r\nContent-Type: text/plain; charset=utf-8\r\n\r\nhello\r\n"
 	g := e.must(http.MethodPost, "/gmail/v1/users/me/messages/send", apiToken,
-		map[string]string{"raw": base64.RawURLEncoding.EncodeToString([]byte(raw))})
+		map[string]string{"raw": base64.RawURLEncoding.EncodeToString([]byte(raw))}, "Idempotency-Key", key2)
 	if g.status != http.StatusOK {
 		t.Fatalf("raw path: %d %s", g.status, g.raw)
 	}

@@ -26,6 +26,10 @@ const (
 	CodeInternal         Code = "internal"             // 500
 )
 
+// CodeReservedMessageID (409): a caller's Message-ID in the relay's own
+// namespace without the key that derives it (CheckReservedMessageID).
+const CodeReservedMessageID Code = "reserved_message_id"
+
 // Error is the one error type the relay hands to its callers. Message is
 // safe to show to a client; Field names the offending input field, if any.
 type Error struct {

@@ -29,13 +29,37 @@ import (
 // control or line-breaking character in a header value or in the decoded
 // text of its encoded-words, or a byte 0x80–0x9F outside UTF-8
 // (checkRawHeaderValues), a malformed Message-ID, a Message-ID that is not
-// the key's ("Message-ID mismatch"), and no Message-ID with no key. A
-// Message-ID that fails CheckMessageIDShape is refused with field
-// message_id. Prepared.Raw may share raw's bytes: the caller must not
+// the key's ("Message-ID mismatch"; ASCII case aside), and no Message-ID
+// with no key. A Message-ID that fails CheckMessageIDShape is refused with
+// field message_id; one in the relay's own namespace that the key does not
+// derive (CheckReservedMessageID, always without a key) is
+// CodeReservedMessageID with field message_id. Prepared.Raw may share raw's bytes: the caller must not
 // change raw afterwards. A key or channel that is not valid is an error naming that
 // field. Over MaxMessageBytes is CodeTooLarge. A bad domain is a
 // CodeInternal error.
 func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
+	return prepareRaw(raw, key, "", channel, domain)
+}
+
+// PrepareRawClaim is PrepareRaw(raw, "", channel, domain), the
+// Gmail-compatible path's: the message's own Message-ID is the key, except
+// that a Message-ID in the relay's namespace (CheckReservedMessageID) is
+// accepted only when claim, the request's Idempotency-Key, derives it, and
+// claim is then the job's key, the same job a send with that key makes.
+// Otherwise claim is not used. A reserved Message-ID without its key is a
+// CodeReservedMessageID *Error with field message_id.
+func PrepareRawClaim(raw []byte, claim, channel, domain string) (Prepared, error) {
+	if claim != "" {
+		if err := validKey("Idempotency-Key", claim); err != nil {
+			return Prepared{}, err
+		}
+	}
+	return prepareRaw(raw, "", claim, channel, domain)
+}
+
+// prepareRaw is PrepareRaw with PrepareRawClaim's claim (used only when
+// key is empty).
+func prepareRaw(raw []byte, key, claim, channel, domain string) (Prepared, error) {
 	if err := checkDomain(domain); err != nil {
 		return Prepared{}, err
 	}
@@ -122,10 +146,21 @@ func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 		if err != nil {
 			return Prepared{}, Invalid("raw", "raw Message-ID header: %s", errMessage(err))
 		}
-		if key == "" {
+		switch {
+		case key != "":
+			if err := CheckReservedMessageID(id, key, domain); err != nil {
+				return Prepared{}, err
+			}
+			if want := MessageID(key, domain); !equalFoldASCII(id, want) {
+				return Prepared{}, Invalid("raw", "Message-ID mismatch: raw carries %s but the key gives %s", id, want)
+			}
+		case reservedShape(id, domain):
+			if err := CheckReservedMessageID(id, claim, domain); err != nil {
+				return Prepared{}, err
+			}
+			p.Key = claim
+		default:
 			p.Key = id
-		} else if want := MessageID(key, domain); id != want {
-			return Prepared{}, Invalid("raw", "Message-ID mismatch: raw carries %s but the key gives %s", id, want)
 		}
 		p.MessageID = id
 	} else {

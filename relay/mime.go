@@ -121,7 +121,8 @@ func formatAddress(a *mail.Address) string {
 
 // checkHeaderText refuses text that could break out of a header field: CR,
 // LF and NUL (header injection), other control characters but tab, and
-// invalid UTF-8.
+// invalid UTF-8; and the same in the decoded text of its RFC 2047
+// encoded-words (checkEncodedWords).
 func checkHeaderText(field, s string) error {
 	if strings.ContainsAny(s, "\r\n\x00") {
 		return Invalid(field, "%s contains CR, LF or NUL", field)
@@ -139,7 +140,7 @@ func checkHeaderText(field, s string) error {
 			return Invalid(field, "%s contains the line-breaking or control character %U", field, r)
 		}
 	}
-	return nil
+	return checkEncodedWords(field, s)
 }
 
 // maxFormattedLen bounds len(a.String()) without building it, for a whose
@@ -263,7 +264,7 @@ func validate(m Message, messageID string) (validated, error) {
 		if _, dup := v.headers[canon]; dup {
 			return v, Invalid("headers", "header %q is given twice (names are case-insensitive)", canon)
 		}
-		if err := checkHeaderText("headers."+canon, value); err != nil {
+		if err := checkExtraHeader(canon, value); err != nil {
 			return v, err
 		}
 		v.headers[canon] = value

@@ -5,6 +5,7 @@ import (
 	"io"
 	"mime"
 	"net/textproto"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -129,12 +130,37 @@ func rawValueProblem(v []byte) (valueProblem, bool) {
 	return valueProblem{}, false
 }
 
+// checkEncodedWords refuses, in a structured send's header text s (field
+// field), an RFC 2047 encoded-word whose decoded text holds a character
+// badRawRune refuses. The relay writes such text encoded once more, so a
+// reader that decodes once sees the words as written; one that decodes
+// the result again would find the line break, so it is refused as in a
+// raw message.
+func checkEncodedWords(field, s string) error {
+	if !strings.Contains(s, "=?") {
+		return nil
+	}
+	text, err := rawWordDecoder.DecodeHeader(s)
+	if err != nil {
+		return Invalid(field, "%s has an RFC 2047 encoded-word that cannot be decoded", field)
+	}
+	if r, _, found := badRawRune([]byte(text)); found {
+		return Invalid(field, "%s has an RFC 2047 encoded-word that decodes to the control or line-breaking character %U", field, r)
+	}
+	return nil
+}
+
 // rawWordDecoder decodes encoded-words only to check their text. The mime
-// package decodes UTF-8, ISO-8859-1 and US-ASCII itself; any other charset
-// (ISO-2022-JP, windows-1252, …) is read by opaqueCharset, so no charset
-// is refused for being unknown, and CR, LF and the other ASCII controls,
-// which mean the same in every ASCII-compatible charset, are still found.
-var rawWordDecoder = mime.WordDecoder{CharsetReader: func(_ string, input io.Reader) (io.Reader, error) {
+// package decodes UTF-8, ISO-8859-1 and US-ASCII itself; UTF-7, whose
+// base64 runs hide any character in plain ASCII ("+AA0ACg-" is CR LF), is
+// decoded by utf7Text; any other charset (ISO-2022-JP, windows-1252, …) is
+// read by opaqueCharset, so no charset is refused for being unknown, and
+// CR, LF and the other ASCII controls, which mean the same in every
+// ASCII-compatible charset, are still found.
+var rawWordDecoder = mime.WordDecoder{CharsetReader: func(charset string, input io.Reader) (io.Reader, error) {
+	if isUTF7(charset) {
+		return utf7Text(input)
+	}
 	return opaqueCharset{input}, nil
 }}
 

@@ -524,21 +524,30 @@ func TestRawRecipeMatchesTheRelay(t *testing.T) {
 	// unless X-Relay-When-Busy: queue): a burst over the quota, a Gmail
 	// rate limit or an unreachable Gmail is 202 queued, which the IF node
 	// passes, instead of a 429 or 503 that stopped the workflow.
-	var busy string
+	// It also sends the job's key as Idempotency-Key: a Message-ID of the
+	// relay's own <job-…@domain> shape is accepted only with the key that
+	// derives it (CONTRACT: 409 reserved_message_id otherwise).
+	var busy, idemKey string
 	for _, n := range wf.Nodes {
 		if n.Type != httpRequest || !strings.Contains(fmt.Sprint(n.Parameters["url"]), "/messages/send") {
 			continue
 		}
 		if h, ok := n.Parameters["headerParameters"].(map[string]any); ok && n.Parameters["sendHeaders"] == true {
 			for _, p := range h["parameters"].([]any) {
-				if m := p.(map[string]any); m["name"] == "X-Relay-When-Busy" {
+				switch m := p.(map[string]any); m["name"] {
+				case "X-Relay-When-Busy":
 					busy = fmt.Sprint(m["value"])
+				case "Idempotency-Key":
+					idemKey = fmt.Sprint(m["value"])
 				}
 			}
 		}
 	}
 	if busy != "queue" {
 		t.Errorf("the Gmail-path send's X-Relay-When-Busy = %q, want queue", busy)
+	}
+	if idemKey != "={{ $json.key }}" {
+		t.Errorf("the Gmail-path send's Idempotency-Key = %q, want the Code node's key", idemKey)
 	}
 	// The recipe's test vector (DESIGN.md), computed by the relay.
 	if got, want := relay.MessageID("cus_123:order.shipped:ord_456", "inbound.yourdomain.com"),
