@@ -41,15 +41,17 @@ func (s *Server) eta(ctx context.Context, id string) *time.Time {
 	return nil
 }
 
-// queuedJob is a job of GET /v1/jobs with its eta when queued.
-type queuedJob struct {
+// listedJob is a job of GET /v1/jobs: its eta when queued, and the
+// stored message's recipients and subject (see listedJobs).
+type listedJob struct {
 	acceptlog.Job
 	ETA *time.Time `json:"eta,omitempty"`
+	relay.Summary
 }
 
 // withETAs adds the eta of every queued job of a listing.
-func (s *Server) withETAs(ctx context.Context, jobs []acceptlog.Job) []queuedJob {
-	out := make([]queuedJob, len(jobs))
+func (s *Server) withETAs(ctx context.Context, jobs []acceptlog.Job) []listedJob {
+	out := make([]listedJob, len(jobs))
 	var etas map[string]time.Time
 	for i, j := range jobs {
 		out[i].Job = j

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -44,7 +45,32 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	if jobs == nil {
 		jobs = []acceptlog.Job{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"jobs": s.withETAs(r.Context(), jobs), "next": next})
+	items, err := s.listedJobs(r.Context(), jobs)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"jobs": items, "next": next})
+}
+
+// listedJobs is a listing's jobs with their etas and, so a reviewer knows
+// each job without opening it, the To addresses and subject read from the
+// stored message (empty when retention dropped it). One stored message is
+// read at a time.
+func (s *Server) listedJobs(ctx context.Context, jobs []acceptlog.Job) ([]listedJob, error) {
+	out := s.withETAs(ctx, jobs)
+	for i := range out {
+		raw, err := s.cfg.Log.Raw(ctx, out[i].MessageID)
+		switch {
+		case err == nil:
+			out[i].Summary = relay.Summarize(raw)
+		case errors.Is(err, acceptlog.ErrNotFound):
+			out[i].Summary = relay.Summary{To: []string{}}
+		default:
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 var statesForMetrics = acceptlog.States

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"errors"
 	"mime"
 	"net/http"
@@ -115,7 +116,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) e
 		oldest = ago(now.Sub(st.OldestUnknown))
 	}
 	c.render(w, r, s, http.StatusOK, "overview", map[string]any{
-		"Counts": counts, "States": states, "Channels": chans, "Jobs": st.Jobs, "Lines": st.Lines,
+		"Counts": counts, "States": states, "Channels": chans, "ChannelCols": len(states) + 1, "Jobs": st.Jobs, "Lines": st.Lines,
 		"Queued": st.ByState["queued"], "Review": st.ByState[acceptlog.StateReview],
 		"OldestUnknown": oldest, "OldestUnknownAt": st.OldestUnknown,
 		"Mailboxes": mbs, "Chart": ch, "Now": now,
@@ -137,7 +138,11 @@ const reviewPageSize = 50
 
 // reviewRow is one job of the review queue with its evidence.
 type reviewRow struct {
-	Job      acceptlog.Job
+	Job acceptlog.Job
+	// Msg is the stored message's recipients and subject; Stored is
+	// false (and Msg empty) when retention dropped the message.
+	Msg      relay.Summary
+	Stored   bool
 	Reason   string // the review line's reason, as written
 	Why      string // the same in words
 	Note     string
@@ -165,7 +170,11 @@ func (c *Console) review(w http.ResponseWriter, r *http.Request, s *session) err
 		if err != nil {
 			return err
 		}
-		rows = append(rows, reviewRowOf(j, lines, now))
+		row := reviewRowOf(j, lines, now)
+		if row.Msg, row.Stored, err = c.summary(ctx, j.MessageID); err != nil {
+			return err
+		}
+		rows = append(rows, row)
 	}
 	// Oldest in review first within the page (pages follow the state index).
 	slices.SortStableFunc(rows, func(a, b reviewRow) int { return a.since.Compare(b.since) })
@@ -176,6 +185,20 @@ func (c *Console) review(w http.ResponseWriter, r *http.Request, s *session) err
 	c.render(w, r, s, http.StatusOK, "review", map[string]any{"Rows": rows, "Next": next, "After": after,
 		"Total": st.ByState[acceptlog.StateReview]})
 	return nil
+}
+
+// summary is the recipients and subject of a job's stored message, and
+// whether one is stored.
+func (c *Console) summary(ctx context.Context, id string) (relay.Summary, bool, error) {
+	raw, err := c.relay.Raw(ctx, id)
+	switch {
+	case err == nil:
+		return relay.Summarize(raw), true, nil
+	case errors.Is(err, acceptlog.ErrNotFound):
+		return relay.Summary{}, false, nil
+	default:
+		return relay.Summary{}, false, err
+	}
 }
 
 func reviewRowOf(j acceptlog.Job, lines []acceptlog.Line, now time.Time) reviewRow {

@@ -26,13 +26,16 @@ var funcs = template.FuncMap{
 		return t.UTC().Format("2006-01-02 15:04:05 UTC")
 	},
 	"stateText": func(s acceptlog.State) string { return stateText[s] },
+	// legend is the glossary's entries for the terms a page shows,
+	// rendered by the "legend" template.
+	"legend": legend,
 }
 
 func parsePages() map[string]*template.Template {
 	pages := make(map[string]*template.Template, len(pageNames))
 	for _, name := range pageNames {
 		pages[name] = template.Must(template.New(name).Funcs(funcs).
-			ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html"))
+			ParseFS(templateFS, "templates/layout.html", "templates/legend.html", "templates/"+name+".html"))
 	}
 	return pages
 }

@@ -7,10 +7,17 @@ document.addEventListener("DOMContentLoaded", function () {
   document.querySelectorAll("form.resolve").forEach(function (form) {
     var note = form.querySelector("textarea[name=note]");
     var buttons = form.querySelectorAll("button[name=action]");
+    var hint = form.querySelector("[data-testid=resolve-hint]");
     var submitted = false;
+    // The hint says why the buttons are disabled, for as long as they are.
     function sync() {
-      var off = submitted || note.value.trim() === "";
+      var empty = note.value.trim() === "";
+      var off = submitted || empty;
       buttons.forEach(function (b) { b.disabled = off; });
+      if (hint) {
+        hint.textContent = submitted ? "Sending your decision…" : empty ? "Type a note to enable the decision buttons." : "";
+        hint.hidden = !off;
+      }
     }
     note.addEventListener("input", sync);
     form.addEventListener("submit", function (ev) {

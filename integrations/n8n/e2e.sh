@@ -308,7 +308,8 @@ if status != "success":
     sys.exit("the Trigger's execution %s ended %s" % (eid, status))
 run = unflatten(data)["resultData"]["runData"]
 items = [i["json"] for i in run["Tell a human"][0]["data"]["main"][0]]
-hits = [j for j in items if j.get("message_id") == want and j.get("state") == "review" and j.get("reason") == "review"]
+hits = [j for j in items if j.get("message_id") == want and j.get("state") == "review" and j.get("reason") == "review"
+        and "/ui/jobs/" in (j.get("url") or "") and "/ui/jobs/" in (j.get("resolve_url") or "")]
 if not hits:
     sys.exit("the Trigger's execution %s did not carry %s in review: %s" % (eid, want, json.dumps(items)[:500]))
 print("execution %s (mode %s, %s): Tell a human got %d item(s), %s state=review reason=review resolve_url=%s" % (eid, mode, status, len(items), want, hits[0].get("resolve_url")))

@@ -61,7 +61,15 @@ const order = {
 	subject: 'Your order ord_457 has shipped',
 	body: 'Hello,\n\nyour order ord_457 is on its way.',
 };
-const reviewJob = { message_id: '<job-r@x>', key: 'k1', channel: 'billing', attempts: 1, updated_at: '2026-12-03T12:00:00Z' };
+const reviewJob = {
+	message_id: '<job-r@x>',
+	key: 'k1',
+	channel: 'billing',
+	attempts: 1,
+	updated_at: '2026-12-03T12:00:00Z',
+	to: ['ann@example.org'],
+	subject: 'Your invoice INV-1',
+};
 
 /** What each Code node gets, and what its output must show. */
 const cases: Record<string, { input: Item[]; nodes: Record<string, Item[]>; check: (out: Item[]) => void }> = {
@@ -82,7 +90,10 @@ const cases: Record<string, { input: Item[]; nodes: Record<string, Item[]>; chec
 		nodes: {},
 		check: (out) => {
 			assert.equal(out[0].json.count, 1);
-			assert.match(String(out[0].json.text), /evidence: http:\/\/relay:8080\/v1\/jobs\/%3Cjob-r%40x%3E/);
+			// The operator decides in the console; the alert names the mail.
+			assert.match(String(out[0].json.text), /decide: +http:\/\/relay:8080\/ui\/jobs\/%3Cjob-r%40x%3E\n/);
+			assert.match(String(out[0].json.text), /Your invoice INV-1 +to: ann@example\.org/);
+			assert.doesNotMatch(String(out[0].json.text), /POST|\/resolve/);
 			assert.doesNotMatch(String(out[0].json.text), /undefined/);
 		},
 	},

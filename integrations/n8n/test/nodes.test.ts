@@ -282,7 +282,11 @@ test('Trigger poll: emits a review job once, again after it re-enters; queued is
 	const now = new Date();
 	const first = await poll(req, 'http://relay/', o, {}, now, false);
 	assert.equal(first.jobs.length, 1);
-	assert.equal(first.jobs[0].url, 'http://relay/v1/jobs/%3Cjob-r%40x%3E');
+	// A human's links go to the console's page of the job; the API's are second.
+	assert.equal(first.jobs[0].url, 'http://relay/ui/jobs/%3Cjob-r%40x%3E');
+	assert.equal(first.jobs[0].resolve_url, 'http://relay/ui/jobs/%3Cjob-r%40x%3E');
+	assert.equal(first.jobs[0].api_url, 'http://relay/v1/jobs/%3Cjob-r%40x%3E');
+	assert.equal(first.jobs[0].api_resolve_url, 'http://relay/v1/jobs/%3Cjob-r%40x%3E/resolve');
 	assert.equal(first.queuedUnavailable, true);
 	const second = await poll(req, 'http://relay', o, first.seen, now, false);
 	assert.equal(second.jobs.length, 0, 'already emitted');

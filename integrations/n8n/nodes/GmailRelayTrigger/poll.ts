@@ -9,6 +9,9 @@ export interface Job {
 	attempts?: number;
 	updated_at?: string;
 	created_at?: string;
+	/** The stored message's To addresses and subject (empty once retention dropped it). */
+	to?: string[];
+	subject?: string;
 	/** The caller's "not before" (RFC 3339); absent when the job may go at once. */
 	send_at?: string;
 	[k: string]: unknown;
@@ -28,12 +31,34 @@ export interface PollOptions {
 	maxPages: number;
 }
 
+/**
+ * JobLinks are where a human and a program go for a job. url and
+ * resolve_url are the relay console's page of the job (/ui/jobs/{id}),
+ * which shows the evidence and holds the decision form; api_url and
+ * api_resolve_url are the API's (GET /v1/jobs/{id}, POST …/resolve with
+ * the admin token) for a workflow that decides by itself.
+ */
+export interface JobLinks {
+	url: string;
+	resolve_url: string;
+	api_url: string;
+	api_resolve_url: string;
+}
+
+/** jobLinks are the links of the job message_id on the relay at base (no trailing slash). */
+export function jobLinks(base: string, messageId: string): JobLinks {
+	const id = encodeURIComponent(messageId);
+	const page = `${base}/ui/jobs/${id}`;
+	const api = `${base}/v1/jobs/${id}`;
+	return { url: page, resolve_url: page, api_url: api, api_resolve_url: `${api}/resolve` };
+}
+
 /** The trigger's memory between polls: message_id → state it was emitted in. */
 export type Seen = Record<string, string>;
 
 /** One poll's result. */
 export interface PollResult {
-	jobs: Array<Job & { url: string; resolve_url: string; reason: string }>;
+	jobs: Array<Job & JobLinks & { reason: string }>;
 	seen: Seen;
 	/** Set when the relay has no `queued` state (no outbox yet): that part was skipped. */
 	queuedUnavailable?: boolean;
@@ -147,8 +172,7 @@ export async function poll(req: Requester, baseUrl: string, o: PollOptions, seen
 	for (const { job, reason } of current) {
 		next[job.message_id] = job.state;
 		if (manual || seen[job.message_id] !== job.state) {
-			const path = '/v1/jobs/' + encodeURIComponent(job.message_id);
-			jobs.push({ ...job, reason, url: base + path, resolve_url: base + path + '/resolve' });
+			jobs.push({ ...job, reason, ...jobLinks(base, job.message_id) });
 		}
 	}
 	return { jobs, seen: manual ? seen : next, queuedUnavailable, ...(truncated.length > 0 ? { truncated } : {}) };
