@@ -275,16 +275,31 @@ func (r *relayProc) WaitExit(t testing.TB) {
 	}
 	r.url = ""
 	// A crash point fires in the send path, with the log open: the kill
-	// leaves its journal behind, and `gmailrelay check` (which opens the
-	// log as serve would) must replay it and close the file cleanly. So
-	// every crash test also proves the journal's recovery on a real kill.
-	journal := r.dataFile() + "-journal"
-	if _, err := os.Stat(journal); err != nil {
-		t.Fatalf("after the kill the log's journal is missing (%v): the crash did not exercise the journal's recovery", err)
-	}
+	// must leave the data file alone in its directory (the log keeps no
+	// journal or other file beside it), and `gmailrelay check` must find
+	// every invariant holding.
+	r.wantDataFileAlone(t)
 	r.checkDataLocked(t)
-	if _, err := os.Stat(journal); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("after gmailrelay check the journal is still there (%v): check did not recover and close the log cleanly", err)
+}
+
+// wantDataFileAlone fails unless the data file's directory holds the data
+// file and nothing else of the log's (no -journal, .new or .replay file;
+// the test's policy file is its own).
+func (r *relayProc) wantDataFileAlone(t testing.TB) {
+	t.Helper()
+	data := r.dataFile()
+	entries, err := os.ReadDir(filepath.Dir(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		if e.Name() != "policy.yaml" {
+			names = append(names, e.Name())
+		}
+	}
+	if len(names) != 1 || names[0] != filepath.Base(data) {
+		t.Fatalf("beside the policy, the data directory holds %v, want %s alone", names, filepath.Base(data))
 	}
 }
 
