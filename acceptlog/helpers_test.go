@@ -5,82 +5,14 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"testing"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
 
-// dump is the whole content of a bbolt file: every bucket's sequence and
-// its keys and values, rendered so that two dumps compare with ==.
-type dump map[string]string
-
-func dumpTx(tx *bolt.Tx) (dump, error) {
-	d := dump{}
-	err := tx.ForEach(func(name []byte, b *bolt.Bucket) error {
-		var sb strings.Builder
-		fmt.Fprintf(&sb, "seq=%d\n", b.Sequence())
-		err := b.ForEach(func(k, v []byte) error {
-			fmt.Fprintf(&sb, "%q=%q\n", k, v)
-			return nil
-		})
-		d[string(name)] = sb.String()
-		return err
-	})
-	return d, err
-}
-
-// dumpLog dumps l's committed content.
-func dumpLog(t testing.TB, l *Log) dump {
-	t.Helper()
-	var d dump
-	err := l.db.View(func(tx *bolt.Tx) error {
-		var err error
-		d, err = dumpTx(tx)
-		return err
-	})
-	if err != nil {
-		t.Fatalf("dump log: %v", err)
-	}
-	return d
-}
-
-// diff describes how got differs from want ("" when equal).
-func (want dump) diff(got dump) string {
-	var out []string
-	for name, w := range want {
-		g, ok := got[name]
-		switch {
-		case !ok:
-			out = append(out, "bucket "+name+" missing")
-		case g != w:
-			wl, gl := strings.Split(w, "\n"), strings.Split(g, "\n")
-			out = append(out, fmt.Sprintf("bucket %s differs (%d lines, want %d)%s", name, len(gl), len(wl), firstDiff(wl, gl)))
-		}
-	}
-	for name := range got {
-		if _, ok := want[name]; !ok {
-			out = append(out, "bucket "+name+" unexpected")
-		}
-	}
-	sort.Strings(out)
-	return strings.Join(out, "; ")
-}
-
-func firstDiff(want, got []string) string {
-	for i := range min(len(want), len(got)) {
-		if want[i] != got[i] {
-			return fmt.Sprintf(": first at line %d: got %.80s, want %.80s", i, got[i], want[i])
-		}
-	}
-	return ""
-}
-
-// openBolt opens the bbolt file at path directly, as a tool or an older
+// openBoltT opens the bbolt file at path directly, as a tool or an older
 // gmailrelay would, with opts; the caller closes it.
 func openBoltT(t testing.TB, path string, opts *bolt.Options) *bolt.DB {
 	t.Helper()
@@ -89,42 +21,6 @@ func openBoltT(t testing.TB, path string, opts *bolt.Options) *bolt.DB {
 		t.Fatal(err)
 	}
 	return db
-}
-
-// openDump opens the log at path (recovering it from its journal), dumps
-// it and closes it.
-func openDump(t testing.TB, path string) dump {
-	t.Helper()
-	l, err := Open(path, Options{})
-	if err != nil {
-		t.Fatalf("open %s: %v", path, err)
-	}
-	d := dumpLog(t, l)
-	if err := l.Check(context.Background()); err != nil {
-		t.Errorf("check %s: %v", path, err)
-	}
-	if err := l.Close(); err != nil {
-		t.Fatalf("close %s: %v", path, err)
-	}
-	return d
-}
-
-// copyFiles copies the log at src and any journal beside it, as they are
-// now (what a kill -9 leaves: the page cache), to dst and dst's journal.
-func copyFiles(t testing.TB, src, dst string) {
-	t.Helper()
-	for _, p := range [][2]string{{src, dst}, {journalPath(src), journalPath(dst)}} {
-		b, err := os.ReadFile(p[0])
-		if os.IsNotExist(err) {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p[1], b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // workload writes through every write path of the log: new jobs with
@@ -198,11 +94,4 @@ func newJournalLog(t testing.TB) (*Log, string, *time.Time) {
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	return l, path, &clock
-}
-
-// setVar sets *p to v for the test.
-func setVar[T any](t testing.TB, p *T, v T) {
-	old := *p
-	*p = v
-	t.Cleanup(func() { *p = old })
 }

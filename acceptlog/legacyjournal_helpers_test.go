@@ -52,13 +52,6 @@ func (r *opRecorder) put(b int, key, value []byte) {
 	r.ops++
 }
 
-func (r *opRecorder) delete(b int, key []byte) {
-	r.buf = append(r.buf, opDelete, byte(b))
-	r.buf = binary.AppendUvarint(r.buf, uint64(len(key)))
-	r.buf = append(r.buf, key...)
-	r.ops++
-}
-
 func (r *opRecorder) sequence(b int, seq uint64) {
 	r.buf = append(r.buf, opSequence, byte(b))
 	r.buf = binary.AppendUvarint(r.buf, seq)

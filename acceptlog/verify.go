@@ -50,7 +50,7 @@ func verifyFile(r io.ReaderAt, size int64) (*fileReport, error) {
 	type top struct{ name, header []byte }
 	var tops []top
 	var last []byte
-	err = v.tree(m.root, "the root", 0, func(k, val []byte, isBucket bool) error {
+	err = v.tree(m.root, "the root", 0, keyRange{}, func(k, val []byte, isBucket bool) error {
 		if !isBucket {
 			return structural("a value %q outside every bucket", k)
 		}
@@ -218,7 +218,7 @@ func (v *verifier) freelist(id uint64) error {
 	if err != nil {
 		return err
 	}
-	if binary.LittleEndian.Uint16(p[8:])&freelistFlag == 0 {
+	if binary.LittleEndian.Uint16(p[8:]) != freelistFlag {
 		return structural("free list: page %d is not a free list page", id)
 	}
 	n, at := uint64(binary.LittleEndian.Uint16(p[10:])), uint64(pageHeaderSize)
@@ -263,9 +263,9 @@ func (v *verifier) child(name, header []byte) error {
 	}
 	var err error
 	if root := binary.LittleEndian.Uint64(header); root == 0 {
-		err = v.elements(header[inBucketSize:], path, 1, each)
+		err = v.elements(header[inBucketSize:], path, 1, keyRange{}, each)
 	} else {
-		err = v.tree(root, path, 1, each)
+		err = v.tree(root, path, 1, keyRange{}, each)
 	}
 	rep.lastKey = bytes.Clone(last)
 	return err
@@ -294,8 +294,21 @@ func (v *verifier) record(bucket, key, value []byte) {
 	}
 }
 
-// tree walks the pages of the tree rooted at page id.
-func (v *verifier) tree(id uint64, path string, depth int, each func(k, v []byte, isBucket bool) error) error {
+// keyRange bounds the keys of a subtree: lo <= key < hi, nil meaning
+// unbounded. A branch page's element i leads to the subtree holding the
+// keys from its key up to the next element's: bbolt finds a key (Get, Seek)
+// through those branch keys, and checks them when it opens a file to write
+// (its free-page scan), where a key out of order kills the process.
+type keyRange struct{ lo, hi []byte }
+
+// holds reports whether k is inside r.
+func (r keyRange) holds(k []byte) bool {
+	return (r.lo == nil || bytes.Compare(k, r.lo) >= 0) && (r.hi == nil || bytes.Compare(k, r.hi) < 0)
+}
+
+// tree walks the pages of the tree rooted at page id, whose keys must lie
+// in r.
+func (v *verifier) tree(id uint64, path string, depth int, r keyRange, each func(k, v []byte, isBucket bool) error) error {
 	if depth > maxTreeDepth {
 		return structural("%s: tree deeper than %d", path, maxTreeDepth)
 	}
@@ -303,11 +316,12 @@ func (v *verifier) tree(id uint64, path string, depth int, each func(k, v []byte
 	if err != nil {
 		return err
 	}
-	return v.elements(p, path, depth, each)
+	return v.elements(p, path, depth, r, each)
 }
 
-// elements walks the elements of page p (a branch or a leaf).
-func (v *verifier) elements(p []byte, path string, depth int, each func(k, v []byte, isBucket bool) error) error {
+// elements walks the elements of page p (a branch or a leaf), whose keys
+// must lie in r, in order.
+func (v *verifier) elements(p []byte, path string, depth int, r keyRange, each func(k, v []byte, isBucket bool) error) error {
 	if len(p) < pageHeaderSize {
 		return structural("%s: page cut short", path)
 	}
@@ -323,19 +337,40 @@ func (v *verifier) elements(p []byte, path string, depth int, each func(k, v []b
 		}
 		return p[start : start+uint64(k)], p[start+uint64(k) : end], nil
 	}
+	var prev []byte
+	inOrder := func(k []byte, i int) error {
+		if !r.holds(k) || (i > 0 && bytes.Compare(k, prev) <= 0) {
+			return structural("%s: key %x out of order (its page's keys must follow one another, inside the range its parent gives)", path, k)
+		}
+		prev = k
+		return nil
+	}
 	switch {
-	case flags&branchPageFlag != 0:
+	case flags == branchPageFlag:
+		keys := make([][]byte, n)
 		for i := range n {
 			at := pageHeaderSize + i*elementSize
 			e := p[at:]
-			if _, _, err := span(at, binary.LittleEndian.Uint32(e), binary.LittleEndian.Uint32(e[4:]), 0); err != nil {
+			k, _, err := span(at, binary.LittleEndian.Uint32(e), binary.LittleEndian.Uint32(e[4:]), 0)
+			if err != nil {
 				return err
 			}
-			if err := v.tree(binary.LittleEndian.Uint64(e[8:]), path, depth+1, each); err != nil {
+			if err := inOrder(k, i); err != nil {
+				return err
+			}
+			keys[i] = k
+		}
+		for i := range n {
+			sub := keyRange{lo: keys[i], hi: r.hi}
+			if i+1 < n {
+				sub.hi = keys[i+1]
+			}
+			e := p[pageHeaderSize+i*elementSize:]
+			if err := v.tree(binary.LittleEndian.Uint64(e[8:]), path, depth+1, sub, each); err != nil {
 				return err
 			}
 		}
-	case flags&leafPageFlag != 0:
+	case flags == leafPageFlag:
 		for i := range n {
 			at := pageHeaderSize + i*elementSize
 			e := p[at:]
@@ -343,11 +378,15 @@ func (v *verifier) elements(p []byte, path string, depth int, each func(k, v []b
 			if err != nil {
 				return err
 			}
+			if err := inOrder(k, i); err != nil {
+				return err
+			}
 			if err := each(k, val, binary.LittleEndian.Uint32(e)&bucketLeafFlag != 0); err != nil {
 				return err
 			}
 		}
 	default:
+		// bbolt asserts that a page has exactly one type flag.
 		return structural("%s: a page of type %#x where a branch or leaf belongs", path, flags)
 	}
 	return nil
