@@ -18,6 +18,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
+	"github.com/gmailrelay/gmailrelay/pglog/pgtest"
 )
 
 // The binaries under test, built at most once per `go test` run into a
@@ -44,7 +45,9 @@ func TestMain(m *testing.M) {
 			return buildRelay(filepath.Join(dir, "gmailrelay-broken"), "gmailrelay_broken")
 		}),
 	}
-	code := m.Run()
+	// pgtest.Run starts the throwaway PostgreSQL the replica tests ask for
+	// and stops it after them.
+	code := pgtest.Run(m)
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
