@@ -11,21 +11,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 )
 
 // benchChange creates job id on first use and then appends a forwarding
 // attempt: the shape of the send path's first write.
-func benchChange(id string) func(cur *acceptlog.Job) (acceptlog.Change, error) {
-	return func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		j := acceptlog.Job{MessageID: id, Channel: "default", State: acceptlog.StateForwarding}
+func benchChange(id string) func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+	return func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+		j := gmailrelay.Job{MessageID: id, Channel: "default", State: gmailrelay.StateForwarding}
 		if cur != nil {
 			j = *cur
 		}
 		j.Attempts++
-		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{
-			{Kind: acceptlog.KindReceived, Channel: "default"},
-			{Kind: acceptlog.KindForwarding, Attempt: j.Attempts, State: acceptlog.StateForwarding},
+		return gmailrelay.Change{Job: &j, Lines: []gmailrelay.Line{
+			{Kind: gmailrelay.KindReceived, Channel: "default"},
+			{Kind: gmailrelay.KindForwarding, Attempt: j.Attempts, State: gmailrelay.StateForwarding},
 		}}, nil
 	}
 }
@@ -118,31 +119,31 @@ var sendRaw = make([]byte, 2048)
 // forwarding lines and its raw message) and the outcome Mutate (the effect
 // line, the job sent and due for its verify pass).
 func benchSend(ctx context.Context, l *acceptlog.Log, id string, now time.Time) error {
-	if _, err := l.Get(ctx, id); !errors.Is(err, acceptlog.ErrNotFound) {
+	if _, err := l.Get(ctx, id); !errors.Is(err, gmailrelay.ErrNotFound) {
 		return fmt.Errorf("get: %v", err)
 	}
-	_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		j := acceptlog.Job{MessageID: id, Key: "k", Channel: "default", Mailbox: "main",
+	_, _, err := l.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+		j := gmailrelay.Job{MessageID: id, Key: "k", Channel: "default", Mailbox: "main",
 			Fingerprint: "fp", CreatedAt: now, UpdatedAt: now}
 		j.Attempts++
-		lines := []acceptlog.Line{
-			{Kind: acceptlog.KindReceived, Attempt: j.Attempts, Channel: "default"},
-			acceptlog.Move(&j, acceptlog.StateForwarding, acceptlog.Line{Kind: acceptlog.KindForwarding, Attempt: j.Attempts}),
+		lines := []gmailrelay.Line{
+			{Kind: gmailrelay.KindReceived, Attempt: j.Attempts, Channel: "default"},
+			gmailrelay.Move(&j, gmailrelay.StateForwarding, gmailrelay.Line{Kind: gmailrelay.KindForwarding, Attempt: j.Attempts}),
 		}
-		return acceptlog.Change{Job: &j, Lines: lines, Raw: sendRaw}, nil
+		return gmailrelay.Change{Job: &j, Lines: lines, Raw: sendRaw}, nil
 	})
 	if err != nil {
 		return err
 	}
-	_, _, err = l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	_, _, err = l.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		j := *cur
 		j.UpdatedAt = now
 		j.GmailID, j.ThreadID, j.LabelIDs = "g"+id, "t"+id, []string{"SENT"}
 		j.Effects++
 		j.NextCheckAt = now.Add(time.Minute)
-		line := acceptlog.Move(&j, acceptlog.StateSent, acceptlog.Line{Kind: acceptlog.KindEffect,
-			Source: acceptlog.SourceResponse, GmailID: j.GmailID, ThreadID: j.ThreadID, LabelIDs: j.LabelIDs, Attempt: j.Attempts})
-		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{line}}, nil
+		line := gmailrelay.Move(&j, gmailrelay.StateSent, gmailrelay.Line{Kind: gmailrelay.KindEffect,
+			Source: gmailrelay.SourceResponse, GmailID: j.GmailID, ThreadID: j.ThreadID, LabelIDs: j.LabelIDs, Attempt: j.Attempts})
+		return gmailrelay.Change{Job: &j, Lines: []gmailrelay.Line{line}}, nil
 	})
 	return err
 }
@@ -193,7 +194,7 @@ func BenchmarkGet(b *testing.B) {
 	}
 	b.Run("missing", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := l.Get(ctx, "<missing@bench>"); !errors.Is(err, acceptlog.ErrNotFound) {
+			if _, err := l.Get(ctx, "<missing@bench>"); !errors.Is(err, gmailrelay.ErrNotFound) {
 				b.Fatal(err)
 			}
 		}

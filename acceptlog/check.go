@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -182,29 +183,6 @@ func guard(what string, fn func() error) (err error) {
 	return fn()
 }
 
-// NeedsRaw reports whether a job in state s may still be sent again, so
-// that its raw message must be kept until it is pruned: whether the
-// table of Transitions leads from s to StateForwarding (a resolve retry
-// from failed, unknown or review, the outbox from queued, a sent job the
-// verify pass moves to review). Only abandoned leads nowhere.
-func NeedsRaw(s State) bool {
-	seen := map[State]bool{s: true}
-	for next := []State{s}; len(next) > 0; {
-		from := next[0]
-		next = next[1:]
-		for _, to := range Transitions[from] {
-			if to == StateForwarding {
-				return true
-			}
-			if !seen[to] {
-				seen[to] = true
-				next = append(next, to)
-			}
-		}
-	}
-	return false
-}
-
 // violations collects what Check finds. first holds every one of them, in
 // the order found (CONTRACT: check names each violation); n is their
 // number.
@@ -234,10 +212,10 @@ func check(tx *bolt.Tx, v *violations, needRaw bool) error {
 	counts := map[string]int64{}
 	// lines by job, oldest first, from the lines bucket itself (not the
 	// seqs the job records list, which are checked against it).
-	byJob := map[string][]Line{}
+	byJob := map[string][]gmailrelay.Line{}
 
 	err := tx.Bucket(bucketLines).ForEach(func(k, val []byte) error {
-		var ln Line
+		var ln gmailrelay.Line
 		if err := decodeLineValue(k, val, &ln); err != nil {
 			v.add("%v", err)
 			return nil
@@ -257,7 +235,7 @@ func check(tx *bolt.Tx, v *violations, needRaw bool) error {
 
 	err = tx.Bucket(bucketJobs).ForEach(func(k, val []byte) error {
 		id := string(k)
-		var j Job
+		var j gmailrelay.Job
 		seqs, err := decodeJobValueSeqs(k, val, &j)
 		if err != nil {
 			v.add("%v", err)
@@ -287,7 +265,9 @@ func check(tx *bolt.Tx, v *violations, needRaw bool) error {
 		lines := byJob[id]
 		delete(byJob, id)
 		checkLineSeqs(v, id, seqs, lines)
-		checkJob(v, &j, lines)
+		for _, found := range gmailrelay.CheckJob(&j, lines) {
+			v.add("%s", found)
+		}
 		checkRaw(v, &j, tx.Bucket(bucketBodies).Get(k) != nil, needRaw)
 		return nil
 	})
@@ -340,61 +320,21 @@ func check(tx *bolt.Tx, v *violations, needRaw bool) error {
 	return nil
 }
 
-// checkJob checks one job against its lines (oldest first).
-func checkJob(v *violations, j *Job, lines []Line) {
-	if f := Fold(lines); f != j.State {
-		v.add("job %s: state %q but its lines fold to %q", j.MessageID, j.State, f)
-	}
-	effects, resolvedAfterSecond := 0, false
-	var prev State
-	for _, ln := range lines {
-		if ln.State != "" {
-			// A pruned job kept only its effect, resolved and last state
-			// lines: the steps between two lines written before the
-			// pruning are gone, not wrong. Its last state line is kept, so
-			// a line written after the pruning moves on from it and is
-			// checked.
-			spansPruning := !j.PrunedAt.IsZero() && !ln.Time.After(j.PrunedAt)
-			if prev != "" && !spansPruning && !Allowed(prev, ln.State) {
-				v.add("job %s: line %d moves %s → %s, not in the table of allowed transitions", j.MessageID, ln.Seq, prev, ln.State)
-			}
-			prev = ln.State
-		}
-		if ln.Attempt > j.Attempts {
-			v.add("job %s: line %d has attempt %d, job only %d attempts", j.MessageID, ln.Seq, ln.Attempt, j.Attempts)
-		}
-		switch ln.Kind {
-		case KindEffect:
-			effects++
-		case KindResolved:
-			if effects >= 2 {
-				resolvedAfterSecond = true
-			}
-		}
-	}
-	if j.Effects != effects {
-		v.add("job %s: effects %d but %d effect lines", j.MessageID, j.Effects, effects)
-	}
-	if effects > 1 && j.State != StateReview && !resolvedAfterSecond {
-		v.add("job %s: %d effect lines in state %q (duplicate not under review)", j.MessageID, effects, j.State)
-	}
-}
-
 // checkRaw checks one job against whether its raw message is stored:
 // pruning removes it, and (with needRaw) a job that may still be sent
 // needs it until it is pruned.
-func checkRaw(v *violations, j *Job, stored, needRaw bool) {
+func checkRaw(v *violations, j *gmailrelay.Job, stored, needRaw bool) {
 	switch pruned := !j.PrunedAt.IsZero(); {
 	case pruned && stored:
 		v.add("job %s: pruned at %s but its raw message is still stored", j.MessageID, j.PrunedAt.UTC().Format(time.RFC3339))
-	case needRaw && !pruned && !stored && NeedsRaw(j.State):
+	case needRaw && !pruned && !stored && gmailrelay.NeedsRaw(j.State):
 		v.add("job %s: in state %s, not pruned, and no raw message stored (it could not be sent again)", j.MessageID, j.State)
 	}
 }
 
 // checkLineSeqs checks that the seqs a job's record lists are exactly the
 // seqs of its lines (oldest first, from the lines bucket).
-func checkLineSeqs(v *violations, id string, seqs seqList, lines []Line) {
+func checkLineSeqs(v *violations, id string, seqs seqList, lines []gmailrelay.Line) {
 	i := 0
 	_, err := seqs.each(func(seq uint64) bool {
 		for i < len(lines) && lines[i].Seq < seq {

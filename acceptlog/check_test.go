@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
 )
@@ -16,19 +17,19 @@ import (
 // effect appends an effect line moving the job to sent.
 func effect(t *testing.T, l *acceptlog.Log, id string) {
 	t.Helper()
-	transitionLine(t, l, id, acceptlog.Line{Kind: acceptlog.KindEffect, State: acceptlog.StateSent, Source: acceptlog.SourceSearch})
+	transitionLine(t, l, id, gmailrelay.Line{Kind: gmailrelay.KindEffect, State: gmailrelay.StateSent, Source: gmailrelay.SourceSearch})
 }
 
-func transitionLine(t *testing.T, l *acceptlog.Log, id string, ln acceptlog.Line) {
+func transitionLine(t *testing.T, l *acceptlog.Log, id string, ln gmailrelay.Line) {
 	t.Helper()
-	_, _, err := l.Mutate(context.Background(), id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	_, _, err := l.Mutate(context.Background(), id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		if ln.State != "" {
 			cur.State = ln.State
 		}
-		if ln.Kind == acceptlog.KindEffect {
+		if ln.Kind == gmailrelay.KindEffect {
 			cur.Effects++
 		}
-		return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{ln}}, nil
+		return gmailrelay.Change{Job: cur, Lines: []gmailrelay.Line{ln}}, nil
 	})
 	if err != nil {
 		t.Fatalf("mutate %s: %v", id, err)
@@ -40,14 +41,14 @@ func transitionLine(t *testing.T, l *acceptlog.Log, id string, ln acceptlog.Line
 func TestCheckEffectRule(t *testing.T) {
 	tests := []struct {
 		name    string
-		after   []acceptlog.Line // after two effect lines
+		after   []gmailrelay.Line // after two effect lines
 		wantErr bool
 	}{
 		{"two effects in sent", nil, true},
-		{"two effects then review", []acceptlog.Line{{Kind: acceptlog.KindReview, State: acceptlog.StateReview}}, false},
-		{"two effects, review, resolved", []acceptlog.Line{
-			{Kind: acceptlog.KindReview, State: acceptlog.StateReview},
-			{Kind: acceptlog.KindResolved, State: acceptlog.StateSent, Actor: "ops"},
+		{"two effects then review", []gmailrelay.Line{{Kind: gmailrelay.KindReview, State: gmailrelay.StateReview}}, false},
+		{"two effects, review, resolved", []gmailrelay.Line{
+			{Kind: gmailrelay.KindReview, State: gmailrelay.StateReview},
+			{Kind: gmailrelay.KindResolved, State: gmailrelay.StateSent, Actor: "ops"},
 		}, false},
 	}
 	for _, tc := range tests {
@@ -58,7 +59,7 @@ func TestCheckEffectRule(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer l.Close()
-			logtest.Create(t, l, "<a@x>", "default", acceptlog.StateUnknown)
+			logtest.Create(t, l, "<a@x>", "default", gmailrelay.StateUnknown)
 			effect(t, l, "<a@x>")
 			effect(t, l, "<a@x>")
 			for _, ln := range tc.after {
@@ -86,21 +87,21 @@ func TestCheckDetectsCorruption(t *testing.T) {
 		{
 			name: "job state disagrees with its lines",
 			corrupt: func(tx *acceptlog.Tamperer) error {
-				return rewriteJob(tx, "<a@x>", func(j *acceptlog.Job) { j.State = acceptlog.StateSent })
+				return rewriteJob(tx, "<a@x>", func(j *gmailrelay.Job) { j.State = gmailrelay.StateSent })
 			},
 			want: []string{`job <a@x>: state "sent" but its lines fold to "unknown"`, "state index: missing entry", `counter "state\x00sent"`},
 		},
 		{
 			name: "attempts below a line's attempt",
 			corrupt: func(tx *acceptlog.Tamperer) error {
-				return rewriteJob(tx, "<a@x>", func(j *acceptlog.Job) { j.Attempts = 0 })
+				return rewriteJob(tx, "<a@x>", func(j *gmailrelay.Job) { j.Attempts = 0 })
 			},
 			want: []string{"has attempt 1, job only 0 attempts"},
 		},
 		{
 			name: "effects disagree with effect lines",
 			corrupt: func(tx *acceptlog.Tamperer) error {
-				return rewriteJob(tx, "<a@x>", func(j *acceptlog.Job) { j.Effects = 1 })
+				return rewriteJob(tx, "<a@x>", func(j *gmailrelay.Job) { j.Effects = 1 })
 			},
 			want: []string{"job <a@x>: effects 1 but 0 effect lines"},
 		},
@@ -128,14 +129,14 @@ func TestCheckDetectsCorruption(t *testing.T) {
 		{
 			name: "line missing from its job's record",
 			corrupt: func(tx *acceptlog.Tamperer) error {
-				return rewriteRecord(tx, "<a@x>", func(_ *acceptlog.Job, seqs []uint64) []uint64 { return seqs[:1] })
+				return rewriteRecord(tx, "<a@x>", func(_ *gmailrelay.Job, seqs []uint64) []uint64 { return seqs[:1] })
 			},
 			want: []string{"1 violations", "job <a@x>: line 2 is not listed in its record"},
 		},
 		{
 			name: "job record lists a line that does not exist",
 			corrupt: func(tx *acceptlog.Tamperer) error {
-				return rewriteRecord(tx, "<a@x>", func(_ *acceptlog.Job, seqs []uint64) []uint64 { return append(seqs, seqs[1]+1) })
+				return rewriteRecord(tx, "<a@x>", func(_ *gmailrelay.Job, seqs []uint64) []uint64 { return append(seqs, seqs[1]+1) })
 			},
 			want: []string{"1 violations", "job <a@x>: its record lists line 3, which is not one of its lines"},
 		},
@@ -180,10 +181,10 @@ func TestCheckDetectsCorruption(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			logtest.Create(t, l, "<a@x>", "default", acceptlog.StateForwarding)
-			_, _, err = l.Mutate(ctx, "<a@x>", func(cur *acceptlog.Job) (acceptlog.Change, error) {
-				cur.State, cur.Attempts, cur.NextCheckAt, cur.AmbiguousAt = acceptlog.StateUnknown, 1, t0, t0
-				return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{{Kind: acceptlog.KindAmbiguous, Attempt: 1, State: acceptlog.StateUnknown}}}, nil
+			logtest.Create(t, l, "<a@x>", "default", gmailrelay.StateForwarding)
+			_, _, err = l.Mutate(ctx, "<a@x>", func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+				cur.State, cur.Attempts, cur.NextCheckAt, cur.AmbiguousAt = gmailrelay.StateUnknown, 1, t0, t0
+				return gmailrelay.Change{Job: cur, Lines: []gmailrelay.Line{{Kind: gmailrelay.KindAmbiguous, Attempt: 1, State: gmailrelay.StateUnknown}}}, nil
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -219,14 +220,14 @@ func TestCheckDetectsCorruption(t *testing.T) {
 
 // rewriteJob edits the stored job id behind the log's back, keeping the
 // seqs its record lists.
-func rewriteJob(tx *acceptlog.Tamperer, id string, edit func(*acceptlog.Job)) error {
-	return rewriteRecord(tx, id, func(j *acceptlog.Job, seqs []uint64) []uint64 {
+func rewriteJob(tx *acceptlog.Tamperer, id string, edit func(*gmailrelay.Job)) error {
+	return rewriteRecord(tx, id, func(j *gmailrelay.Job, seqs []uint64) []uint64 {
 		edit(j)
 		return seqs
 	})
 }
 
-func rewriteRecord(tx *acceptlog.Tamperer, id string, edit func(*acceptlog.Job, []uint64) []uint64) error {
+func rewriteRecord(tx *acceptlog.Tamperer, id string, edit func(*gmailrelay.Job, []uint64) []uint64) error {
 	return tx.EditJob(id, edit)
 }
 

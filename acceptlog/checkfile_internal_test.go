@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // smallLogFile returns the bytes of a closed log holding a few dozen jobs
@@ -25,9 +27,9 @@ func smallLogFile(t testing.TB) ([]byte, int64) {
 	}
 	for i := range 30 {
 		id := fmt.Sprintf("<%02d@x>", i)
-		_, _, err := l.Mutate(context.Background(), id, func(*Job) (Change, error) {
-			j := Job{MessageID: id, State: StateForwarding, Attempts: 1}
-			return Change{Job: &j, Raw: bytes.Repeat([]byte("m"), 400), Lines: []Line{{Kind: KindReceived, Attempt: 1, State: StateForwarding}}}, nil
+		_, _, err := l.Mutate(context.Background(), id, func(*gmailrelay.Job) (gmailrelay.Change, error) {
+			j := gmailrelay.Job{MessageID: id, State: gmailrelay.StateForwarding, Attempts: 1}
+			return gmailrelay.Change{Job: &j, Raw: bytes.Repeat([]byte("m"), 400), Lines: []gmailrelay.Line{{Kind: gmailrelay.KindReceived, Attempt: 1, State: gmailrelay.StateForwarding}}}, nil
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -137,29 +139,28 @@ func FuzzCheckBoltFile(f *testing.F) {
 // last state line and is checked.
 func TestCheckJobPrunedTransitions(t *testing.T) {
 	prunedAt := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
-	kept := []Line{ // sent → (review, gone) → abandoned
-		{Seq: 2, Kind: KindEffect, State: StateSent, Attempt: 1, Time: prunedAt.Add(-2 * time.Hour)},
-		{Seq: 5, Kind: KindResolved, State: StateAbandoned, Time: prunedAt.Add(-time.Hour)},
+	kept := []gmailrelay.Line{ // sent → (review, gone) → abandoned
+		{Seq: 2, Kind: gmailrelay.KindEffect, State: gmailrelay.StateSent, Attempt: 1, Time: prunedAt.Add(-2 * time.Hour)},
+		{Seq: 5, Kind: gmailrelay.KindResolved, State: gmailrelay.StateAbandoned, Time: prunedAt.Add(-time.Hour)},
 	}
 	tests := []struct {
 		name  string
-		state State
-		after []Line
+		state gmailrelay.State
+		after []gmailrelay.Line
 		want  string // "" no violation
 	}{
-		{"kept lines only", StateAbandoned, nil, ""},
-		{"a move after the pruning outside the table", StateSent,
-			[]Line{{Seq: 9, Kind: KindResolved, State: StateSent, Time: prunedAt.Add(time.Hour)}},
+		{"kept lines only", gmailrelay.StateAbandoned, nil, ""},
+		{"a move after the pruning outside the table", gmailrelay.StateSent,
+			[]gmailrelay.Line{{Seq: 9, Kind: gmailrelay.KindResolved, State: gmailrelay.StateSent, Time: prunedAt.Add(time.Hour)}},
 			"line 9 moves abandoned → sent"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			j := &Job{MessageID: "<a@x>", State: tc.state, Attempts: 1, Effects: 1, PrunedAt: prunedAt}
-			var v violations
-			checkJob(&v, j, append(append([]Line(nil), kept...), tc.after...))
-			got := strings.Join(v.found, "\n")
+			j := &gmailrelay.Job{MessageID: "<a@x>", State: tc.state, Attempts: 1, Effects: 1, PrunedAt: prunedAt}
+			found := gmailrelay.CheckJob(j, append(append([]gmailrelay.Line(nil), kept...), tc.after...))
+			got := strings.Join(found, "\n")
 			switch {
-			case tc.want == "" && v.n > 0:
+			case tc.want == "" && len(found) > 0:
 				t.Errorf("checkJob found %s, want nothing", got)
 			case tc.want != "" && !strings.Contains(got, tc.want):
 				t.Errorf("checkJob found %q, want %q", got, tc.want)
@@ -169,12 +170,12 @@ func TestCheckJobPrunedTransitions(t *testing.T) {
 }
 
 func TestNeedsRaw(t *testing.T) {
-	for _, s := range []State{StateQueued, StateForwarding, StateUnknown, StateReview, StateFailed, StateSent} {
-		if !NeedsRaw(s) {
+	for _, s := range []gmailrelay.State{gmailrelay.StateQueued, gmailrelay.StateForwarding, gmailrelay.StateUnknown, gmailrelay.StateReview, gmailrelay.StateFailed, gmailrelay.StateSent} {
+		if !gmailrelay.NeedsRaw(s) {
 			t.Errorf("NeedsRaw(%s) = false: a job in %s can still be sent", s, s)
 		}
 	}
-	if NeedsRaw(StateAbandoned) {
+	if gmailrelay.NeedsRaw(gmailrelay.StateAbandoned) {
 		t.Error("NeedsRaw(abandoned) = true: nothing leaves abandoned")
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // Job and line records are stored in a compact binary form: a format byte,
@@ -55,18 +57,18 @@ const (
 
 // encodeJob returns j's record, with seqs (a seqList's bytes) as the seqs
 // of its lines, in one allocation.
-func encodeJob(j *Job, seqs []byte) []byte {
+func encodeJob(j *gmailrelay.Job, seqs []byte) []byte {
 	return appendJob(make([]byte, 0, jobSize(j, seqs)), j, seqs)
 }
 
 // jobStrings are the strings of j's record.
-func jobStrings(j *Job) [11]string {
+func jobStrings(j *gmailrelay.Job) [11]string {
 	return [...]string{j.MessageID, j.Key, j.Channel, j.Mailbox, j.Fingerprint, string(j.State),
 		j.ThreadIDIn, j.GmailID, j.ThreadID, j.LastError, string(j.LastReason)}
 }
 
 // jobSize bounds the length of j's record (see appendJob).
-func jobSize(j *Job, seqs []byte) int {
+func jobSize(j *gmailrelay.Job, seqs []byte) int {
 	n := 1 + 7*binary.MaxVarintLen64 + 7*maxTimeSize + listSize(j.LabelIDs) + len(seqs)
 	for _, s := range jobStrings(j) {
 		n += binary.MaxVarintLen64 + len(s)
@@ -76,7 +78,7 @@ func jobSize(j *Job, seqs []byte) int {
 
 // appendJob appends j's record to b (which jobSize(j, seqs) more bytes
 // fit in without a new allocation).
-func appendJob(b []byte, j *Job, seqs []byte) []byte {
+func appendJob(b []byte, j *gmailrelay.Job, seqs []byte) []byte {
 	strs := jobStrings(j)
 	var flags uint64
 	if j.Retryable {
@@ -114,7 +116,7 @@ func appendJob(b []byte, j *Job, seqs []byte) []byte {
 
 // decodeJob reads a record written by encodeJob or an older JSON one. The
 // strings of a binary record share one allocation.
-func decodeJob(v []byte, j *Job) error {
+func decodeJob(v []byte, j *gmailrelay.Job) error {
 	_, err := decodeJobRecord(v, j)
 	return err
 }
@@ -122,7 +124,7 @@ func decodeJob(v []byte, j *Job) error {
 // decodeJobRecord is decodeJob that also returns the seqs of the job's
 // lines as stored (empty when the record has none). They share the
 // strings' allocation.
-func decodeJobRecord(v []byte, j *Job) (seqList, error) {
+func decodeJobRecord(v []byte, j *gmailrelay.Job) (seqList, error) {
 	if len(v) > 0 && v[0] == '{' {
 		return "", json.Unmarshal(v, j)
 	}
@@ -130,13 +132,13 @@ func decodeJobRecord(v []byte, j *Job) (seqList, error) {
 	if err != nil {
 		return "", err
 	}
-	*j = Job{
+	*j = gmailrelay.Job{
 		MessageID:   d.string(),
 		Key:         d.string(),
 		Channel:     d.string(),
 		Mailbox:     d.string(),
 		Fingerprint: d.string(),
-		State:       State(d.string()),
+		State:       gmailrelay.State(d.string()),
 		ThreadIDIn:  d.string(),
 	}
 	flags := d.uvarint()
@@ -148,7 +150,7 @@ func decodeJobRecord(v []byte, j *Job) (seqList, error) {
 	j.LabelIDs = d.list()
 	j.LastStatus = d.int()
 	j.LastError = d.string()
-	j.LastReason = Reason(d.string())
+	j.LastReason = gmailrelay.Reason(d.string())
 	j.NextCheckAt = d.time()
 	j.Checks = d.int()
 	j.VerifyLooks = d.int()
@@ -223,12 +225,12 @@ func encodeSeqs(seqs []uint64) []byte {
 }
 
 // encodeLine returns ln's record in one allocation.
-func encodeLine(ln *Line) []byte {
+func encodeLine(ln *gmailrelay.Line) []byte {
 	return appendLine(make([]byte, 0, lineSize(ln)), ln)
 }
 
 // lineSize bounds the length of ln's record (see appendLine).
-func lineSize(ln *Line) int {
+func lineSize(ln *gmailrelay.Line) int {
 	n := 1 + 7*binary.MaxVarintLen64 + maxTimeSize + listSize(ln.LabelIDs)
 	for _, s := range [...]string{ln.MessageID, string(ln.Kind), string(ln.State), string(ln.Reason), ln.Source,
 		ln.GmailID, ln.ThreadID, ln.Error, ln.Query, ln.Witness, ln.RuleID, ln.Mode,
@@ -240,7 +242,7 @@ func lineSize(ln *Line) int {
 
 // appendLine appends ln's record to b (which lineSize(ln) more bytes fit
 // in without a new allocation).
-func appendLine(b []byte, ln *Line) []byte {
+func appendLine(b []byte, ln *gmailrelay.Line) []byte {
 	var flags uint64
 	if ln.Retryable {
 		flags |= lineRetryable
@@ -281,7 +283,7 @@ func appendLine(b []byte, ln *Line) []byte {
 }
 
 // decodeLine reads a record written by encodeLine or an older JSON one.
-func decodeLine(v []byte, ln *Line) error {
+func decodeLine(v []byte, ln *gmailrelay.Line) error {
 	if len(v) > 0 && v[0] == '{' {
 		return json.Unmarshal(v, ln)
 	}
@@ -289,10 +291,10 @@ func decodeLine(v []byte, ln *Line) error {
 	if err != nil {
 		return err
 	}
-	*ln = Line{Seq: d.uvarint(), Time: d.time(), MessageID: d.string(), Attempt: d.int()}
-	ln.Kind = Kind(d.string())
-	ln.State = State(d.string())
-	ln.Reason = Reason(d.string())
+	*ln = gmailrelay.Line{Seq: d.uvarint(), Time: d.time(), MessageID: d.string(), Attempt: d.int()}
+	ln.Kind = gmailrelay.Kind(d.string())
+	ln.State = gmailrelay.State(d.string())
+	ln.Reason = gmailrelay.Reason(d.string())
 	flags := d.uvarint()
 	ln.Retryable = flags&lineRetryable != 0
 	if flags&lineHandleSet != 0 {

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // fillAll sets every field of the struct v points to a non-zero value
@@ -94,7 +96,7 @@ func wantRoundTrip[T any](t *testing.T, encode func(*T) []byte, decode func([]by
 
 // encodeJobOnly is encodeJob with no line seqs, for the tests of Job's
 // fields.
-func encodeJobOnly(j *Job) []byte { return encodeJob(j, nil) }
+func encodeJobOnly(j *gmailrelay.Job) []byte { return encodeJob(j, nil) }
 
 func TestJobRecordRoundTripsEveryField(t *testing.T) {
 	in, out := wantRoundTrip(t, encodeJobOnly, decodeJob)
@@ -117,11 +119,11 @@ func TestJobRecordRoundTripsLineSeqs(t *testing.T) {
 		dense = append(dense, dense[len(dense)-1]+uint64(i*37%300+1)) // a busy log: others' lines between
 	}
 	for _, seqs := range [][]uint64{nil, {1}, {7, 8, 9}, {1 << 40, 1<<40 + 1, 1<<63 - 1, 1<<64 - 1}, wide, dense} {
-		var j Job
+		var j gmailrelay.Job
 		fillAll(t, &j, len(seqs))
 		want := viaJSON(t, &j)
 		rec := encodeJob(&j, encodeSeqs(seqs))
-		var got Job
+		var got gmailrelay.Job
 		list, err := decodeJobRecord(rec, &got)
 		if err != nil {
 			t.Fatalf("%d seqs: %v", len(seqs), err)
@@ -161,12 +163,12 @@ func TestLineRecordRoundTripsEveryField(t *testing.T) {
 // looks whole; a record that ends between fields (written before a field
 // was added) leaves the later fields zero.
 func TestCutRecords(t *testing.T) {
-	var j Job
+	var j gmailrelay.Job
 	fillAll(t, &j, 0)
 	rec := encodeJob(&j, encodeSeqs([]uint64{3, 4, 500}))
 	errs := 0
 	for n := 1; n < len(rec); n++ {
-		var got Job
+		var got gmailrelay.Job
 		if err := decodeJob(rec[:n], &got); err != nil {
 			errs++
 		}
@@ -175,7 +177,7 @@ func TestCutRecords(t *testing.T) {
 		t.Error("no cut of a job record was an error")
 	}
 	for _, bad := range [][]byte{nil, {}, {0x7f}, {recordV1, 0xff}} {
-		var got Job
+		var got gmailrelay.Job
 		if err := decodeJob(bad, &got); err == nil {
 			t.Errorf("decodeJob(%x) = nil error", bad)
 		}
@@ -185,7 +187,7 @@ func TestCutRecords(t *testing.T) {
 	j.PrunedAt, j.LeaseUntil = time.Time{}, time.Time{}
 	short := encodeJob(&j, nil)
 	short = short[:len(short)-3] // drop the zero PrunedAt's length byte, the empty seqs and the zero lease
-	var got Job
+	var got gmailrelay.Job
 	seqs, err := decodeJobRecord(short, &got)
 	if err != nil || !got.PrunedAt.IsZero() || got.MessageID != j.MessageID || seqs != "" {
 		t.Errorf("record without its last fields: %+v, %q, %v", got, seqs, err)
@@ -193,7 +195,7 @@ func TestCutRecords(t *testing.T) {
 	// A record from before LeaseUntil: it ends after the seqs.
 	pre := encodeJob(&j, encodeSeqs([]uint64{4, 9}))
 	pre = pre[:len(pre)-1]
-	got = Job{LeaseUntil: time.Now()}
+	got = gmailrelay.Job{LeaseUntil: time.Now()}
 	seqs, err = decodeJobRecord(pre, &got)
 	if all, _ := seqs.seqs(); err != nil || !got.LeaseUntil.IsZero() || len(all) != 2 {
 		t.Errorf("record without a lease: lease %v, seqs %q, %v; want zero lease, 2 seqs", got.LeaseUntil, seqs, err)
@@ -201,16 +203,16 @@ func TestCutRecords(t *testing.T) {
 }
 
 func FuzzDecodeRecord(f *testing.F) {
-	var j Job
-	var ln Line
+	var j gmailrelay.Job
+	var ln gmailrelay.Line
 	f.Add(encodeJob(&j, nil))
 	f.Add(encodeJob(&j, encodeSeqs([]uint64{1, 2, 300})))
 	f.Add(encodeLine(&ln))
 	f.Add([]byte(`{"message_id":"<a@x>","state":"sent"}`))
 	f.Fuzz(func(t *testing.T, v []byte) {
-		var j Job
+		var j gmailrelay.Job
 		if seqs, err := decodeJobRecord(v, &j); err == nil && len(v) > 0 && v[0] == recordV1 {
-			var again Job
+			var again gmailrelay.Job
 			seqs2, err := decodeJobRecord(encodeJob(&j, []byte(seqs)), &again)
 			if err != nil || !reflect.DeepEqual(viaJSON(t, &again), viaJSON(t, &j)) || seqs2 != seqs {
 				t.Errorf("re-encoded job differs: %+v %q vs %+v %q (%v)", again, seqs2, j, seqs, err)
@@ -219,19 +221,19 @@ func FuzzDecodeRecord(f *testing.F) {
 				t.Errorf("seqs %v re-encode as %q, read from %q", list, encodeSeqs(list), seqs)
 			}
 		}
-		var ln Line
+		var ln gmailrelay.Line
 		_ = decodeLine(v, &ln)
 	})
 }
 
 func BenchmarkJobRecord(b *testing.B) {
-	j := Job{MessageID: "<a.1@relay.example>", Channel: "n8n", Mailbox: "default", Fingerprint: "sha256:0123456789abcdef",
-		State: StateSent, Attempts: 1, Effects: 1, GmailID: "18c0ffee", ThreadID: "18c0ffee", LabelIDs: []string{"SENT"},
+	j := gmailrelay.Job{MessageID: "<a.1@relay.example>", Channel: "n8n", Mailbox: "default", Fingerprint: "sha256:0123456789abcdef",
+		State: gmailrelay.StateSent, Attempts: 1, Effects: 1, GmailID: "18c0ffee", ThreadID: "18c0ffee", LabelIDs: []string{"SENT"},
 		CreatedAt: time.Now().UTC(), UpdatedAt: time.Now().UTC()}
 	b.Run("binary", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			var got Job
+			var got gmailrelay.Job
 			if err := decodeJob(encodeJob(&j, nil), &got); err != nil {
 				b.Fatal(err)
 			}
@@ -241,7 +243,7 @@ func BenchmarkJobRecord(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			v, _ := json.Marshal(&j)
-			var got Job
+			var got gmailrelay.Job
 			if err := json.Unmarshal(v, &got); err != nil {
 				b.Fatal(err)
 			}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
 	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
@@ -12,15 +13,15 @@ import (
 
 // The log's contract, on the bbolt file.
 func TestConformanceBbolt(t *testing.T) {
-	open := func(t *testing.T, path string, opts acceptlog.Options) acceptlog.Store {
+	open := func(t *testing.T, path string, opts acceptlog.Options) gmailrelay.Store {
 		return acceptlogtest.OpenPath(t, path, opts)
 	}
 	logtest.Run(t, logtest.Backend{
 		GroupCommit: true,
-		Open: func(t *testing.T, now func() time.Time) (acceptlog.Store, func() acceptlog.Store) {
+		Open: func(t *testing.T, now func() time.Time) (gmailrelay.Store, func() gmailrelay.Store) {
 			path := filepath.Join(t.TempDir(), "accept.db")
 			opts := acceptlog.Options{Now: now}
-			return open(t, path, opts), func() acceptlog.Store { return open(t, path, opts) }
+			return open(t, path, opts), func() gmailrelay.Store { return open(t, path, opts) }
 		},
 	})
 }

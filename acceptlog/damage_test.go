@@ -21,6 +21,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 )
 
@@ -194,31 +195,31 @@ func buildDamageBase(path string) (map[string]bool, error) {
 // its raw message), then answered (sent, unknown or failed).
 func damageJob(ctx context.Context, l *acceptlog.Log, id string, at time.Time, rng *rand.Rand) error {
 	raw := bytes.Repeat([]byte{byte('a' + rng.IntN(26))}, 300+rng.IntN(1800))
-	_, _, err := l.Mutate(ctx, id, func(*acceptlog.Job) (acceptlog.Change, error) {
-		j := acceptlog.Job{MessageID: id, Key: "key-" + id, Channel: "default", Mailbox: "default",
-			Fingerprint: "fp-" + id, State: acceptlog.StateForwarding, Attempts: 1, CreatedAt: at, UpdatedAt: at}
-		return acceptlog.Change{Job: &j, Raw: raw, Lines: []acceptlog.Line{
-			{Kind: acceptlog.KindReceived, Attempt: 1, Channel: "default", Time: at},
-			{Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding, Time: at},
+	_, _, err := l.Mutate(ctx, id, func(*gmailrelay.Job) (gmailrelay.Change, error) {
+		j := gmailrelay.Job{MessageID: id, Key: "key-" + id, Channel: "default", Mailbox: "default",
+			Fingerprint: "fp-" + id, State: gmailrelay.StateForwarding, Attempts: 1, CreatedAt: at, UpdatedAt: at}
+		return gmailrelay.Change{Job: &j, Raw: raw, Lines: []gmailrelay.Line{
+			{Kind: gmailrelay.KindReceived, Attempt: 1, Channel: "default", Time: at},
+			{Kind: gmailrelay.KindForwarding, Attempt: 1, State: gmailrelay.StateForwarding, Time: at},
 		}}, nil
 	})
 	if err != nil {
 		return err
 	}
 	outcome := rng.IntN(4)
-	_, _, err = l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	_, _, err = l.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		cur.UpdatedAt = at
 		switch outcome {
 		case 0:
-			cur.State, cur.AmbiguousAt, cur.NextCheckAt = acceptlog.StateUnknown, at, at.Add(time.Hour)
-			return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{{Kind: acceptlog.KindAmbiguous, Attempt: 1, State: acceptlog.StateUnknown, Time: at}}}, nil
+			cur.State, cur.AmbiguousAt, cur.NextCheckAt = gmailrelay.StateUnknown, at, at.Add(time.Hour)
+			return gmailrelay.Change{Job: cur, Lines: []gmailrelay.Line{{Kind: gmailrelay.KindAmbiguous, Attempt: 1, State: gmailrelay.StateUnknown, Time: at}}}, nil
 		case 1:
-			cur.State = acceptlog.StateFailed
-			return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{{Kind: acceptlog.KindNotSent, Attempt: 1, State: acceptlog.StateFailed, Time: at}}}, nil
+			cur.State = gmailrelay.StateFailed
+			return gmailrelay.Change{Job: cur, Lines: []gmailrelay.Line{{Kind: gmailrelay.KindNotSent, Attempt: 1, State: gmailrelay.StateFailed, Time: at}}}, nil
 		default:
-			cur.State, cur.Effects, cur.GmailID = acceptlog.StateSent, 1, "g-"+id
-			return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{{Kind: acceptlog.KindEffect, Attempt: 1, State: acceptlog.StateSent,
-				Source: acceptlog.SourceResponse, GmailID: "g-" + id, Time: at}}}, nil
+			cur.State, cur.Effects, cur.GmailID = gmailrelay.StateSent, 1, "g-"+id
+			return gmailrelay.Change{Job: cur, Lines: []gmailrelay.Line{{Kind: gmailrelay.KindEffect, Attempt: 1, State: gmailrelay.StateSent,
+				Source: gmailrelay.SourceResponse, GmailID: "g-" + id, Time: at}}}, nil
 		}
 	})
 	return err
@@ -232,7 +233,7 @@ func readSnapshot(ctx context.Context, l *acceptlog.Log) (map[string]string, err
 	snap := map[string]string{}
 	after := ""
 	for {
-		jobs, next, err := l.List(ctx, acceptlog.ListOptions{After: after, Limit: 1000})
+		jobs, next, err := l.List(ctx, gmailrelay.ListOptions{After: after, Limit: 1000})
 		if err != nil {
 			return nil, err
 		}
@@ -246,7 +247,7 @@ func readSnapshot(ctx context.Context, l *acceptlog.Log) (map[string]string, err
 				return nil, fmt.Errorf("lines of %s: %w", j.MessageID, err)
 			}
 			raw, err := l.Raw(ctx, j.MessageID)
-			if err != nil && !errors.Is(err, acceptlog.ErrNotFound) {
+			if err != nil && !errors.Is(err, gmailrelay.ErrNotFound) {
 				return nil, fmt.Errorf("raw of %s: %w", j.MessageID, err)
 			}
 			snap[j.MessageID] = fmt.Sprintf("%+v\nget: %+v\n%d lines: %+v\nraw %x", j, got, len(lines), lines, sha256.Sum256(raw))

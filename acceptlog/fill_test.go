@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gmailrelay/gmailrelay"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -21,9 +22,9 @@ func TestAppendBucketsFillLeaves(t *testing.T) {
 	ctx := context.Background()
 	for i := range 2000 {
 		id := fmt.Sprintf("<%d@fill>", i)
-		_, _, err := l.Mutate(ctx, id, func(*Job) (Change, error) {
-			return Change{Job: &Job{MessageID: id, Channel: "c", State: StateForwarding, Attempts: 1},
-				Lines: []Line{{Kind: KindReceived}, {Kind: KindForwarding, Attempt: 1, State: StateForwarding}}}, nil
+		_, _, err := l.Mutate(ctx, id, func(*gmailrelay.Job) (gmailrelay.Change, error) {
+			return gmailrelay.Change{Job: &gmailrelay.Job{MessageID: id, Channel: "c", State: gmailrelay.StateForwarding, Attempts: 1},
+				Lines: []gmailrelay.Line{{Kind: gmailrelay.KindReceived}, {Kind: gmailrelay.KindForwarding, Attempt: 1, State: gmailrelay.StateForwarding}}}, nil
 		})
 		if err != nil {
 			t.Fatal(err)

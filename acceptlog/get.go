@@ -3,32 +3,34 @@ package acceptlog
 import (
 	"context"
 	"fmt"
+
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // get is Get, made cheap for the relay's front door, which reads every
 // send's job before taking quota (since issue 16): one read transaction
 // without a closure, and a missing job answered with one allocation instead
 // of a formatted, wrapped error.
-func (l *Log) get(ctx context.Context, id string) (Job, error) {
+func (l *Log) get(ctx context.Context, id string) (gmailrelay.Job, error) {
 	if err := ctx.Err(); err != nil {
-		return Job{}, fmt.Errorf("get %s: %w", id, err)
+		return gmailrelay.Job{}, fmt.Errorf("get %s: %w", id, err)
 	}
 	if l.closed.Load() {
-		return Job{}, fmt.Errorf("get %s: %w", id, ErrClosed)
+		return gmailrelay.Job{}, fmt.Errorf("get %s: %w", id, gmailrelay.ErrClosed)
 	}
 	tx, err := l.db.Begin(false)
 	if err != nil {
-		return Job{}, l.wrapErr("get "+id, err)
+		return gmailrelay.Job{}, l.wrapErr("get "+id, err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	key := []byte(id)
 	v := tx.Bucket(bucketJobs).Get(key)
 	if v == nil {
-		return Job{}, &notFoundError{op: "get", id: id}
+		return gmailrelay.Job{}, &notFoundError{op: "get", id: id}
 	}
-	var j Job
+	var j gmailrelay.Job
 	if err := decodeJobValue(key, v, &j); err != nil {
-		return Job{}, fmt.Errorf("get %s: %w", id, err)
+		return gmailrelay.Job{}, fmt.Errorf("get %s: %w", id, err)
 	}
 	return j, nil
 }
@@ -37,6 +39,8 @@ func (l *Log) get(ctx context.Context, id string) (Job, error) {
 // fmt.Errorf("%s %s: %w", op, id, ErrNotFound) gives, built only when asked.
 type notFoundError struct{ op, id string }
 
-func (e *notFoundError) Error() string { return e.op + " " + e.id + ": " + ErrNotFound.Error() }
+func (e *notFoundError) Error() string {
+	return e.op + " " + e.id + ": " + gmailrelay.ErrNotFound.Error()
+}
 
-func (e *notFoundError) Unwrap() error { return ErrNotFound }
+func (e *notFoundError) Unwrap() error { return gmailrelay.ErrNotFound }

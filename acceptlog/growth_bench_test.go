@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	bolt "go.etcd.io/bbolt"
 )
@@ -30,25 +31,25 @@ func growthJob(l *acceptlog.Log, n int, at time.Time) error {
 	sum := sha256.Sum256([]byte(strconv.Itoa(n)))
 	id := fmt.Sprintf("<job-%x@inbound.example.com>", sum[:16])
 	ctx := context.Background()
-	_, _, err := l.Mutate(ctx, id, func(*acceptlog.Job) (acceptlog.Change, error) {
-		j := acceptlog.Job{MessageID: id, Key: fmt.Sprintf("cus_%d:order.shipped:ord_%d", n%5000, n), Channel: "default",
-			Mailbox: "default", Fingerprint: fmt.Sprintf("%x", sum), State: acceptlog.StateForwarding, Attempts: 1,
+	_, _, err := l.Mutate(ctx, id, func(*gmailrelay.Job) (gmailrelay.Change, error) {
+		j := gmailrelay.Job{MessageID: id, Key: fmt.Sprintf("cus_%d:order.shipped:ord_%d", n%5000, n), Channel: "default",
+			Mailbox: "default", Fingerprint: fmt.Sprintf("%x", sum), State: gmailrelay.StateForwarding, Attempts: 1,
 			CreatedAt: at, UpdatedAt: at}
-		return acceptlog.Change{Job: &j, Raw: growthRaw, Lines: []acceptlog.Line{
-			{Kind: acceptlog.KindReceived, Attempt: 1, Channel: "default", Time: at},
-			{Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding, Time: at},
+		return gmailrelay.Change{Job: &j, Raw: growthRaw, Lines: []gmailrelay.Line{
+			{Kind: gmailrelay.KindReceived, Attempt: 1, Channel: "default", Time: at},
+			{Kind: gmailrelay.KindForwarding, Attempt: 1, State: gmailrelay.StateForwarding, Time: at},
 		}}, nil
 	})
 	if err != nil {
 		return err
 	}
-	_, _, err = l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		cur.State, cur.Effects, cur.Verified = acceptlog.StateSent, 1, true
+	_, _, err = l.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+		cur.State, cur.Effects, cur.Verified = gmailrelay.StateSent, 1, true
 		cur.GmailID, cur.ThreadID, cur.LabelIDs = "19"+id[5:19], "19"+id[5:19], []string{"SENT"}
-		return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{
-			{Kind: acceptlog.KindEffect, Attempt: 1, State: acceptlog.StateSent, Source: acceptlog.SourceResponse,
+		return gmailrelay.Change{Job: cur, Lines: []gmailrelay.Line{
+			{Kind: gmailrelay.KindEffect, Attempt: 1, State: gmailrelay.StateSent, Source: gmailrelay.SourceResponse,
 				GmailID: cur.GmailID, ThreadID: cur.ThreadID, LabelIDs: cur.LabelIDs, Time: at},
-			{Kind: acceptlog.KindSearch, Attempt: 1, Query: "rfc822msgid:" + id[1:len(id)-1], Hits: 1, SentHits: 1, Reason: "verify", Time: at},
+			{Kind: gmailrelay.KindSearch, Attempt: 1, Query: "rfc822msgid:" + id[1:len(id)-1], Hits: 1, SentHits: 1, Reason: "verify", Time: at},
 		}}, nil
 	})
 	return err

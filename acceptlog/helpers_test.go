@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -36,36 +37,36 @@ func workload(t testing.TB, l *Log, clock *time.Time, prefix string, n int, rng 
 		*clock = clock.Add(time.Minute)
 		at := *clock
 		mailbox := fmt.Sprintf("mb%d", rng.IntN(3))
-		_, _, err := l.Mutate(ctx, id, func(cur *Job) (Change, error) {
-			j := Job{MessageID: id, Key: "key-" + id, Channel: "default", Mailbox: mailbox,
-				Fingerprint: "fp-" + id, State: StateForwarding, Attempts: 1, CreatedAt: at, UpdatedAt: at}
-			return Change{Job: &j, Raw: bytes.Repeat([]byte{'x'}, 100+rng.IntN(3000)), Lines: []Line{
-				{Kind: KindReceived, Attempt: 1, Channel: "default"},
-				{Kind: KindForwarding, Attempt: 1, State: StateForwarding},
-			}, EditMailbox: func(m *Mailbox) { m.Rewrites++ }}, nil
+		_, _, err := l.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+			j := gmailrelay.Job{MessageID: id, Key: "key-" + id, Channel: "default", Mailbox: mailbox,
+				Fingerprint: "fp-" + id, State: gmailrelay.StateForwarding, Attempts: 1, CreatedAt: at, UpdatedAt: at}
+			return gmailrelay.Change{Job: &j, Raw: bytes.Repeat([]byte{'x'}, 100+rng.IntN(3000)), Lines: []gmailrelay.Line{
+				{Kind: gmailrelay.KindReceived, Attempt: 1, Channel: "default"},
+				{Kind: gmailrelay.KindForwarding, Attempt: 1, State: gmailrelay.StateForwarding},
+			}, EditMailbox: func(m *gmailrelay.Mailbox) { m.Rewrites++ }}, nil
 		})
 		if err != nil {
 			t.Fatalf("forward %s: %v", id, err)
 		}
-		_, _, err = l.Mutate(ctx, id, func(cur *Job) (Change, error) {
+		_, _, err = l.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 			switch rng.IntN(4) {
 			case 0:
-				cur.State, cur.AmbiguousAt, cur.NextCheckAt = StateUnknown, at, at.Add(time.Hour)
-				return Change{Job: cur, Lines: []Line{{Kind: KindAmbiguous, Attempt: 1, State: StateUnknown}}}, nil
+				cur.State, cur.AmbiguousAt, cur.NextCheckAt = gmailrelay.StateUnknown, at, at.Add(time.Hour)
+				return gmailrelay.Change{Job: cur, Lines: []gmailrelay.Line{{Kind: gmailrelay.KindAmbiguous, Attempt: 1, State: gmailrelay.StateUnknown}}}, nil
 			case 1:
-				cur.State, cur.Retryable = StateFailed, false
-				return Change{Job: cur, Lines: []Line{{Kind: KindNotSent, Attempt: 1, State: StateFailed}}}, nil
+				cur.State, cur.Retryable = gmailrelay.StateFailed, false
+				return gmailrelay.Change{Job: cur, Lines: []gmailrelay.Line{{Kind: gmailrelay.KindNotSent, Attempt: 1, State: gmailrelay.StateFailed}}}, nil
 			default:
-				cur.State, cur.Effects, cur.GmailID = StateSent, 1, "g-"+id
-				return Change{Job: cur, Lines: []Line{{Kind: KindEffect, Attempt: 1, State: StateSent, Source: SourceResponse, GmailID: "g-" + id}}}, nil
+				cur.State, cur.Effects, cur.GmailID = gmailrelay.StateSent, 1, "g-"+id
+				return gmailrelay.Change{Job: cur, Lines: []gmailrelay.Line{{Kind: gmailrelay.KindEffect, Attempt: 1, State: gmailrelay.StateSent, Source: gmailrelay.SourceResponse, GmailID: "g-" + id}}}, nil
 			}
 		})
 		if err != nil {
 			t.Fatalf("outcome %s: %v", id, err)
 		}
 		if i%7 == 3 {
-			_, _, err := l.Mutate(ctx, id, func(cur *Job) (Change, error) {
-				return Change{Mailbox: &Mailbox{Name: "mb-" + prefix, HandleChecked: true, LastSendID: id, LastSendAt: at}}, nil
+			_, _, err := l.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+				return gmailrelay.Change{Mailbox: &gmailrelay.Mailbox{Name: "mb-" + prefix, HandleChecked: true, LastSendID: id, LastSendAt: at}}, nil
 			})
 			if err != nil {
 				t.Fatalf("mailbox %s: %v", id, err)

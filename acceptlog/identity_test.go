@@ -12,27 +12,28 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 )
 
 var (
-	idA = acceptlog.Identity{MsgIDDomain: "a.example"}
-	idB = acceptlog.Identity{MsgIDDomain: "b.example"}
+	idA = gmailrelay.Identity{MsgIDDomain: "a.example"}
+	idB = gmailrelay.Identity{MsgIDDomain: "b.example"}
 )
 
 func TestCheckIdentityRules(t *testing.T) {
 	now := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
-	withSecret := acceptlog.Identity{MsgIDDomain: "a.example", SecretFingerprint: acceptlog.SecretFingerprint([]byte("0123456789abcdef"))}
-	storedA := &acceptlog.IdentityRecord{Identity: idA, Since: now.Add(-time.Hour)}
+	withSecret := gmailrelay.Identity{MsgIDDomain: "a.example", SecretFingerprint: gmailrelay.SecretFingerprint([]byte("0123456789abcdef"))}
+	storedA := &gmailrelay.IdentityRecord{Identity: idA, Since: now.Add(-time.Hour)}
 	tests := []struct {
 		name     string
-		stored   *acceptlog.IdentityRecord
-		want     acceptlog.Identity
+		stored   *gmailrelay.IdentityRecord
+		want     gmailrelay.Identity
 		record   bool
 		mismatch bool
 	}{
-		{"zero checks nothing", storedA, acceptlog.Identity{}, false, false},
-		{"zero on a log without one", nil, acceptlog.Identity{}, false, false},
+		{"zero checks nothing", storedA, gmailrelay.Identity{}, false, false},
+		{"zero on a log without one", nil, gmailrelay.Identity{}, false, false},
 		{"none stored: recorded", nil, idA, true, false},
 		{"same: nothing to do", storedA, idA, false, false},
 		{"other domain: refused", storedA, idB, false, true},
@@ -40,14 +41,14 @@ func TestCheckIdentityRules(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rec, err := acceptlog.CheckIdentity(tt.stored, tt.want, now)
+			rec, err := gmailrelay.CheckIdentity(tt.stored, tt.want, now)
 			if got := rec != nil; got != tt.record {
 				t.Errorf("record = %+v, want one: %t", rec, tt.record)
 			}
 			if rec != nil && (rec.Identity != tt.want || !rec.Since.Equal(now)) {
 				t.Errorf("record = %+v, want %v since %v", rec, tt.want, now)
 			}
-			if got := errors.Is(err, acceptlog.ErrIdentityMismatch); got != tt.mismatch {
+			if got := errors.Is(err, gmailrelay.ErrIdentityMismatch); got != tt.mismatch {
 				t.Errorf("err = %v, mismatch want %t", err, tt.mismatch)
 			}
 			if !tt.mismatch && err != nil {
@@ -58,14 +59,14 @@ func TestCheckIdentityRules(t *testing.T) {
 }
 
 func TestMismatchNamesBothIdentitiesAndRekey(t *testing.T) {
-	_, err := acceptlog.CheckIdentity(&acceptlog.IdentityRecord{Identity: idA}, idB, time.Now())
+	_, err := gmailrelay.CheckIdentity(&gmailrelay.IdentityRecord{Identity: idA}, idB, time.Now())
 	for _, want := range []string{`"a.example"`, `"b.example"`, "gmailrelay rekey", "--msgid-domain b.example", "new log"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("message %q does not say %q", err, want)
 		}
 	}
-	sec := acceptlog.Identity{MsgIDDomain: "a.example", SecretFingerprint: "00112233445566ff"}
-	_, err = acceptlog.CheckIdentity(&acceptlog.IdentityRecord{Identity: idA}, sec, time.Now())
+	sec := gmailrelay.Identity{MsgIDDomain: "a.example", SecretFingerprint: "00112233445566ff"}
+	_, err = gmailrelay.CheckIdentity(&gmailrelay.IdentityRecord{Identity: idA}, sec, time.Now())
 	if !strings.Contains(err.Error(), "00112233445566ff") || !strings.Contains(err.Error(), "--msgid-secret-file") {
 		t.Errorf("message %q does not name the fingerprint and the secret flag", err)
 	}
@@ -73,40 +74,40 @@ func TestMismatchNamesBothIdentitiesAndRekey(t *testing.T) {
 
 func TestSecretFingerprintIsSHA256Prefix(t *testing.T) {
 	// sha256("abc") = ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad
-	if got := acceptlog.SecretFingerprint([]byte("abc")); got != "ba7816bf8f01cfea" {
+	if got := gmailrelay.SecretFingerprint([]byte("abc")); got != "ba7816bf8f01cfea" {
 		t.Errorf("fingerprint %q", got)
 	}
 }
 
 func TestRekeyedKeepsThePreviousIdentities(t *testing.T) {
 	t1 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
-	rec, changed, err := acceptlog.Rekeyed(nil, idA, t1)
+	rec, changed, err := gmailrelay.Rekeyed(nil, idA, t1)
 	if err != nil || !changed || rec.Identity != idA || len(rec.Previous) != 0 {
 		t.Fatalf("first: %+v %t %v", rec, changed, err)
 	}
 	t2 := t1.Add(time.Hour)
-	rec2, changed, err := acceptlog.Rekeyed(&rec, idB, t2)
+	rec2, changed, err := gmailrelay.Rekeyed(&rec, idB, t2)
 	if err != nil || !changed || rec2.Identity != idB || !rec2.Since.Equal(t2) {
 		t.Fatalf("second: %+v %t %v", rec2, changed, err)
 	}
 	if len(rec2.Previous) != 1 || rec2.Previous[0].Identity != idA || !rec2.Previous[0].Until.Equal(t2) {
 		t.Errorf("previous = %+v, want a.example until %v", rec2.Previous, t2)
 	}
-	same, changed, err := acceptlog.Rekeyed(&rec2, idB, t2.Add(time.Hour))
+	same, changed, err := gmailrelay.Rekeyed(&rec2, idB, t2.Add(time.Hour))
 	if err != nil || changed || !same.Since.Equal(t2) {
 		t.Errorf("rekey to the same: %+v %t %v; want unchanged", same, changed, err)
 	}
-	if _, _, err := acceptlog.Rekeyed(&rec2, acceptlog.Identity{MsgIDDomain: "bad domain"}, t2); err == nil {
+	if _, _, err := gmailrelay.Rekeyed(&rec2, gmailrelay.Identity{MsgIDDomain: "bad domain"}, t2); err == nil {
 		t.Error("a domain with a space was accepted")
 	}
 }
 
 // openID opens the log at path with identity id.
-func openID(path string, id acceptlog.Identity) (*acceptlog.Log, error) {
+func openID(path string, id gmailrelay.Identity) (*acceptlog.Log, error) {
 	return acceptlog.Open(path, acceptlog.Options{Identity: id})
 }
 
-func storedIdentity(t *testing.T, path string) *acceptlog.IdentityRecord {
+func storedIdentity(t *testing.T, path string) *gmailrelay.IdentityRecord {
 	t.Helper()
 	l, err := acceptlog.Open(path, acceptlog.Options{})
 	if err != nil {
@@ -121,12 +122,12 @@ func storedIdentity(t *testing.T, path string) *acceptlog.IdentityRecord {
 }
 
 // keyedJob creates a queued job id with key in l.
-func keyedJob(t *testing.T, l acceptlog.Store, id, key string) {
+func keyedJob(t *testing.T, l gmailrelay.Store, id, key string) {
 	t.Helper()
-	_, _, err := l.Mutate(context.Background(), id, func(*acceptlog.Job) (acceptlog.Change, error) {
-		return acceptlog.Change{
-			Job:   &acceptlog.Job{MessageID: id, Key: key, Channel: "default", State: acceptlog.StateQueued, CreatedAt: time.Now()},
-			Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, State: acceptlog.StateQueued, Channel: "default"}},
+	_, _, err := l.Mutate(context.Background(), id, func(*gmailrelay.Job) (gmailrelay.Change, error) {
+		return gmailrelay.Change{
+			Job:   &gmailrelay.Job{MessageID: id, Key: key, Channel: "default", State: gmailrelay.StateQueued, CreatedAt: time.Now()},
+			Lines: []gmailrelay.Line{{Kind: gmailrelay.KindReceived, State: gmailrelay.StateQueued, Channel: "default"}},
 		}, nil
 	})
 	if err != nil {
@@ -150,7 +151,7 @@ func TestNewFileStoresItsIdentityAndRefusesAnother(t *testing.T) {
 	if rec := storedIdentity(t, path); rec == nil || rec.Identity != idA {
 		t.Fatalf("stored identity %+v, want %v", rec, idA)
 	}
-	for _, id := range []acceptlog.Identity{idA, {}} {
+	for _, id := range []gmailrelay.Identity{idA, {}} {
 		l, err := openID(path, id)
 		if err != nil {
 			t.Fatalf("open with %v: %v", id, err)
@@ -162,7 +163,7 @@ func TestNewFileStoresItsIdentityAndRefusesAnother(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = openID(path, idB)
-	if !errors.Is(err, acceptlog.ErrIdentityMismatch) || !strings.Contains(err.Error(), "a.example") || !strings.Contains(err.Error(), "b.example") {
+	if !errors.Is(err, gmailrelay.ErrIdentityMismatch) || !strings.Contains(err.Error(), "a.example") || !strings.Contains(err.Error(), "b.example") {
 		t.Fatalf("open with b.example: %v; want a mismatch naming both domains", err)
 	}
 	after, err := os.ReadFile(path)
@@ -240,7 +241,7 @@ func TestOlderFileAdoptsTheIdentityAndIndexesItsKeys(t *testing.T) {
 	if rec := storedIdentity(t, path); rec == nil || rec.Identity != idA {
 		t.Errorf("stored identity %+v, want adopted %v", rec, idA)
 	}
-	if _, err := openID(path, idB); !errors.Is(err, acceptlog.ErrIdentityMismatch) {
+	if _, err := openID(path, idB); !errors.Is(err, gmailrelay.ErrIdentityMismatch) {
 		t.Errorf("open with b.example after adopting a.example: %v; want a mismatch", err)
 	}
 }
@@ -265,7 +266,7 @@ func TestRekeyFile(t *testing.T) {
 	if rec.Identity != idB || len(rec.Previous) != 1 || rec.Previous[0].Identity != idA || !rec.Previous[0].Until.Equal(now) {
 		t.Errorf("stored %+v; want b.example with a.example until %v before it", rec, now)
 	}
-	if _, err := openID(path, idA); !errors.Is(err, acceptlog.ErrIdentityMismatch) {
+	if _, err := openID(path, idA); !errors.Is(err, gmailrelay.ErrIdentityMismatch) {
 		t.Errorf("open with the old identity: %v; want a mismatch", err)
 	}
 	l, err = openID(path, idB)
@@ -279,7 +280,7 @@ func TestRekeyFile(t *testing.T) {
 			t.Errorf("JobByKey(%s) = %s, %v; want %s", key, j.MessageID, err, want)
 		}
 	}
-	if _, _, changed, err := acceptlog.Rekey(path, idB, now); !errors.Is(err, acceptlog.ErrLocked) || changed {
+	if _, _, changed, err := acceptlog.Rekey(path, idB, now); !errors.Is(err, gmailrelay.ErrLocked) || changed {
 		t.Errorf("rekey of a file a relay holds: %t, %v; want ErrLocked", changed, err)
 	}
 }
@@ -322,7 +323,7 @@ func TestRekeyRefusesWhatIsNotALog(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Close()
-	if _, _, _, err := acceptlog.Rekey(path, acceptlog.Identity{}, time.Now()); err == nil {
+	if _, _, _, err := acceptlog.Rekey(path, gmailrelay.Identity{}, time.Now()); err == nil {
 		t.Error("rekey to an empty identity succeeded")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -26,7 +27,7 @@ var (
 // checkIdentity compares the configured identity with the one stored in
 // the file tx reads (CheckIdentity) and returns the record to store (nil:
 // nothing to store), or an error wrapping ErrIdentityMismatch.
-func (l *Log) checkIdentity(tx *bolt.Tx) (*IdentityRecord, error) {
+func (l *Log) checkIdentity(tx *bolt.Tx) (*gmailrelay.IdentityRecord, error) {
 	v, err := readMetaValue(tx, metaIdentity)
 	if err != nil {
 		return nil, err
@@ -35,10 +36,10 @@ func (l *Log) checkIdentity(tx *bolt.Tx) (*IdentityRecord, error) {
 	if err != nil {
 		return nil, err
 	}
-	return CheckIdentity(stored, l.identity, l.now())
+	return gmailrelay.CheckIdentity(stored, l.identity, l.now())
 }
 
-func putIdentity(tx *bolt.Tx, rec *IdentityRecord) error {
+func putIdentity(tx *bolt.Tx, rec *gmailrelay.IdentityRecord) error {
 	v, err := json.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("encode the log's identity: %w", err)
@@ -58,7 +59,7 @@ func backfillKeys(jobs, keys *bolt.Bucket) (int, error) {
 	created := map[string]time.Time{}
 	n := 0
 	err := jobs.ForEach(func(k, v []byte) error {
-		var j Job
+		var j gmailrelay.Job
 		if err := decodeJob(v, &j); err != nil {
 			return fmt.Errorf("decode job %s: %w", k, err)
 		}
@@ -79,11 +80,11 @@ func backfillKeys(jobs, keys *bolt.Bucket) (int, error) {
 }
 
 // keyIndexed reports whether j has an entry in the key index.
-func keyIndexed(j *Job) bool { return j.Key != "" && j.Key != j.MessageID }
+func keyIndexed(j *gmailrelay.Job) bool { return j.Key != "" && j.Key != j.MessageID }
 
 // indexKey adds new job j's entry to the key index (putJob calls it for
 // a job it creates) unless its key already has one.
-func indexKey(w *writeTx, j *Job) error {
+func indexKey(w *writeTx, j *gmailrelay.Job) error {
 	if !keyIndexed(j) {
 		return nil
 	}
@@ -100,8 +101,8 @@ func indexKey(w *writeTx, j *Job) error {
 
 // JobByKey returns the job created with key, whatever identity the log
 // had then, or an error wrapping ErrNotFound when there is none.
-func (l *Log) JobByKey(ctx context.Context, key string) (Job, error) {
-	var j Job
+func (l *Log) JobByKey(ctx context.Context, key string) (gmailrelay.Job, error) {
+	var j gmailrelay.Job
 	err := l.view(ctx, "job by key", func(tx *bolt.Tx) error {
 		id := []byte(key)
 		v, err := readRecord(bucketKeys, tx.Bucket(bucketKeys).Get, id)
@@ -116,7 +117,7 @@ func (l *Log) JobByKey(ctx context.Context, key string) (Job, error) {
 			return err
 		}
 		if job.Key != key {
-			return ErrNotFound // a job whose Message-ID is the key, of another key
+			return gmailrelay.ErrNotFound // a job whose Message-ID is the key, of another key
 		}
 		j = *job
 		return nil
@@ -125,8 +126,8 @@ func (l *Log) JobByKey(ctx context.Context, key string) (Job, error) {
 }
 
 // StoredIdentity returns the log's identity record, nil when it has none.
-func (l *Log) StoredIdentity(ctx context.Context) (*IdentityRecord, error) {
-	var rec *IdentityRecord
+func (l *Log) StoredIdentity(ctx context.Context) (*gmailrelay.IdentityRecord, error) {
+	var rec *gmailrelay.IdentityRecord
 	err := l.view(ctx, "identity", func(tx *bolt.Tx) error {
 		v, err := readMetaValue(tx, metaIdentity)
 		if err == nil {
@@ -144,19 +145,19 @@ func (l *Log) StoredIdentity(ctx context.Context) (*IdentityRecord, error) {
 // whether anything changed. It never creates a file nor makes one a log:
 // a missing file, or one Open refuses, is refused; a file a relay holds is
 // an error wrapping ErrLocked (after about a second).
-func Rekey(path string, next Identity, now time.Time) (before *IdentityRecord, after IdentityRecord, changed bool, err error) {
+func Rekey(path string, next gmailrelay.Identity, now time.Time) (before *gmailrelay.IdentityRecord, after gmailrelay.IdentityRecord, changed bool, err error) {
 	if err := next.Validate(); err != nil {
-		return nil, IdentityRecord{}, false, err
+		return nil, gmailrelay.IdentityRecord{}, false, err
 	}
 	if _, err := os.Stat(path); err != nil {
-		return nil, IdentityRecord{}, false, fmt.Errorf("%s: %w (%v)", path, ErrNotALog, err)
+		return nil, gmailrelay.IdentityRecord{}, false, fmt.Errorf("%s: %w (%v)", path, ErrNotALog, err)
 	}
 	l, err := Open(path, Options{Now: func() time.Time { return now }})
 	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, IdentityRecord{}, false, fmt.Errorf("%s: %w (stop the relay first)", path, ErrLocked)
+		return nil, gmailrelay.IdentityRecord{}, false, fmt.Errorf("%s: %w (stop the relay first)", path, gmailrelay.ErrLocked)
 	}
 	if err != nil {
-		return nil, IdentityRecord{}, false, err
+		return nil, gmailrelay.IdentityRecord{}, false, err
 	}
 	err = l.db.Update(func(tx *bolt.Tx) error {
 		v, err := readMetaValue(tx, metaIdentity)
@@ -166,7 +167,7 @@ func Rekey(path string, next Identity, now time.Time) (before *IdentityRecord, a
 		if before, err = decodeIdentity(v); err != nil {
 			return err
 		}
-		if after, changed, err = Rekeyed(before, next, now); err != nil || !changed {
+		if after, changed, err = gmailrelay.Rekeyed(before, next, now); err != nil || !changed {
 			return err
 		}
 		return putIdentity(tx, &after)
@@ -175,7 +176,18 @@ func Rekey(path string, next Identity, now time.Time) (before *IdentityRecord, a
 		err = cerr
 	}
 	if err != nil {
-		return nil, IdentityRecord{}, false, fmt.Errorf("rekey %s: %w", path, err)
+		return nil, gmailrelay.IdentityRecord{}, false, fmt.Errorf("rekey %s: %w", path, err)
 	}
 	return before, after, changed, nil
+}
+
+func decodeIdentity(v []byte) (*gmailrelay.IdentityRecord, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var r gmailrelay.IdentityRecord
+	if err := json.Unmarshal(v, &r); err != nil {
+		return nil, fmt.Errorf("decode the log's identity: %w", err)
+	}
+	return &r, nil
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // Bucket names. Every key layout is described next to its bucket.
@@ -46,35 +48,11 @@ var allBuckets = [][]byte{
 	bucketSends, bucketKeys,
 }
 
-// maxMessageIDLen bounds a Message-ID so every derived key stays far below
-// bbolt's key size limit; RFC 5322 lines are at most 998 octets anyway.
-const maxMessageIDLen = 998
-
-// checkMessageID rejects ids that cannot be keys: empty, too long, or holding
-// the 0x00 separator of the composite keys.
-func checkMessageID(id string) error {
-	switch {
-	case id == "":
-		return fmt.Errorf("empty message id")
-	case len(id) > maxMessageIDLen:
-		return fmt.Errorf("message id of %d bytes is longer than %d", len(id), maxMessageIDLen)
-	case strings.IndexByte(id, 0) >= 0:
-		return fmt.Errorf("message id %q contains a NUL byte", id)
-	}
-	return nil
-}
-
-var knownKinds = map[Kind]bool{
-	KindReceived: true, KindFault: true, KindForwarding: true, KindEffect: true,
-	KindNotSent: true, KindAmbiguous: true, KindSearch: true, KindState: true,
-	KindReview: true, KindResolved: true, KindHandle: true,
-}
-
 func seqKey(seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq)
 }
 
-func stateKey(s State, id string) []byte {
+func stateKey(s gmailrelay.State, id string) []byte {
 	return appendStateKey(make([]byte, 0, len(s)+1+len(id)), s, id)
 }
 
@@ -82,7 +60,7 @@ func stateKey(s State, id string) []byte {
 // transaction builds its keys in one reused buffer (bbolt's Put copies the
 // key it is given).
 
-func appendStateKey(b []byte, s State, id string) []byte {
+func appendStateKey(b []byte, s gmailrelay.State, id string) []byte {
 	b = append(b, s...)
 	b = append(b, 0)
 	return append(b, id...)
@@ -139,7 +117,7 @@ const (
 
 // appendIndexKey appends j's entry in index i to b; ok is false (and b is
 // returned as it was) when j has none there.
-func appendIndexKey(b []byte, i int, j *Job) (_ []byte, ok bool) {
+func appendIndexKey(b []byte, i int, j *gmailrelay.Job) (_ []byte, ok bool) {
 	switch i {
 	case indexState:
 		return appendStateKey(b, j.State, j.MessageID), true
@@ -148,7 +126,7 @@ func appendIndexKey(b []byte, i int, j *Job) (_ []byte, ok bool) {
 			return appendTimeIDKey(b, j.NextCheckAt, j.MessageID), true
 		}
 	case indexUnknown:
-		if j.State == StateUnknown {
+		if j.State == gmailrelay.StateUnknown {
 			return appendTimeIDKey(b, j.AmbiguousAt, j.MessageID), true
 		}
 	case indexPrunable:
@@ -159,7 +137,7 @@ func appendIndexKey(b []byte, i int, j *Job) (_ []byte, ok bool) {
 	return b, false
 }
 
-func keysOf(j *Job) indexKeys {
+func keysOf(j *gmailrelay.Job) indexKeys {
 	var k [numIndexes][]byte
 	for i := range k {
 		if key, ok := appendIndexKey(nil, i, j); ok {
@@ -183,22 +161,22 @@ const (
 // The counter keys of the known states and kinds, built once: a Mutate
 // counts several, and building each anew was an allocation.
 var (
-	stateCounterKeys = map[State]string{}
-	kindCounterKeys  = map[Kind]string{}
+	stateCounterKeys = map[gmailrelay.State]string{}
+	kindCounterKeys  = map[gmailrelay.Kind]string{}
 )
 
 func init() {
-	for _, s := range States {
+	for _, s := range gmailrelay.States {
 		stateCounterKeys[s] = prefixState + string(s)
 	}
-	for k := range knownKinds {
+	for _, k := range gmailrelay.Kinds {
 		kindCounterKeys[k] = prefixKind + string(k)
 	}
 }
 
-func counterKeyState(s State) string { return cachedKey(stateCounterKeys, prefixState, s) }
+func counterKeyState(s gmailrelay.State) string { return cachedKey(stateCounterKeys, prefixState, s) }
 
-func counterKeyKind(k Kind) string { return cachedKey(kindCounterKeys, prefixKind, k) }
+func counterKeyKind(k gmailrelay.Kind) string { return cachedKey(kindCounterKeys, prefixKind, k) }
 
 // cachedKey is prefix+k, from cache when k is there.
 func cachedKey[K ~string](cache map[K]string, prefix string, k K) string {
@@ -219,12 +197,12 @@ var channelKeys struct {
 
 type channelState struct {
 	ch string
-	s  State
+	s  gmailrelay.State
 }
 
 const maxChannelKeys = 256
 
-func counterKeyChannel(ch string, s State) string {
+func counterKeyChannel(ch string, s gmailrelay.State) string {
 	cs := channelState{ch, s}
 	channelKeys.RLock()
 	k, ok := channelKeys.m[cs]
@@ -243,18 +221,18 @@ func counterKeyChannel(ch string, s State) string {
 	channelKeys.Unlock()
 	return k
 }
-func counterKeyReason(k Kind, reason string) string {
+func counterKeyReason(k gmailrelay.Kind, reason string) string {
 	return prefixReason + string(k) + "\x00" + reason
 }
 
 // jobCounters are the counter keys a job contributes one to.
-func jobCounters(j *Job) [2]string {
+func jobCounters(j *gmailrelay.Job) [2]string {
 	return [2]string{counterKeyState(j.State), counterKeyChannel(j.Channel, j.State)}
 }
 
 // lineCounters are the counter keys a line contributes one to. A line
 // without a Reason is counted by kind only.
-func lineCounters(l *Line) []string {
+func lineCounters(l *gmailrelay.Line) []string {
 	keys := []string{counterLines, counterKeyKind(l.Kind)}
 	if l.Reason != "" {
 		keys = append(keys, counterKeyReason(l.Kind, string(l.Reason)))
@@ -263,12 +241,12 @@ func lineCounters(l *Line) []string {
 }
 
 // statsFromCounters builds Stats from counter values (OldestUnknown aside).
-func statsFromCounters(counts map[string]int64) Stats {
-	st := Stats{
-		ByState:   map[State]int{},
-		ByChannel: map[string]map[State]int{},
-		ByKind:    map[Kind]int{},
-		ByReason:  map[Kind]map[string]int{},
+func statsFromCounters(counts map[string]int64) gmailrelay.Stats {
+	st := gmailrelay.Stats{
+		ByState:   map[gmailrelay.State]int{},
+		ByChannel: map[string]map[gmailrelay.State]int{},
+		ByKind:    map[gmailrelay.Kind]int{},
+		ByReason:  map[gmailrelay.Kind]map[string]int{},
 	}
 	for k, n := range counts {
 		switch {
@@ -277,21 +255,21 @@ func statsFromCounters(counts map[string]int64) Stats {
 		case k == counterLines:
 			st.Lines = uint64(n)
 		case strings.HasPrefix(k, prefixState):
-			st.ByState[State(k[len(prefixState):])] = int(n)
+			st.ByState[gmailrelay.State(k[len(prefixState):])] = int(n)
 		case strings.HasPrefix(k, prefixChannel):
 			s, ch, _ := strings.Cut(k[len(prefixChannel):], "\x00")
 			if st.ByChannel[ch] == nil {
-				st.ByChannel[ch] = map[State]int{}
+				st.ByChannel[ch] = map[gmailrelay.State]int{}
 			}
-			st.ByChannel[ch][State(s)] = int(n)
+			st.ByChannel[ch][gmailrelay.State(s)] = int(n)
 		case strings.HasPrefix(k, prefixKind):
-			st.ByKind[Kind(k[len(prefixKind):])] = int(n)
+			st.ByKind[gmailrelay.Kind(k[len(prefixKind):])] = int(n)
 		case strings.HasPrefix(k, prefixReason):
 			kind, reason, _ := strings.Cut(k[len(prefixReason):], "\x00")
-			if st.ByReason[Kind(kind)] == nil {
-				st.ByReason[Kind(kind)] = map[string]int{}
+			if st.ByReason[gmailrelay.Kind(kind)] == nil {
+				st.ByReason[gmailrelay.Kind(kind)] = map[string]int{}
 			}
-			st.ByReason[Kind(kind)][reason] = int(n)
+			st.ByReason[gmailrelay.Kind(kind)][reason] = int(n)
 		}
 	}
 	return st

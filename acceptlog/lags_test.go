@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
 	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
@@ -18,7 +19,7 @@ import (
 // whole milliseconds rounded up; one key added twice in a row is one
 // sample.
 func TestLagSamplesAdd(t *testing.T) {
-	var s acceptlog.LagSamples
+	var s gmailrelay.LagSamples
 	if !s.IsZero() || s.Durations() != nil {
 		t.Fatalf("zero value holds %v", s.Durations())
 	}
@@ -31,12 +32,12 @@ func TestLagSamplesAdd(t *testing.T) {
 	if got, want := s.Durations(), []time.Duration{2 * time.Millisecond, 0, 0}; !slices.Equal(got, want) {
 		t.Fatalf("samples %v, want %v", got, want)
 	}
-	for i := range acceptlog.MaxLagSamples {
+	for i := range gmailrelay.MaxLagSamples {
 		s.Add("", time.Duration(i)*time.Second)
 	}
 	got := s.Durations()
-	if len(got) != acceptlog.MaxLagSamples || got[0] != 0 || got[len(got)-1] != time.Duration(acceptlog.MaxLagSamples-1)*time.Second {
-		t.Fatalf("after %d more: %d samples from %s to %s, want the newest %d", acceptlog.MaxLagSamples, len(got), got[0], got[len(got)-1], acceptlog.MaxLagSamples)
+	if len(got) != gmailrelay.MaxLagSamples || got[0] != 0 || got[len(got)-1] != time.Duration(gmailrelay.MaxLagSamples-1)*time.Second {
+		t.Fatalf("after %d more: %d samples from %s to %s, want the newest %d", gmailrelay.MaxLagSamples, len(got), got[0], got[len(got)-1], gmailrelay.MaxLagSamples)
 	}
 }
 
@@ -44,14 +45,14 @@ func TestLagSamplesAdd(t *testing.T) {
 // store; a record written before they were kept reads as none, and a
 // longer list keeps its newest.
 func TestLagSamplesJSON(t *testing.T) {
-	mb := acceptlog.Mailbox{Name: "me@x", LastSendID: "<a@x>"}
+	mb := gmailrelay.Mailbox{Name: "me@x", LastSendID: "<a@x>"}
 	mb.Lags.Add("1 <a@x>", 8*time.Minute)
 	mb.Lags.Add("1 <b@x>", 90*time.Second)
 	b, err := json.Marshal(mb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got acceptlog.Mailbox
+	var got gmailrelay.Mailbox
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
 	}
@@ -62,11 +63,11 @@ func TestLagSamplesJSON(t *testing.T) {
 		t.Error("the newest sample's key is lost in the round trip")
 	}
 
-	b, err = json.Marshal(acceptlog.Mailbox{Name: "me@x"})
+	b, err = json.Marshal(gmailrelay.Mailbox{Name: "me@x"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var old acceptlog.Mailbox
+	var old gmailrelay.Mailbox
 	if err := json.Unmarshal([]byte(`{"name":"me@x","handle_checked":true,"rewrites":0}`), &old); err != nil {
 		t.Fatal(err)
 	}
@@ -77,17 +78,17 @@ func TestLagSamplesJSON(t *testing.T) {
 		t.Errorf("a record without samples is written as %s, want no lags field", b)
 	}
 
-	long := make([]int, acceptlog.MaxLagSamples+5)
+	long := make([]int, gmailrelay.MaxLagSamples+5)
 	for i := range long {
 		long[i] = i
 	}
 	lb, _ := json.Marshal(map[string]any{"ms": long})
-	var s acceptlog.LagSamples
+	var s gmailrelay.LagSamples
 	if err := json.Unmarshal(lb, &s); err != nil {
 		t.Fatal(err)
 	}
-	if d := s.Durations(); len(d) != acceptlog.MaxLagSamples || d[0] != 5*time.Millisecond {
-		t.Errorf("%d samples from %s, want the newest %d from 5ms", len(d), d[0], acceptlog.MaxLagSamples)
+	if d := s.Durations(); len(d) != gmailrelay.MaxLagSamples || d[0] != 5*time.Millisecond {
+		t.Errorf("%d samples from %s, want the newest %d from 5ms", len(d), d[0], gmailrelay.MaxLagSamples)
 	}
 }
 
@@ -98,8 +99,8 @@ func TestLagSamplesSurviveReopen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "accept.db")
 	l := acceptlogtest.OpenPath(t, path, acceptlog.Options{})
 	logtest.Forward(t, l, "<a@x>", "me@x", time.Time{})
-	_, _, err := l.Mutate(ctx, "<a@x>", func(*acceptlog.Job) (acceptlog.Change, error) {
-		return acceptlog.Change{EditMailbox: func(m *acceptlog.Mailbox) { m.Lags.Add("1 <a@x>", 8*time.Minute) }}, nil
+	_, _, err := l.Mutate(ctx, "<a@x>", func(*gmailrelay.Job) (gmailrelay.Change, error) {
+		return gmailrelay.Change{EditMailbox: func(m *gmailrelay.Mailbox) { m.Lags.Add("1 <a@x>", 8*time.Minute) }}, nil
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gmailrelay/gmailrelay"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -213,7 +214,7 @@ func TestLegacyStaleJournalIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Open without the stale journal: %v", err)
 	}
-	jobs, _, err := l.List(context.Background(), ListOptions{Limit: 1000})
+	jobs, _, err := l.List(context.Background(), gmailrelay.ListOptions{Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +287,7 @@ func wantJobLines(t *testing.T, path string, want map[string]int) {
 	}
 	defer l.Close()
 	ctx := context.Background()
-	jobs, _, err := l.List(ctx, ListOptions{Limit: 1000})
+	jobs, _, err := l.List(ctx, gmailrelay.ListOptions{Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}

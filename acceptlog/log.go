@@ -1,3 +1,9 @@
+// Package acceptlog is the durable acceptance log in one bbolt file: the
+// jobs, their lines (append-only, globally ordered) and the indexes the
+// relay reads, each record sealed with a checksum. Every state change and
+// the lines that explain it are written in one bbolt transaction, fsynced
+// before the call that writes them returns. It implements gmailrelay.Store;
+// the domain rules of a change are gmailrelay.Prepare's.
 package acceptlog
 
 import (
@@ -10,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -28,81 +35,8 @@ type Options struct {
 	// file without one adopts it, and a file with another one is refused
 	// (an error wrapping ErrIdentityMismatch, nothing written). Zero
 	// checks nothing (tests, backup, check, compact).
-	Identity Identity
+	Identity gmailrelay.Identity
 }
-
-// Mailbox is what the log remembers about one Gmail mailbox.
-type Mailbox struct {
-	Name string `json:"name"`
-	// HandleChecked: a Message-ID has been read back at least once.
-	HandleChecked bool `json:"handle_checked"`
-	// HandleUntrusted: Gmail was seen replacing our Message-ID in this
-	// mailbox, so a search miss proves nothing there.
-	HandleUntrusted bool `json:"handle_untrusted"`
-	// Rewrites counts the sends whose Message-ID Gmail replaced.
-	Rewrites int `json:"rewrites"`
-	// LastSendID and LastSendAt are the newest send Gmail confirmed in this
-	// mailbox that the sweeper has seen: its job's Message-ID and creation
-	// time (a lower bound of when Gmail stored it). The sweeper's searches
-	// carry it as their witness after a restart, until newer sends are
-	// seen. Empty until a confirmed send reaches a verify pass.
-	LastSendID string    `json:"last_send_id,omitempty"`
-	LastSendAt time.Time `json:"last_send_at,omitzero"`
-	// Lags are the mailbox's measured index lag, the newest samples (a
-	// send's answer from Gmail → the verify pass's first hit). The
-	// sweeper's verify pass adds each (an EditMailbox, so no concurrent
-	// edit is lost) and every pass reads them from here, so that every
-	// relay on the log, and a relay after a restart, waits at least the
-	// observed p99 before it counts a miss (CONTRACT, "Witness before a
-	// miss"). Empty in a record written before they were kept.
-	Lags LagSamples `json:"lags,omitzero"`
-}
-
-// Change is what a Mutate callback asks to write, all in one transaction.
-type Change struct {
-	// Job is the job's new record; nil leaves the job as it is (and then
-	// Lines must not carry a State).
-	Job *Job
-	// Lines are appended in order; Seq is assigned, a zero Time is stamped.
-	Lines []Line
-	// Raw, when non-nil, is stored as the job's message (for resends).
-	Raw []byte
-	// Mailbox, when non-nil, replaces that mailbox's record.
-	Mailbox *Mailbox
-	// EditMailbox, when non-nil, edits the record of the job's mailbox
-	// (Job.Mailbox) as read inside the same transaction, and the result is
-	// stored: a read-modify-write no concurrent Mutate can undo. It must
-	// not change the record's Name, and cannot be combined with Mailbox.
-	EditMailbox func(m *Mailbox)
-}
-
-// ListOptions filter List. Zero values mean "any"; Limit defaults to 100.
-type ListOptions struct {
-	State   State
-	Channel string
-	Limit   int
-	After   string // Message-ID to start after (exclusive), for paging
-}
-
-// Stats are the log's counters, kept up to date inside every write.
-type Stats struct {
-	Jobs      int                      `json:"jobs"`
-	Lines     uint64                   `json:"lines"`
-	ByState   map[State]int            `json:"by_state"`
-	ByChannel map[string]map[State]int `json:"by_channel"`
-	ByKind    map[Kind]int             `json:"lines_by_kind"`
-	ByReason  map[Kind]map[string]int  `json:"lines_by_reason"`
-	// OldestUnknown is the AmbiguousAt of the oldest job in StateUnknown
-	// (zero when there is none).
-	OldestUnknown time.Time `json:"oldest_unknown,omitzero"`
-}
-
-// ErrInvalidChange is wrapped by the error Mutate returns when the Change a
-// callback produced breaks the log's invariants (a programming error in the
-// caller): a job whose Message-ID is not the one mutated, an unknown state or
-// line kind, a job state that is not the fold of its lines, lines for a job
-// that does not exist, or a decrease of Attempts.
-var ErrInvalidChange = errors.New("acceptlog: invalid change")
 
 // lockTimeout makes a second opener of the same file fail instead of
 // hanging.
@@ -121,7 +55,7 @@ type Log struct {
 	now  func() time.Time
 	logf func(format string, args ...any)
 	// identity is Options.Identity (see openIdentity).
-	identity Identity
+	identity gmailrelay.Identity
 
 	// notes and cleanup are OpenReadOnly's: what it did to read the file
 	// (a journal replayed into a temporary copy), and how to remove the
@@ -161,19 +95,19 @@ func (l *Log) Commits() uint64 { return l.commits.Load() }
 //
 // Mutate returns the job as written (the current job when Change.Job is nil,
 // the zero Job when there is none) and the lines as written.
-func (l *Log) Mutate(ctx context.Context, messageID string, fn func(cur *Job) (Change, error)) (Job, []Line, error) {
+func (l *Log) Mutate(ctx context.Context, messageID string, fn func(cur *gmailrelay.Job) (gmailrelay.Change, error)) (gmailrelay.Job, []gmailrelay.Line, error) {
 	if err := ctx.Err(); err != nil {
-		return Job{}, nil, fmt.Errorf("mutate %s: %w", messageID, err)
+		return gmailrelay.Job{}, nil, fmt.Errorf("mutate %s: %w", messageID, err)
 	}
-	if err := checkMessageID(messageID); err != nil {
-		return Job{}, nil, fmt.Errorf("mutate: %w: %w", ErrInvalidChange, err)
+	if err := gmailrelay.CheckMessageID(messageID); err != nil {
+		return gmailrelay.Job{}, nil, fmt.Errorf("mutate: %w: %w", gmailrelay.ErrInvalidChange, err)
 	}
 	if l.closed.Load() {
-		return Job{}, nil, fmt.Errorf("mutate %s: %w", messageID, ErrClosed)
+		return gmailrelay.Job{}, nil, fmt.Errorf("mutate %s: %w", messageID, gmailrelay.ErrClosed)
 	}
 	var (
-		job   Job
-		lines []Line
+		job   gmailrelay.Job
+		lines []gmailrelay.Line
 		fnErr error
 	)
 	err := l.commit(func(w *writeTx) error {
@@ -183,10 +117,10 @@ func (l *Log) Mutate(ctx context.Context, messageID string, fn func(cur *Job) (C
 		return err
 	})
 	if err != nil {
-		return Job{}, nil, l.wrapErr("mutate "+messageID, err)
+		return gmailrelay.Job{}, nil, l.wrapErr("mutate "+messageID, err)
 	}
 	if fnErr != nil {
-		return Job{}, nil, fnErr
+		return gmailrelay.Job{}, nil, fnErr
 	}
 	return job, lines, nil
 }
@@ -212,14 +146,14 @@ func (l *Log) commit(fn func(w *writeTx) error) error {
 // callback's error or a validation error: the transaction stays untouched
 // and bbolt sees success, so the rest of a batch is not re-run because of
 // it. err is a storage error and rolls the transaction back.
-func (l *Log) apply(w *writeTx, id string, fn func(*Job) (Change, error)) (_ Job, _ []Line, fnErr, err error) {
+func (l *Log) apply(w *writeTx, id string, fn func(*gmailrelay.Job) (gmailrelay.Change, error)) (_ gmailrelay.Job, _ []gmailrelay.Line, fnErr, err error) {
 	cur, curRecord, curSeqs, err := w.getJob(id)
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return Job{}, nil, nil, err
+	if err != nil && !errors.Is(err, gmailrelay.ErrNotFound) {
+		return gmailrelay.Job{}, nil, nil, err
 	}
-	p, err := Prepare(id, cur, l.now, fn)
+	p, err := gmailrelay.Prepare(id, cur, l.now, fn)
 	if err != nil {
-		return Job{}, nil, err, nil
+		return gmailrelay.Job{}, nil, err, nil
 	}
 	counts := map[string]int64{}
 	// The job's record lists the seqs of its lines: the new lines' seqs
@@ -229,19 +163,19 @@ func (l *Log) apply(w *writeTx, id string, fn func(*Job) (Change, error)) (_ Job
 	var last uint64
 	if len(p.Lines) > 0 {
 		if last, err = curSeqs.last(); err != nil {
-			return Job{}, nil, nil, &DamageError{What: "job " + id, Err: err}
+			return gmailrelay.Job{}, nil, nil, &DamageError{What: "job " + id, Err: err}
 		}
 	}
 	for i := range p.Lines {
 		ln := &p.Lines[i]
 		seq, err := w.nextSequence(wLines)
 		if err != nil {
-			return Job{}, nil, nil, fmt.Errorf("next line seq: %w", err)
+			return gmailrelay.Job{}, nil, nil, fmt.Errorf("next line seq: %w", err)
 		}
 		ln.Seq = seq
 		w.key = binary.BigEndian.AppendUint64(w.key[:0], seq)
 		if err := w.putNew(wLines, w.key, encodeLine(ln)); err != nil {
-			return Job{}, nil, nil, fmt.Errorf("put line %d: %w", seq, err)
+			return gmailrelay.Job{}, nil, nil, fmt.Errorf("put line %d: %w", seq, err)
 		}
 		w.seqs, last = appendSeq(w.seqs, last, seq), seq
 		for _, k := range lineCounters(ln) {
@@ -254,155 +188,68 @@ func (l *Log) apply(w *writeTx, id string, fn func(*Job) (Change, error)) (_ Job
 	}
 	if job != nil {
 		if err := putJob(w, cur, curRecord, job, w.seqs, counts); err != nil {
-			return Job{}, nil, nil, err
+			return gmailrelay.Job{}, nil, nil, err
 		}
 	}
 	if err := indexSends(w, p.Result.Mailbox, p.Lines); err != nil {
-		return Job{}, nil, nil, fmt.Errorf("index sends: %w", err)
+		return gmailrelay.Job{}, nil, nil, fmt.Errorf("index sends: %w", err)
 	}
 	if p.Raw != nil {
 		if err := w.putRaw(id, p.Raw); err != nil {
-			return Job{}, nil, nil, fmt.Errorf("put raw: %w", err)
+			return gmailrelay.Job{}, nil, nil, fmt.Errorf("put raw: %w", err)
 		}
 	}
 	mb, err := p.MailboxRecord(w.getMailbox)
 	if err != nil {
-		return Job{}, nil, nil, err
+		return gmailrelay.Job{}, nil, nil, err
 	}
 	if mb != nil {
 		if err := w.putMailbox(mb); err != nil {
-			return Job{}, nil, nil, err
+			return gmailrelay.Job{}, nil, nil, err
 		}
 	}
 	if err := addCounts(w, counts); err != nil {
-		return Job{}, nil, nil, err
+		return gmailrelay.Job{}, nil, nil, err
 	}
 	return p.Result, p.Lines, nil, nil
 }
 
-// validateChange checks ch against the log's invariants before anything is
-// written. cur is the stored job (nil when absent).
-func validateChange(id string, cur *Job, ch *Change) error {
-	folded := State("")
-	if cur != nil {
-		folded = cur.State
-	}
-	lineState := Fold(ch.Lines)
-	if lineState != "" {
-		folded = lineState
-	}
-	attempts := 0
-	switch {
-	case ch.Job != nil:
-		j := ch.Job
-		if j.MessageID != id {
-			return fmt.Errorf("job message id %q differs from the mutated one", j.MessageID)
-		}
-		if !j.State.Valid() {
-			return fmt.Errorf("job state %q is not a known state", j.State)
-		}
-		if j.State != folded {
-			return fmt.Errorf("job state %q is not the fold of its lines (%q)", j.State, folded)
-		}
-		// Only changes of an existing job are checked against the table,
-		// step by step through its lines' states (a sent outcome and the
-		// review it leads to are two moves in one transaction): test
-		// fixtures and benchmarks seed new jobs in any state.
-		if cur != nil {
-			prev := cur.State
-			for i := range ch.Lines {
-				if to := ch.Lines[i].State; to != "" {
-					if err := checkTransition(prev, to); err != nil {
-						return err
-					}
-					prev = to
-				}
-			}
-		}
-		if cur != nil && j.Attempts < cur.Attempts {
-			return fmt.Errorf("attempts decrease from %d to %d", cur.Attempts, j.Attempts)
-		}
-		attempts = j.Attempts
-	case lineState != "":
-		return fmt.Errorf("lines carry state %q but the change has no job", lineState)
-	case cur == nil && (len(ch.Lines) > 0 || ch.Raw != nil):
-		return fmt.Errorf("lines or raw message for a job that does not exist")
-	default:
-		if cur != nil {
-			attempts = cur.Attempts
-		}
-	}
-	for i, ln := range ch.Lines {
-		switch {
-		case !knownKinds[ln.Kind]:
-			return fmt.Errorf("line %d: unknown kind %q", i, ln.Kind)
-		case ln.State != "" && !ln.State.Valid():
-			return fmt.Errorf("line %d: unknown state %q", i, ln.State)
-		case ln.MessageID != "" && ln.MessageID != id:
-			return fmt.Errorf("line %d: message id %q differs from the mutated one", i, ln.MessageID)
-		case ln.Attempt < 0 || ln.Attempt > attempts:
-			return fmt.Errorf("line %d: attempt %d outside the job's 0..%d", i, ln.Attempt, attempts)
-		}
-	}
-	if ch.Mailbox != nil && ch.Mailbox.Name == "" {
-		return fmt.Errorf("mailbox without a name")
-	}
-	if ch.EditMailbox != nil {
-		switch {
-		case ch.Mailbox != nil:
-			return fmt.Errorf("both Mailbox and EditMailbox")
-		case cur == nil && ch.Job == nil:
-			return fmt.Errorf("EditMailbox without a job")
-		case ch.Job != nil && ch.Job.Mailbox == "", ch.Job == nil && cur.Mailbox == "":
-			return fmt.Errorf("EditMailbox for a job without a mailbox")
-		}
-	}
-	return nil
-}
-
 // getMailbox reads a mailbox's record; the zero Mailbox{Name: name} when
 // the log knows nothing about it.
-func getMailbox(tx *bolt.Tx, name string) (Mailbox, error) {
+func getMailbox(tx *bolt.Tx, name string) (gmailrelay.Mailbox, error) {
 	v, err := readRecord(bucketMailboxes, tx.Bucket(bucketMailboxes).Get, []byte(name))
 	if err != nil {
-		return Mailbox{}, err
+		return gmailrelay.Mailbox{}, err
 	}
 	return decodeMailbox(name, v)
 }
 
 // decodeMailbox decodes a mailbox's stored body v (nil: none).
-func decodeMailbox(name string, v []byte) (Mailbox, error) {
-	mb := Mailbox{Name: name}
+func decodeMailbox(name string, v []byte) (gmailrelay.Mailbox, error) {
+	mb := gmailrelay.Mailbox{Name: name}
 	if v == nil {
 		return mb, nil
 	}
 	if err := json.Unmarshal(v, &mb); err != nil {
-		return Mailbox{}, &DamageError{What: "mailbox " + name, Err: err}
+		return gmailrelay.Mailbox{}, &DamageError{What: "mailbox " + name, Err: err}
 	}
 	return mb, nil
 }
 
 // getJob reads a job; ErrNotFound (and a nil job) when absent.
-func getJob(tx *bolt.Tx, id string) (*Job, error) {
+func getJob(tx *bolt.Tx, id string) (*gmailrelay.Job, error) {
 	v, err := readRecord(bucketJobs, tx.Bucket(bucketJobs).Get, []byte(id))
 	if err != nil {
 		return nil, err
 	}
 	if v == nil {
-		return nil, ErrNotFound
+		return nil, gmailrelay.ErrNotFound
 	}
-	var j Job
+	var j gmailrelay.Job
 	if err := decodeJob(v, &j); err != nil {
 		return nil, &DamageError{What: "job " + id, Err: err}
 	}
 	return &j, nil
-}
-
-func cloneJob(j Job) Job {
-	if j.LabelIDs != nil {
-		j.LabelIDs = append([]string(nil), j.LabelIDs...)
-	}
-	return j
 }
 
 // wrapErr adds context to a storage error and turns bbolt's "not open" into
@@ -412,7 +259,9 @@ func (l *Log) wrapErr(what string, err error) error {
 		return nil
 	}
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
-		err = ErrClosed
+		err = gmailrelay.ErrClosed
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
+
+var _ gmailrelay.Store = (*Log)(nil)

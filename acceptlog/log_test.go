@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
 	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
@@ -31,7 +32,7 @@ func mustOpenPath(t *testing.T, path string) *acceptlog.Log {
 	return acceptlogtest.OpenPath(t, path, acceptlog.Options{Now: func() time.Time { return t0 }})
 }
 
-func ids(jobs []acceptlog.Job) []string {
+func ids(jobs []gmailrelay.Job) []string {
 	out := []string{}
 	for _, j := range jobs {
 		out = append(out, j.MessageID)
@@ -69,28 +70,28 @@ func TestMutateErrorsInABatchDoNotDisturbOthers(t *testing.T) {
 	errRefused := errors.New("refused")
 	var calls atomic.Int64
 	logtest.AtOnce(n, func(i int, id string) {
-		_, _, err := l.Mutate(ctx, id, func(*acceptlog.Job) (acceptlog.Change, error) {
+		_, _, err := l.Mutate(ctx, id, func(*gmailrelay.Job) (gmailrelay.Change, error) {
 			calls.Add(1)
-			ch := acceptlog.Change{
-				Job:   &acceptlog.Job{MessageID: id, State: acceptlog.StateSent},
-				Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, State: acceptlog.StateSent}},
+			ch := gmailrelay.Change{
+				Job:   &gmailrelay.Job{MessageID: id, State: gmailrelay.StateSent},
+				Lines: []gmailrelay.Line{{Kind: gmailrelay.KindReceived, State: gmailrelay.StateSent}},
 			}
 			switch i % 3 {
 			case 1:
 				return ch, errRefused
 			case 2:
-				ch.Job.State = acceptlog.StateFailed // breaks the fold invariant
+				ch.Job.State = gmailrelay.StateFailed // breaks the fold invariant
 			}
 			return ch, nil
 		})
-		switch want := []error{nil, errRefused, acceptlog.ErrInvalidChange}[i%3]; {
+		switch want := []error{nil, errRefused, gmailrelay.ErrInvalidChange}[i%3]; {
 		case want == nil && err != nil:
 			t.Errorf("Mutate %s: %v", id, err)
 		case want != nil && !errors.Is(err, want):
 			t.Errorf("Mutate %s error = %v, want %v", id, err, want)
 		}
 	})
-	jobs, _, err := l.List(ctx, acceptlog.ListOptions{})
+	jobs, _, err := l.List(ctx, gmailrelay.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,13 +119,13 @@ func TestMutatePanicDoesNotLockTheLog(t *testing.T) {
 				t.Error("the panic did not reach the caller")
 			}
 		}()
-		_, _, _ = l.Mutate(ctx, "<panic@x>", func(*acceptlog.Job) (acceptlog.Change, error) { panic("boom") })
+		_, _, _ = l.Mutate(ctx, "<panic@x>", func(*gmailrelay.Job) (gmailrelay.Change, error) { panic("boom") })
 	}()
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := l.Mutate(ctx, "<after@x>", func(*acceptlog.Job) (acceptlog.Change, error) {
-			j := acceptlog.Job{MessageID: "<after@x>", State: acceptlog.StateUnknown, Channel: "default", Attempts: 1}
-			return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{{Kind: acceptlog.KindAmbiguous, Attempt: 1, State: acceptlog.StateUnknown}}}, nil
+		_, _, err := l.Mutate(ctx, "<after@x>", func(*gmailrelay.Job) (gmailrelay.Change, error) {
+			j := gmailrelay.Job{MessageID: "<after@x>", State: gmailrelay.StateUnknown, Channel: "default", Attempts: 1}
+			return gmailrelay.Change{Job: &j, Lines: []gmailrelay.Line{{Kind: gmailrelay.KindAmbiguous, Attempt: 1, State: gmailrelay.StateUnknown}}}, nil
 		})
 		done <- err
 	}()
@@ -147,21 +148,21 @@ func TestGroupCommitCounters(t *testing.T) {
 	l, _ := mustOpen(t)
 	const n = 64
 	logtest.AtOnce(n, func(i int, id string) {
-		_, _, err := l.Mutate(ctx, id, func(*acceptlog.Job) (acceptlog.Change, error) {
-			return acceptlog.Change{
-				Job:   &acceptlog.Job{MessageID: id, Channel: "c", State: acceptlog.StateForwarding, Attempts: 1},
-				Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, Attempt: 1}, {Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding}},
+		_, _, err := l.Mutate(ctx, id, func(*gmailrelay.Job) (gmailrelay.Change, error) {
+			return gmailrelay.Change{
+				Job:   &gmailrelay.Job{MessageID: id, Channel: "c", State: gmailrelay.StateForwarding, Attempts: 1},
+				Lines: []gmailrelay.Line{{Kind: gmailrelay.KindReceived, Attempt: 1}, {Kind: gmailrelay.KindForwarding, Attempt: 1, State: gmailrelay.StateForwarding}},
 			}, nil
 		})
 		if err != nil {
 			t.Errorf("create %s: %v", id, err)
 			return
 		}
-		_, _, err = l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		_, _, err = l.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 			j := *cur
 			j.Effects++
-			line := acceptlog.Move(&j, acceptlog.StateSent, acceptlog.Line{Kind: acceptlog.KindEffect, Attempt: 1, Source: acceptlog.SourceResponse})
-			return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{line}}, nil
+			line := gmailrelay.Move(&j, gmailrelay.StateSent, gmailrelay.Line{Kind: gmailrelay.KindEffect, Attempt: 1, Source: gmailrelay.SourceResponse})
+			return gmailrelay.Change{Job: &j, Lines: []gmailrelay.Line{line}}, nil
 		})
 		if err != nil {
 			t.Errorf("move %s: %v", id, err)
@@ -171,8 +172,8 @@ func TestGroupCommitCounters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Jobs != n || st.Lines != 3*n || st.ByState[acceptlog.StateSent] != n || st.ByState[acceptlog.StateForwarding] != 0 ||
-		st.ByChannel["c"][acceptlog.StateSent] != n || st.ByKind[acceptlog.KindEffect] != n {
+	if st.Jobs != n || st.Lines != 3*n || st.ByState[gmailrelay.StateSent] != n || st.ByState[gmailrelay.StateForwarding] != 0 ||
+		st.ByChannel["c"][gmailrelay.StateSent] != n || st.ByKind[gmailrelay.KindEffect] != n {
 		t.Errorf("stats = %+v, want %d sent jobs, %d lines", st, n, 3*n)
 	}
 	if c := l.Commits(); c >= 2*n {
@@ -185,7 +186,7 @@ func TestGroupCommitCounters(t *testing.T) {
 func TestGetMissingJob(t *testing.T) {
 	l, _ := mustOpen(t)
 	_, err := l.Get(context.Background(), "<missing@x>")
-	if !errors.Is(err, acceptlog.ErrNotFound) {
+	if !errors.Is(err, gmailrelay.ErrNotFound) {
 		t.Fatalf("Get of a missing job: %v, want ErrNotFound", err)
 	}
 	if want := "get <missing@x>: acceptlog: job not found"; err.Error() != want {
@@ -202,10 +203,10 @@ func TestMutateSkipsUnchangedWrites(t *testing.T) {
 	l, _ := mustOpen(t)
 	id := "<skip@x>"
 	due := t0.Add(time.Hour)
-	mutate := func(edit func(j *acceptlog.Job) acceptlog.Change) acceptlog.Job {
+	mutate := func(edit func(j *gmailrelay.Job) gmailrelay.Change) gmailrelay.Job {
 		t.Helper()
-		j, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-			var j acceptlog.Job
+		j, _, err := l.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+			var j gmailrelay.Job
 			if cur != nil {
 				j = *cur
 			}
@@ -226,30 +227,30 @@ func TestMutateSkipsUnchangedWrites(t *testing.T) {
 		}
 		return ids(jobs)
 	}
-	mutate(func(j *acceptlog.Job) acceptlog.Change {
-		*j = acceptlog.Job{MessageID: id, Channel: "default", Mailbox: "main", Attempts: 1, Effects: 1, NextCheckAt: due}
-		return acceptlog.Change{Raw: []byte("raw"), Lines: []acceptlog.Line{
-			acceptlog.Move(j, acceptlog.StateSent, acceptlog.Line{Kind: acceptlog.KindEffect, Attempt: 1})}}
+	mutate(func(j *gmailrelay.Job) gmailrelay.Change {
+		*j = gmailrelay.Job{MessageID: id, Channel: "default", Mailbox: "main", Attempts: 1, Effects: 1, NextCheckAt: due}
+		return gmailrelay.Change{Raw: []byte("raw"), Lines: []gmailrelay.Line{
+			gmailrelay.Move(j, gmailrelay.StateSent, gmailrelay.Line{Kind: gmailrelay.KindEffect, Attempt: 1})}}
 	})
 	// Same state, same due time: only the record changes.
-	if got := mutate(func(j *acceptlog.Job) acceptlog.Change { j.Checks++; return acceptlog.Change{} }); got.Checks != 1 {
+	if got := mutate(func(j *gmailrelay.Job) gmailrelay.Change { j.Checks++; return gmailrelay.Change{} }); got.Checks != 1 {
 		t.Fatalf("checks %d, want 1", got.Checks)
 	}
 	if got := dueIDs(due); !reflect.DeepEqual(got, []string{id}) {
 		t.Fatalf("due at %v: %v", due, got)
 	}
 	// The same record, the same raw message, an unchanged mailbox record.
-	mutate(func(j *acceptlog.Job) acceptlog.Change {
-		return acceptlog.Change{Raw: []byte("raw"), EditMailbox: func(*acceptlog.Mailbox) {}}
+	mutate(func(j *gmailrelay.Job) gmailrelay.Change {
+		return gmailrelay.Change{Raw: []byte("raw"), EditMailbox: func(*gmailrelay.Mailbox) {}}
 	})
 	if raw, err := l.Raw(ctx, id); err != nil || string(raw) != "raw" {
 		t.Fatalf("raw %q, %v", raw, err)
 	}
 	// A new due time moves the entry; a new raw message replaces the old.
 	later := due.Add(time.Hour)
-	mutate(func(j *acceptlog.Job) acceptlog.Change {
+	mutate(func(j *gmailrelay.Job) gmailrelay.Change {
 		j.NextCheckAt = later
-		return acceptlog.Change{Raw: []byte("raw2")}
+		return gmailrelay.Change{Raw: []byte("raw2")}
 	})
 	if got := dueIDs(due); len(got) != 0 {
 		t.Fatalf("due at %v after the move: %v", due, got)
@@ -264,7 +265,7 @@ func TestMutateSkipsUnchangedWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Jobs != 1 || st.ByState[acceptlog.StateSent] != 1 || st.ByChannel["default"][acceptlog.StateSent] != 1 {
+	if st.Jobs != 1 || st.ByState[gmailrelay.StateSent] != 1 || st.ByChannel["default"][gmailrelay.StateSent] != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -308,7 +309,7 @@ func TestFreelistLayoutsOpenEachOther(t *testing.T) {
 			if _, _, err := l.Mutate(ctx, "<new@layout>", benchChange("<new@layout>")); err != nil {
 				t.Fatal(err)
 			}
-			if j, err := l.Get(ctx, "<7@layout>"); err != nil || j.State != acceptlog.StateForwarding {
+			if j, err := l.Get(ctx, "<7@layout>"); err != nil || j.State != gmailrelay.StateForwarding {
 				t.Fatalf("get after reopening: %+v, %v", j, err)
 			}
 		})

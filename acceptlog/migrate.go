@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -33,7 +34,7 @@ func migrateJobLines(tx *bolt.Tx) (int, error) {
 		if len(k) != 8 {
 			return fmt.Errorf("line key %x is not a seq", k)
 		}
-		var ln Line
+		var ln gmailrelay.Line
 		if err := decodeLine(v, &ln); err != nil {
 			return fmt.Errorf("decode line %x: %w", k, err)
 		}
@@ -47,7 +48,7 @@ func migrateJobLines(tx *bolt.Tx) (int, error) {
 	c := jobs.Cursor()
 	n := 0
 	for k, v := c.First(); k != nil; k, v = c.Next() {
-		var j Job
+		var j gmailrelay.Job
 		if err := decodeJob(v, &j); err != nil {
 			return 0, fmt.Errorf("move the job-lines index into the jobs: decode job %s: %w", k, err)
 		}
@@ -95,14 +96,14 @@ func backfillSendIndex(tx *bolt.Tx, since time.Time) (int, error) {
 	n := 0
 	c := tx.Bucket(bucketLines).Cursor()
 	for k, v := c.Last(); k != nil; k, v = c.Prev() {
-		var ln Line
+		var ln gmailrelay.Line
 		if err := decodeLine(v, &ln); err != nil {
 			return n, fmt.Errorf("decode line %x: %w", k, err)
 		}
 		if ln.Time.Before(stop) {
 			break
 		}
-		if ln.Kind != KindForwarding || ln.Time.Before(since) {
+		if ln.Kind != gmailrelay.KindForwarding || ln.Time.Before(since) {
 			continue
 		}
 		mailbox, ok := mailboxes[ln.MessageID]
@@ -113,7 +114,7 @@ func backfillSendIndex(tx *bolt.Tx, since time.Time) (int, error) {
 				// names no mailbox to count it against.
 				continue
 			}
-			var j Job
+			var j gmailrelay.Job
 			if err := decodeJob(rec, &j); err != nil {
 				return n, fmt.Errorf("decode job %s: %w", ln.MessageID, err)
 			}
@@ -222,14 +223,14 @@ func sealAll(tx *bolt.Tx) (int, error) {
 func currentBody(name, key, v []byte) ([]byte, error) {
 	switch string(name) {
 	case string(bucketJobs):
-		var j Job
+		var j gmailrelay.Job
 		seqs, err := decodeJobRecord(v, &j)
 		if err != nil {
 			return nil, fmt.Errorf("decode job %s: %w", key, err)
 		}
 		return encodeJob(&j, []byte(seqs)), nil
 	case string(bucketLines):
-		var ln Line
+		var ln gmailrelay.Line
 		if err := decodeLine(v, &ln); err != nil {
 			return nil, fmt.Errorf("decode line %x: %w", key, err)
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -28,22 +29,22 @@ import (
 // (workload, plus a job with dozens of lines written by changes that leave
 // the job as it is) and returns its path and every job's lines, read
 // through this code.
-func oldLogContent(t *testing.T) (string, map[string][]Line) {
+func oldLogContent(t *testing.T) (string, map[string][]gmailrelay.Line) {
 	t.Helper()
 	l, path, clock := newJournalLog(t)
 	workload(t, l, clock, "old", 12, rand.New(rand.NewPCG(21, 22)))
 	ctx := context.Background()
 	busy := "<old-0003@journal.example>"
 	for i := range 30 {
-		_, _, err := l.Mutate(ctx, busy, func(*Job) (Change, error) {
-			return Change{Lines: []Line{{Kind: KindSearch, Query: fmt.Sprintf("look %d", i)}}}, nil
+		_, _, err := l.Mutate(ctx, busy, func(*gmailrelay.Job) (gmailrelay.Change, error) {
+			return gmailrelay.Change{Lines: []gmailrelay.Line{{Kind: gmailrelay.KindSearch, Query: fmt.Sprintf("look %d", i)}}}, nil
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	want := map[string][]Line{}
-	jobs, _, err := l.List(ctx, ListOptions{Limit: 1000})
+	want := map[string][]gmailrelay.Line{}
+	jobs, _, err := l.List(ctx, gmailrelay.ListOptions{Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +79,7 @@ func makeOld(t *testing.T, path string, index func(seq uint64) bool) {
 		recs := map[string][]byte{}
 		i := 0
 		err := jobs.ForEach(func(k, v []byte) error {
-			var j Job
+			var j gmailrelay.Job
 			if err := decodeJob(v, &j); err != nil {
 				return err
 			}
@@ -107,7 +108,7 @@ func makeOld(t *testing.T, path string, index func(seq uint64) bool) {
 			return err
 		}
 		return tx.Bucket(bucketLines).ForEach(func(k, v []byte) error {
-			var ln Line
+			var ln gmailrelay.Line
 			if err := decodeLine(v, &ln); err != nil {
 				return err
 			}
@@ -158,7 +159,7 @@ func openLogged(t *testing.T, path string) (*Log, *strings.Builder) {
 }
 
 // wantLines fails t unless every job of l has the lines want says.
-func wantLines(t *testing.T, l *Log, want map[string][]Line) {
+func wantLines(t *testing.T, l *Log, want map[string][]gmailrelay.Line) {
 	t.Helper()
 	ctx := context.Background()
 	for id, lines := range want {
@@ -204,8 +205,8 @@ func TestOpenMovesTheJobLinesIndexIntoTheJobs(t *testing.T) {
 			// The migrated records take the log's writes: a line for a job
 			// migrated from JSON, the retention pass.
 			id := "<old-0000@journal.example>"
-			_, lines, err := l.Mutate(ctx, id, func(*Job) (Change, error) {
-				return Change{Lines: []Line{{Kind: KindSearch, Query: "after"}}}, nil
+			_, lines, err := l.Mutate(ctx, id, func(*gmailrelay.Job) (gmailrelay.Change, error) {
+				return gmailrelay.Change{Lines: []gmailrelay.Line{{Kind: gmailrelay.KindSearch, Query: "after"}}}, nil
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -286,7 +287,7 @@ func TestOldJournalIsReplayedThenMigrated(t *testing.T) {
 	rec.reset()
 	err := db.View(func(tx *bolt.Tx) error {
 		txid, seq = uint64(tx.ID()), tx.Bucket(bucketLines).Sequence()+1
-		ln := Line{Seq: seq, Time: t0, MessageID: id, Kind: KindSearch, Query: "journaled"}
+		ln := gmailrelay.Line{Seq: seq, Time: t0, MessageID: id, Kind: gmailrelay.KindSearch, Query: "journaled"}
 		rec.put(1, seqKey(seq), encodeLine(&ln))
 		rec.put(2, binary.BigEndian.AppendUint64(append([]byte(id), 0), seq), nil)
 		rec.sequence(1, seq)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -92,7 +93,7 @@ func (l *Log) open(opts Options) error {
 	l.db = db
 	// The identity is checked before anything is written: a relay
 	// configured otherwise leaves the file as it was.
-	var rec *IdentityRecord
+	var rec *gmailrelay.IdentityRecord
 	err = db.View(func(tx *bolt.Tx) error {
 		var err error
 		rec, err = l.checkIdentity(tx)

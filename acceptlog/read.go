@@ -8,26 +8,9 @@ import (
 	"math"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	bolt "go.etcd.io/bbolt"
 )
-
-// Page sizes of List and Lines.
-const (
-	defaultLimit = 100
-	maxLimit     = 1000
-)
-
-// PageLimit is the page size List and Lines use for a requested limit n:
-// the default for n ≤ 0, at most the maximum. Every backend pages alike.
-func PageLimit(n int) int {
-	switch {
-	case n <= 0:
-		return defaultLimit
-	case n > maxLimit:
-		return maxLimit
-	}
-	return n
-}
 
 // view runs fn in a read transaction after checking ctx and Close.
 func (l *Log) view(ctx context.Context, what string, fn func(tx *bolt.Tx) error) error {
@@ -35,20 +18,20 @@ func (l *Log) view(ctx context.Context, what string, fn func(tx *bolt.Tx) error)
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	if l.closed.Load() {
-		return fmt.Errorf("%s: %w", what, ErrClosed)
+		return fmt.Errorf("%s: %w", what, gmailrelay.ErrClosed)
 	}
 	return l.wrapErr(what, l.db.View(fn))
 }
 
 // Get returns the job messageID, or an error wrapping ErrNotFound.
-func (l *Log) Get(ctx context.Context, messageID string) (Job, error) {
+func (l *Log) Get(ctx context.Context, messageID string) (gmailrelay.Job, error) {
 	return l.get(ctx, messageID) // get.go
 }
 
 // JobLines returns the lines of the job messageID, oldest first, or an error
 // wrapping ErrNotFound when there is no such job.
-func (l *Log) JobLines(ctx context.Context, messageID string) ([]Line, error) {
-	var lines []Line
+func (l *Log) JobLines(ctx context.Context, messageID string) ([]gmailrelay.Line, error) {
+	var lines []gmailrelay.Line
 	err := l.view(ctx, "job lines "+messageID, func(tx *bolt.Tx) error {
 		var err error
 		_, lines, err = jobLines(tx, messageID)
@@ -60,20 +43,20 @@ func (l *Log) JobLines(ctx context.Context, messageID string) ([]Line, error) {
 // jobLines reads a job and its lines, oldest first: the seqs its record
 // lists, each read from the lines bucket through one cursor (the seqs
 // ascend, so each seek moves forward). ErrNotFound when there is no job.
-func jobLines(tx *bolt.Tx, id string) (*Job, []Line, error) {
+func jobLines(tx *bolt.Tx, id string) (*gmailrelay.Job, []gmailrelay.Line, error) {
 	v, err := readRecord(bucketJobs, tx.Bucket(bucketJobs).Get, []byte(id))
 	if err != nil {
 		return nil, nil, err
 	}
 	if v == nil {
-		return nil, nil, ErrNotFound
+		return nil, nil, gmailrelay.ErrNotFound
 	}
-	var j Job
+	var j gmailrelay.Job
 	seqs, err := decodeJobRecord(v, &j)
 	if err != nil {
 		return nil, nil, &DamageError{What: "job " + id, Err: err}
 	}
-	var lines []Line
+	var lines []gmailrelay.Line
 	var readErr error
 	c := tx.Bucket(bucketLines).Cursor()
 	var key [8]byte
@@ -84,7 +67,7 @@ func jobLines(tx *bolt.Tx, id string) (*Job, []Line, error) {
 			readErr = fmt.Errorf("its record lists line %d, which is not in the log", seq)
 			return false
 		}
-		var ln Line
+		var ln gmailrelay.Line
 		if readErr = decodeLineValue(k, v, &ln); readErr != nil {
 			return false
 		}
@@ -110,7 +93,7 @@ func (l *Log) Raw(ctx context.Context, messageID string) ([]byte, error) {
 			return err
 		}
 		if v == nil {
-			return ErrNotFound
+			return gmailrelay.ErrNotFound
 		}
 		raw = bytes.Clone(v)
 		return nil
@@ -124,14 +107,14 @@ func (l *Log) Raw(ctx context.Context, messageID string) ([]byte, error) {
 // the next page. With o.State it walks the state index; with only o.Channel
 // it scans the jobs themselves (a channel filter costs a walk over other
 // channels' jobs). An unknown o.State is an error.
-func (l *Log) List(ctx context.Context, o ListOptions) (jobs []Job, next string, err error) {
+func (l *Log) List(ctx context.Context, o gmailrelay.ListOptions) (jobs []gmailrelay.Job, next string, err error) {
 	if o.State != "" && !o.State.Valid() {
 		return nil, "", fmt.Errorf("list: unknown state %q", o.State)
 	}
-	limit := PageLimit(o.Limit)
+	limit := gmailrelay.PageLimit(o.Limit)
 	err = l.view(ctx, "list", func(tx *bolt.Tx) error {
 		jobs, next = nil, ""
-		each := func(j *Job) bool { // false stops the walk
+		each := func(j *gmailrelay.Job) bool { // false stops the walk
 			if o.Channel != "" && j.Channel != o.Channel {
 				return true
 			}
@@ -151,7 +134,7 @@ func (l *Log) List(ctx context.Context, o ListOptions) (jobs []Job, next string,
 			k, v = c.Next()
 		}
 		for ; k != nil; k, v = c.Next() {
-			var j Job
+			var j gmailrelay.Job
 			if err := decodeJobValue(k, v, &j); err != nil {
 				return err
 			}
@@ -169,7 +152,7 @@ func (l *Log) List(ctx context.Context, o ListOptions) (jobs []Job, next string,
 
 // walkState calls each for the jobs in state s with ids after after, in id
 // order, until it returns false.
-func walkState(tx *bolt.Tx, s State, after string, each func(*Job) bool) error {
+func walkState(tx *bolt.Tx, s gmailrelay.State, after string, each func(*gmailrelay.Job) bool) error {
 	prefix := stateKey(s, "")
 	c := tx.Bucket(bucketState).Cursor()
 	start := stateKey(s, after)
@@ -195,8 +178,8 @@ func walkState(tx *bolt.Tx, s State, after string, each func(*Job) bool) error {
 // last line returned when more lines follow, 0 otherwise; pass it as after
 // for the next page. A tail that has caught up (next == 0) polls again with
 // the Seq of the last line it has seen.
-func (l *Log) Lines(ctx context.Context, after uint64, limit int) (lines []Line, next uint64, err error) {
-	limit = PageLimit(limit)
+func (l *Log) Lines(ctx context.Context, after uint64, limit int) (lines []gmailrelay.Line, next uint64, err error) {
+	limit = gmailrelay.PageLimit(limit)
 	if after == math.MaxUint64 {
 		return nil, 0, nil
 	}
@@ -208,7 +191,7 @@ func (l *Log) Lines(ctx context.Context, after uint64, limit int) (lines []Line,
 				next = lines[len(lines)-1].Seq
 				break
 			}
-			var ln Line
+			var ln gmailrelay.Line
 			if err := decodeLineValue(k, v, &ln); err != nil {
 				return err
 			}
@@ -225,8 +208,8 @@ func (l *Log) Lines(ctx context.Context, after uint64, limit int) (lines []Line,
 // Due returns the jobs whose NextCheckAt is set and not after now, earliest
 // first (ties by Message-ID), at most limit of them; limit <= 0 means all.
 // It reads the due index only.
-func (l *Log) Due(ctx context.Context, now time.Time, limit int) ([]Job, error) {
-	var jobs []Job
+func (l *Log) Due(ctx context.Context, now time.Time, limit int) ([]gmailrelay.Job, error) {
+	var jobs []gmailrelay.Job
 	err := l.view(ctx, "due", func(tx *bolt.Tx) error {
 		jobs = nil
 		c := tx.Bucket(bucketDue).Cursor()
@@ -251,14 +234,14 @@ func (l *Log) Due(ctx context.Context, now time.Time, limit int) ([]Job, error) 
 // ByState returns the jobs in state s ordered by Message-ID, at most limit of
 // them; limit <= 0 means all. It reads the state index, never every job, so
 // recovery ("every forwarding job becomes unknown") costs what it finds.
-func (l *Log) ByState(ctx context.Context, s State, limit int) ([]Job, error) {
+func (l *Log) ByState(ctx context.Context, s gmailrelay.State, limit int) ([]gmailrelay.Job, error) {
 	if !s.Valid() {
 		return nil, fmt.Errorf("by state: unknown state %q", s)
 	}
-	var jobs []Job
+	var jobs []gmailrelay.Job
 	err := l.view(ctx, "by state "+string(s), func(tx *bolt.Tx) error {
 		jobs = nil
-		return walkState(tx, s, "", func(j *Job) bool {
+		return walkState(tx, s, "", func(j *gmailrelay.Job) bool {
 			jobs = append(jobs, *j)
 			return limit <= 0 || len(jobs) < limit
 		})
@@ -268,15 +251,15 @@ func (l *Log) ByState(ctx context.Context, s State, limit int) ([]Job, error) {
 
 // Mailbox returns what the log remembers about the mailbox name; the zero
 // Mailbox{Name: name} when it knows nothing.
-func (l *Log) Mailbox(ctx context.Context, name string) (Mailbox, error) {
-	var mb Mailbox
+func (l *Log) Mailbox(ctx context.Context, name string) (gmailrelay.Mailbox, error) {
+	var mb gmailrelay.Mailbox
 	err := l.view(ctx, "mailbox "+name, func(tx *bolt.Tx) error {
 		var err error
 		mb, err = getMailbox(tx, name)
 		return err
 	})
 	if err != nil {
-		return Mailbox{}, err
+		return gmailrelay.Mailbox{}, err
 	}
 	return mb, nil
 }
@@ -285,8 +268,8 @@ func (l *Log) Mailbox(ctx context.Context, name string) (Mailbox, error) {
 // this reads the counters and, for OldestUnknown, the first entries of the
 // unknown index; it never scans the jobs. Maps are non-nil and hold no zero
 // entries. Lines are counted by reason only when they carry one.
-func (l *Log) Stats(ctx context.Context) (Stats, error) {
-	var st Stats
+func (l *Log) Stats(ctx context.Context) (gmailrelay.Stats, error) {
+	var st gmailrelay.Stats
 	err := l.view(ctx, "stats", func(tx *bolt.Tx) error {
 		counts, err := readCounters(tx)
 		if err != nil {
@@ -308,7 +291,7 @@ func (l *Log) Stats(ctx context.Context) (Stats, error) {
 		return nil
 	})
 	if err != nil {
-		return Stats{}, err
+		return gmailrelay.Stats{}, err
 	}
 	return st, nil
 }
@@ -332,14 +315,14 @@ func readCounters(tx *bolt.Tx) (map[string]int64, error) {
 
 // decodeJobValue decodes the stored value v of the job under key k: its
 // checksum, then its record. Either failing is a DamageError.
-func decodeJobValue(k, v []byte, j *Job) error {
+func decodeJobValue(k, v []byte, j *gmailrelay.Job) error {
 	_, err := decodeJobValueSeqs(k, v, j)
 	return err
 }
 
 // decodeJobValueSeqs is decodeJobValue that also returns the seqs of the
 // job's lines.
-func decodeJobValueSeqs(k, v []byte, j *Job) (seqList, error) {
+func decodeJobValueSeqs(k, v []byte, j *gmailrelay.Job) (seqList, error) {
 	body, err := unseal(bucketJobs, k, v)
 	var seqs seqList
 	if err == nil {
@@ -353,7 +336,7 @@ func decodeJobValueSeqs(k, v []byte, j *Job) (seqList, error) {
 
 // decodeLineValue decodes the stored value v of the line under key k (see
 // decodeJobValue).
-func decodeLineValue(k, v []byte, ln *Line) error {
+func decodeLineValue(k, v []byte, ln *gmailrelay.Line) error {
 	body, err := unseal(bucketLines, k, v)
 	if err == nil {
 		err = decodeLine(body, ln)

@@ -12,6 +12,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
 )
@@ -27,10 +28,10 @@ func logWithJobs(t *testing.T, n int) string {
 	}
 	for i := range n {
 		id := fmt.Sprintf("<%03d@x>", i)
-		_, _, err := l.Mutate(context.Background(), id, func(*acceptlog.Job) (acceptlog.Change, error) {
-			j := acceptlog.Job{MessageID: id, Channel: "default", State: acceptlog.StateForwarding, Attempts: 1, CreatedAt: t0}
-			return acceptlog.Change{Job: &j, Raw: bytes.Repeat([]byte("m"), 300),
-				Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, Attempt: 1, State: acceptlog.StateForwarding}}}, nil
+		_, _, err := l.Mutate(context.Background(), id, func(*gmailrelay.Job) (gmailrelay.Change, error) {
+			j := gmailrelay.Job{MessageID: id, Channel: "default", State: gmailrelay.StateForwarding, Attempts: 1, CreatedAt: t0}
+			return gmailrelay.Change{Job: &j, Raw: bytes.Repeat([]byte("m"), 300),
+				Lines: []gmailrelay.Line{{Kind: gmailrelay.KindReceived, Attempt: 1, State: gmailrelay.StateForwarding}}}, nil
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -151,12 +152,12 @@ func TestCheckRawMessages(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			move(t, l, "<001@x>", acceptlog.StateSent)
-			move(t, l, "<002@x>", acceptlog.StateUnknown)
-			move(t, l, "<002@x>", acceptlog.StateAbandoned)
-			if _, _, err := l.Mutate(ctx, "<002@x>", func(cur *acceptlog.Job) (acceptlog.Change, error) {
+			move(t, l, "<001@x>", gmailrelay.StateSent)
+			move(t, l, "<002@x>", gmailrelay.StateUnknown)
+			move(t, l, "<002@x>", gmailrelay.StateAbandoned)
+			if _, _, err := l.Mutate(ctx, "<002@x>", func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 				cur.UpdatedAt = t0.Add(time.Hour) // not pruned below
-				return acceptlog.Change{Job: cur}, nil
+				return gmailrelay.Change{Job: cur}, nil
 			}); err != nil {
 				t.Fatal(err)
 			}
@@ -222,9 +223,9 @@ func TestCheckDamagedPageIsAnError(t *testing.T) {
 	}
 }
 
-func move(t *testing.T, l *acceptlog.Log, id string, s acceptlog.State) {
+func move(t *testing.T, l *acceptlog.Log, id string, s gmailrelay.State) {
 	t.Helper()
-	transitionLine(t, l, id, acceptlog.Line{Kind: acceptlog.KindState, State: s})
+	transitionLine(t, l, id, gmailrelay.Line{Kind: gmailrelay.KindState, State: s})
 }
 
 func write(t *testing.T, path string, b []byte) {

@@ -9,55 +9,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	bolt "go.etcd.io/bbolt"
 )
-
-// Prunable reports whether the retention pass may prune j: it is terminal
-// (sent, abandoned, or failed and not retryable), no check is scheduled for
-// it (a sent job waiting for its verify pass is not done) and it has not been
-// pruned yet.
-func (j *Job) Prunable() bool {
-	if !j.PrunedAt.IsZero() || !j.NextCheckAt.IsZero() {
-		return false
-	}
-	switch j.State {
-	case StateSent, StateAbandoned:
-		return true
-	case StateFailed:
-		return !j.Retryable
-	}
-	return false
-}
-
-// keptWhenPruned reports whether a pruned job keeps line ln: its effect lines
-// (what Gmail accepted), its resolved lines (what a human decided), the
-// last line that carries a state (so the job's state stays the fold of its
-// lines), and the lines behind the relay's alarm counters: a review for a
-// duplicate (two copies found, or two own deliveries) and a handle Gmail
-// rewrote. Those counters are totals
-// (gmailrelay_duplicates_found_total, gmailrelay_handle_failures_total):
-// dropping the lines would make them go down, which Prometheus reads as a
-// restart. lastState is the last state line's Seq.
-func keptWhenPruned(ln *Line, lastState uint64) bool {
-	switch {
-	case ln.Kind == KindEffect, ln.Kind == KindResolved, ln.Seq == lastState:
-		return true
-	case ln.Kind == KindReview && (ln.Reason == ReasonDuplicate || ln.Reason == ReasonDuplicateDelivery),
-		ln.Kind == KindHandle && ln.Reason == ReasonHandleRewritten:
-		return true
-	}
-	return false
-}
-
-// PruneResult counts what one Prune removed.
-type PruneResult struct {
-	Jobs     int   `json:"jobs"`      // jobs pruned
-	Lines    int   `json:"lines"`     // detail lines removed
-	RawBytes int64 `json:"raw_bytes"` // bytes of raw messages removed
-	// More is true when Prune stopped at its limit with prunable jobs older
-	// than the cut-off still left.
-	More bool `json:"more"`
-}
 
 // Prune removes the raw message and the detail lines of at most limit
 // prunable jobs (see Job.Prunable) whose last change is before cutoff, oldest
@@ -66,19 +20,19 @@ type PruneResult struct {
 // with PrunedAt set, and its effect, resolved and last state lines, so the
 // front door still replays it and still refuses a different message under
 // the same key, and Check still holds. limit <= 0 means 500.
-func (l *Log) Prune(ctx context.Context, cutoff time.Time, limit int) (PruneResult, error) {
+func (l *Log) Prune(ctx context.Context, cutoff time.Time, limit int) (gmailrelay.PruneResult, error) {
 	if limit <= 0 {
 		limit = 500
 	}
 	if err := ctx.Err(); err != nil {
-		return PruneResult{}, fmt.Errorf("prune: %w", err)
+		return gmailrelay.PruneResult{}, fmt.Errorf("prune: %w", err)
 	}
 	if l.closed.Load() {
-		return PruneResult{}, fmt.Errorf("prune: %w", ErrClosed)
+		return gmailrelay.PruneResult{}, fmt.Errorf("prune: %w", gmailrelay.ErrClosed)
 	}
-	var res PruneResult
+	var res gmailrelay.PruneResult
 	err := l.commit(func(w *writeTx) error {
-		res = PruneResult{}
+		res = gmailrelay.PruneResult{}
 		var ids []string
 		c := w.tx.Bucket(bucketPrunable).Cursor()
 		end := sortableTime(cutoff)
@@ -101,23 +55,22 @@ func (l *Log) Prune(ctx context.Context, cutoff time.Time, limit int) (PruneResu
 		return nil
 	})
 	if err != nil {
-		return PruneResult{}, l.wrapErr("prune", err)
+		return gmailrelay.PruneResult{}, l.wrapErr("prune", err)
 	}
 	return res, nil
 }
 
 // pruneJob prunes one job inside w's transaction and adds what it removed
 // to res.
-func pruneJob(w *writeTx, id string, now time.Time, res *PruneResult) error {
+func pruneJob(w *writeTx, id string, now time.Time, res *gmailrelay.PruneResult) error {
 	cur, lines, err := jobLines(w.tx, id)
 	if err != nil {
 		return fmt.Errorf("prune %s: %w", id, err)
 	}
-	var lastState uint64
-	for i := range lines {
-		if lines[i].State != "" {
-			lastState = lines[i].Seq
-		}
+	keep, _ := gmailrelay.KeptWhenPruned(lines)
+	kept := make(map[uint64]bool, len(keep))
+	for _, ln := range keep {
+		kept[ln.Seq] = true
 	}
 	counts := map[string]int64{}
 	// The record keeps the seqs of the kept lines.
@@ -125,7 +78,7 @@ func pruneJob(w *writeTx, id string, now time.Time, res *PruneResult) error {
 	var last uint64
 	for i := range lines {
 		ln := &lines[i]
-		if keptWhenPruned(ln, lastState) {
+		if kept[ln.Seq] {
 			w.seqs, last = appendSeq(w.seqs, last, ln.Seq), ln.Seq
 			continue
 		}
@@ -149,7 +102,7 @@ func pruneJob(w *writeTx, id string, now time.Time, res *PruneResult) error {
 			return fmt.Errorf("prune %s: delete raw: %w", id, err)
 		}
 	}
-	j := cloneJob(*cur)
+	j := cur.Clone()
 	j.PrunedAt = now
 	if err := putJob(w, cur, nil, &j, w.seqs, counts); err != nil {
 		return err
@@ -166,7 +119,7 @@ func sortableTimeOf(k []byte) uint64 { return binary.BigEndian.Uint64(k[:8]) }
 func backfillPrunable(tx *bolt.Tx) error {
 	idx := tx.Bucket(bucketPrunable)
 	return tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
-		var j Job
+		var j gmailrelay.Job
 		if err := decodeJob(v, &j); err != nil { // a format 1 record: see migrateLegacy
 			return fmt.Errorf("decode job %s: %w", k, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -29,10 +30,10 @@ func appendSendKey(b []byte, mailbox string, t time.Time, id string, attempt int
 
 // indexSends adds an entry for each forwarding line of lines (written for
 // a job of mailbox).
-func indexSends(w *writeTx, mailbox string, lines []Line) error {
+func indexSends(w *writeTx, mailbox string, lines []gmailrelay.Line) error {
 	for i := range lines {
 		ln := &lines[i]
-		if ln.Kind != KindForwarding {
+		if ln.Kind != gmailrelay.KindForwarding {
 			continue
 		}
 		w.key = appendSendKey(w.key[:0], mailbox, ln.Time, ln.MessageID, ln.Attempt)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gmailrelay/gmailrelay"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -81,7 +82,7 @@ func (t *Tamperer) Delete(bucket string, key []byte) error {
 // EditJob rewrites the job id: edit changes the job and returns the seqs
 // of its lines its record is to list (given the stored ones). Nothing else
 // (indexes, counters) follows.
-func (t *Tamperer) EditJob(id string, edit func(j *Job, seqs []uint64) []uint64) error {
+func (t *Tamperer) EditJob(id string, edit func(j *gmailrelay.Job, seqs []uint64) []uint64) error {
 	v, err := t.Get("jobs", []byte(id))
 	if err != nil {
 		return err
@@ -89,7 +90,7 @@ func (t *Tamperer) EditJob(id string, edit func(j *Job, seqs []uint64) []uint64)
 	if v == nil {
 		return fmt.Errorf("tamper: no job %s", id)
 	}
-	var j Job
+	var j gmailrelay.Job
 	list, err := decodeJobRecord(v, &j)
 	if err != nil {
 		return err

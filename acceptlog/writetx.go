@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/gmailrelay/gmailrelay"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -132,16 +133,16 @@ func (w *writeTx) flush() error {
 
 // getJob reads a job, its stored body and the seqs of its lines;
 // ErrNotFound (and a nil job) when absent.
-func (w *writeTx) getJob(id string) (*Job, []byte, seqList, error) {
+func (w *writeTx) getJob(id string) (*gmailrelay.Job, []byte, seqList, error) {
 	w.key = append(w.key[:0], id...)
 	v, err := w.get(wJobs, w.key)
 	if err != nil {
 		return nil, nil, "", err
 	}
 	if v == nil {
-		return nil, nil, "", ErrNotFound
+		return nil, nil, "", gmailrelay.ErrNotFound
 	}
-	var j Job
+	var j gmailrelay.Job
 	seqs, err := decodeJobRecord(v, &j)
 	if err != nil {
 		return nil, nil, "", &DamageError{What: "job " + id, Err: err}
@@ -155,7 +156,7 @@ func (w *writeTx) getJob(id string) (*Job, []byte, seqList, error) {
 // index entry whose key stays, the counters of an unchanged state and
 // channel, and a record that encodes to the stored bytes are not written
 // again.
-func putJob(w *writeTx, cur *Job, old []byte, j *Job, seqs []byte, counts map[string]int64) error {
+func putJob(w *writeTx, cur *gmailrelay.Job, old []byte, j *gmailrelay.Job, seqs []byte, counts map[string]int64) error {
 	for i := range numIndexes {
 		var hadOld, hasNew bool
 		if cur != nil {
@@ -218,17 +219,17 @@ func (w *writeTx) putRaw(id string, raw []byte) error {
 
 // getMailbox reads a mailbox's record; the zero Mailbox{Name: name} when
 // the log knows nothing about it.
-func (w *writeTx) getMailbox(name string) (Mailbox, error) {
+func (w *writeTx) getMailbox(name string) (gmailrelay.Mailbox, error) {
 	w.key = append(w.key[:0], name...)
 	v, err := w.get(wMailboxes, w.key)
 	if err != nil {
-		return Mailbox{}, err
+		return gmailrelay.Mailbox{}, err
 	}
 	return decodeMailbox(name, v)
 }
 
 // putMailbox stores mb unless it encodes to the stored bytes.
-func (w *writeTx) putMailbox(mb *Mailbox) error {
+func (w *writeTx) putMailbox(mb *gmailrelay.Mailbox) error {
 	v, err := json.Marshal(mb)
 	if err != nil {
 		return fmt.Errorf("encode mailbox: %w", err)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -52,13 +52,13 @@ func TestSentAnswerAlwaysCarriesGmailFields(t *testing.T) {
 // mailbox folds same-id copies (CONTRACT's --sent-dedupe case) reported 0.
 func TestDuplicatesFoundCountsOwnDeliveries(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	for i, reason := range []acceptlog.Reason{acceptlog.ReasonDuplicate, acceptlog.ReasonDuplicateDelivery} {
+	for i, reason := range []gmailrelay.Reason{gmailrelay.ReasonDuplicate, gmailrelay.ReasonDuplicateDelivery} {
 		r := e.must("POST", "/v1/send", apiToken, sendBody(fmt.Sprintf("dup%d", i)))
 		id, _ := r.body["message_id"].(string)
-		if _, _, err := e.Log.Mutate(t.Context(), id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		if _, _, err := e.Log.Mutate(t.Context(), id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 			j := *cur
-			return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{acceptlog.Move(&j, acceptlog.StateReview,
-				acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, Reason: reason})}}, nil
+			return gmailrelay.Change{Job: &j, Lines: []gmailrelay.Line{gmailrelay.Move(&j, gmailrelay.StateReview,
+				gmailrelay.Line{Kind: gmailrelay.KindReview, Attempt: j.Attempts, Reason: reason})}}, nil
 		}); err != nil {
 			t.Fatal(err)
 		}

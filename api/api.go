@@ -18,7 +18,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/rs/zerolog"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/outbox"
 	"github.com/gmailrelay/gmailrelay/policy"
@@ -38,7 +38,7 @@ type Config struct {
 	// The log readers, fault rules, quota, policy and clock the handlers
 	// use. Nil fields are taken from Service, so a relay process
 	// wires one Service; a test may hand in others.
-	Log     acceptlog.Store
+	Log     gmailrelay.Store
 	Faults  *faultmodes.Set
 	Quota   *relay.Quota
 	Policy  *policy.Policy

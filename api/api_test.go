@@ -22,7 +22,7 @@ import (
 	"google.golang.org/api/googleapi"
 	"google.golang.org/api/option"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
@@ -163,7 +163,7 @@ func (e *env) must(method, path, token string, body any, headers ...string) repl
 	return r
 }
 
-func (e *env) job(id string) (acceptlog.Job, []acceptlog.Line) {
+func (e *env) job(id string) (gmailrelay.Job, []gmailrelay.Line) {
 	e.t.Helper()
 	j, err := e.Log.Get(context.Background(), id)
 	if err != nil {
@@ -173,10 +173,10 @@ func (e *env) job(id string) (acceptlog.Job, []acceptlog.Line) {
 	return j, lines
 }
 
-func effects(lines []acceptlog.Line) int {
+func effects(lines []gmailrelay.Line) int {
 	n := 0
 	for _, l := range lines {
-		if l.Kind == acceptlog.KindEffect {
+		if l.Kind == gmailrelay.KindEffect {
 			n++
 		}
 	}
@@ -349,12 +349,12 @@ func TestEmulatorDropResponseCutsConnection(t *testing.T) {
 		t.Errorf("emulator has %d deliveries, want 1", got)
 	}
 	j, lines := e.job(id)
-	if j.State != acceptlog.StateUnknown {
+	if j.State != gmailrelay.StateUnknown {
 		t.Errorf("state %s, want unknown", j.State)
 	}
 	var faultLine bool
 	for _, l := range lines {
-		faultLine = faultLine || (l.Kind == acceptlog.KindFault && l.RuleID == rule)
+		faultLine = faultLine || (l.Kind == gmailrelay.KindFault && l.RuleID == rule)
 	}
 	if !faultLine {
 		t.Errorf("no fault line naming rule %s in %+v", rule, lines)
@@ -493,7 +493,7 @@ func TestEmulatorQuotaSpentIs429AndSendsNothing(t *testing.T) {
 	if got := e.Emulator.Deliveries(relay.MessageID("q2", domain)); got != 0 {
 		t.Errorf("emulator has %d deliveries for the refused send, want 0", got)
 	}
-	if _, err := e.Log.Get(context.Background(), relay.MessageID("q2", domain)); !errors.Is(err, acceptlog.ErrNotFound) {
+	if _, err := e.Log.Get(context.Background(), relay.MessageID("q2", domain)); !errors.Is(err, gmailrelay.ErrNotFound) {
 		t.Errorf("refused send left a job: %v", err)
 	}
 }
@@ -584,7 +584,7 @@ func TestEmulatorReadingTheLog(t *testing.T) {
 	}
 	r = e.must("GET", "/v1/log", apiToken, nil, "Accept", "application/x-ndjson")
 	rows := strings.Split(strings.TrimSpace(string(r.raw)), "\n")
-	var first acceptlog.Line
+	var first gmailrelay.Line
 	if err := json.Unmarshal([]byte(rows[0]), &first); err != nil || first.Seq != 1 || len(rows) < 6 {
 		t.Errorf("ndjson: %d rows, first %+v (%v)", len(rows), first, err)
 	}
@@ -611,7 +611,7 @@ func TestEmulatorReviewResolveAndSweep(t *testing.T) {
 	if ret, ok := r.body["retention"].(map[string]any); !ok || ret["jobs"] != float64(0) {
 		t.Errorf("sweep answer %s: want retention with jobs 0", r.raw)
 	}
-	if j, _ := e.job(id); j.State != acceptlog.StateReview {
+	if j, _ := e.job(id); j.State != gmailrelay.StateReview {
 		t.Fatalf("after sweep: %s, want review", j.State)
 	}
 	path := "/v1/jobs/" + url.PathEscape(id) + "/resolve"
@@ -767,7 +767,7 @@ func TestJobIDDecodedOnce(t *testing.T) {
 		t.Fatalf("sweep: %d %s", r.status, r.raw)
 	}
 	for _, id := range []string{pct, plain} {
-		if j, _ := e.job(id); j.State != acceptlog.StateReview {
+		if j, _ := e.job(id); j.State != gmailrelay.StateReview {
 			t.Fatalf("%s after sweep: %s, want review", id, j.State)
 		}
 	}
@@ -794,10 +794,10 @@ func TestJobIDDecodedOnce(t *testing.T) {
 	if r.status != 200 || r.body["message_id"] != pct {
 		t.Fatalf("resolve %s: %d %s", pct, r.status, r.raw)
 	}
-	if j, _ := e.job(pct); j.State != acceptlog.StateSent {
+	if j, _ := e.job(pct); j.State != gmailrelay.StateSent {
 		t.Errorf("%s after its resolve: %s, want sent", pct, j.State)
 	}
-	if j, _ := e.job(plain); j.State != acceptlog.StateReview {
+	if j, _ := e.job(plain); j.State != gmailrelay.StateReview {
 		t.Errorf("%s after the other job's resolve: %s, want review (untouched)", plain, j.State)
 	}
 }
@@ -827,7 +827,7 @@ func TestSearchInjectionIDsRefusedAtIntake(t *testing.T) {
 		if c, d := e.Emulator.Count(id), e.Emulator.Deliveries(id); c != 0 || d != 0 {
 			t.Errorf("%s: emulator holds %d copies, %d deliveries; want 0, 0", id, c, d)
 		}
-		if _, err := e.Log.Get(context.Background(), id); !errors.Is(err, acceptlog.ErrNotFound) {
+		if _, err := e.Log.Get(context.Background(), id); !errors.Is(err, gmailrelay.ErrNotFound) {
 			t.Errorf("%s: log Get = %v, want ErrNotFound", id, err)
 		}
 	}
@@ -862,7 +862,7 @@ func TestObsoleteHeaderNamesRefused(t *testing.T) {
 			if d := e.Emulator.Deliveries(tt.id); d != 0 {
 				t.Errorf("emulator: %d deliveries of %s, want 0", d, tt.id)
 			}
-			if _, err := e.Log.Get(context.Background(), tt.id); !errors.Is(err, acceptlog.ErrNotFound) {
+			if _, err := e.Log.Get(context.Background(), tt.id); !errors.Is(err, gmailrelay.ErrNotFound) {
 				t.Errorf("log Get(%s) = %v, want ErrNotFound", tt.id, err)
 			}
 		})

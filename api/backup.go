@@ -8,7 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/retention"
 	"github.com/gmailrelay/gmailrelay/sweeper"
 )
@@ -41,7 +41,7 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
 	})
 	logger := zerolog.Ctx(r.Context())
 	switch {
-	case errors.Is(err, acceptlog.ErrUnsupported) && !started:
+	case errors.Is(err, gmailrelay.ErrUnsupported) && !started:
 		// The log is in PostgreSQL: its backups are pg_dump's.
 		writeJSON(w, http.StatusNotImplemented, errorBody{Error: errorDetail{Code: "unsupported", Message: err.Error()}})
 	case err != nil && !started:

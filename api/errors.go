@@ -8,7 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/internal/fielderr"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -56,7 +56,7 @@ func asRelayError(err error) *relay.Error {
 	if errors.As(err, &fe) {
 		return relay.Invalid(fe.Field, "%s", fe.Message)
 	}
-	if errors.Is(err, acceptlog.ErrNotFound) {
+	if errors.Is(err, gmailrelay.ErrNotFound) {
 		return relay.Errorf(relay.CodeNotFound, "no job with that Message-ID")
 	}
 	return &relay.Error{Code: relay.CodeInternal, Message: "internal error", Err: err}
@@ -76,7 +76,7 @@ const (
 // shape only (the Gmail shape answers as Gmail, whose own quota answers
 // carry none), and writes the body in shape. messageID and state, when
 // set, are added to the relay's shape (a 409 names the job it is about).
-func answerError(w http.ResponseWriter, r *http.Request, err error, shape errorShape, messageID string, state acceptlog.State) {
+func answerError(w http.ResponseWriter, r *http.Request, err error, shape errorShape, messageID string, state gmailrelay.State) {
 	re := asRelayError(err)
 	status, ok := statusOf[re.Code]
 	if !ok {
@@ -104,7 +104,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // writeErrorFor answers err in the relay's error JSON, naming the job.
-func writeErrorFor(w http.ResponseWriter, r *http.Request, err error, messageID string, state acceptlog.State) {
+func writeErrorFor(w http.ResponseWriter, r *http.Request, err error, messageID string, state gmailrelay.State) {
 	answerError(w, r, err, relayShape, messageID, state)
 }
 

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -122,7 +122,7 @@ func rawOnly(body []byte) (gmailMessage, bool) {
 // writeGmailSent answers a sent job as writeJSON(w, 200, gmailMessage{…})
 // does, byte for byte, without the encoder (TestWriteGmailSentIsWriteJSON);
 // ids that are not plain strings go through writeJSON.
-func writeGmailSent(w http.ResponseWriter, j acceptlog.Job) {
+func writeGmailSent(w http.ResponseWriter, j gmailrelay.Job) {
 	b := make([]byte, 0, 64+len(j.GmailID)+len(j.ThreadID)+16*len(j.LabelIDs))
 	b = append(b, '{')
 	sep := false
@@ -277,9 +277,9 @@ func (s *Server) gmailSendRaw(w http.ResponseWriter, r *http.Request, start time
 // JSON on failures; a job the relay owns (202) carries the relay's view.
 func (s *Server) writeGmailAnswer(w http.ResponseWriter, r *http.Request, res relay.Result) {
 	switch j := res.Job; j.State {
-	case acceptlog.StateSent:
+	case gmailrelay.StateSent:
 		writeGmailSent(w, j)
-	case acceptlog.StateFailed:
+	case gmailrelay.StateFailed:
 		writeGmailError(w, r, failureError(j, res))
 	default:
 		a := s.ownedAnswer(w, r, res)

@@ -6,13 +6,13 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // TestWriteGmailSentIsWriteJSON: the hand-written 200 answer is
 // writeJSON's, byte for byte and header for header.
 func TestWriteGmailSentIsWriteJSON(t *testing.T) {
-	for _, j := range []acceptlog.Job{
+	for _, j := range []gmailrelay.Job{
 		{GmailID: "18c2f0a1b2c3d4e5", ThreadID: "18c2f0a1b2c3d4e5", LabelIDs: []string{"SENT"}},
 		{GmailID: "a", LabelIDs: []string{"SENT", "INBOX", "UNREAD"}},
 		{ThreadID: "t"}, {}, {LabelIDs: []string{}}, {LabelIDs: []string{"x"}},

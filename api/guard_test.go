@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -74,7 +74,7 @@ func (e *env) wantNothingSent(key string) {
 	if n := e.Emulator.Deliveries(""); n != 0 {
 		e.t.Fatalf("the emulator has %d deliveries; a refused request sent one", n)
 	}
-	jobs, _, err := e.Log.List(e.t.Context(), acceptlog.ListOptions{})
+	jobs, _, err := e.Log.List(e.t.Context(), gmailrelay.ListOptions{})
 	if err != nil || len(jobs) != 0 {
 		e.t.Fatalf("the log holds %d jobs (%v) after a refused request", len(jobs), err)
 	}

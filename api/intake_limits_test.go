@@ -11,7 +11,7 @@ import (
 	"google.golang.org/api/gmail/v1"
 	"google.golang.org/api/googleapi"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -37,7 +37,7 @@ func wantGmail400(t *testing.T, what string, err error, parts ...string) {
 // wantNothing checks the relay logged no job for id and Gmail got nothing.
 func (e *env) wantNothing(id string) {
 	e.t.Helper()
-	if _, err := e.Log.Get(context.Background(), id); !errors.Is(err, acceptlog.ErrNotFound) {
+	if _, err := e.Log.Get(context.Background(), id); !errors.Is(err, gmailrelay.ErrNotFound) {
 		e.t.Errorf("%s: log Get = %v, want ErrNotFound", id, err)
 	}
 	if d := e.Emulator.Deliveries(id); d != 0 {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -33,11 +33,11 @@ func TestLogCursorNeverGoesBack(t *testing.T) {
 					t.Fatalf("send %s: %d %s", k, r.status, r.raw)
 				}
 			}
-			read := func(after uint64) ([]acceptlog.Line, uint64) {
+			read := func(after uint64) ([]gmailrelay.Line, uint64) {
 				t.Helper()
 				return e.logPage(t, after, tc.query, tc.ndjson)
 			}
-			var seen []acceptlog.Line
+			var seen []gmailrelay.Line
 			after := uint64(0)
 			for page := 0; ; page++ {
 				lines, next := read(after)
@@ -82,7 +82,7 @@ func TestLogCursorNeverGoesBack(t *testing.T) {
 
 // logPage reads GET /v1/log after after, two lines a page, as JSON or
 // NDJSON (the cursor then in X-Next).
-func (e *env) logPage(t *testing.T, after uint64, query string, ndjson bool) ([]acceptlog.Line, uint64) {
+func (e *env) logPage(t *testing.T, after uint64, query string, ndjson bool) ([]gmailrelay.Line, uint64) {
 	t.Helper()
 	var hdr []string
 	if ndjson {
@@ -93,8 +93,8 @@ func (e *env) logPage(t *testing.T, after uint64, query string, ndjson bool) ([]
 		t.Fatalf("log after %d: %d %s", after, r.status, r.raw)
 	}
 	var page struct {
-		Lines []acceptlog.Line `json:"lines"`
-		Next  uint64           `json:"next"`
+		Lines []gmailrelay.Line `json:"lines"`
+		Next  uint64            `json:"next"`
 	}
 	if !ndjson {
 		if err := json.Unmarshal(r.raw, &page); err != nil {
@@ -106,7 +106,7 @@ func (e *env) logPage(t *testing.T, after uint64, query string, ndjson bool) ([]
 		if row == "" {
 			continue
 		}
-		var l acceptlog.Line
+		var l gmailrelay.Line
 		if err := json.Unmarshal([]byte(row), &l); err != nil {
 			t.Fatalf("ndjson row %q: %v", row, err)
 		}
@@ -122,8 +122,8 @@ func (e *env) logPage(t *testing.T, after uint64, query string, ndjson bool) ([]
 // appendLine appends one search line to the job of key and returns its Seq.
 func (e *env) appendLine(t *testing.T, key string) uint64 {
 	t.Helper()
-	_, lines, err := e.Log.Mutate(context.Background(), relayID(key), func(*acceptlog.Job) (acceptlog.Change, error) {
-		return acceptlog.Change{Lines: []acceptlog.Line{{Kind: acceptlog.KindSearch}}}, nil
+	_, lines, err := e.Log.Mutate(context.Background(), relayID(key), func(*gmailrelay.Job) (gmailrelay.Change, error) {
+		return gmailrelay.Change{Lines: []gmailrelay.Line{{Kind: gmailrelay.KindSearch}}}, nil
 	})
 	if err != nil || len(lines) != 1 {
 		t.Fatalf("append a line to %s: %v %v", key, lines, err)
@@ -135,7 +135,7 @@ func relayID(key string) string { return relay.MessageID(key, domain) }
 
 // mailboxLineCount is how many of lines a ?mailbox=support query keeps
 // (all of them without one).
-func (e *env) mailboxLineCount(lines []acceptlog.Line, query string) int {
+func (e *env) mailboxLineCount(lines []gmailrelay.Line, query string) int {
 	if query == "" {
 		return len(lines)
 	}

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/outbox"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -70,7 +70,7 @@ func (s *Server) mailboxParam(r *http.Request) (string, error) {
 // mailboxName is the name of the mailbox a job belongs to, as the relay
 // resolves it (jobs logged before mailboxes had names belong to the
 // default mailbox); "" when no mailbox of the policy has it.
-func (s *Server) mailboxName(j acceptlog.Job) string {
+func (s *Server) mailboxName(j gmailrelay.Job) string {
 	if s.svc == nil {
 		return j.Mailbox
 	}
@@ -83,7 +83,7 @@ func (s *Server) mailboxName(j acceptlog.Job) string {
 
 // viewMailbox is the mailbox name a job's answers and views show: its
 // mailbox's name as the relay resolves it, else what the job recorded.
-func (s *Server) viewMailbox(j acceptlog.Job) string {
+func (s *Server) viewMailbox(j gmailrelay.Job) string {
 	if name := s.mailboxName(j); name != "" {
 		return name
 	}
@@ -93,9 +93,9 @@ func (s *Server) viewMailbox(j acceptlog.Job) string {
 // listMailboxJobs is List keeping the jobs of mailbox only: it reads pages
 // until limit jobs match, the log ends or maxFilterPages were read; next
 // is the cursor after the last job read ("" at the end).
-func (s *Server) listMailboxJobs(ctx context.Context, o acceptlog.ListOptions, mailbox string) ([]acceptlog.Job, string, error) {
-	limit := acceptlog.PageLimit(o.Limit)
-	var out []acceptlog.Job
+func (s *Server) listMailboxJobs(ctx context.Context, o gmailrelay.ListOptions, mailbox string) ([]gmailrelay.Job, string, error) {
+	limit := gmailrelay.PageLimit(o.Limit)
+	var out []gmailrelay.Job
 	for range maxFilterPages {
 		page, next, err := s.cfg.Log.List(ctx, o)
 		if err != nil {
@@ -125,10 +125,10 @@ func (s *Server) listMailboxJobs(ctx context.Context, o acceptlog.ListOptions, m
 // (each job's mailbox read once per request), scanning until limit lines
 // match, the log ends or maxFilterPages were read; next is the cursor to
 // continue from (logCursor of the lines scanned, not only those kept).
-func (s *Server) mailboxLines(ctx context.Context, after uint64, limit int, mailbox string) ([]acceptlog.Line, uint64, error) {
-	limit = acceptlog.PageLimit(limit)
+func (s *Server) mailboxLines(ctx context.Context, after uint64, limit int, mailbox string) ([]gmailrelay.Line, uint64, error) {
+	limit = gmailrelay.PageLimit(limit)
 	of := map[string]string{} // Message-ID → mailbox name
-	var out []acceptlog.Line
+	var out []gmailrelay.Line
 	for range maxFilterPages {
 		page, next, err := s.cfg.Log.Lines(ctx, after, limit)
 		if err != nil {
@@ -139,7 +139,7 @@ func (s *Server) mailboxLines(ctx context.Context, after uint64, limit int, mail
 			if !ok {
 				j, err := s.cfg.Log.Get(ctx, l.MessageID)
 				switch {
-				case errors.Is(err, acceptlog.ErrNotFound):
+				case errors.Is(err, gmailrelay.ErrNotFound):
 				case err != nil:
 					return nil, 0, err
 				default:

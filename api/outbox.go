@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/outbox"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -44,19 +44,19 @@ func (s *Server) eta(ctx context.Context, id string) *time.Time {
 // listedJob is a job of GET /v1/jobs: its eta when queued, and the
 // stored message's recipients and subject (see listedJobs).
 type listedJob struct {
-	acceptlog.Job
+	gmailrelay.Job
 	ETA *time.Time `json:"eta,omitempty"`
 	relay.Summary
 }
 
 // withETAs adds the eta of every queued job of a listing.
-func (s *Server) withETAs(ctx context.Context, jobs []acceptlog.Job) []listedJob {
+func (s *Server) withETAs(ctx context.Context, jobs []gmailrelay.Job) []listedJob {
 	out := make([]listedJob, len(jobs))
 	var etas map[string]time.Time
 	for i, j := range jobs {
 		out[i].Job = j
 		out[i].Mailbox = s.viewMailbox(j)
-		if j.State != acceptlog.StateQueued {
+		if j.State != gmailrelay.StateQueued {
 			continue
 		}
 		if etas == nil {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/outbox"
@@ -61,7 +61,7 @@ func TestEmulatorBusyQueuesRejectRefusesAndCancel(t *testing.T) {
 	}
 	j, lines := e.job(id)
 	last := lines[len(lines)-1]
-	if j.State != acceptlog.StateAbandoned || last.Kind != acceptlog.KindResolved || last.Reason != acceptlog.ReasonCancelled || last.Actor == "" {
+	if j.State != gmailrelay.StateAbandoned || last.Kind != gmailrelay.KindResolved || last.Reason != gmailrelay.ReasonCancelled || last.Actor == "" {
 		t.Errorf("cancelled job %s, last line %+v; want abandoned with a resolved cancelled line and an actor", j.State, last)
 	}
 	if r := e.must("DELETE", "/v1/jobs/"+url.PathEscape(relay.MessageID("o1", domain)), apiToken, nil); r.status != 409 {
@@ -99,8 +99,8 @@ func TestEmulatorGmailRateLimitOnTheAttemptQueues(t *testing.T) {
 		t.Helper()
 		j, lines := e.job(id)
 		last := lines[len(lines)-1]
-		if r.status != 202 || state != "queued" || j.State != acceptlog.StateQueued ||
-			last.Kind != acceptlog.KindNotSent || last.Reason != acceptlog.ReasonRateLimited {
+		if r.status != 202 || state != "queued" || j.State != gmailrelay.StateQueued ||
+			last.Kind != gmailrelay.KindNotSent || last.Reason != gmailrelay.ReasonRateLimited {
 			t.Fatalf("%s under Gmail's 429: %d %s, job %s, last line %+v; want 202 queued, a not_sent rate_limited line",
 				what, r.status, r.raw, j.State, last)
 		}
@@ -108,7 +108,7 @@ func TestEmulatorGmailRateLimitOnTheAttemptQueues(t *testing.T) {
 		if p := e.must("POST", "/admin/outbox", adminToken, nil); p.status != 200 {
 			t.Fatalf("outbox pass: %d %s", p.status, p.raw)
 		}
-		if j, _ := e.job(id); j.State != acceptlog.StateSent || e.Emulator.Deliveries(id) != 1 {
+		if j, _ := e.job(id); j.State != gmailrelay.StateSent || e.Emulator.Deliveries(id) != 1 {
 			t.Errorf("%s after the pause: %s, %d deliveries; want sent once", what, j.State, e.Emulator.Deliveries(id))
 		}
 	}
@@ -131,7 +131,7 @@ func TestEmulatorGmailRateLimitOnTheAttemptQueues(t *testing.T) {
 	if r := e.must("POST", "/gmail/v1/users/me/messages/send", apiToken, raw("<rl3@example.com>")); r.status != 429 {
 		t.Errorf("Gmail path without the header under Gmail's 429: %d %s, want 429", r.status, r.raw)
 	}
-	if j, _ := e.job("<rl3@example.com>"); j.State != acceptlog.StateFailed || !j.Retryable || e.Emulator.Deliveries("<rl3@example.com>") != 0 {
+	if j, _ := e.job("<rl3@example.com>"); j.State != gmailrelay.StateFailed || !j.Retryable || e.Emulator.Deliveries("<rl3@example.com>") != 0 {
 		t.Errorf("Gmail path job: %s retryable %v, want failed, retryable, not delivered", j.State, j.Retryable)
 	}
 }

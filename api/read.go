@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/outbox"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -20,7 +20,7 @@ import (
 // at a time in Message-ID order (after, limit; see acceptlog.Log.List).
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	o := acceptlog.ListOptions{State: acceptlog.State(q.Get("state")), Channel: q.Get("channel"), After: q.Get("after")}
+	o := gmailrelay.ListOptions{State: gmailrelay.State(q.Get("state")), Channel: q.Get("channel"), After: q.Get("after")}
 	if o.State != "" && !o.State.Valid() {
 		writeError(w, r, relay.Invalid("state", "unknown state %q", o.State))
 		return
@@ -31,7 +31,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o.Limit = limit
-	var jobs []acceptlog.Job
+	var jobs []gmailrelay.Job
 	var next string
 	if mailbox == "" {
 		jobs, next, err = s.cfg.Log.List(r.Context(), o)
@@ -43,7 +43,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if jobs == nil {
-		jobs = []acceptlog.Job{}
+		jobs = []gmailrelay.Job{}
 	}
 	items, err := s.listedJobs(r.Context(), jobs)
 	if err != nil {
@@ -57,14 +57,14 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 // each job without opening it, the To addresses and subject read from the
 // stored message (empty when retention dropped it). One stored message is
 // read at a time.
-func (s *Server) listedJobs(ctx context.Context, jobs []acceptlog.Job) ([]listedJob, error) {
+func (s *Server) listedJobs(ctx context.Context, jobs []gmailrelay.Job) ([]listedJob, error) {
 	out := s.withETAs(ctx, jobs)
 	for i := range out {
 		raw, err := s.cfg.Log.Raw(ctx, out[i].MessageID)
 		switch {
 		case err == nil:
 			out[i].Summary = relay.Summarize(raw)
-		case errors.Is(err, acceptlog.ErrNotFound):
+		case errors.Is(err, gmailrelay.ErrNotFound):
 			out[i].Summary = relay.Summary{To: []string{}}
 		default:
 			return nil, err
@@ -73,13 +73,13 @@ func (s *Server) listedJobs(ctx context.Context, jobs []acceptlog.Job) ([]listed
 	return out, nil
 }
 
-var statesForMetrics = acceptlog.States
+var statesForMetrics = gmailrelay.States
 
 // jobView is a job with its lines, oldest first.
 type jobView struct {
-	acceptlog.Job
-	URL   string           `json:"url"`
-	Lines []acceptlog.Line `json:"lines"`
+	gmailrelay.Job
+	URL   string            `json:"url"`
+	Lines []gmailrelay.Line `json:"lines"`
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
@@ -120,7 +120,7 @@ func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	var lines []acceptlog.Line
+	var lines []gmailrelay.Line
 	var next uint64
 	if mailbox == "" {
 		lines, _, err = s.cfg.Log.Lines(r.Context(), after, limit)
@@ -142,7 +142,7 @@ func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if lines == nil {
-		lines = []acceptlog.Line{}
+		lines = []gmailrelay.Line{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"lines": lines, "next": next})
 }
@@ -152,7 +152,7 @@ func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 // was none. Unlike the log's own next, which is 0 once no more lines
 // follow, it never goes back, so a reader polling with it sees only new
 // lines; a reader has caught up when it comes back equal to after.
-func logCursor(after uint64, lines []acceptlog.Line) uint64 {
+func logCursor(after uint64, lines []gmailrelay.Line) uint64 {
 	if len(lines) == 0 {
 		return after
 	}
@@ -161,7 +161,7 @@ func logCursor(after uint64, lines []acceptlog.Line) uint64 {
 
 // Stats is the body of GET /v1/stats.
 type Stats struct {
-	acceptlog.Stats
+	gmailrelay.Stats
 	EffectLines      int                     `json:"effect_lines"`
 	DuplicatesFound  int                     `json:"duplicates_found"`
 	HandleRewrites   int                     `json:"handle_rewrites"`
@@ -174,7 +174,7 @@ type Stats struct {
 	LogBytes int64 `json:"log_bytes"`
 	// Pruned sums the retention passes since start (absent when retention
 	// is off).
-	Pruned *acceptlog.PruneResult `json:"pruned,omitempty"`
+	Pruned *gmailrelay.PruneResult `json:"pruned,omitempty"`
 	// Outbox is the queue and the daily budgets, over the mailboxes.
 	Outbox outbox.Snapshot `json:"outbox"`
 	// Mailboxes holds each mailbox's figures by name (only the one
@@ -213,11 +213,11 @@ func (s *Server) collectStats(ctx context.Context, mailbox string) (Stats, error
 	if err != nil {
 		return Stats{}, err
 	}
-	out := Stats{Stats: st, EffectLines: st.ByKind[acceptlog.KindEffect],
-		DuplicatesFound: st.ByReason[acceptlog.KindReview][string(acceptlog.ReasonDuplicate)] +
-			st.ByReason[acceptlog.KindReview][string(acceptlog.ReasonDuplicateDelivery)],
-		HandleRewrites:  st.ByReason[acceptlog.KindHandle][string(acceptlog.ReasonHandleRewritten)],
-		ReviewDepth:     st.ByState[acceptlog.StateReview],
+	out := Stats{Stats: st, EffectLines: st.ByKind[gmailrelay.KindEffect],
+		DuplicatesFound: st.ByReason[gmailrelay.KindReview][string(gmailrelay.ReasonDuplicate)] +
+			st.ByReason[gmailrelay.KindReview][string(gmailrelay.ReasonDuplicateDelivery)],
+		HandleRewrites:  st.ByReason[gmailrelay.KindHandle][string(gmailrelay.ReasonHandleRewritten)],
+		ReviewDepth:     st.ByState[gmailrelay.StateReview],
 		QuotaUnitsSpent: s.cfg.Quota.Spent(),
 		FaultsInjected:  map[faultmodes.Mode]int{},
 		Sandbox:         s.sandbox(),

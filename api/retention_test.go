@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -43,13 +44,13 @@ func TestEmulatorRetentionKeepsReplaying(t *testing.T) {
 	}
 
 	j, lines := e.job(id)
-	if j.PrunedAt.IsZero() || j.State != acceptlog.StateSent || j.Key != key || j.GmailID == "" || j.Effects != 1 {
+	if j.PrunedAt.IsZero() || j.State != gmailrelay.StateSent || j.Key != key || j.GmailID == "" || j.Effects != 1 {
 		t.Fatalf("pruned job = %+v; want its sent record kept", j)
 	}
-	if len(lines) != 1 || lines[0].Kind != acceptlog.KindEffect {
+	if len(lines) != 1 || lines[0].Kind != gmailrelay.KindEffect {
 		t.Fatalf("pruned job lines = %+v; want only the effect line", lines)
 	}
-	if _, err := e.Log.Raw(ctx, id); !errors.Is(err, acceptlog.ErrNotFound) {
+	if _, err := e.Log.Raw(ctx, id); !errors.Is(err, gmailrelay.ErrNotFound) {
 		t.Fatalf("raw of the pruned job: %v, want ErrNotFound", err)
 	}
 
@@ -135,7 +136,7 @@ func TestEmulatorBackupDuringLoad(t *testing.T) {
 	}
 	for _, id := range before {
 		j, err := b.Get(context.Background(), id)
-		if err != nil || j.State != acceptlog.StateSent {
+		if err != nil || j.State != gmailrelay.StateSent {
 			t.Errorf("job %s, acknowledged before the backup began: %v, state %q in the backup", id, err, j.State)
 		}
 	}

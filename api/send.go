@@ -12,7 +12,7 @@ import (
 
 	"github.com/rs/zerolog/hlog"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -226,7 +226,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, start time.Time, p 
 
 func (s *Server) writeSendAnswer(w http.ResponseWriter, r *http.Request, res relay.Result) {
 	switch j := res.Job; j.State {
-	case acceptlog.StateSent:
+	case gmailrelay.StateSent:
 		labels := j.LabelIDs
 		if labels == nil {
 			labels = []string{} // [], not null
@@ -234,7 +234,7 @@ func (s *Server) writeSendAnswer(w http.ResponseWriter, r *http.Request, res rel
 		writeJSON(w, http.StatusOK, sentAnswer{MessageID: j.MessageID, State: string(j.State), Mailbox: s.viewMailbox(j),
 			GmailID: j.GmailID, ThreadID: j.ThreadID, LabelIDs: labels, Attempts: j.Attempts, Channel: j.Channel,
 			Replayed: res.Replayed})
-	case acceptlog.StateFailed:
+	case gmailrelay.StateFailed:
 		writeErrorFor(w, r, failureError(j, res), j.MessageID, j.State)
 	default: // queued, unknown, review, forwarding
 		a := s.ownedAnswer(w, r, res)
@@ -249,7 +249,7 @@ func (s *Server) ownedAnswer(w http.ResponseWriter, r *http.Request, res relay.R
 	j := res.Job
 	a := sendAnswer{MessageID: j.MessageID, State: string(j.State), Mailbox: s.viewMailbox(j), Attempts: j.Attempts,
 		Channel: j.Channel, Replayed: res.Replayed, URL: jobURL(j.MessageID)}
-	if j.State == acceptlog.StateQueued {
+	if j.State == gmailrelay.StateQueued {
 		a.ETA = s.eta(r.Context(), j.MessageID)
 	}
 	w.Header().Set("Location", a.URL)
@@ -257,25 +257,25 @@ func (s *Server) ownedAnswer(w http.ResponseWriter, r *http.Request, res relay.R
 }
 
 // failureError turns a failed job into the answer CONTRACT.md gives it.
-func failureError(j acceptlog.Job, res relay.Result) *relay.Error {
+func failureError(j gmailrelay.Job, res relay.Result) *relay.Error {
 	d := res.Fault
 	switch {
-	case j.LastReason == acceptlog.ReasonFaultInjected:
+	case j.LastReason == gmailrelay.ReasonFaultInjected:
 		return &relay.Error{Code: relay.CodeUnavailable, RetryAfter: 1,
 			Message: "fault fail-before-forward injected (rule " + d.RuleID + "): nothing was sent; safe to retry"}
-	case j.Retryable && j.LastReason == acceptlog.ReasonRateLimited:
+	case j.Retryable && j.LastReason == gmailrelay.ReasonRateLimited:
 		retry := 30 // a replayed answer: the pause is not known here
 		if res.RetryIn > 0 {
 			retry = int((res.RetryIn + time.Second - 1) / time.Second) // the mailbox's pause
 		}
 		return &relay.Error{Code: relay.CodeRateLimited, RetryAfter: retry, Message: "Gmail's rate limit: nothing was sent; retry later"}
-	case j.LastReason == acceptlog.ReasonTokenRefresh:
+	case j.LastReason == gmailrelay.ReasonTokenRefresh:
 		return &relay.Error{Code: relay.CodeUnavailable, RetryAfter: 30,
 			Message: "the relay could not refresh its Gmail token (mailbox " + cmp.Or(j.Mailbox, "default") +
 				"): nothing was sent; an operator must fix the credentials (see /readyz)"}
 	case j.Retryable:
 		return &relay.Error{Code: relay.CodeUnavailable, RetryAfter: 5, Message: "Gmail was not reached: nothing was sent; safe to retry"}
-	case j.LastReason == acceptlog.ReasonAuth:
+	case j.LastReason == gmailrelay.ReasonAuth:
 		return &relay.Error{Code: relay.CodeProviderRejected, Message: "Gmail refused the relay's credentials (status " + strconv.Itoa(j.LastStatus) + "); an operator must fix them"}
 	default:
 		msg := "Gmail rejected the message (status " + strconv.Itoa(j.LastStatus) + ")"

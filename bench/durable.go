@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 )
 
@@ -186,16 +187,16 @@ func DurableLog(ctx context.Context, dir string, conc, n int) (Metrics, error) {
 
 // newForwardingJob is the send path's first write for a new job: the job in
 // forwarding with its received and forwarding lines.
-func newForwardingJob(id string) func(*acceptlog.Job) (acceptlog.Change, error) {
-	return func(cur *acceptlog.Job) (acceptlog.Change, error) {
+func newForwardingJob(id string) func(*gmailrelay.Job) (gmailrelay.Change, error) {
+	return func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		if cur != nil {
-			return acceptlog.Change{}, fmt.Errorf("job %s exists already", id)
+			return gmailrelay.Change{}, fmt.Errorf("job %s exists already", id)
 		}
-		j := acceptlog.Job{MessageID: id, Key: id, Channel: "default", Mailbox: "me", Fingerprint: "bench",
-			State: acceptlog.StateForwarding, Attempts: 1}
-		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{
-			{Kind: acceptlog.KindReceived, Attempt: 1, Channel: "default"},
-			{Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding},
+		j := gmailrelay.Job{MessageID: id, Key: id, Channel: "default", Mailbox: "me", Fingerprint: "bench",
+			State: gmailrelay.StateForwarding, Attempts: 1}
+		return gmailrelay.Change{Job: &j, Lines: []gmailrelay.Line{
+			{Kind: gmailrelay.KindReceived, Attempt: 1, Channel: "default"},
+			{Kind: gmailrelay.KindForwarding, Attempt: 1, State: gmailrelay.StateForwarding},
 		}}, nil
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/policy"
@@ -39,12 +40,12 @@ func BuildLog(ctx context.Context, path string, cfg ScaleConfig) error {
 		return err
 	}
 	err = parallel(cfg.Jobs, buildConcurrency, func(i int) error {
-		state := acceptlog.StateSent
+		state := gmailrelay.StateSent
 		switch {
 		case i < cfg.Forwarding:
-			state = acceptlog.StateForwarding
+			state = gmailrelay.StateForwarding
 		case i < cfg.Forwarding+cfg.Review:
-			state = acceptlog.StateReview
+			state = gmailrelay.StateReview
 		}
 		id := fmt.Sprintf("<scale-%08d@%s>", i, MsgIDDomain)
 		_, _, err := log.Mutate(ctx, id, scaleJob(id, state, cfg.LinesPerJob))
@@ -58,30 +59,30 @@ func BuildLog(ctx context.Context, path string, cfg ScaleConfig) error {
 
 // scaleJob is a job in state with n lines: received, searches, and a last
 // line that carries the state.
-func scaleJob(id string, state acceptlog.State, n int) func(*acceptlog.Job) (acceptlog.Change, error) {
-	return func(cur *acceptlog.Job) (acceptlog.Change, error) {
+func scaleJob(id string, state gmailrelay.State, n int) func(*gmailrelay.Job) (gmailrelay.Change, error) {
+	return func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		if cur != nil {
-			return acceptlog.Change{}, fmt.Errorf("job %s exists already", id)
+			return gmailrelay.Change{}, fmt.Errorf("job %s exists already", id)
 		}
-		j := acceptlog.Job{MessageID: id, Key: id, Channel: policy.DefaultChannel, Mailbox: "me", Fingerprint: "bench",
+		j := gmailrelay.Job{MessageID: id, Key: id, Channel: policy.DefaultChannel, Mailbox: "me", Fingerprint: "bench",
 			State: state, Attempts: 1}
-		lines := make([]acceptlog.Line, 0, n)
-		lines = append(lines, acceptlog.Line{Kind: acceptlog.KindReceived, Attempt: 1, Channel: policy.DefaultChannel})
+		lines := make([]gmailrelay.Line, 0, n)
+		lines = append(lines, gmailrelay.Line{Kind: gmailrelay.KindReceived, Attempt: 1, Channel: policy.DefaultChannel})
 		for len(lines) < n-1 {
-			lines = append(lines, acceptlog.Line{Kind: acceptlog.KindSearch, Attempt: 1,
+			lines = append(lines, gmailrelay.Line{Kind: gmailrelay.KindSearch, Attempt: 1,
 				Query: "rfc822msgid:" + id[1:len(id)-1], Check: len(lines)})
 		}
-		last := acceptlog.Line{Attempt: 1, State: state}
+		last := gmailrelay.Line{Attempt: 1, State: state}
 		switch state {
-		case acceptlog.StateForwarding:
-			last.Kind = acceptlog.KindForwarding
-		case acceptlog.StateReview:
-			last.Kind, last.Reason = acceptlog.KindReview, "duplicate"
+		case gmailrelay.StateForwarding:
+			last.Kind = gmailrelay.KindForwarding
+		case gmailrelay.StateReview:
+			last.Kind, last.Reason = gmailrelay.KindReview, "duplicate"
 		default:
 			j.Effects = 1
-			last.Kind, last.Source, last.GmailID = acceptlog.KindEffect, acceptlog.SourceResponse, "18c0ffee00000000"
+			last.Kind, last.Source, last.GmailID = gmailrelay.KindEffect, gmailrelay.SourceResponse, "18c0ffee00000000"
 		}
-		return acceptlog.Change{Job: &j, Lines: append(lines, last)}, nil
+		return gmailrelay.Change{Job: &j, Lines: append(lines, last)}, nil
 	}
 }
 
@@ -112,7 +113,7 @@ func OpenAndRecover(ctx context.Context, path string) (Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	unknown, err := log.ByState(ctx, acceptlog.StateUnknown, 0)
+	unknown, err := log.ByState(ctx, gmailrelay.StateUnknown, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -133,12 +134,12 @@ func ReviewQueue(ctx context.Context, path string, want, reps int) (time.Duratio
 		return 0, err
 	}
 	defer log.Close()
-	if _, err := log.ByState(ctx, acceptlog.StateReview, 100); err != nil { // warm the pages
+	if _, err := log.ByState(ctx, gmailrelay.StateReview, 100); err != nil { // warm the pages
 		return 0, err
 	}
 	start := time.Now()
 	for range reps {
-		jobs, err := log.ByState(ctx, acceptlog.StateReview, 100)
+		jobs, err := log.ByState(ctx, gmailrelay.StateReview, 100)
 		if err != nil {
 			return 0, err
 		}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/api/gmail/v1"
 	"google.golang.org/api/option"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
@@ -53,7 +54,7 @@ type SendConfig struct {
 	Dir string
 	// Log, when set, is the acceptance log to use instead of a bbolt file
 	// in Dir (the caller closes it); the relay then runs in this process.
-	Log acceptlog.Store
+	Log gmailrelay.Store
 	// Processes runs the emulator and the relay each in a process of its
 	// own (see SendOverhead); the test binary's TestMain must call
 	// RunChild when IsChild. Ignored when Log is set.

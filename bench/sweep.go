@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
@@ -143,7 +144,7 @@ func Sweep(ctx context.Context, cfg SweepConfig) (Metrics, error) {
 			if err != nil {
 				return nil, err
 			}
-			if st.ByState[acceptlog.StateUnknown]+st.ByState[acceptlog.StateForwarding] == 0 {
+			if st.ByState[gmailrelay.StateUnknown]+st.ByState[gmailrelay.StateForwarding] == 0 {
 				settledAt, settledUnits = clock.Now(), emu.Stats().QuotaUnits
 			}
 		}
@@ -224,19 +225,19 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
 // unknownJob logs a job whose only attempt was ambiguous, its grace already
 // over (due now), with its message stored for a resend.
-func unknownJob(id string, raw []byte, now time.Time, grace time.Duration) func(*acceptlog.Job) (acceptlog.Change, error) {
-	return func(cur *acceptlog.Job) (acceptlog.Change, error) {
+func unknownJob(id string, raw []byte, now time.Time, grace time.Duration) func(*gmailrelay.Job) (gmailrelay.Change, error) {
+	return func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		if cur != nil {
-			return acceptlog.Change{}, fmt.Errorf("job %s exists already", id)
+			return gmailrelay.Change{}, fmt.Errorf("job %s exists already", id)
 		}
 		at := now.Add(-grace)
-		j := acceptlog.Job{MessageID: id, Key: id, Channel: policy.DefaultChannel, Mailbox: policy.DefaultMailbox, Fingerprint: "bench",
-			State: acceptlog.StateUnknown, Attempts: 1, LastReason: "timeout", AmbiguousAt: at, NextCheckAt: now,
+		j := gmailrelay.Job{MessageID: id, Key: id, Channel: policy.DefaultChannel, Mailbox: policy.DefaultMailbox, Fingerprint: "bench",
+			State: gmailrelay.StateUnknown, Attempts: 1, LastReason: "timeout", AmbiguousAt: at, NextCheckAt: now,
 			CreatedAt: at, UpdatedAt: at}
-		return acceptlog.Change{Job: &j, Raw: raw, Lines: []acceptlog.Line{
-			{Time: at, Kind: acceptlog.KindReceived, Attempt: 1, Channel: policy.DefaultChannel},
-			{Time: at, Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding},
-			{Time: at, Kind: acceptlog.KindAmbiguous, Attempt: 1, State: acceptlog.StateUnknown, Reason: "timeout"},
+		return gmailrelay.Change{Job: &j, Raw: raw, Lines: []gmailrelay.Line{
+			{Time: at, Kind: gmailrelay.KindReceived, Attempt: 1, Channel: policy.DefaultChannel},
+			{Time: at, Kind: gmailrelay.KindForwarding, Attempt: 1, State: gmailrelay.StateForwarding},
+			{Time: at, Kind: gmailrelay.KindAmbiguous, Attempt: 1, State: gmailrelay.StateUnknown, Reason: "timeout"},
 		}}, nil
 	}
 }
@@ -245,7 +246,7 @@ func unknownJob(id string, raw []byte, now time.Time, grace time.Duration) func(
 // jobs were really sent: right is sent, one effect, one message. The others
 // were not: right is sent after exactly one resend (one message, two
 // attempts), or still unknown with a check scheduled and no message.
-func judge(ctx context.Context, log acceptlog.Store, emu *gmailfake.Server, ids []string) (resolved, pending, wrong int, err error) {
+func judge(ctx context.Context, log gmailrelay.Store, emu *gmailfake.Server, ids []string) (resolved, pending, wrong int, err error) {
 	counts := map[string]int{}
 	for _, m := range emu.Messages("") {
 		counts[m.MessageID]++
@@ -255,13 +256,13 @@ func judge(ctx context.Context, log acceptlog.Store, emu *gmailfake.Server, ids 
 		if err != nil {
 			return 0, 0, 0, err
 		}
-		sent := j.State == acceptlog.StateSent && counts[id] == 1 && j.Effects == 1
+		sent := j.State == gmailrelay.StateSent && counts[id] == 1 && j.Effects == 1
 		switch {
 		case i%2 == 0 && sent && j.Attempts == 1:
 			resolved++
 		case i%2 == 1 && sent && j.Attempts == 2:
 			resolved++
-		case i%2 == 1 && j.State == acceptlog.StateUnknown && !j.NextCheckAt.IsZero() && counts[id] == 0:
+		case i%2 == 1 && j.State == gmailrelay.StateUnknown && !j.NextCheckAt.IsZero() && counts[id] == 0:
 			pending++
 		default:
 			wrong++

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -23,18 +23,18 @@ type service struct {
 func (s *service) Now() time.Time { return s.svc.Now() }
 func (s *service) Mode() string   { return s.mode }
 
-func (s *service) Stats(ctx context.Context) (acceptlog.Stats, error) {
+func (s *service) Stats(ctx context.Context) (gmailrelay.Stats, error) {
 	return s.svc.Log().Stats(ctx)
 }
 
-func (s *service) List(ctx context.Context, o acceptlog.ListOptions) ([]acceptlog.Job, string, error) {
+func (s *service) List(ctx context.Context, o gmailrelay.ListOptions) ([]gmailrelay.Job, string, error) {
 	return s.svc.Log().List(ctx, o)
 }
 
-func (s *service) Job(ctx context.Context, id string) (acceptlog.Job, []acceptlog.Line, error) {
+func (s *service) Job(ctx context.Context, id string) (gmailrelay.Job, []gmailrelay.Line, error) {
 	j, err := s.svc.Log().Get(ctx, id)
 	if err != nil {
-		return acceptlog.Job{}, nil, err
+		return gmailrelay.Job{}, nil, err
 	}
 	lines, err := s.svc.Log().JobLines(ctx, id)
 	return j, lines, err
@@ -44,11 +44,11 @@ func (s *service) Raw(ctx context.Context, id string) ([]byte, error) {
 	return s.svc.Log().Raw(ctx, id)
 }
 
-func (s *service) Lines(ctx context.Context, after uint64, limit int) ([]acceptlog.Line, uint64, error) {
+func (s *service) Lines(ctx context.Context, after uint64, limit int) ([]gmailrelay.Line, uint64, error) {
 	return s.svc.Log().Lines(ctx, after, limit)
 }
 
-func (s *service) Resolve(ctx context.Context, id, action, note, actor string, seen int) (acceptlog.Job, error) {
+func (s *service) Resolve(ctx context.Context, id, action, note, actor string, seen int) (gmailrelay.Job, error) {
 	res, err := s.svc.Resolve(ctx, id, action, note, actor, seen)
 	return res.Job, err
 }

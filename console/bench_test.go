@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/console"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
@@ -72,40 +73,40 @@ func fillLog(b *testing.B, path string) (*acceptlog.Log, func() time.Time) {
 	return lg, now
 }
 
-func benchJob(id string, i int) func(*acceptlog.Job) (acceptlog.Change, error) {
-	return func(cur *acceptlog.Job) (acceptlog.Change, error) {
+func benchJob(id string, i int) func(*gmailrelay.Job) (gmailrelay.Change, error) {
+	return func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		ch := "default"
 		if i%10 == 0 {
 			ch = "billing"
 		}
-		j := acceptlog.Job{MessageID: id, Key: fmt.Sprintf("cus_%d:order.shipped:ord_%d", i%5000, i), Channel: ch,
+		j := gmailrelay.Job{MessageID: id, Key: fmt.Sprintf("cus_%d:order.shipped:ord_%d", i%5000, i), Channel: ch,
 			Mailbox: "me", Fingerprint: "bench", Attempts: 1}
 		q := "rfc822msgid:" + strings.Trim(id, "<>")
-		lines := []acceptlog.Line{{Kind: acceptlog.KindReceived, Attempt: 1, Channel: ch},
-			{Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding}}
+		lines := []gmailrelay.Line{{Kind: gmailrelay.KindReceived, Attempt: 1, Channel: ch},
+			{Kind: gmailrelay.KindForwarding, Attempt: 1, State: gmailrelay.StateForwarding}}
 		switch i % 100 {
 		case 0:
-			j.State = acceptlog.StateReview
-			lines = append(lines, acceptlog.Line{Kind: acceptlog.KindAmbiguous, Attempt: 1, State: acceptlog.StateUnknown, Reason: "timeout"},
-				acceptlog.Line{Kind: acceptlog.KindSearch, Attempt: 1, Query: q, Hits: 2, SentHits: 2, Check: 1},
-				acceptlog.Line{Kind: acceptlog.KindReview, Attempt: 1, State: acceptlog.StateReview, Reason: "duplicate",
+			j.State = gmailrelay.StateReview
+			lines = append(lines, gmailrelay.Line{Kind: gmailrelay.KindAmbiguous, Attempt: 1, State: gmailrelay.StateUnknown, Reason: "timeout"},
+				gmailrelay.Line{Kind: gmailrelay.KindSearch, Attempt: 1, Query: q, Hits: 2, SentHits: 2, Check: 1},
+				gmailrelay.Line{Kind: gmailrelay.KindReview, Attempt: 1, State: gmailrelay.StateReview, Reason: "duplicate",
 					Query: q, Hits: 2, SentHits: 2, Check: 1, Note: "the mailbox holds this message more than once"})
 		case 1:
-			j.State = acceptlog.StateFailed
-			lines = append(lines, acceptlog.Line{Kind: acceptlog.KindNotSent, Attempt: 1, State: acceptlog.StateFailed, Status: 400, Reason: "rejected"})
+			j.State = gmailrelay.StateFailed
+			lines = append(lines, gmailrelay.Line{Kind: gmailrelay.KindNotSent, Attempt: 1, State: gmailrelay.StateFailed, Status: 400, Reason: "rejected"})
 		case 2:
-			j.State, j.AmbiguousAt, j.NextCheckAt = acceptlog.StateUnknown, time.Date(2026, 12, 1, 6, 0, 0, i, time.UTC), time.Date(2026, 12, 1, 7, 0, 0, i, time.UTC)
-			lines = append(lines, acceptlog.Line{Kind: acceptlog.KindAmbiguous, Attempt: 1, State: acceptlog.StateUnknown, Reason: "timeout"})
+			j.State, j.AmbiguousAt, j.NextCheckAt = gmailrelay.StateUnknown, time.Date(2026, 12, 1, 6, 0, 0, i, time.UTC), time.Date(2026, 12, 1, 7, 0, 0, i, time.UTC)
+			lines = append(lines, gmailrelay.Line{Kind: gmailrelay.KindAmbiguous, Attempt: 1, State: gmailrelay.StateUnknown, Reason: "timeout"})
 		case 3:
-			j.State = acceptlog.StateAbandoned
-			lines = append(lines, acceptlog.Line{Kind: acceptlog.KindAmbiguous, Attempt: 1, State: acceptlog.StateUnknown, Reason: "timeout"},
-				acceptlog.Line{Kind: acceptlog.KindResolved, Attempt: 1, State: acceptlog.StateAbandoned, Reason: "abandon", Actor: "ui", Note: "n"})
+			j.State = gmailrelay.StateAbandoned
+			lines = append(lines, gmailrelay.Line{Kind: gmailrelay.KindAmbiguous, Attempt: 1, State: gmailrelay.StateUnknown, Reason: "timeout"},
+				gmailrelay.Line{Kind: gmailrelay.KindResolved, Attempt: 1, State: gmailrelay.StateAbandoned, Reason: "abandon", Actor: "ui", Note: "n"})
 		default:
-			j.State, j.Effects, j.GmailID = acceptlog.StateSent, 1, fmt.Sprintf("18c%013x", i)
-			lines = append(lines, acceptlog.Line{Kind: acceptlog.KindEffect, Attempt: 1, State: acceptlog.StateSent,
-				Source: acceptlog.SourceResponse, GmailID: j.GmailID})
+			j.State, j.Effects, j.GmailID = gmailrelay.StateSent, 1, fmt.Sprintf("18c%013x", i)
+			lines = append(lines, gmailrelay.Line{Kind: gmailrelay.KindEffect, Attempt: 1, State: gmailrelay.StateSent,
+				Source: gmailrelay.SourceResponse, GmailID: j.GmailID})
 		}
-		return acceptlog.Change{Job: &j, Lines: lines}, nil
+		return gmailrelay.Change{Job: &j, Lines: lines}, nil
 	}
 }
 
@@ -163,7 +164,7 @@ func BenchmarkPages(b *testing.B) {
 	if st.Jobs != benchJobs {
 		b.Fatalf("log holds %d jobs, want %d", st.Jobs, benchJobs)
 	}
-	b.Logf("log: %d jobs, %d lines, review %d", st.Jobs, st.Lines, st.ByState[acceptlog.StateReview])
+	b.Logf("log: %d jobs, %d lines, review %d", st.Jobs, st.Lines, st.ByState[gmailrelay.StateReview])
 	h := newConsole()
 	ck := benchSession(b, h)
 	reviewID := "<job-bench00050000@bench.example.com>"

@@ -11,7 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/console"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 )
@@ -154,7 +154,7 @@ func TestBrowserReviewFlow(t *testing.T) {
 	if len(r) != 1 || r[0].Actor != console.Actor || r[0].Note != note || r[0].Reason != "mark-sent" {
 		t.Fatalf("resolved lines in the log: got %+v, want one mark-sent by %q with the note", r, console.Actor)
 	}
-	if got := e.state(id); got != acceptlog.StateSent {
+	if got := e.state(id); got != gmailrelay.StateSent {
 		t.Errorf("state in the log: got %s, want sent", got)
 	}
 	do(t, ctx, "sign out", chromedp.Click(tid("sign-out")), chromedp.WaitVisible(tid("login-token")))
@@ -175,7 +175,7 @@ func TestBrowserReviewFlow(t *testing.T) {
 	if status != 403 {
 		t.Errorf("forged POST with the viewer's session and CSRF token: got %d, want 403", status)
 	}
-	if got := e.state(other); got != acceptlog.StateReview {
+	if got := e.state(other); got != gmailrelay.StateReview {
 		t.Errorf("state after the forged POST: got %s, want review", got)
 	}
 	if r := resolvedLines(e.lines(other)); len(r) != 0 {

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // The log offers lines in ascending order only (Lines(after, limit), a
@@ -149,12 +149,12 @@ func (c *chartCache) build(ctx context.Context, rl Relay, now time.Time, lineHin
 	return c.draw(start, end, partial), nil
 }
 
-func (c *chartCache) count(l acceptlog.Line) {
+func (c *chartCache) count(l gmailrelay.Line) {
 	var i int
 	switch l.Kind {
-	case acceptlog.KindForwarding:
+	case gmailrelay.KindForwarding:
 		i = 0
-	case acceptlog.KindEffect:
+	case gmailrelay.KindEffect:
 		i = 1
 	default:
 		return

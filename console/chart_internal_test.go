@@ -5,19 +5,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // linesOnly is a Relay that has only lines (the rest panics if called).
 type linesOnly struct {
 	Relay
-	lines []acceptlog.Line // ascending Seq, possibly with gaps
+	lines []gmailrelay.Line // ascending Seq, possibly with gaps
 	calls int
 }
 
-func (f *linesOnly) Lines(_ context.Context, after uint64, limit int) ([]acceptlog.Line, uint64, error) {
+func (f *linesOnly) Lines(_ context.Context, after uint64, limit int) ([]gmailrelay.Line, uint64, error) {
 	f.calls++
-	var out []acceptlog.Line
+	var out []gmailrelay.Line
 	for _, l := range f.lines {
 		if l.Seq > after {
 			if len(out) == limit {
@@ -37,7 +37,7 @@ func TestTailSearchWithGaps(t *testing.T) {
 		if s >= 10 && s < 20 {
 			continue
 		}
-		f.lines = append(f.lines, acceptlog.Line{Seq: s, Time: t0.Add(time.Duration(s) * time.Minute)})
+		f.lines = append(f.lines, gmailrelay.Line{Seq: s, Time: t0.Add(time.Duration(s) * time.Minute)})
 	}
 	for _, hint := range []uint64{0, 1, 30, 40, 41, 1000} {
 		got, err := lastSeq(context.Background(), f, hint)
@@ -72,13 +72,13 @@ func TestTailSearchWithGaps(t *testing.T) {
 func TestChartCountsOnlyNewLines(t *testing.T) {
 	now := time.Date(2026, 12, 2, 10, 0, 30, 0, time.UTC)
 	f := &linesOnly{}
-	add := func(at time.Time, k acceptlog.Kind) {
-		f.lines = append(f.lines, acceptlog.Line{Seq: uint64(len(f.lines) + 1), Time: at, Kind: k})
+	add := func(at time.Time, k gmailrelay.Kind) {
+		f.lines = append(f.lines, gmailrelay.Line{Seq: uint64(len(f.lines) + 1), Time: at, Kind: k})
 	}
-	add(now.Add(-2*time.Hour), acceptlog.KindForwarding) // before the hour: not counted
-	add(now.Add(-30*time.Minute), acceptlog.KindForwarding)
-	add(now.Add(-30*time.Minute), acceptlog.KindEffect)
-	add(now, acceptlog.KindForwarding)
+	add(now.Add(-2*time.Hour), gmailrelay.KindForwarding) // before the hour: not counted
+	add(now.Add(-30*time.Minute), gmailrelay.KindForwarding)
+	add(now.Add(-30*time.Minute), gmailrelay.KindEffect)
+	add(now, gmailrelay.KindForwarding)
 	c := &chartCache{}
 	ch, err := c.build(context.Background(), f, now, uint64(len(f.lines)))
 	if err != nil {
@@ -88,7 +88,7 @@ func TestChartCountsOnlyNewLines(t *testing.T) {
 		t.Fatalf("chart: attempts %d effects %d last minute %d bars %d; want 2, 1, 1, %d",
 			ch.Attempts, ch.Effect, ch.LastMinute, len(ch.Bars), chartMinutes)
 	}
-	add(now, acceptlog.KindForwarding)
+	add(now, gmailrelay.KindForwarding)
 	f.calls = 0
 	ch, err = c.build(context.Background(), f, now, uint64(len(f.lines)))
 	if err != nil {

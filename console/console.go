@@ -23,7 +23,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -205,7 +205,7 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, s *session, err e
 	var re *relay.Error
 	switch {
 	case errors.As(err, &pe):
-	case errors.Is(err, acceptlog.ErrNotFound):
+	case errors.Is(err, gmailrelay.ErrNotFound):
 		pe = &pageError{http.StatusNotFound, "Not found", "There is no job with that Message-ID in the acceptance log."}
 	case errors.As(err, &re) && re.Code == relay.CodeNotFound:
 		pe = &pageError{http.StatusNotFound, "Not found", re.Message}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/console"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 )
@@ -167,7 +167,7 @@ func TestPostChecksCSRFBeforeSession(t *testing.T) {
 // job id is still in review with no resolved line, and no fault rule exists.
 func (e *env) wantUntouched(t *testing.T, id, what string) {
 	t.Helper()
-	if got := e.state(id); got != acceptlog.StateReview {
+	if got := e.state(id); got != gmailrelay.StateReview {
 		t.Errorf("state after %s POSTs: got %s, want review", what, got)
 	}
 	if r := resolvedLines(e.lines(id)); len(r) != 0 {
@@ -197,10 +197,10 @@ func TestAdminResolvesWithNote(t *testing.T) {
 		t.Fatalf("resolve: got %d %q, want 303 to the job page:\n%s", p.status, p.header.Get("Location"), p.body)
 	}
 	r := resolvedLines(e.lines(id))
-	if len(r) != 1 || r[0].Actor != console.Actor || r[0].Note != note || r[0].Reason != "mark-sent" || r[0].State != acceptlog.StateSent {
+	if len(r) != 1 || r[0].Actor != console.Actor || r[0].Note != note || r[0].Reason != "mark-sent" || r[0].State != gmailrelay.StateSent {
 		t.Fatalf("resolved lines: got %+v, want one mark-sent line by ui with the note", r)
 	}
-	if got := e.state(id); got != acceptlog.StateSent {
+	if got := e.state(id); got != gmailrelay.StateSent {
 		t.Errorf("state: got %s, want sent", got)
 	}
 	after := c.get(p.header.Get("Location"))
@@ -259,7 +259,7 @@ func TestSignOutEndsSession(t *testing.T) {
 	if post.status != http.StatusUnauthorized {
 		t.Errorf("POST with the old cookie and its CSRF token: got %d, want 401", post.status)
 	}
-	if got := e.state(id); got != acceptlog.StateReview {
+	if got := e.state(id); got != gmailrelay.StateReview {
 		t.Errorf("state: got %s, want review", got)
 	}
 }
@@ -291,7 +291,7 @@ func TestNoTokensAnySignInIsAdmin(t *testing.T) {
 	if p.status != http.StatusSeeOther {
 		t.Fatalf("resolve: got %d, want 303:\n%s", p.status, p.body)
 	}
-	if got := e.state(id); got != acceptlog.StateAbandoned {
+	if got := e.state(id); got != gmailrelay.StateAbandoned {
 		t.Errorf("state: got %s, want abandoned", got)
 	}
 }
@@ -366,10 +366,10 @@ func TestNotFoundAndBadInput(t *testing.T) {
 			}
 		})
 	}
-	if got := e.state(id); got != acceptlog.StateReview {
+	if got := e.state(id); got != gmailrelay.StateReview {
 		t.Errorf("state after bad input: got %s, want review", got)
 	}
-	if got := e.state(sent.MessageID); got != acceptlog.StateSent {
+	if got := e.state(sent.MessageID); got != gmailrelay.StateSent {
 		t.Errorf("sent job after a refused resolve: got %s", got)
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/console"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
@@ -78,7 +78,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 }
 
 // send sends one message on channel; fault, when set, decides the attempt.
-func (e *env) send(key, channel, subject string, fault faultmodes.Mode) acceptlog.Job {
+func (e *env) send(key, channel, subject string, fault faultmodes.Mode) gmailrelay.Job {
 	e.t.Helper()
 	p, err := relay.Prepare(relay.SendRequest{Key: key, Channel: channel, To: relay.AddressList{"customer@example.com"},
 		Subject: subject, Text: "Your receipt."}, "", domain, e.Clock.Now())
@@ -109,7 +109,7 @@ func (e *env) reviewJob(key, subject string) string {
 // misses) or a duplicate (sent twice: the verify pass finds two copies).
 func (e *env) reviewJobVia(key, subject string, f *gmailfake.Fault) string {
 	e.t.Helper()
-	var j acceptlog.Job
+	var j gmailrelay.Job
 	if f == nil {
 		j = e.send(key, "billing", subject, faultmodes.ForwardThenDropResponse)
 	} else {
@@ -126,20 +126,20 @@ func (e *env) reviewJobVia(key, subject string, f *gmailfake.Fault) string {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if got.State != acceptlog.StateReview {
+	if got.State != gmailrelay.StateReview {
 		e.t.Fatalf("state after the sweep: got %s, want review", got.State)
 	}
 	return j.MessageID
 }
 
-func (e *env) lines(id string) []acceptlog.Line { return e.Lines(id) }
+func (e *env) lines(id string) []gmailrelay.Line { return e.Lines(id) }
 
-func (e *env) state(id string) acceptlog.State { return e.Job(id).State }
+func (e *env) state(id string) gmailrelay.State { return e.Job(id).State }
 
-func resolvedLines(lines []acceptlog.Line) []acceptlog.Line {
-	var out []acceptlog.Line
+func resolvedLines(lines []gmailrelay.Line) []gmailrelay.Line {
+	var out []gmailrelay.Line
 	for _, l := range lines {
-		if l.Kind == acceptlog.KindResolved {
+		if l.Kind == gmailrelay.KindResolved {
 			out = append(out, l)
 		}
 	}

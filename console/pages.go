@@ -13,7 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -65,14 +65,14 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request, s *session) err
 
 // stateCount is one state's count on the overview.
 type stateCount struct {
-	State acceptlog.State
+	State gmailrelay.State
 	Count int
 }
 
 // displayStates are the states the overview counts: the log's own, plus
 // queued (the outbox's state) when the log does not list it yet.
-func displayStates() []acceptlog.State {
-	states := slices.Clone(acceptlog.States)
+func displayStates() []gmailrelay.State {
+	states := slices.Clone(gmailrelay.States)
 	if !slices.Contains(states, "queued") {
 		states = append(states, "queued")
 	}
@@ -117,7 +117,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) e
 	}
 	c.render(w, r, s, http.StatusOK, "overview", map[string]any{
 		"Counts": counts, "States": states, "Channels": chans, "ChannelCols": len(states) + 1, "Jobs": st.Jobs, "Lines": st.Lines,
-		"Queued": st.ByState["queued"], "Review": st.ByState[acceptlog.StateReview],
+		"Queued": st.ByState["queued"], "Review": st.ByState[gmailrelay.StateReview],
 		"OldestUnknown": oldest, "OldestUnknownAt": st.OldestUnknown,
 		"Mailboxes": mbs, "Chart": ch, "Now": now,
 	})
@@ -138,7 +138,7 @@ const reviewPageSize = 50
 
 // reviewRow is one job of the review queue with its evidence.
 type reviewRow struct {
-	Job acceptlog.Job
+	Job gmailrelay.Job
 	// Msg is the stored message's recipients and subject; Stored is
 	// false (and Msg empty) when retention dropped the message.
 	Msg      relay.Summary
@@ -146,7 +146,7 @@ type reviewRow struct {
 	Reason   string // the review line's reason, as written
 	Why      string // the same in words
 	Note     string
-	Search   *acceptlog.Line // the search that led here, if any
+	Search   *gmailrelay.Line // the search that led here, if any
 	Searches int
 	Age      string // since the job was accepted
 	InReview string // since it entered review
@@ -156,7 +156,7 @@ type reviewRow struct {
 func (c *Console) review(w http.ResponseWriter, r *http.Request, s *session) error {
 	ctx := r.Context()
 	after := r.URL.Query().Get("after")
-	jobs, next, err := c.relay.List(ctx, acceptlog.ListOptions{State: acceptlog.StateReview, After: after, Limit: reviewPageSize})
+	jobs, next, err := c.relay.List(ctx, gmailrelay.ListOptions{State: gmailrelay.StateReview, After: after, Limit: reviewPageSize})
 	if err != nil {
 		return err
 	}
@@ -164,7 +164,7 @@ func (c *Console) review(w http.ResponseWriter, r *http.Request, s *session) err
 	rows := make([]reviewRow, 0, len(jobs))
 	for _, j := range jobs {
 		_, lines, err := c.relay.Job(ctx, j.MessageID)
-		if errors.Is(err, acceptlog.ErrNotFound) {
+		if errors.Is(err, gmailrelay.ErrNotFound) {
 			continue // resolved meanwhile
 		}
 		if err != nil {
@@ -183,7 +183,7 @@ func (c *Console) review(w http.ResponseWriter, r *http.Request, s *session) err
 		return err
 	}
 	c.render(w, r, s, http.StatusOK, "review", map[string]any{"Rows": rows, "Next": next, "After": after,
-		"Total": st.ByState[acceptlog.StateReview]})
+		"Total": st.ByState[gmailrelay.StateReview]})
 	return nil
 }
 
@@ -194,22 +194,22 @@ func (c *Console) summary(ctx context.Context, id string) (relay.Summary, bool, 
 	switch {
 	case err == nil:
 		return relay.Summarize(raw), true, nil
-	case errors.Is(err, acceptlog.ErrNotFound):
+	case errors.Is(err, gmailrelay.ErrNotFound):
 		return relay.Summary{}, false, nil
 	default:
 		return relay.Summary{}, false, err
 	}
 }
 
-func reviewRowOf(j acceptlog.Job, lines []acceptlog.Line, now time.Time) reviewRow {
+func reviewRowOf(j gmailrelay.Job, lines []gmailrelay.Line, now time.Time) reviewRow {
 	row := reviewRow{Job: j, Age: ago(now.Sub(j.CreatedAt)), since: j.UpdatedAt}
 	for i := range lines {
 		l := &lines[i]
 		switch {
-		case l.Kind == acceptlog.KindSearch:
+		case l.Kind == gmailrelay.KindSearch:
 			row.Search = l
 			row.Searches++
-		case l.State == acceptlog.StateReview:
+		case l.State == gmailrelay.StateReview:
 			row.Reason, row.Note, row.since = string(l.Reason), l.Note, l.Time
 			if l.Query != "" {
 				row.Search = l
@@ -223,7 +223,7 @@ func reviewRowOf(j acceptlog.Job, lines []acceptlog.Line, now time.Time) reviewR
 
 func (c *Console) jobs(w http.ResponseWriter, r *http.Request, s *session) error {
 	q := r.URL.Query()
-	state := acceptlog.State(q.Get("state"))
+	state := gmailrelay.State(q.Get("state"))
 	if state != "" && !state.Valid() {
 		if slices.Contains(displayStates(), state) { // queued before the log knows it
 			c.render(w, r, s, http.StatusOK, "jobs", map[string]any{"State": state, "States": displayStates()})
@@ -231,7 +231,7 @@ func (c *Console) jobs(w http.ResponseWriter, r *http.Request, s *session) error
 		}
 		return errBadInput("Unknown state " + strconv.Quote(string(state)) + ".")
 	}
-	jobs, next, err := c.relay.List(r.Context(), acceptlog.ListOptions{State: state, After: q.Get("after"), Limit: reviewPageSize})
+	jobs, next, err := c.relay.List(r.Context(), gmailrelay.ListOptions{State: state, After: q.Get("after"), Limit: reviewPageSize})
 	if err != nil {
 		return err
 	}
@@ -267,23 +267,23 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request, s *session) error 
 	var msg message
 	if raw, err := c.relay.Raw(ctx, id); err == nil {
 		msg = headersOf(raw)
-	} else if !errors.Is(err, acceptlog.ErrNotFound) {
+	} else if !errors.Is(err, gmailrelay.ErrNotFound) {
 		return err
 	}
 	type lineView struct {
-		Line    acceptlog.Line
+		Line    gmailrelay.Line
 		Details []detail
 	}
 	views := make([]lineView, len(lines))
-	var searches []acceptlog.Line
+	var searches []gmailrelay.Line
 	for i, l := range lines {
 		views[i] = lineView{l, lineDetails(l)}
-		if l.Kind == acceptlog.KindSearch {
+		if l.Kind == gmailrelay.KindSearch {
 			searches = append(searches, l)
 		}
 	}
 	now := c.relay.Now()
-	resolvable := j.State == acceptlog.StateReview || j.State == acceptlog.StateUnknown || j.State == acceptlog.StateFailed
+	resolvable := j.State == gmailrelay.StateReview || j.State == gmailrelay.StateUnknown || j.State == gmailrelay.StateFailed
 	c.render(w, r, s, http.StatusOK, "job", map[string]any{"Job": j, "Lines": views, "Searches": searches,
 		"Msg": msg, "Review": reviewRowOf(j, lines, now), "Resolvable": resolvable,
 		"Done": doneText(r.URL.Query().Get("done")), "Age": ago(now.Sub(j.CreatedAt))})

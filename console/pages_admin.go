@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 )
 
@@ -131,10 +131,10 @@ func (c *Console) logTail(w http.ResponseWriter, r *http.Request, s *session) er
 	if err != nil {
 		return err
 	}
-	lines = slices.DeleteFunc(lines, func(l acceptlog.Line) bool { return l.Seq >= before })
+	lines = slices.DeleteFunc(lines, func(l gmailrelay.Line) bool { return l.Seq >= before })
 	slices.Reverse(lines)
 	type lineView struct {
-		Line    acceptlog.Line
+		Line    gmailrelay.Line
 		Details []detail
 	}
 	views := make([]lineView, len(lines))

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 )
 
@@ -17,25 +17,25 @@ type Relay interface {
 	// Mode is "sandbox" (the embedded emulator) or "gmail" (live).
 	Mode() string
 	// Stats returns the log's counters; it never scans jobs.
-	Stats(ctx context.Context) (acceptlog.Stats, error)
+	Stats(ctx context.Context) (gmailrelay.Stats, error)
 	// List pages through jobs as acceptlog.Log.List does (the state index
 	// when o.State is set).
-	List(ctx context.Context, o acceptlog.ListOptions) (jobs []acceptlog.Job, next string, err error)
+	List(ctx context.Context, o gmailrelay.ListOptions) (jobs []gmailrelay.Job, next string, err error)
 	// Job returns the job and its lines, oldest first; an error wrapping
-	// acceptlog.ErrNotFound when there is no such job.
-	Job(ctx context.Context, messageID string) (acceptlog.Job, []acceptlog.Line, error)
-	// Raw returns the stored message; an error wrapping acceptlog.ErrNotFound
+	// gmailrelay.ErrNotFound when there is no such job.
+	Job(ctx context.Context, messageID string) (gmailrelay.Job, []gmailrelay.Line, error)
+	// Raw returns the stored message; an error wrapping gmailrelay.ErrNotFound
 	// when none is stored (never stored, or dropped by retention).
 	Raw(ctx context.Context, messageID string) ([]byte, error)
 	// Lines returns lines with Seq > after in global order, at most limit,
 	// as acceptlog.Log.Lines does.
-	Lines(ctx context.Context, after uint64, limit int) (lines []acceptlog.Line, next uint64, err error)
+	Lines(ctx context.Context, after uint64, limit int) (lines []gmailrelay.Line, next uint64, err error)
 	// Resolve applies a human decision (relay.ActionMarkSent, ActionRetry,
 	// ActionAbandon) with the actor and note written on the resolved line,
 	// refused when the job has made another attempt than the seen ones
 	// (relay.AnyAttempts: not known). Errors are *relay.Error (not_found,
 	// invalid_argument, conflict).
-	Resolve(ctx context.Context, messageID, action, note, actor string, seen int) (acceptlog.Job, error)
+	Resolve(ctx context.Context, messageID, action, note, actor string, seen int) (gmailrelay.Job, error)
 	// Mailboxes returns the state of each mailbox the relay sends from.
 	Mailboxes(ctx context.Context) ([]Mailbox, error)
 	// Channels returns the policy's channel names, sorted.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 )
 
@@ -38,7 +38,7 @@ func TestEmulatorStaleRetryFormIsRefused(t *testing.T) {
 		t.Fatalf("first retry: got %d, want 303:\n%s", p.status, p.body)
 	}
 	after := e.Job(id)
-	if after.State != acceptlog.StateUnknown || after.Attempts != 2 {
+	if after.State != gmailrelay.StateUnknown || after.Attempts != 2 {
 		t.Fatalf("after the first retry: %s with %d attempts, want unknown with 2", after.State, after.Attempts)
 	}
 	deliveries := e.Emulator.Deliveries(id)

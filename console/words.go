@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // reviewReasons says, in words, why the sweeper (or the send path) handed a
@@ -34,14 +34,14 @@ func reasonText(reason string) string {
 }
 
 // stateText explains a state in a few words, for job pages.
-var stateText = map[acceptlog.State]string{
-	acceptlog.StateForwarding: "handed to Gmail; outcome not known yet",
-	acceptlog.StateSent:       "sent: the effect is confirmed",
-	acceptlog.StateFailed:     "definitely not sent",
-	acceptlog.StateUnknown:    "ambiguous: the sweeper will search the mailbox",
-	acceptlog.StateReview:     "waiting for a human decision",
-	acceptlog.StateAbandoned:  "a human decided not to send",
-	"queued":                  "accepted, waiting for the mailbox's budget or its send time",
+var stateText = map[gmailrelay.State]string{
+	gmailrelay.StateForwarding: "handed to Gmail; outcome not known yet",
+	gmailrelay.StateSent:       "sent: the effect is confirmed",
+	gmailrelay.StateFailed:     "definitely not sent",
+	gmailrelay.StateUnknown:    "ambiguous: the sweeper will search the mailbox",
+	gmailrelay.StateReview:     "waiting for a human decision",
+	gmailrelay.StateAbandoned:  "a human decided not to send",
+	"queued":                   "accepted, waiting for the mailbox's budget or its send time",
 }
 
 // detail is one labelled fact of a log line.
@@ -49,7 +49,7 @@ type detail struct{ Label, Value string }
 
 // lineDetails lists the facts a line carries, in reading order, skipping
 // empty ones.
-func lineDetails(l acceptlog.Line) []detail {
+func lineDetails(l gmailrelay.Line) []detail {
 	var d []detail
 	add := func(label, v string) {
 		if v != "" {
@@ -74,7 +74,7 @@ func lineDetails(l acceptlog.Line) []detail {
 	}
 	add("error", l.Error)
 	add("query", l.Query)
-	if l.Kind == acceptlog.KindSearch || l.Query != "" {
+	if l.Kind == gmailrelay.KindSearch || l.Query != "" {
 		add("hits", fmt.Sprintf("%d (%d with SENT)", l.Hits, l.SentHits))
 	}
 	num("check", l.Check)

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/e2e"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -16,8 +16,8 @@ import (
 // provider that behaves as the emulator does, not a guarantee about Gmail.
 
 // linesOf returns the lines of kind k.
-func linesOf(lines []acceptlog.Line, k acceptlog.Kind) []acceptlog.Line {
-	var out []acceptlog.Line
+func linesOf(lines []gmailrelay.Line, k gmailrelay.Kind) []gmailrelay.Line {
+	var out []gmailrelay.Line
 	for _, l := range lines {
 		if l.Kind == k {
 			out = append(out, l)
@@ -28,7 +28,7 @@ func linesOf(lines []acceptlog.Line, k acceptlog.Kind) []acceptlog.Line {
 
 // wantJob checks a job's state, attempts, forwarding and effect lines and
 // the emulator's deliveries of it.
-func wantJob(t *testing.T, r *relayProc, id string, state acceptlog.State, attempts, forwarding, effects, deliveries int) e2e.Job {
+func wantJob(t *testing.T, r *relayProc, id string, state gmailrelay.State, attempts, forwarding, effects, deliveries int) e2e.Job {
 	t.Helper()
 	j := r.Job(t, id)
 	if j.State != state {
@@ -37,10 +37,10 @@ func wantJob(t *testing.T, r *relayProc, id string, state acceptlog.State, attem
 	if j.Attempts != attempts {
 		t.Errorf("job attempts = %d, want %d", j.Attempts, attempts)
 	}
-	if got := len(linesOf(j.Lines, acceptlog.KindForwarding)); got != forwarding {
+	if got := len(linesOf(j.Lines, gmailrelay.KindForwarding)); got != forwarding {
 		t.Errorf("forwarding lines = %d, want %d (lines %s)", got, forwarding, kindList(j.Lines))
 	}
-	if got := len(linesOf(j.Lines, acceptlog.KindEffect)); got != effects {
+	if got := len(linesOf(j.Lines, gmailrelay.KindEffect)); got != effects {
 		t.Errorf("effect lines = %d, want %d (lines %s)", got, effects, kindList(j.Lines))
 	}
 	if got := r.Emu.Deliveries(id); got != deliveries {
@@ -50,7 +50,7 @@ func wantJob(t *testing.T, r *relayProc, id string, state acceptlog.State, attem
 }
 
 // kindList renders lines as "kind(reason) kind ..." for failure messages.
-func kindList(lines []acceptlog.Line) string {
+func kindList(lines []gmailrelay.Line) string {
 	s := ""
 	for _, l := range lines {
 		s += string(l.Kind)
@@ -87,7 +87,7 @@ func startWithRule(t *testing.T, mode, key string, once bool) (*relayProc, strin
 
 // wantOneLine checks that lines hold exactly one line of kind k, with
 // reason why.
-func wantOneLine(t *testing.T, lines []acceptlog.Line, k acceptlog.Kind, why acceptlog.Reason) {
+func wantOneLine(t *testing.T, lines []gmailrelay.Line, k gmailrelay.Kind, why gmailrelay.Reason) {
 	t.Helper()
 	if got := linesOf(lines, k); len(got) != 1 || got[0].Reason != why {
 		t.Errorf("%s lines = %s, want one with reason %s", k, kindList(got), why)
@@ -112,8 +112,8 @@ func wantOneSendCall(t *testing.T, r *relayProc, why string) {
 func wantSentFrom(t *testing.T, r *relayProc, id string, attempts int, source string, history ...e2e.Op) {
 	t.Helper()
 	r.SweepUntilQuiet(t)
-	j := wantJob(t, r, id, acceptlog.StateSent, attempts, 1, 1, 1)
-	if got := linesOf(j.Lines, acceptlog.KindEffect)[0].Source; got != source {
+	j := wantJob(t, r, id, gmailrelay.StateSent, attempts, 1, 1, 1)
+	if got := linesOf(j.Lines, gmailrelay.KindEffect)[0].Source; got != source {
 		t.Errorf("effect source = %q, want %q", got, source)
 	}
 	wantClean(t, r, history)
@@ -128,7 +128,7 @@ func TestEmulatorFailBeforeForwardRetrySendsOnce(t *testing.T) {
 	if first.Status != http.StatusServiceUnavailable {
 		t.Fatalf("first try: %s, want 503", opString(first))
 	}
-	j := wantJob(t, r, id, acceptlog.StateFailed, 1, 0, 0, 0)
+	j := wantJob(t, r, id, gmailrelay.StateFailed, 1, 0, 0, 0)
 	if !j.Retryable {
 		t.Errorf("failed job retryable = false, want true")
 	}
@@ -136,7 +136,7 @@ func TestEmulatorFailBeforeForwardRetrySendsOnce(t *testing.T) {
 	if second.Outcome != e2e.OK {
 		t.Fatalf("retry: %s, want 200 sent", opString(second))
 	}
-	wantSentFrom(t, r, id, 2, acceptlog.SourceResponse, first, second)
+	wantSentFrom(t, r, id, 2, gmailrelay.SourceResponse, first, second)
 }
 
 func TestEmulatorDropResponseFoundByMessageIDNoResend(t *testing.T) {
@@ -148,16 +148,16 @@ func TestEmulatorDropResponseFoundByMessageIDNoResend(t *testing.T) {
 	if first.Outcome != e2e.Info || first.Status != 0 {
 		t.Fatalf("first try: %s, want no answer (connection cut)", opString(first))
 	}
-	wantJob(t, r, id, acceptlog.StateUnknown, 1, 1, 0, 1)
+	wantJob(t, r, id, gmailrelay.StateUnknown, 1, 1, 0, 1)
 	retry := r.Send(request(key, ""), 1, 2)
-	if retry.Status != http.StatusAccepted || retry.State != string(acceptlog.StateUnknown) {
+	if retry.Status != http.StatusAccepted || retry.State != string(gmailrelay.StateUnknown) {
 		t.Fatalf("caller retry: %s, want 202 unknown", opString(retry))
 	}
 	r.SweepUntilQuiet(t)
-	j := wantJob(t, r, id, acceptlog.StateSent, 1, 1, 1, 1)
-	eff := linesOf(j.Lines, acceptlog.KindEffect)[0]
-	if eff.Source != acceptlog.SourceSearch {
-		t.Errorf("effect source = %q, want %q (found by Message-ID)", eff.Source, acceptlog.SourceSearch)
+	j := wantJob(t, r, id, gmailrelay.StateSent, 1, 1, 1, 1)
+	eff := linesOf(j.Lines, gmailrelay.KindEffect)[0]
+	if eff.Source != gmailrelay.SourceSearch {
+		t.Errorf("effect source = %q, want %q (found by Message-ID)", eff.Source, gmailrelay.SourceSearch)
 	}
 	if want := r.Emu.Messages(id)[0].ID; eff.GmailID != want {
 		t.Errorf("effect gmail id = %q, want the emulator's %q", eff.GmailID, want)
@@ -175,10 +175,10 @@ func TestEmulatorForwardAndRespondSweeperOnlyVerifies(t *testing.T) {
 	if op.Outcome != e2e.OK {
 		t.Fatalf("send: %s, want 200 sent", opString(op))
 	}
-	before := wantJob(t, r, id, acceptlog.StateSent, 1, 1, 1, 1)
+	before := wantJob(t, r, id, gmailrelay.StateSent, 1, 1, 1, 1)
 	listsBefore := r.Emu.Stats().Calls[gmailfake.MethodList]
 	r.SweepUntilQuiet(t)
-	after := wantJob(t, r, id, acceptlog.StateSent, 1, 1, 1, 1)
+	after := wantJob(t, r, id, gmailrelay.StateSent, 1, 1, 1, 1)
 	if len(after.Lines) < len(before.Lines) {
 		t.Fatalf("lines shrank from %d to %d", len(before.Lines), len(after.Lines))
 	}
@@ -190,8 +190,8 @@ func TestEmulatorForwardAndRespondSweeperOnlyVerifies(t *testing.T) {
 	added := after.Lines[len(before.Lines):]
 	// The verify search and its late look (a second copy Gmail indexed
 	// late would show there), each with one hit; nothing else.
-	if len(added) != 2 || added[0].Kind != acceptlog.KindSearch || added[0].Reason != "verified" || added[0].SentHits != 1 ||
-		added[1].Kind != acceptlog.KindSearch || added[1].Reason != "verified" || added[1].SentHits != 1 {
+	if len(added) != 2 || added[0].Kind != gmailrelay.KindSearch || added[0].Reason != "verified" || added[0].SentHits != 1 ||
+		added[1].Kind != gmailrelay.KindSearch || added[1].Reason != "verified" || added[1].SentHits != 1 {
 		t.Errorf("lines the sweeper added = %s, want exactly the verify search and its late look, one hit each", kindList(added))
 	}
 	if got := r.Emu.Stats().Calls[gmailfake.MethodList] - listsBefore; got != 2 {
@@ -206,7 +206,7 @@ func TestEmulatorReviewChannelNeverAutoRetries(t *testing.T) {
 	tests := []struct {
 		name       string
 		fault      func(t *testing.T, r *relayProc, key string)
-		wantReason acceptlog.Reason
+		wantReason gmailrelay.Reason
 		deliveries int
 	}{
 		{
@@ -237,7 +237,7 @@ func TestEmulatorReviewChannelNeverAutoRetries(t *testing.T) {
 			if first.Outcome != e2e.Info {
 				t.Fatalf("first try: %s, want an unknown outcome", opString(first))
 			}
-			wantJob(t, r, id, acceptlog.StateUnknown, 1, 1, 0, tc.deliveries)
+			wantJob(t, r, id, gmailrelay.StateUnknown, 1, 1, 0, tc.deliveries)
 			retry := r.Send(request(key, "billing"), 1, 2)
 			if retry.Status != http.StatusAccepted {
 				t.Fatalf("caller retry: %s, want 202", opString(retry))
@@ -250,8 +250,8 @@ func TestEmulatorReviewChannelNeverAutoRetries(t *testing.T) {
 			}
 			// A copy found in the mailbox is Gmail's acceptance: its effect
 			// line (source search) is written with the review.
-			j := wantJob(t, r, id, acceptlog.StateReview, 1, 1, tc.deliveries, tc.deliveries)
-			wantOneLine(t, j.Lines, acceptlog.KindReview, tc.wantReason)
+			j := wantJob(t, r, id, gmailrelay.StateReview, 1, 1, tc.deliveries, tc.deliveries)
+			wantOneLine(t, j.Lines, gmailrelay.KindReview, tc.wantReason)
 			wantOneSendCall(t, r, "never auto-retried")
 			wantClean(t, r, []e2e.Op{first, retry})
 		})
@@ -276,13 +276,13 @@ func TestEmulatorCrashAfterForwardRecoversOnRestart(t *testing.T) {
 		t.Fatalf("emulator deliveries before restart = %d, want 1 (Gmail accepted)", got)
 	}
 	r.Restart(t)
-	j := wantJob(t, r, id, acceptlog.StateUnknown, 1, 1, 0, 1)
-	wantOneLine(t, j.Lines, acceptlog.KindAmbiguous, "recovered_after_restart")
+	j := wantJob(t, r, id, gmailrelay.StateUnknown, 1, 1, 0, 1)
+	wantOneLine(t, j.Lines, gmailrelay.KindAmbiguous, "recovered_after_restart")
 	retry := r.Send(request(key, ""), 1, 2)
 	if retry.Status != http.StatusAccepted {
 		t.Fatalf("caller retry after restart: %s, want 202 (no resend)", opString(retry))
 	}
-	wantSentFrom(t, r, id, 1, acceptlog.SourceSearch, first, retry)
+	wantSentFrom(t, r, id, 1, gmailrelay.SourceSearch, first, retry)
 }
 
 // TestEmulatorCrashPoints SIGKILLs the relay at each point of the send
@@ -293,8 +293,8 @@ func TestEmulatorCrashPoints(t *testing.T) {
 	t.Parallel()
 	const rule = "crash-after-forward rule"
 	type want struct {
-		restart      acceptlog.State // right after the restart
-		final        acceptlog.State
+		restart      gmailrelay.State // right after the restart
+		final        gmailrelay.State
 		deliveries   int // at the emulator, from the crash on
 		finalAttempt int
 	}
@@ -303,14 +303,14 @@ func TestEmulatorCrashPoints(t *testing.T) {
 		channel string
 		want    want
 	}{
-		{relay.CrashAfterForwardingLogged, "default", want{acceptlog.StateUnknown, acceptlog.StateSent, 0, 2}},
-		{relay.CrashAfterForwardingLogged, "billing", want{acceptlog.StateUnknown, acceptlog.StateReview, 0, 1}},
-		{relay.CrashAfterGmailAnswer, "default", want{acceptlog.StateUnknown, acceptlog.StateSent, 1, 1}},
-		{relay.CrashAfterGmailAnswer, "billing", want{acceptlog.StateUnknown, acceptlog.StateReview, 1, 1}},
-		{relay.CrashAfterOutcomeLogged, "default", want{acceptlog.StateSent, acceptlog.StateSent, 1, 1}},
-		{relay.CrashAfterOutcomeLogged, "billing", want{acceptlog.StateSent, acceptlog.StateSent, 1, 1}},
-		{rule, "default", want{acceptlog.StateUnknown, acceptlog.StateSent, 1, 1}},
-		{rule, "billing", want{acceptlog.StateUnknown, acceptlog.StateReview, 1, 1}},
+		{relay.CrashAfterForwardingLogged, "default", want{gmailrelay.StateUnknown, gmailrelay.StateSent, 0, 2}},
+		{relay.CrashAfterForwardingLogged, "billing", want{gmailrelay.StateUnknown, gmailrelay.StateReview, 0, 1}},
+		{relay.CrashAfterGmailAnswer, "default", want{gmailrelay.StateUnknown, gmailrelay.StateSent, 1, 1}},
+		{relay.CrashAfterGmailAnswer, "billing", want{gmailrelay.StateUnknown, gmailrelay.StateReview, 1, 1}},
+		{relay.CrashAfterOutcomeLogged, "default", want{gmailrelay.StateSent, gmailrelay.StateSent, 1, 1}},
+		{relay.CrashAfterOutcomeLogged, "billing", want{gmailrelay.StateSent, gmailrelay.StateSent, 1, 1}},
+		{rule, "default", want{gmailrelay.StateUnknown, gmailrelay.StateSent, 1, 1}},
+		{rule, "billing", want{gmailrelay.StateUnknown, gmailrelay.StateReview, 1, 1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.point+"/"+tc.channel, func(t *testing.T) {
@@ -338,12 +338,12 @@ func TestEmulatorCrashPoints(t *testing.T) {
 			if j.State != tc.want.restart {
 				t.Errorf("state after restart = %s, want %s (lines %s)", j.State, tc.want.restart, kindList(j.Lines))
 			}
-			if j.State == acceptlog.StateUnknown {
-				wantOneLine(t, j.Lines, acceptlog.KindAmbiguous, "recovered_after_restart")
+			if j.State == gmailrelay.StateUnknown {
+				wantOneLine(t, j.Lines, gmailrelay.KindAmbiguous, "recovered_after_restart")
 			}
 			retry := r.Send(request(key, tc.channel), 1, 2)
 			switch tc.want.restart {
-			case acceptlog.StateSent:
+			case gmailrelay.StateSent:
 				// The log has it sent although the caller saw no answer:
 				// the retry gets the stored result.
 				if retry.Outcome != e2e.OK {
@@ -356,7 +356,7 @@ func TestEmulatorCrashPoints(t *testing.T) {
 			}
 			r.SweepUntilQuiet(t)
 			effects := 0
-			if tc.want.final == acceptlog.StateSent || tc.want.final == acceptlog.StateReview && tc.want.deliveries > 0 {
+			if tc.want.final == gmailrelay.StateSent || tc.want.final == gmailrelay.StateReview && tc.want.deliveries > 0 {
 				effects = 1 // a review channel's copy found once: its effect line comes with the review
 			}
 			j = wantJob(t, r, id, tc.want.final, tc.want.finalAttempt, tc.want.finalAttempt, effects, max(tc.want.deliveries, effects))

@@ -24,7 +24,7 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 )
 
@@ -59,14 +59,14 @@ type Op struct {
 // Job is a job as GET /v1/jobs/{id} returns it: the record and its lines,
 // oldest first.
 type Job struct {
-	acceptlog.Job
-	Lines []acceptlog.Line `json:"lines"`
+	gmailrelay.Job
+	Lines []gmailrelay.Line `json:"lines"`
 }
 
 // Observation is everything the checker looks at.
 type Observation struct {
 	// Log is the relay's whole acceptance log (GET /v1/log), in order.
-	Log []acceptlog.Line
+	Log []gmailrelay.Line
 	// Jobs is every job of the log (GET /v1/jobs/{id} for each).
 	Jobs []Job
 	// Messages is every message the emulator stored: the provider's truth.
@@ -159,8 +159,8 @@ func (r Report) Has(rule string) bool {
 // Resend reasons the relay writes on the received line of a new attempt
 // for an existing job (sweeper.ReasonResend, the resolve endpoint's retry).
 const (
-	reasonSweeperResend = acceptlog.ReasonSweeperResend
-	reasonResolvedRetry = acceptlog.ReasonResolvedRetry
+	reasonSweeperResend = gmailrelay.ReasonSweeperResend
+	reasonResolvedRetry = gmailrelay.ReasonResolvedRetry
 )
 
 // Check walks every job and every caller operation of o and returns the
@@ -209,7 +209,7 @@ func Check(o Observation) Report {
 		case op.Outcome == OK && j == nil:
 			add(RuleAckedKept, op.MessageID, "caller %d try %d saw 200 sent; the log has no such job", op.Caller, op.Try)
 			lost[op.MessageID] = true
-		case op.Outcome == OK && j.State != acceptlog.StateSent && j.State != acceptlog.StateReview:
+		case op.Outcome == OK && j.State != gmailrelay.StateSent && j.State != gmailrelay.StateReview:
 			add(RuleAckedKept, op.MessageID, "caller %d try %d saw 200 sent; the log says %s", op.Caller, op.Try, j.State)
 			lost[op.MessageID] = true
 		case op.Outcome == OK && effects[op.MessageID] == 0:
@@ -220,7 +220,7 @@ func Check(o Observation) Report {
 		}
 	}
 	for _, j := range o.Jobs {
-		if j.State == acceptlog.StateSent && effects[j.MessageID] == 0 {
+		if j.State == gmailrelay.StateSent && effects[j.MessageID] == 0 {
 			lost[j.MessageID] = true
 		}
 	}
@@ -241,11 +241,11 @@ func checkJob(j *Job, seqs []uint64, n int, reviewChannel bool, s *Summary, add 
 	s.Jobs++
 	s.Attempts += j.Attempts
 	switch j.State {
-	case acceptlog.StateSent:
+	case gmailrelay.StateSent:
 		s.Sent++
-	case acceptlog.StateReview:
+	case gmailrelay.StateReview:
 		s.Review++
-	case acceptlog.StateFailed:
+	case gmailrelay.StateFailed:
 		s.Failed++
 	}
 	// The global log and the job's own lines are the same lines.
@@ -259,24 +259,24 @@ func checkJob(j *Job, seqs []uint64, n int, reviewChannel bool, s *Summary, add 
 			}
 		}
 	}
-	if f := acceptlog.Fold(j.Lines); f != j.State {
+	if f := gmailrelay.Fold(j.Lines); f != j.State {
 		add(RuleLogConsistent, id, "state %s, but its lines fold to %s", j.State, f)
 	}
 	effects := 0
 	for _, l := range j.Lines {
-		if l.Kind == acceptlog.KindEffect {
+		if l.Kind == gmailrelay.KindEffect {
 			effects++
 		}
 	}
 	if n >= 2 {
-		if j.State == acceptlog.StateReview {
+		if j.State == gmailrelay.StateReview {
 			s.DuplicatesInReview++
 		} else {
 			s.Duplicates++
 			add(RuleDuplicate, id, "the emulator holds %d messages with this Message-ID; the job is %s", n, j.State)
 		}
 	}
-	if j.State == acceptlog.StateSent {
+	if j.State == gmailrelay.StateSent {
 		if effects != 1 || j.Effects != 1 {
 			add(RuleSentOnce, id, "sent with %d effect lines (job counts %d)", effects, j.Effects)
 		}
@@ -284,13 +284,13 @@ func checkJob(j *Job, seqs []uint64, n int, reviewChannel bool, s *Summary, add 
 			add(RuleSentOnce, id, "sent, and the emulator holds %d messages", n)
 		}
 	}
-	if j.State == acceptlog.StateFailed && n > 0 {
+	if j.State == gmailrelay.StateFailed && n > 0 {
 		add(RuleFailedNotDelivered, id, "failed (reason %q), but the emulator holds %d message(s)", j.LastReason, n)
 	}
 	switch {
-	case j.State == acceptlog.StateForwarding:
+	case j.State == gmailrelay.StateForwarding:
 		add(RuleNotStuck, id, "still forwarding with no send in flight")
-	case j.State == acceptlog.StateUnknown && j.NextCheckAt.IsZero():
+	case j.State == gmailrelay.StateUnknown && j.NextCheckAt.IsZero():
 		add(RuleNotStuck, id, "unknown with no check scheduled")
 	}
 	checkResends(j, reviewChannel, add)
@@ -306,20 +306,20 @@ func checkResends(j *Job, reviewChannel bool, add func(rule, id, format string, 
 	open := false     // an ambiguous outcome not yet settled by search, resend or human
 	misses := 0       // searches without a SENT hit since the ambiguous line
 	resolved := false // a resolved line since the ambiguous line
-	var received acceptlog.Line
+	var received gmailrelay.Line
 	for _, l := range j.Lines {
 		switch l.Kind {
-		case acceptlog.KindAmbiguous:
+		case gmailrelay.KindAmbiguous:
 			open, misses, resolved = true, 0, false
-		case acceptlog.KindSearch:
+		case gmailrelay.KindSearch:
 			if open && l.SentHits == 0 {
 				misses++
 			}
-		case acceptlog.KindResolved:
+		case gmailrelay.KindResolved:
 			resolved = true
-		case acceptlog.KindEffect:
+		case gmailrelay.KindEffect:
 			open = false
-		case acceptlog.KindReceived:
+		case gmailrelay.KindReceived:
 			received = l
 			switch {
 			case !open:
@@ -328,7 +328,7 @@ func checkResends(j *Job, reviewChannel bool, add func(rule, id, format string, 
 			case l.Reason == reasonSweeperResend && !reviewChannel && misses > 0:
 				open = false
 			}
-		case acceptlog.KindForwarding:
+		case gmailrelay.KindForwarding:
 			switch {
 			case !open:
 			case reviewChannel:

@@ -4,28 +4,28 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/e2e"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 )
 
 // jobFrom builds a job from lines (Seq and MessageID filled in) whose
 // state is the fold of those lines, numbering seqs from *seq.
-func jobFrom(id, channel string, seq *uint64, lines ...acceptlog.Line) e2e.Job {
-	j := e2e.Job{Job: acceptlog.Job{MessageID: id, Channel: channel}}
+func jobFrom(id, channel string, seq *uint64, lines ...gmailrelay.Line) e2e.Job {
+	j := e2e.Job{Job: gmailrelay.Job{MessageID: id, Channel: channel}}
 	for _, l := range lines {
 		*seq++
 		l.Seq, l.MessageID = *seq, id
-		if l.Kind == acceptlog.KindEffect {
+		if l.Kind == gmailrelay.KindEffect {
 			j.Effects++
 		}
-		if l.Kind == acceptlog.KindReceived {
+		if l.Kind == gmailrelay.KindReceived {
 			j.Attempts++
 		}
 		j.Lines = append(j.Lines, l)
 	}
-	j.State = acceptlog.Fold(j.Lines)
-	if j.State == acceptlog.StateUnknown {
+	j.State = gmailrelay.Fold(j.Lines)
+	if j.State == gmailrelay.StateUnknown {
 		j.NextCheckAt = time.Unix(1, 0)
 	}
 	return j
@@ -33,17 +33,17 @@ func jobFrom(id, channel string, seq *uint64, lines ...acceptlog.Line) e2e.Job {
 
 // Line shorthands.
 var (
-	lReceived   = acceptlog.Line{Kind: acceptlog.KindReceived}
-	lForwarding = acceptlog.Line{Kind: acceptlog.KindForwarding, State: acceptlog.StateForwarding}
-	lEffect     = acceptlog.Line{Kind: acceptlog.KindEffect, State: acceptlog.StateSent}
-	lAmbiguous  = acceptlog.Line{Kind: acceptlog.KindAmbiguous, State: acceptlog.StateUnknown}
-	lMiss       = acceptlog.Line{Kind: acceptlog.KindSearch}
-	lNotSent    = acceptlog.Line{Kind: acceptlog.KindNotSent, State: acceptlog.StateFailed, Retryable: true}
-	lDupReview  = acceptlog.Line{Kind: acceptlog.KindReview, State: acceptlog.StateReview, Reason: "duplicate"}
-	lResolved   = acceptlog.Line{Kind: acceptlog.KindResolved, Reason: "retry"}
+	lReceived   = gmailrelay.Line{Kind: gmailrelay.KindReceived}
+	lForwarding = gmailrelay.Line{Kind: gmailrelay.KindForwarding, State: gmailrelay.StateForwarding}
+	lEffect     = gmailrelay.Line{Kind: gmailrelay.KindEffect, State: gmailrelay.StateSent}
+	lAmbiguous  = gmailrelay.Line{Kind: gmailrelay.KindAmbiguous, State: gmailrelay.StateUnknown}
+	lMiss       = gmailrelay.Line{Kind: gmailrelay.KindSearch}
+	lNotSent    = gmailrelay.Line{Kind: gmailrelay.KindNotSent, State: gmailrelay.StateFailed, Retryable: true}
+	lDupReview  = gmailrelay.Line{Kind: gmailrelay.KindReview, State: gmailrelay.StateReview, Reason: "duplicate"}
+	lResolved   = gmailrelay.Line{Kind: gmailrelay.KindResolved, Reason: "retry"}
 )
 
-func reason(l acceptlog.Line, r acceptlog.Reason) acceptlog.Line { l.Reason = r; return l }
+func reason(l gmailrelay.Line, r gmailrelay.Reason) gmailrelay.Line { l.Reason = r; return l }
 
 // observe assembles an observation whose global log is the jobs' lines.
 func observe(jobs []e2e.Job, msgs map[string]int, history ...e2e.Op) e2e.Observation {
@@ -185,7 +185,7 @@ func TestCheckLogConsistency(t *testing.T) {
 	if rep := e2e.Check(o); !rep.Has(e2e.RuleLogConsistent) {
 		t.Errorf("violations = %v, want %s", rep.Violations, e2e.RuleLogConsistent)
 	}
-	j.State = acceptlog.StateFailed // not the fold of its lines
+	j.State = gmailrelay.StateFailed // not the fold of its lines
 	if rep := e2e.Check(observe([]e2e.Job{j}, map[string]int{"<a@x>": 1})); !rep.Has(e2e.RuleLogConsistent) {
 		t.Errorf("violations = %v, want %s", rep.Violations, e2e.RuleLogConsistent)
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/e2e"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -148,9 +148,9 @@ func (r *relayProc) SweepUntilQuiet(t testing.TB) int {
 			t.Fatal(err)
 		}
 		r.Sweep(t)
-		var busy []acceptlog.Job
+		var busy []gmailrelay.Job
 		for _, j := range r.AllJobs(t) {
-			if j.State == acceptlog.StateQueued || j.State == acceptlog.StateForwarding || j.State == acceptlog.StateUnknown || !j.NextCheckAt.IsZero() {
+			if j.State == gmailrelay.StateQueued || j.State == gmailrelay.StateForwarding || j.State == gmailrelay.StateUnknown || !j.NextCheckAt.IsZero() {
 				busy = append(busy, j)
 			}
 		}
@@ -169,14 +169,14 @@ func (r *relayProc) SweepUntilQuiet(t testing.TB) int {
 }
 
 // AllJobs lists every job (GET /v1/jobs, every page), without lines.
-func (r *relayProc) AllJobs(t testing.TB) []acceptlog.Job {
+func (r *relayProc) AllJobs(t testing.TB) []gmailrelay.Job {
 	t.Helper()
-	var all []acceptlog.Job
+	var all []gmailrelay.Job
 	after := ""
 	for {
 		var page struct {
-			Jobs []acceptlog.Job `json:"jobs"`
-			Next string          `json:"next"`
+			Jobs []gmailrelay.Job `json:"jobs"`
+			Next string           `json:"next"`
 		}
 		path := "/v1/jobs?limit=1000"
 		if after != "" {
@@ -204,14 +204,14 @@ func (r *relayProc) Job(t testing.TB, id string) e2e.Job {
 }
 
 // Log reads the whole acceptance log (GET /v1/log, every page).
-func (r *relayProc) Log(t testing.TB) []acceptlog.Line {
+func (r *relayProc) Log(t testing.TB) []gmailrelay.Line {
 	t.Helper()
-	var all []acceptlog.Line
+	var all []gmailrelay.Line
 	var after uint64
 	for {
 		var page struct {
-			Lines []acceptlog.Line `json:"lines"`
-			Next  uint64           `json:"next"`
+			Lines []gmailrelay.Line `json:"lines"`
+			Next  uint64            `json:"next"`
 		}
 		if err := r.admin(http.MethodGet, fmt.Sprintf("/v1/log?after=%d&limit=1000", after), "", http.StatusOK, &page); err != nil {
 			t.Fatal(err)
@@ -288,7 +288,7 @@ func classify(op *e2e.Op, status int, body []byte, err error) {
 	_ = json.Unmarshal(body, &a)
 	op.State = a.State
 	switch {
-	case status == http.StatusOK && a.State == string(acceptlog.StateSent):
+	case status == http.StatusOK && a.State == string(gmailrelay.StateSent):
 		op.Outcome = e2e.OK
 	case status >= 200 && status < 300:
 		op.Outcome = e2e.Info

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/e2e"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 )
@@ -126,7 +126,7 @@ func clearEmulatorFaults(emu *gmailfake.Server) int {
 // callers saw in hist.
 func tally(obs e2e.Observation, hist []e2e.Op) (faultLines int, seen map[e2e.Outcome]int) {
 	for _, l := range obs.Log {
-		if l.Kind == acceptlog.KindFault {
+		if l.Kind == gmailrelay.KindFault {
 			faultLines++
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // outboxPass runs one delivery pass of the running relay (POST
@@ -76,7 +76,7 @@ func TestEmulatorSIGKILLMidBacklogLosesNoQueuedJobAndDeliversNoneTwice(t *testin
 		r.Sweep(t)
 		done := left == 0
 		for _, j := range r.AllJobs(t) {
-			if j.State != acceptlog.StateSent {
+			if j.State != gmailrelay.StateSent {
 				done = false
 			}
 		}

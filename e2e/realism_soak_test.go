@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/e2e"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 )
@@ -126,7 +126,7 @@ func (re *realism) doubleStored(t *testing.T, rep e2e.Report) map[string]bool {
 		}
 		forwards := 0
 		for _, l := range re.relay.Job(t, v.MessageID).Lines {
-			if l.Kind == acceptlog.KindForwarding {
+			if l.Kind == gmailrelay.KindForwarding {
 				forwards++
 			}
 		}
@@ -174,9 +174,9 @@ func (re *realism) summary(t *testing.T, rep e2e.Report, doubleStored int) strin
 	unverifiable := 0
 	for _, l := range re.relay.Log(t) {
 		switch {
-		case l.Kind == acceptlog.KindSearch && l.Witness != "":
+		case l.Kind == gmailrelay.KindSearch && l.Witness != "":
 			witness[l.Witness]++
-		case l.Kind == acceptlog.KindReview && l.Reason == acceptlog.ReasonIndexUnverifiable:
+		case l.Kind == gmailrelay.KindReview && l.Reason == gmailrelay.ReasonIndexUnverifiable:
 			unverifiable++
 		}
 	}
@@ -196,9 +196,9 @@ func (re *realism) logOtherSends(t *testing.T, id string) {
 	var ambiguous, resent time.Time
 	for _, l := range re.relay.Job(t, id).Lines {
 		switch {
-		case l.Kind == acceptlog.KindAmbiguous && resent.IsZero():
+		case l.Kind == gmailrelay.KindAmbiguous && resent.IsZero():
 			ambiguous = l.Time
-		case l.Kind == acceptlog.KindReceived && l.Reason == acceptlog.ReasonSweeperResend && !ambiguous.IsZero() && resent.IsZero():
+		case l.Kind == gmailrelay.KindReceived && l.Reason == gmailrelay.ReasonSweeperResend && !ambiguous.IsZero() && resent.IsZero():
 			resent = l.Time
 		}
 	}
@@ -207,7 +207,7 @@ func (re *realism) logOtherSends(t *testing.T, id string) {
 	}
 	others := 0
 	for _, l := range re.relay.Log(t) {
-		if l.Kind == acceptlog.KindForwarding && l.MessageID != id && l.Time.After(ambiguous) && !l.Time.After(resent) {
+		if l.Kind == gmailrelay.KindForwarding && l.MessageID != id && l.Time.After(ambiguous) && !l.Time.After(resent) {
 			others++
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/e2e"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
@@ -146,7 +146,7 @@ func (rs *replicaSet) sweepUntilQuiet(t *testing.T) int {
 		}
 		busy := 0
 		for _, j := range rs.procs[round%len(rs.procs)].AllJobs(t) {
-			if j.State == acceptlog.StateQueued || j.State == acceptlog.StateForwarding || j.State == acceptlog.StateUnknown || !j.NextCheckAt.IsZero() {
+			if j.State == gmailrelay.StateQueued || j.State == gmailrelay.StateForwarding || j.State == gmailrelay.StateUnknown || !j.NextCheckAt.IsZero() {
 				busy++
 			}
 		}
@@ -311,7 +311,7 @@ func TestSoakThreeReplicasOnePostgres(t *testing.T) {
 	relayFaults, seen := tally(obs, hist)
 	stuck := 0
 	for _, j := range obs.Jobs {
-		if j.State == acceptlog.StateQueued || j.State == acceptlog.StateForwarding || j.State == acceptlog.StateUnknown {
+		if j.State == gmailrelay.StateQueued || j.State == gmailrelay.StateForwarding || j.State == gmailrelay.StateUnknown {
 			stuck++
 		}
 	}

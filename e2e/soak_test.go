@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/e2e"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 )
@@ -343,16 +343,16 @@ func logViolatingJobs(t *testing.T, obs e2e.Observation, rep e2e.Report, n int) 
 func reviewReasons(obs e2e.Observation) string {
 	count := map[string]int{}
 	for _, j := range obs.Jobs {
-		if j.State != acceptlog.StateReview {
+		if j.State != gmailrelay.StateReview {
 			continue
 		}
 		why := "?"
 		forwards := 0
 		for _, l := range j.Lines {
 			switch l.Kind {
-			case acceptlog.KindReview:
+			case gmailrelay.KindReview:
 				why = string(l.Reason)
-			case acceptlog.KindForwarding:
+			case gmailrelay.KindForwarding:
 				forwards++
 			}
 		}

@@ -13,7 +13,7 @@ import (
 
 	"google.golang.org/api/googleapi"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -118,7 +118,7 @@ func TestGetHeaderNotFound(t *testing.T) {
 	if !errors.Is(err, relay.ErrMessageNotFound) {
 		t.Fatalf("err = %v, want relay.ErrMessageNotFound", err)
 	}
-	if o := relay.Classify(err); o.Reason != acceptlog.ReasonProviderRejected || o.Status != 404 {
+	if o := relay.Classify(err); o.Reason != gmailrelay.ReasonProviderRejected || o.Status != 404 {
 		t.Errorf("Classify = %q status %d, want provider_rejected 404", o.Reason, o.Status)
 	}
 	c = errorServer(t, 500, "backendError", "")
@@ -140,7 +140,7 @@ func TestNotReached(t *testing.T) {
 	if !errors.As(err, &nr) {
 		t.Fatalf("err = %T %v, want *relay.NotReachedError", err, err)
 	}
-	if o := relay.Classify(err); o.Reason != acceptlog.ReasonNotReached || !o.Retryable {
+	if o := relay.Classify(err); o.Reason != gmailrelay.ReasonNotReached || !o.Retryable {
 		t.Errorf("Classify = %q retryable=%v, want not_reached retryable", o.Reason, o.Retryable)
 	}
 }
@@ -164,7 +164,7 @@ func TestTokenRefreshFailureNotReached(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.Send(context.Background(), "me", []byte("Subject: x\r\n\r\ny"), "")
-	if o := relay.Classify(err); o.Reason != acceptlog.ReasonTokenRefresh || !o.Alarm || !o.Retryable {
+	if o := relay.Classify(err); o.Reason != gmailrelay.ReasonTokenRefresh || !o.Alarm || !o.Retryable {
 		t.Errorf("Classify(%v) = %q alarm=%v retryable=%v, want token_refresh alarm retryable", err, o.Reason, o.Alarm, o.Retryable)
 	}
 	if refreshes.Load() == 0 {

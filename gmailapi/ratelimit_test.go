@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -55,7 +55,7 @@ func TestRetryTimeFromMessageText(t *testing.T) {
 		if p.RetryAfter != 95*time.Second {
 			t.Errorf("%d %s: RetryAfter = %v, want 1m35s (from the message text)", tt.status, tt.reason, p.RetryAfter)
 		}
-		if o := relay.Classify(err); o.Reason != acceptlog.ReasonRateLimited || !o.Retryable || o.Verdict != relay.Failed || o.RetryIn != 95*time.Second {
+		if o := relay.Classify(err); o.Reason != gmailrelay.ReasonRateLimited || !o.Retryable || o.Verdict != relay.Failed || o.RetryIn != 95*time.Second {
 			t.Errorf("%d %s: Classify = %v %q retryable=%v in=%v, want failed rate_limited retryable 1m35s", tt.status, tt.reason, o.Verdict, o.Reason, o.Retryable, o.RetryIn)
 		}
 	}
@@ -63,7 +63,7 @@ func TestRetryTimeFromMessageText(t *testing.T) {
 	for _, msg := range []string{"User-rate limit exceeded.  Retry after 2001-01-01T00:00:00.000Z", "User-rate limit exceeded.", "Retry after tomorrow"} {
 		c := quotaServer(t, clock.Now, 429, "rateLimitExceeded", msg)
 		_, err := c.Send(context.Background(), "me", []byte("Subject: x\r\n\r\ny"), "")
-		if o := relay.Classify(err); o.RetryIn != 0 || o.Reason != acceptlog.ReasonRateLimited {
+		if o := relay.Classify(err); o.RetryIn != 0 || o.Reason != gmailrelay.ReasonRateLimited {
 			t.Errorf("%q: RetryIn = %v reason %q, want 0 rate_limited", msg, o.RetryIn, o.Reason)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
@@ -111,7 +112,7 @@ func (e *env) drain(limit time.Duration, each func()) time.Duration {
 	}
 }
 
-func (e *env) state(p relay.Prepared) acceptlog.State {
+func (e *env) state(p relay.Prepared) gmailrelay.State {
 	e.t.Helper()
 	j, err := e.log.Get(context.Background(), p.MessageID)
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/internal/lifecycle"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -39,7 +39,7 @@ type Config struct {
 // Outbox is the delivery loop.
 type Outbox struct {
 	svc      *relay.Service
-	log      acceptlog.Store
+	log      gmailrelay.Store
 	now      func() time.Time
 	logger   zerolog.Logger
 	interval time.Duration
@@ -88,8 +88,8 @@ func New(cfg Config) (*Outbox, error) {
 
 // Queued returns the queued jobs in delivery order: per mailbox, by
 // send_at (acceptance time when none), then acceptance, then Message-ID.
-func Queued(ctx context.Context, log acceptlog.Store) ([]acceptlog.Job, error) {
-	jobs, err := log.ByState(ctx, acceptlog.StateQueued, 0)
+func Queued(ctx context.Context, log gmailrelay.Store) ([]gmailrelay.Job, error) {
+	jobs, err := log.ByState(ctx, gmailrelay.StateQueued, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -98,15 +98,15 @@ func Queued(ctx context.Context, log acceptlog.Store) ([]acceptlog.Job, error) {
 }
 
 // claimQueued is Queued for a delivery pass. On a shared log
-// (PostgreSQL, acceptlog.QueueClaimer) it claims the queues of the
+// (PostgreSQL, gmailrelay.QueueClaimer) it claims the queues of the
 // mailboxes of this relay's policy that no other replica's pass holds and
 // returns only their jobs, so that one replica at a time delivers a
 // mailbox's queue, head first; the others' queued jobs are counted (Busy,
 // Unserved), and the names of the mailboxes the policy lacks returned in
 // unserved. On bbolt it is Queued, with nothing else. Release must be
 // called once the pass is done.
-func (o *Outbox) claimQueued(ctx context.Context) (claim acceptlog.QueueClaim, unserved map[string]bool, err error) {
-	c, ok := o.log.(acceptlog.QueueClaimer)
+func (o *Outbox) claimQueued(ctx context.Context) (claim gmailrelay.QueueClaim, unserved map[string]bool, err error) {
+	c, ok := o.log.(gmailrelay.QueueClaimer)
 	if !ok {
 		claim.Jobs, err = Queued(ctx, o.log)
 		claim.Release = func() {}
@@ -126,7 +126,7 @@ func (o *Outbox) claimQueued(ctx context.Context) (claim acceptlog.QueueClaim, u
 }
 
 // sortQueued puts jobs in delivery order (see Queued).
-func sortQueued(jobs []acceptlog.Job) {
+func sortQueued(jobs []gmailrelay.Job) {
 	sort.SliceStable(jobs, func(i, k int) bool {
 		a, b := jobs[i], jobs[k]
 		if a.Mailbox != b.Mailbox {
@@ -142,7 +142,7 @@ func sortQueued(jobs []acceptlog.Job) {
 	})
 }
 
-func readyAt(j acceptlog.Job) time.Time {
+func readyAt(j gmailrelay.Job) time.Time {
 	if !j.SendAt.IsZero() {
 		return j.SendAt
 	}
@@ -238,11 +238,11 @@ func (o *Outbox) RunOnce(ctx context.Context) (Result, error) {
 		}
 		res.Delivered++
 		switch r.Job.State {
-		case acceptlog.StateSent:
+		case gmailrelay.StateSent:
 			res.Sent++
-		case acceptlog.StateFailed:
+		case gmailrelay.StateFailed:
 			res.Failed++
-		case acceptlog.StateQueued:
+		case gmailrelay.StateQueued:
 			// Gmail rate-limited it or was not reached: it waits again at
 			// the head of its mailbox's queue.
 			res.Requeued++
@@ -261,7 +261,7 @@ func (o *Outbox) RunOnce(ctx context.Context) (Result, error) {
 // mailbox does, as it waits behind its head job. On a shared log the
 // queued jobs are a claimed mailbox's whole queue, read after the claim,
 // so a hold another replica's pass left is seen.
-func heldMailboxes(svc *relay.Service, queued []acceptlog.Job) map[*relay.Mailbox]time.Time {
+func heldMailboxes(svc *relay.Service, queued []gmailrelay.Job) map[*relay.Mailbox]time.Time {
 	held := map[*relay.Mailbox]time.Time{}
 	for _, j := range queued {
 		t := relay.HeldUntil(j)

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -23,9 +23,9 @@ func TestEmulatorBurst500AtGmailQuotaAllDeliveredOnceWithinIdeal(t *testing.T) {
 	for i := range n {
 		ps[i] = e.prepare(i)
 		switch s := e.send(i).Job.State; s {
-		case acceptlog.StateSent:
+		case gmailrelay.StateSent:
 			sent++
-		case acceptlog.StateQueued:
+		case gmailrelay.StateQueued:
 			queued++
 		default:
 			t.Fatalf("send %d answered state %s, want sent or queued", i, s)
@@ -39,7 +39,7 @@ func TestEmulatorBurst500AtGmailQuotaAllDeliveredOnceWithinIdeal(t *testing.T) {
 		if d := e.emu.Deliveries(p.MessageID); d != 1 {
 			t.Errorf("job %d: emulator deliveries = %d, want 1", i, d)
 		}
-		if s := e.state(p); s != acceptlog.StateSent {
+		if s := e.state(p); s != gmailrelay.StateSent {
 			t.Errorf("job %d: state %s, want sent", i, s)
 		}
 	}
@@ -96,7 +96,7 @@ func TestEmulatorFailBeforeForwardOnDeliveryKeepsTheJobQueued(t *testing.T) {
 	ctx := context.Background()
 	p := e.prepare(0)
 	p.SendAt = e.clock.Now().Add(time.Minute)
-	if res, err := e.svc.Send(ctx, p, relay.SendOptions{Queue: true}); err != nil || res.Job.State != acceptlog.StateQueued {
+	if res, err := e.svc.Send(ctx, p, relay.SendOptions{Queue: true}); err != nil || res.Job.State != gmailrelay.StateQueued {
 		t.Fatalf("send_at send: %+v, %v", res.Job, err)
 	}
 	one := 1
@@ -108,14 +108,14 @@ func TestEmulatorFailBeforeForwardOnDeliveryKeepsTheJobQueued(t *testing.T) {
 	if err != nil {
 		t.Fatalf("outbox pass with a fail-before-forward fault: %v", err)
 	}
-	if st := e.state(p); st != acceptlog.StateQueued || res.Left != 1 || res.Next <= 0 || e.emu.Deliveries(p.MessageID) != 0 {
+	if st := e.state(p); st != gmailrelay.StateQueued || res.Left != 1 || res.Next <= 0 || e.emu.Deliveries(p.MessageID) != 0 {
 		t.Fatalf("after the faulted delivery: %s, pass %+v, %d deliveries; want still queued, nothing sent", st, res, e.emu.Deliveries(p.MessageID))
 	}
 	e.clock.Advance(res.Next)
 	if _, err := e.box.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if st, n := e.state(p), e.emu.Deliveries(p.MessageID); st != acceptlog.StateSent || n != 1 {
+	if st, n := e.state(p), e.emu.Deliveries(p.MessageID); st != gmailrelay.StateSent || n != 1 {
 		t.Errorf("next pass: %s with %d deliveries, want sent once", st, n)
 	}
 }

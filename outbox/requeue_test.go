@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -13,7 +13,7 @@ import (
 )
 
 // lastLine is the newest line of a job.
-func (e *env) lastLine(id string) acceptlog.Line {
+func (e *env) lastLine(id string) gmailrelay.Line {
 	e.t.Helper()
 	lines, err := e.log.JobLines(context.Background(), id)
 	if err != nil || len(lines) == 0 {
@@ -43,11 +43,11 @@ func TestEmulatorGmailRateLimitOnASendQueuesTheJobAndTheOutboxDeliversItOnce(t *
 	}
 	p := e.prepare(0)
 	res := e.send(0)
-	if res.Job.State != acceptlog.StateQueued || res.Job.Attempts != 1 || res.RetryIn <= 0 {
+	if res.Job.State != gmailrelay.StateQueued || res.Job.Attempts != 1 || res.RetryIn <= 0 {
 		t.Fatalf("send that met Gmail's 429: %s after %d attempts, retry in %s; want queued after 1, with the pause",
 			res.Job.State, res.Job.Attempts, res.RetryIn)
 	}
-	if ln := e.lastLine(p.MessageID); ln.Kind != acceptlog.KindNotSent || ln.State != acceptlog.StateQueued || ln.Reason != acceptlog.ReasonRateLimited {
+	if ln := e.lastLine(p.MessageID); ln.Kind != gmailrelay.KindNotSent || ln.State != gmailrelay.StateQueued || ln.Reason != gmailrelay.ReasonRateLimited {
 		t.Fatalf("last line %+v; want not_sent, state queued, reason rate_limited", ln)
 	}
 	sends := e.emu.Stats().Calls[gmailfake.MethodSend]
@@ -60,7 +60,7 @@ func TestEmulatorGmailRateLimitOnASendQueuesTheJobAndTheOutboxDeliversItOnce(t *
 			pass, e.emu.Stats().Calls[gmailfake.MethodSend], sends)
 	}
 	e.drain(time.Hour, nil)
-	if st, n := e.state(p), e.emu.Deliveries(p.MessageID); st != acceptlog.StateSent || n != 1 {
+	if st, n := e.state(p), e.emu.Deliveries(p.MessageID); st != gmailrelay.StateSent || n != 1 {
 		t.Fatalf("after the pause: %s with %d deliveries; want sent once", st, n)
 	}
 	e.checkLog()
@@ -74,7 +74,7 @@ func TestEmulatorGmailRateLimitWithoutQueueingFailsTheJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := e.svc.Send(context.Background(), e.prepare(0), relay.SendOptions{})
-	if err != nil || res.Job.State != acceptlog.StateFailed || !res.Job.Retryable || res.Job.LastReason != acceptlog.ReasonRateLimited {
+	if err != nil || res.Job.State != gmailrelay.StateFailed || !res.Job.Retryable || res.Job.LastReason != gmailrelay.ReasonRateLimited {
 		t.Fatalf("send that met Gmail's 429 without queueing: %+v, %v; want failed, retryable, rate_limited", res.Job, err)
 	}
 	e.checkLog()
@@ -97,19 +97,19 @@ func TestEmulatorGmailNotReachedQueuesTheJobAndTheOutboxBacksOff(t *testing.T) {
 	e, u := newUnreachableEnv(t, 2)
 	ctx := context.Background()
 	p := e.prepare(0)
-	if res := e.send(0); res.Job.State != acceptlog.StateQueued || res.Job.LastReason != acceptlog.ReasonNotReached {
+	if res := e.send(0); res.Job.State != gmailrelay.StateQueued || res.Job.LastReason != gmailrelay.ReasonNotReached {
 		t.Fatalf("send that did not reach Gmail: %s (%s); want queued (not_reached)", res.Job.State, res.Job.LastReason)
 	}
 	for _, step := range []struct {
 		advance time.Duration
 		calls   int32
-		state   acceptlog.State
+		state   gmailrelay.State
 	}{
-		{0, 1, acceptlog.StateQueued},                                 // held: no second call at once
-		{5*time.Second - time.Millisecond, 1, acceptlog.StateQueued},  // still held
-		{time.Millisecond, 2, acceptlog.StateQueued},                  // 5 s after: tried, not reached again
-		{10*time.Second - time.Millisecond, 2, acceptlog.StateQueued}, // the backoff doubled
-		{time.Millisecond, 3, acceptlog.StateSent},                    // 10 s after: delivered
+		{0, 1, gmailrelay.StateQueued},                                 // held: no second call at once
+		{5*time.Second - time.Millisecond, 1, gmailrelay.StateQueued},  // still held
+		{time.Millisecond, 2, gmailrelay.StateQueued},                  // 5 s after: tried, not reached again
+		{10*time.Second - time.Millisecond, 2, gmailrelay.StateQueued}, // the backoff doubled
+		{time.Millisecond, 3, gmailrelay.StateSent},                    // 10 s after: delivered
 	} {
 		e.clock.Advance(step.advance)
 		if _, err := e.box.RunOnce(ctx); err != nil {
@@ -146,19 +146,19 @@ func TestEmulatorRequeuedAttemptsDoNotUseUpMaxAttempts(t *testing.T) {
 	if _, err := e.box.RunOnce(ctx); err != nil { // attempt 3: 500 → unknown
 		t.Fatal(err)
 	}
-	if j := e.te.Job(p.MessageID); j.State != acceptlog.StateUnknown || j.Attempts != 3 {
+	if j := e.te.Job(p.MessageID); j.State != gmailrelay.StateUnknown || j.Attempts != 3 {
 		t.Fatalf("after the deliveries: %s after %d attempts; want unknown after 3", j.State, j.Attempts)
 	}
 	sw := sweeper.New(sweeper.ConfigFor(e.svc))
 	j := e.te.Job(p.MessageID)
-	for i := 0; i < 100 && (j.State == acceptlog.StateUnknown || j.State == acceptlog.StateForwarding); i++ {
+	for i := 0; i < 100 && (j.State == gmailrelay.StateUnknown || j.State == gmailrelay.StateForwarding); i++ {
 		e.clock.Advance(time.Minute)
 		if _, err := sw.RunOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
 		j = e.te.Job(p.MessageID)
 	}
-	if j.State != acceptlog.StateSent || e.emu.Deliveries(p.MessageID) != 1 {
+	if j.State != gmailrelay.StateSent || e.emu.Deliveries(p.MessageID) != 1 {
 		t.Fatalf("after the sweeper: %s (%s), %d deliveries; want resent and sent once", j.State, j.LastReason, e.emu.Deliveries(p.MessageID))
 	}
 	e.checkLog()

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/sweeper"
@@ -26,7 +26,7 @@ func TestEmulatorReconciliationKeepsItsShareWhileTheQueueIsFull(t *testing.T) {
 	for i := range 5 {
 		p := e.prepare(10_000 + i)
 		res, err := e.svc.Send(ctx, p, relay.SendOptions{Fault: drop, Queue: true})
-		if err != nil || res.Job.State != acceptlog.StateUnknown {
+		if err != nil || res.Job.State != gmailrelay.StateUnknown {
 			t.Fatalf("dropped send %d: %v state %s, want unknown", i, err, res.Job.State)
 		}
 		ambiguous = append(ambiguous, p)
@@ -48,7 +48,7 @@ func TestEmulatorReconciliationKeepsItsShareWhileTheQueueIsFull(t *testing.T) {
 			return
 		}
 		for _, p := range ambiguous {
-			if e.state(p) == acceptlog.StateUnknown {
+			if e.state(p) == gmailrelay.StateUnknown {
 				return
 			}
 		}
@@ -77,7 +77,7 @@ func TestEmulatorSendAtOneHourAheadIsNotDeliveredBefore(t *testing.T) {
 	p := e.prepare(1)
 	p.SendAt = e.clock.Now().Add(time.Hour)
 	res, err := e.svc.Send(ctx, p, relay.SendOptions{Queue: true})
-	if err != nil || res.Job.State != acceptlog.StateQueued {
+	if err != nil || res.Job.State != gmailrelay.StateQueued {
 		t.Fatalf("send: %v state %s, want queued", err, res.Job.State)
 	}
 	e.clock.Advance(time.Hour - time.Second)
@@ -95,7 +95,7 @@ func TestEmulatorSendAtOneHourAheadIsNotDeliveredBefore(t *testing.T) {
 	if _, err := e.box.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if d := e.emu.Deliveries(p.MessageID); d != 1 || e.state(p) != acceptlog.StateSent {
+	if d := e.emu.Deliveries(p.MessageID); d != 1 || e.state(p) != gmailrelay.StateSent {
 		t.Fatalf("at send_at: %d deliveries, state %s; want 1, sent", d, e.state(p))
 	}
 }
@@ -108,16 +108,16 @@ func TestEmulatorCancelQueuedIsAbandonedNeverDeliveredCancelSentIsConflict(t *te
 	e := newEnv(t, 6000, 2000)
 	ctx := context.Background()
 	now := e.prepare(1)
-	if s := e.send(1).Job.State; s != acceptlog.StateSent {
+	if s := e.send(1).Job.State; s != gmailrelay.StateSent {
 		t.Fatalf("first send: %s, want sent", s)
 	}
 	later := e.prepare(2)
 	later.SendAt = e.clock.Now().Add(time.Minute)
-	if res, err := e.svc.Send(ctx, later, relay.SendOptions{Queue: true}); err != nil || res.Job.State != acceptlog.StateQueued {
+	if res, err := e.svc.Send(ctx, later, relay.SendOptions{Queue: true}); err != nil || res.Job.State != gmailrelay.StateQueued {
 		t.Fatalf("later send: %v %s, want queued", err, res.Job.State)
 	}
 	res, err := e.svc.Cancel(ctx, later.MessageID, "ops@example.com")
-	if err != nil || res.Job.State != acceptlog.StateAbandoned {
+	if err != nil || res.Job.State != gmailrelay.StateAbandoned {
 		t.Fatalf("cancel queued: %v state %s, want abandoned", err, res.Job.State)
 	}
 	lines, err := e.log.JobLines(ctx, later.MessageID)
@@ -125,7 +125,7 @@ func TestEmulatorCancelQueuedIsAbandonedNeverDeliveredCancelSentIsConflict(t *te
 		t.Fatal(err)
 	}
 	last := lines[len(lines)-1]
-	if last.Kind != acceptlog.KindResolved || last.Reason != acceptlog.ReasonCancelled || last.Actor != "ops@example.com" {
+	if last.Kind != gmailrelay.KindResolved || last.Reason != gmailrelay.ReasonCancelled || last.Actor != "ops@example.com" {
 		t.Errorf("last line %+v, want resolved cancelled by ops@example.com", last)
 	}
 	e.clock.Advance(time.Hour)
@@ -140,7 +140,7 @@ func TestEmulatorCancelQueuedIsAbandonedNeverDeliveredCancelSentIsConflict(t *te
 	if !errors.As(err, &re) || re.Code != relay.CodeConflict {
 		t.Errorf("cancel sent: %v, want CodeConflict", err)
 	}
-	if e.state(now) != acceptlog.StateSent {
+	if e.state(now) != gmailrelay.StateSent {
 		t.Errorf("sent job is %s after a refused cancel", e.state(now))
 	}
 }
@@ -157,12 +157,12 @@ func TestEmulatorQueuedJobsSurviveARestartAndSameKeyReplays(t *testing.T) {
 		e.send(i)
 	}
 	again, err := e.svc.Send(ctx, e.prepare(99), relay.SendOptions{Queue: true})
-	if err != nil || !again.Replayed || again.Job.State != acceptlog.StateQueued {
+	if err != nil || !again.Replayed || again.Job.State != gmailrelay.StateQueued {
 		t.Fatalf("same key again: %v replayed %v state %s, want a replay of the queued job", err, again.Replayed, again.Job.State)
 	}
 	want := 0
 	for _, p := range ps {
-		if e.state(p) == acceptlog.StateQueued {
+		if e.state(p) == gmailrelay.StateQueued {
 			want++
 		}
 	}

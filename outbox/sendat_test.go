@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -20,20 +20,20 @@ func TestEmulatorScheduledJobDoesNotQueueSendsForNow(t *testing.T) {
 	ctx := context.Background()
 	later := e.prepare(0)
 	later.SendAt = e.clock.Now().Add(24 * time.Hour)
-	if res, err := e.svc.Send(ctx, later, relay.SendOptions{Queue: true}); err != nil || res.Job.State != acceptlog.StateQueued {
+	if res, err := e.svc.Send(ctx, later, relay.SendOptions{Queue: true}); err != nil || res.Job.State != gmailrelay.StateQueued {
 		t.Fatalf("scheduled send: %s, %v; want queued", res.Job.State, err)
 	}
 	for i := 1; i <= 3; i++ {
 		p := e.prepare(i)
 		res, err := e.svc.Send(ctx, p, relay.SendOptions{Queue: true})
-		if err != nil || res.Job.State != acceptlog.StateSent {
+		if err != nil || res.Job.State != gmailrelay.StateSent {
 			t.Errorf("send %d: %s, %v; want sent at once", i, res.Job.State, err)
 		}
 		if got := e.emu.Deliveries(p.MessageID); got != 1 {
 			t.Errorf("send %d: %d deliveries, want 1", i, got)
 		}
 	}
-	if got := e.state(later); got != acceptlog.StateQueued {
+	if got := e.state(later); got != gmailrelay.StateQueued {
 		t.Errorf("tomorrow's job: %s, want still queued", got)
 	}
 	if got := e.emu.Deliveries(later.MessageID); got != 0 {
@@ -56,13 +56,13 @@ func TestEmulatorManyScheduledJobsQueueASendForNowThatGoesFirst(t *testing.T) {
 	}
 	now := e.prepare(1)
 	res, err := e.svc.Send(ctx, now, relay.SendOptions{Queue: true})
-	if err != nil || res.Job.State != acceptlog.StateQueued {
+	if err != nil || res.Job.State != gmailrelay.StateQueued {
 		t.Fatalf("send for now behind 70 scheduled jobs: %s, %v; want queued", res.Job.State, err)
 	}
 	if _, err := e.box.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.state(now); got != acceptlog.StateSent {
+	if got := e.state(now); got != gmailrelay.StateSent {
 		t.Errorf("after one outbox pass the send for now is %s, want sent", got)
 	}
 	if got := e.emu.Deliveries(now.MessageID); got != 1 {
@@ -91,7 +91,7 @@ func TestEmulatorJobsQueuedAtOneInstantGoInAcceptanceOrder(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, p := range picked {
-		if res, err := e.svc.Send(ctx, p, relay.SendOptions{Queue: true}); err != nil || res.Job.State != acceptlog.StateQueued {
+		if res, err := e.svc.Send(ctx, p, relay.SendOptions{Queue: true}); err != nil || res.Job.State != gmailrelay.StateQueued {
 			t.Fatalf("send %s: %s, %v; want queued", p.MessageID, res.Job.State, err)
 		}
 	}
@@ -104,7 +104,7 @@ func TestEmulatorJobsQueuedAtOneInstantGoInAcceptanceOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, l := range lines {
-			if l.Kind == acceptlog.KindEffect {
+			if l.Kind == gmailrelay.KindEffect {
 				order = append(order, l.Seq)
 			}
 		}

@@ -8,18 +8,18 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
-// Check implements acceptlog.Store: every job against its lines (the checks
-// acceptlog.CheckJob shares with the bbolt log), its indexed columns against
+// Check implements gmailrelay.Store: every job against its lines (the checks
+// gmailrelay.CheckJob shares with the bbolt log), its indexed columns against
 // its record, a pruned job without its raw message, and no line or raw
 // message without its job (the foreign keys hold that, it is re-checked all
 // the same). It reads one snapshot.
 func (l *Log) Check(ctx context.Context) error { return l.check(ctx, false) }
 
 // CheckFull is Check plus the rule acceptlog.Log.CheckFull adds: every job
-// that is not pruned and may still be sent (acceptlog.NeedsRaw) has its raw
+// that is not pruned and may still be sent (gmailrelay.NeedsRaw) has its raw
 // message. gmailrelay check runs it; Check leaves it out for the same reason
 // as the bbolt log's (test fixtures write jobs without a message).
 func (l *Log) CheckFull(ctx context.Context) error { return l.check(ctx, true) }
@@ -40,7 +40,7 @@ func (l *Log) check(ctx context.Context, needRaw bool) error {
 		}
 		type stored struct {
 			c      columns
-			j      acceptlog.Job
+			j      gmailrelay.Job
 			hasRaw bool
 		}
 		var jobs []stored
@@ -63,7 +63,7 @@ func (l *Log) check(ctx context.Context, needRaw bool) error {
 			if err != nil {
 				return err
 			}
-			found = append(found, acceptlog.CheckJob(&s.j, lines)...)
+			found = append(found, gmailrelay.CheckJob(&s.j, lines)...)
 			found = append(found, checkRaw(&s.j, s.hasRaw, needRaw)...)
 			want, err := columnsOf(&s.j)
 			if err != nil {
@@ -114,7 +114,7 @@ func (l *Log) check(ctx context.Context, needRaw bool) error {
 	if err != nil {
 		return l.wrapErr("check", err)
 	}
-	return acceptlog.Violations(found)
+	return gmailrelay.Violations(found)
 }
 
 func sameInt(a, b *int64) bool {
@@ -127,11 +127,11 @@ func sameInt(a, b *int64) bool {
 // checkRaw checks one job against whether its raw message is stored, as
 // the bbolt log's check does (in the same words): pruning removes it, and
 // (with needRaw) a job that may still be sent needs it until it is pruned.
-func checkRaw(j *acceptlog.Job, stored, needRaw bool) []string {
+func checkRaw(j *gmailrelay.Job, stored, needRaw bool) []string {
 	switch pruned := !j.PrunedAt.IsZero(); {
 	case pruned && stored:
 		return []string{fmt.Sprintf("job %s: pruned at %s but its raw message is still stored", j.MessageID, j.PrunedAt.UTC().Format(time.RFC3339))}
-	case needRaw && !pruned && !stored && acceptlog.NeedsRaw(j.State):
+	case needRaw && !pruned && !stored && gmailrelay.NeedsRaw(j.State):
 		return []string{fmt.Sprintf("job %s: in state %s, not pruned, and no raw message stored (it could not be sent again)", j.MessageID, j.State)}
 	}
 	return nil

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
 	"github.com/gmailrelay/gmailrelay/pglog"
 	"github.com/gmailrelay/gmailrelay/policy"
@@ -79,7 +79,7 @@ func TestCheckFullAfterSendsAndPrune(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res, err := svc.Send(ctx, p, relay.SendOptions{}); err != nil || res.Job.State != acceptlog.StateSent {
+		if res, err := svc.Send(ctx, p, relay.SendOptions{}); err != nil || res.Job.State != gmailrelay.StateSent {
 			t.Fatalf("send %s: %s, %v; want sent", key, res.Job.State, err)
 		}
 	}

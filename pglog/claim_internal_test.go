@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/pglog/pgtest"
 )
 
@@ -25,10 +25,10 @@ func TestClaimQueuedDeadReplicaFreesItsMailboxes(t *testing.T) {
 		logs[i] = l
 	}
 	a, b := logs[0], logs[1]
-	if _, _, err := a.Mutate(ctx, "<q@x>", func(*acceptlog.Job) (acceptlog.Change, error) {
-		return acceptlog.Change{
-			Job:   &acceptlog.Job{MessageID: "<q@x>", Channel: "default", Mailbox: "default", State: acceptlog.StateQueued},
-			Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, State: acceptlog.StateQueued, Channel: "default"}},
+	if _, _, err := a.Mutate(ctx, "<q@x>", func(*gmailrelay.Job) (gmailrelay.Change, error) {
+		return gmailrelay.Change{
+			Job:   &gmailrelay.Job{MessageID: "<q@x>", Channel: "default", Mailbox: "default", State: gmailrelay.StateQueued},
+			Lines: []gmailrelay.Line{{Kind: gmailrelay.KindReceived, State: gmailrelay.StateQueued, Channel: "default"}},
 		}, nil
 	}); err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
@@ -27,15 +27,15 @@ import (
 
 // dueJob writes a job that is unknown and due at t (forwarding, then
 // ambiguous), through the transition table like the relay does.
-func dueJob(t *testing.T, l acceptlog.Store, id string, at time.Time) {
+func dueJob(t *testing.T, l gmailrelay.Store, id string, at time.Time) {
 	t.Helper()
 	ctx := context.Background()
 	logtest.Forward(t, l, id, "me", time.Time{})
-	_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	_, _, err := l.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		j := *cur
-		j.State, j.NextCheckAt, j.AmbiguousAt = acceptlog.StateUnknown, at, at
-		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{{Kind: acceptlog.KindAmbiguous, Attempt: 1,
-			State: acceptlog.StateUnknown, Reason: acceptlog.ReasonTimeout}}}, nil
+		j.State, j.NextCheckAt, j.AmbiguousAt = gmailrelay.StateUnknown, at, at
+		return gmailrelay.Change{Job: &j, Lines: []gmailrelay.Line{{Kind: gmailrelay.KindAmbiguous, Attempt: 1,
+			State: gmailrelay.StateUnknown, Reason: gmailrelay.ReasonTimeout}}}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func TestDueClaimsSplitJobsBetweenReplicas(t *testing.T) {
 	for i := range n {
 		dueJob(t, a, fmt.Sprintf("<due-%03d@x>", i), clock.Now().Add(-time.Second))
 	}
-	lists := make([][]acceptlog.Job, 4)
+	lists := make([][]gmailrelay.Job, 4)
 	var wg sync.WaitGroup
 	for i := range lists {
 		l := a
@@ -107,10 +107,10 @@ func TestDueClaimsSplitJobsBetweenReplicas(t *testing.T) {
 		t.Fatal("A claimed nothing: the split was not exercised")
 	}
 	// A write ends A's claim on one job: B may take it at once.
-	if _, _, err := a.Mutate(ctx, mineA[0], func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	if _, _, err := a.Mutate(ctx, mineA[0], func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		j := *cur
 		j.Checks++
-		return acceptlog.Change{Job: &j}, nil
+		return gmailrelay.Change{Job: &j}, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestTwoReplicasSweepersSearchEachDueJobOnce(t *testing.T) {
 			resp.Body.Close()
 		}
 	}
-	if jobs, _ := a.Log().ByState(ctx, acceptlog.StateUnknown, 0); len(jobs) != n {
+	if jobs, _ := a.Log().ByState(ctx, gmailrelay.StateUnknown, 0); len(jobs) != n {
 		t.Fatalf("%d unknown jobs after dropped answers, want %d", len(jobs), n)
 	}
 	s.clock.Advance(pol.Channels[policy.DefaultChannel].Grace + time.Second)
@@ -175,7 +175,7 @@ func TestTwoReplicasSweepersSearchEachDueJobOnce(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		if due, _ := a.Log().ByState(ctx, acceptlog.StateUnknown, 0); len(due) == 0 {
+		if due, _ := a.Log().ByState(ctx, gmailrelay.StateUnknown, 0); len(due) == 0 {
 			break
 		}
 	}
@@ -186,7 +186,7 @@ func TestTwoReplicasSweepersSearchEachDueJobOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, ln := range lines {
-			if ln.Kind == acceptlog.KindSearch {
+			if ln.Kind == gmailrelay.KindSearch {
 				searches[ln.MessageID]++
 			}
 		}
@@ -228,7 +228,7 @@ func TestClaimQueuedSplitsTheOutboxBetweenReplicas(t *testing.T) {
 		queuedJob(t, a, fmt.Sprintf("<support-%02d@x>", i), "support")
 		queuedJob(t, a, fmt.Sprintf("<billing-%02d@x>", i), "billing")
 	}
-	logtest.Create(t, a, "<sent@x>", "default", acceptlog.StateSent)
+	logtest.Create(t, a, "<sent@x>", "default", gmailrelay.StateSent)
 	all := serving("support", "billing")
 	ca := claimQueued(t, a, all)
 	if len(ca.Jobs) != 2*n || ca.Busy != 0 || ca.Unserved != 0 {
@@ -261,10 +261,10 @@ func TestClaimQueuedSplitsTheOutboxBetweenReplicas(t *testing.T) {
 	cb.Release()
 	ca = claimQueued(t, a, all)
 	ca.Release()
-	if _, _, err := b.Mutate(ctx, "<billing-00@x>", func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	if _, _, err := b.Mutate(ctx, "<billing-00@x>", func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		j := *cur
-		j.State = acceptlog.StateAbandoned
-		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{{Kind: acceptlog.KindResolved, State: acceptlog.StateAbandoned, Reason: acceptlog.ReasonCancelled}}}, nil
+		j.State = gmailrelay.StateAbandoned
+		return gmailrelay.Change{Job: &j, Lines: []gmailrelay.Line{{Kind: gmailrelay.KindResolved, State: gmailrelay.StateAbandoned, Reason: gmailrelay.ReasonCancelled}}}, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +283,7 @@ func serving(names ...string) func(string) (string, bool) {
 	}
 }
 
-func claimQueued(t *testing.T, l *pglog.Log, mailbox func(string) (string, bool)) acceptlog.QueueClaim {
+func claimQueued(t *testing.T, l *pglog.Log, mailbox func(string) (string, bool)) gmailrelay.QueueClaim {
 	t.Helper()
 	c, err := l.ClaimQueued(context.Background(), mailbox)
 	if err != nil {
@@ -294,7 +294,7 @@ func claimQueued(t *testing.T, l *pglog.Log, mailbox func(string) (string, bool)
 }
 
 // mailboxesOf returns the jobs' mailboxes, sorted and joined by commas.
-func mailboxesOf(jobs []acceptlog.Job) string {
+func mailboxesOf(jobs []gmailrelay.Job) string {
 	seen := map[string]bool{}
 	for _, j := range jobs {
 		seen[j.Mailbox] = true
@@ -303,12 +303,12 @@ func mailboxesOf(jobs []acceptlog.Job) string {
 }
 
 // queuedJob writes a new queued job of mailbox.
-func queuedJob(t *testing.T, l acceptlog.Store, id, mailbox string) {
+func queuedJob(t *testing.T, l gmailrelay.Store, id, mailbox string) {
 	t.Helper()
-	_, _, err := l.Mutate(context.Background(), id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		return acceptlog.Change{
-			Job:   &acceptlog.Job{MessageID: id, Channel: "default", Mailbox: mailbox, State: acceptlog.StateQueued},
-			Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, State: acceptlog.StateQueued, Channel: "default"}},
+	_, _, err := l.Mutate(context.Background(), id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+		return gmailrelay.Change{
+			Job:   &gmailrelay.Job{MessageID: id, Channel: "default", Mailbox: mailbox, State: gmailrelay.StateQueued},
+			Lines: []gmailrelay.Line{{Kind: gmailrelay.KindReceived, State: gmailrelay.StateQueued, Channel: "default"}},
 		}, nil
 	})
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/pglog"
@@ -87,7 +87,7 @@ func TestEmulatorClockSkewedReplicaPausesNobody(t *testing.T) {
 	if !errors.As(err, &re) || re.Code != relay.CodeUnavailable || re.RetryAfter <= 0 || !strings.Contains(re.Message, "ahead of") {
 		t.Errorf("send through the replica 2 h ahead: %s %s, %v; want refused unavailable naming the skew", res.Job.State, res.Job.LastReason, err)
 	}
-	if _, err := good.Log().Get(ctx, p.MessageID); !errors.Is(err, acceptlog.ErrNotFound) {
+	if _, err := good.Log().Get(ctx, p.MessageID); !errors.Is(err, gmailrelay.ErrNotFound) {
 		t.Errorf("job of the refused send: %v; want none logged", err)
 	}
 	if st := emu.Stats(); st.Calls[gmailfake.MethodSend] != 0 {
@@ -97,7 +97,7 @@ func TestEmulatorClockSkewedReplicaPausesNobody(t *testing.T) {
 
 	q := prepareAt(t, "skew:good", pol)
 	res, err = good.Send(ctx, q, relay.SendOptions{})
-	if err != nil || res.Job.State != acceptlog.StateSent {
+	if err != nil || res.Job.State != gmailrelay.StateSent {
 		t.Fatalf("send through the replica on the right clock: %s, %v; want sent (no pause from the skewed one)", res.Job.State, err)
 	}
 	if d := good.Quota().PausedFor(); d > 0 {
@@ -149,16 +149,16 @@ func TestEmulatorClockSkewedReplicaLeavesLiveLeasesAlone(t *testing.T) {
 				t.Errorf("RecoverExpired on the replica %v ahead: %d jobs, %v; want 0 (at most refused by the clock fence)", tc.skew, n, err)
 			}
 			_, _ = sweeper.New(sweeper.ConfigFor(ahead)).RunOnce(ctx)
-			if j, _ := owner.Log().Get(ctx, p.MessageID); j.State != acceptlog.StateForwarding {
+			if j, _ := owner.Log().Get(ctx, p.MessageID); j.State != gmailrelay.StateForwarding {
 				t.Errorf("owner's attempt in flight is %s %s, want still forwarding", j.State, j.LastReason)
 			}
 			close(gate.release)
 			released = true
 			got := <-answered
-			if got.err != nil || got.res.Job.State != acceptlog.StateSent {
+			if got.err != nil || got.res.Job.State != gmailrelay.StateSent {
 				t.Fatalf("owner's answer: %s, %v; want sent", got.res.Job.State, got.err)
 			}
-			if j, err := owner.Log().Get(ctx, p.MessageID); err != nil || j.State != acceptlog.StateSent || j.Effects != 1 {
+			if j, err := owner.Log().Get(ctx, p.MessageID); err != nil || j.State != gmailrelay.StateSent || j.Effects != 1 {
 				t.Errorf("job: %s, %d effects (%v); want sent with one effect", j.State, j.Effects, err)
 			}
 			if got := emu.Deliveries(p.MessageID); got != 1 {
@@ -170,7 +170,7 @@ func TestEmulatorClockSkewedReplicaLeavesLiveLeasesAlone(t *testing.T) {
 
 // MeasureClock reads PostgreSQL's clock against the caller's: a clock 3 s
 // behind the real one (the server's) measures about +3 s, within a small
-// uncertainty; after Close it answers acceptlog.ErrClosed.
+// uncertainty; after Close it answers gmailrelay.ErrClosed.
 func TestMeasureClockMeasuresTheCallersClock(t *testing.T) {
 	url := databaseURL(t)
 	lg := open(t, url, freshSchema(t, url), nil)
@@ -181,7 +181,7 @@ func TestMeasureClockMeasuresTheCallersClock(t *testing.T) {
 		t.Errorf("MeasureClock of a clock 3 s behind: %v ±%v (%v), want about +3s", off, unc, err)
 	}
 	_ = lg.Close()
-	if _, err := lg.MeasureClock(ctx, nil); !errors.Is(err, acceptlog.ErrClosed) {
+	if _, err := lg.MeasureClock(ctx, nil); !errors.Is(err, gmailrelay.ErrClosed) {
 		t.Errorf("MeasureClock after Close: %v, want ErrClosed", err)
 	}
 }
@@ -204,7 +204,7 @@ func TestEmulatorReplicasThatAgreeOutvoteTheDatabasesClock(t *testing.T) {
 		}
 		p := prepareAt(t, fmt.Sprintf("skew:agree:%d", i), pol)
 		res, err := svc.Send(ctx, p, relay.SendOptions{})
-		if err != nil || res.Job.State != acceptlog.StateSent {
+		if err != nil || res.Job.State != gmailrelay.StateSent {
 			t.Errorf("replica %d: send: %s, %v; want sent", i, res.Job.State, err)
 		}
 		if got := emu.Deliveries(p.MessageID); got != 1 {
@@ -256,7 +256,7 @@ func TestMeasureClockReturnsTheLiveReplicasRecentOffsets(t *testing.T) {
 		t.Errorf("peers after the other replica closed: %v, want none", p)
 	}
 	_ = other.Close()
-	if _, err := other.MeasureClock(ctx, nil); !errors.Is(err, acceptlog.ErrClosed) {
+	if _, err := other.MeasureClock(ctx, nil); !errors.Is(err, gmailrelay.ErrClosed) {
 		t.Errorf("MeasureClock after Close: %v, want ErrClosed", err)
 	}
 }

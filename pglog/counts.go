@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // foldCountsAt is how many delta rows Stats lets pile up before folding
@@ -18,7 +18,7 @@ const countsLock = 0x67636e74 // "gcnt"
 
 // insertJobDelta counts a job's move from (cur's state, channel) to j's:
 // a new job is +1, a change of state or channel -1 and +1.
-func insertJobDelta(ctx context.Context, tx pgx.Tx, cur, j *acceptlog.Job) error {
+func insertJobDelta(ctx context.Context, tx pgx.Tx, cur, j *gmailrelay.Job) error {
 	if cur != nil && cur.State == j.State && cur.Channel == j.Channel {
 		return nil
 	}
@@ -34,7 +34,7 @@ func insertJobDelta(ctx context.Context, tx pgx.Tx, cur, j *acceptlog.Job) error
 }
 
 // insertLineDelta counts lines written (sign 1) or pruned (sign -1).
-func insertLineDelta(ctx context.Context, tx pgx.Tx, lines []acceptlog.Line, sign int64) error {
+func insertLineDelta(ctx context.Context, tx pgx.Tx, lines []gmailrelay.Line, sign int64) error {
 	if len(lines) == 0 {
 		return nil
 	}

@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // Stats reads the count deltas, not the jobs and lines; once more than
@@ -17,10 +17,10 @@ func TestStatsFromCountDeltasAndFold(t *testing.T) {
 	l := openFresh(t)
 	for i := range 5 {
 		id := fmt.Sprintf("<c%d@x>", i)
-		if _, _, err := l.Mutate(ctx, id, func(*acceptlog.Job) (acceptlog.Change, error) {
-			return acceptlog.Change{
-				Job:   &acceptlog.Job{MessageID: id, Channel: "default", State: acceptlog.StateForwarding, Attempts: 1},
-				Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, Attempt: 1, State: acceptlog.StateForwarding}},
+		if _, _, err := l.Mutate(ctx, id, func(*gmailrelay.Job) (gmailrelay.Change, error) {
+			return gmailrelay.Change{
+				Job:   &gmailrelay.Job{MessageID: id, Channel: "default", State: gmailrelay.StateForwarding, Attempts: 1},
+				Lines: []gmailrelay.Line{{Kind: gmailrelay.KindReceived, Attempt: 1, State: gmailrelay.StateForwarding}},
 			}, nil
 		}); err != nil {
 			t.Fatal(err)
@@ -30,7 +30,7 @@ func TestStatsFromCountDeltasAndFold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if before.Jobs != 5 || before.Lines != 5 || before.ByState[acceptlog.StateForwarding] != 5 {
+	if before.Jobs != 5 || before.Lines != 5 || before.ByState[gmailrelay.StateForwarding] != 5 {
 		t.Fatalf("stats %+v; want 5 forwarding jobs, 5 lines", before)
 	}
 	// Pile up deltas that sum to nothing.

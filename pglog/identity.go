@@ -10,19 +10,19 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
-// The log's identity (acceptlog.Identity) and key index in PostgreSQL:
+// The log's identity (gmailrelay.Identity) and key index in PostgreSQL:
 // migration 0009's identity table and jobs.job_key column.
 
 // checkIdentity is Open's comparison of the replica's identity with the
-// log's (acceptlog.CheckIdentity): the first replica with one records it
+// log's (gmailrelay.CheckIdentity): the first replica with one records it
 // (a new log, or one older than the table), every later one must have
 // the same. Replicas starting at once race on the insert: one row wins
 // (ON CONFLICT DO NOTHING) and every other compares with it.
-func checkIdentity(ctx context.Context, pool *pgxpool.Pool, want acceptlog.Identity, now time.Time) error {
-	rec, err := acceptlog.CheckIdentity(nil, want, now)
+func checkIdentity(ctx context.Context, pool *pgxpool.Pool, want gmailrelay.Identity, now time.Time) error {
+	rec, err := gmailrelay.CheckIdentity(nil, want, now)
 	if err != nil || rec == nil {
 		return err
 	}
@@ -41,13 +41,13 @@ func checkIdentity(ctx context.Context, pool *pgxpool.Pool, want acceptlog.Ident
 	if err != nil {
 		return err
 	}
-	_, err = acceptlog.CheckIdentity(stored, want, now)
+	_, err = gmailrelay.CheckIdentity(stored, want, now)
 	return err
 }
 
 // readIdentity reads the stored identity record (nil for none), locking
 // its row when forUpdate.
-func readIdentity(ctx context.Context, q querier, forUpdate bool) (*acceptlog.IdentityRecord, error) {
+func readIdentity(ctx context.Context, q querier, forUpdate bool) (*gmailrelay.IdentityRecord, error) {
 	sql := "SELECT data FROM identity"
 	if forUpdate {
 		sql += " FOR UPDATE"
@@ -60,7 +60,7 @@ func readIdentity(ctx context.Context, q querier, forUpdate bool) (*acceptlog.Id
 	if err != nil {
 		return nil, fmt.Errorf("read the log's identity: %w", err)
 	}
-	var rec acceptlog.IdentityRecord
+	var rec gmailrelay.IdentityRecord
 	if err := json.Unmarshal(v, &rec); err != nil {
 		return nil, fmt.Errorf("decode the log's identity: %w", err)
 	}
@@ -68,7 +68,7 @@ func readIdentity(ctx context.Context, q querier, forUpdate bool) (*acceptlog.Id
 }
 
 // StoredIdentity returns the log's identity record, nil when it has none.
-func (l *Log) StoredIdentity(ctx context.Context) (*acceptlog.IdentityRecord, error) {
+func (l *Log) StoredIdentity(ctx context.Context) (*gmailrelay.IdentityRecord, error) {
 	if err := l.ready(ctx, "identity"); err != nil {
 		return nil, err
 	}
@@ -77,32 +77,32 @@ func (l *Log) StoredIdentity(ctx context.Context) (*acceptlog.IdentityRecord, er
 }
 
 // jobKey is the job_key column of a new job: NULL when it has no key.
-func jobKey(j *acceptlog.Job) *string {
+func jobKey(j *gmailrelay.Job) *string {
 	if j.Key == "" {
 		return nil
 	}
 	return &j.Key
 }
 
-// JobByKey implements acceptlog.Store through the job_key index; of
+// JobByKey implements gmailrelay.Store through the job_key index; of
 // several jobs of one key it returns the one created first.
-func (l *Log) JobByKey(ctx context.Context, key string) (acceptlog.Job, error) {
+func (l *Log) JobByKey(ctx context.Context, key string) (gmailrelay.Job, error) {
 	if err := l.ready(ctx, "job by key"); err != nil {
-		return acceptlog.Job{}, err
+		return gmailrelay.Job{}, err
 	}
 	rows, err := l.pool.Query(ctx, "SELECT data FROM jobs WHERE job_key = $1", key)
 	if err != nil {
-		return acceptlog.Job{}, l.wrapErr("job by key", err)
+		return gmailrelay.Job{}, l.wrapErr("job by key", err)
 	}
 	datas, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
 	if err != nil {
-		return acceptlog.Job{}, l.wrapErr("job by key", err)
+		return gmailrelay.Job{}, l.wrapErr("job by key", err)
 	}
-	var first *acceptlog.Job
+	var first *gmailrelay.Job
 	for _, v := range datas {
-		var j acceptlog.Job
+		var j gmailrelay.Job
 		if err := json.Unmarshal(v, &j); err != nil {
-			return acceptlog.Job{}, fmt.Errorf("job by key: decode job: %w", err)
+			return gmailrelay.Job{}, fmt.Errorf("job by key: decode job: %w", err)
 		}
 		if first == nil || j.CreatedAt.Before(first.CreatedAt) ||
 			j.CreatedAt.Equal(first.CreatedAt) && j.MessageID < first.MessageID {
@@ -110,28 +110,28 @@ func (l *Log) JobByKey(ctx context.Context, key string) (acceptlog.Job, error) {
 		}
 	}
 	if first == nil {
-		return acceptlog.Job{}, fmt.Errorf("job by key: %w", acceptlog.ErrNotFound)
+		return gmailrelay.Job{}, fmt.Errorf("job by key: %w", gmailrelay.ErrNotFound)
 	}
 	return *first, nil
 }
 
 // Rekey records next as the identity of the log in the database at url
-// (acceptlog.Rekeyed: the replaced identity joins Previous). Jobs keep
+// (gmailrelay.Rekeyed: the replaced identity joins Previous). Jobs keep
 // their Message-IDs; the front door finds them by key. It returns the
 // record before (nil when the log had none) and after, and whether
 // anything changed. It neither creates nor migrates a log (a database
 // without this version's schema is refused, as gmailrelay check refuses
-// it), and refuses, with an error wrapping acceptlog.ErrLocked, while a
+// it), and refuses, with an error wrapping gmailrelay.ErrLocked, while a
 // relay is connected to the log: a replica still deriving the old
 // identity's Message-IDs next to one deriving the new one's could each
 // create a job for one key.
-func Rekey(ctx context.Context, url string, next acceptlog.Identity, now time.Time) (before *acceptlog.IdentityRecord, after acceptlog.IdentityRecord, changed bool, err error) {
+func Rekey(ctx context.Context, url string, next gmailrelay.Identity, now time.Time) (before *gmailrelay.IdentityRecord, after gmailrelay.IdentityRecord, changed bool, err error) {
 	if err := next.Validate(); err != nil {
-		return nil, acceptlog.IdentityRecord{}, false, err
+		return nil, gmailrelay.IdentityRecord{}, false, err
 	}
 	l, err := Open(ctx, url, Options{NoMigrate: true})
 	if err != nil {
-		return nil, acceptlog.IdentityRecord{}, false, err
+		return nil, gmailrelay.IdentityRecord{}, false, err
 	}
 	defer l.Close()
 	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
@@ -146,9 +146,9 @@ func Rekey(ctx context.Context, url string, next acceptlog.Identity, now time.Ti
 			return fmt.Errorf("count the relays on the log: %w", err)
 		}
 		if live > 0 {
-			return fmt.Errorf("%w: %d relays are connected to this log (stop every replica first)", acceptlog.ErrLocked, live)
+			return fmt.Errorf("%w: %d relays are connected to this log (stop every replica first)", gmailrelay.ErrLocked, live)
 		}
-		if after, changed, err = acceptlog.Rekeyed(before, next, now); err != nil || !changed {
+		if after, changed, err = gmailrelay.Rekeyed(before, next, now); err != nil || !changed {
 			return err
 		}
 		v, err := json.Marshal(&after)
@@ -160,7 +160,7 @@ func Rekey(ctx context.Context, url string, next acceptlog.Identity, now time.Ti
 		return err
 	})
 	if err != nil {
-		return nil, acceptlog.IdentityRecord{}, false, fmt.Errorf("rekey: %w", err)
+		return nil, gmailrelay.IdentityRecord{}, false, fmt.Errorf("rekey: %w", err)
 	}
 	return before, after, changed, nil
 }

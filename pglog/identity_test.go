@@ -8,21 +8,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/pglog"
 	"github.com/gmailrelay/gmailrelay/pglog/pgtest"
 )
 
 var (
-	idA = acceptlog.Identity{MsgIDDomain: "a.example"}
-	idB = acceptlog.Identity{MsgIDDomain: "b.example"}
+	idA = gmailrelay.Identity{MsgIDDomain: "a.example"}
+	idB = gmailrelay.Identity{MsgIDDomain: "b.example"}
 )
 
-func openWith(url string, id acceptlog.Identity) (*pglog.Log, error) {
+func openWith(url string, id gmailrelay.Identity) (*pglog.Log, error) {
 	return pglog.Open(context.Background(), url, pglog.Options{Identity: id})
 }
 
-func stored(t *testing.T, url string) *acceptlog.IdentityRecord {
+func stored(t *testing.T, url string) *gmailrelay.IdentityRecord {
 	t.Helper()
 	l, err := pglog.Open(context.Background(), url, pglog.Options{NoMigrate: true})
 	if err != nil {
@@ -46,7 +46,7 @@ func TestReplicasCompareTheirIdentityAtOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	for _, id := range []acceptlog.Identity{idA, {}} {
+	for _, id := range []gmailrelay.Identity{idA, {}} {
 		l, err := openWith(url, id)
 		if err != nil {
 			t.Fatalf("open with %v: %v", id, err)
@@ -54,7 +54,7 @@ func TestReplicasCompareTheirIdentityAtOpen(t *testing.T) {
 		l.Close()
 	}
 	_, err = openWith(url, idB)
-	if !errors.Is(err, acceptlog.ErrIdentityMismatch) || !strings.Contains(err.Error(), "a.example") || !strings.Contains(err.Error(), "b.example") {
+	if !errors.Is(err, gmailrelay.ErrIdentityMismatch) || !strings.Contains(err.Error(), "a.example") || !strings.Contains(err.Error(), "b.example") {
 		t.Fatalf("replica with b.example: %v; want a mismatch naming both", err)
 	}
 	if rec := stored(t, url); rec == nil || rec.Identity != idA {
@@ -66,12 +66,12 @@ func TestReplicasCompareTheirIdentityAtOpen(t *testing.T) {
 // records its identity, every other is refused.
 func TestReplicasStartingAtOnceAgreeOnOneIdentity(t *testing.T) {
 	url, _ := pgtest.SchemaURL(t)
-	if l, err := openWith(url, acceptlog.Identity{}); err != nil { // migrated, no identity yet
+	if l, err := openWith(url, gmailrelay.Identity{}); err != nil { // migrated, no identity yet
 		t.Fatal(err)
 	} else {
 		l.Close()
 	}
-	ids := []acceptlog.Identity{idA, idB, idA, idB}
+	ids := []gmailrelay.Identity{idA, idB, idA, idB}
 	errs := make([]error, len(ids))
 	var wg sync.WaitGroup
 	for i, id := range ids {
@@ -89,7 +89,7 @@ func TestReplicasStartingAtOnceAgreeOnOneIdentity(t *testing.T) {
 		t.Fatal("no identity stored")
 	}
 	for i, err := range errs {
-		if want := ids[i] != rec.Identity; errors.Is(err, acceptlog.ErrIdentityMismatch) != want || !want && err != nil {
+		if want := ids[i] != rec.Identity; errors.Is(err, gmailrelay.ErrIdentityMismatch) != want || !want && err != nil {
 			t.Errorf("replica %d with %v (stored %v): %v", i, ids[i], rec.Identity, err)
 		}
 	}
@@ -100,7 +100,7 @@ func TestReplicasStartingAtOnceAgreeOnOneIdentity(t *testing.T) {
 // the jobs already stored.
 func TestOlderLogAdoptsTheIdentityAndIndexesItsKeys(t *testing.T) {
 	url, _ := pgtest.SchemaURL(t)
-	l, err := openWith(url, acceptlog.Identity{})
+	l, err := openWith(url, gmailrelay.Identity{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,17 +121,17 @@ func TestOlderLogAdoptsTheIdentityAndIndexesItsKeys(t *testing.T) {
 	if rec := stored(t, url); rec == nil || rec.Identity != idA {
 		t.Errorf("stored %+v, want adopted %v", rec, idA)
 	}
-	if _, err := openWith(url, idB); !errors.Is(err, acceptlog.ErrIdentityMismatch) {
+	if _, err := openWith(url, idB); !errors.Is(err, gmailrelay.ErrIdentityMismatch) {
 		t.Errorf("open with b.example after adopting a.example: %v", err)
 	}
 }
 
-func createQueued(t *testing.T, l acceptlog.Store, id, key string) {
+func createQueued(t *testing.T, l gmailrelay.Store, id, key string) {
 	t.Helper()
-	_, _, err := l.Mutate(context.Background(), id, func(*acceptlog.Job) (acceptlog.Change, error) {
-		return acceptlog.Change{
-			Job:   &acceptlog.Job{MessageID: id, Key: key, Channel: "default", State: acceptlog.StateQueued, CreatedAt: time.Now()},
-			Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, State: acceptlog.StateQueued, Channel: "default"}},
+	_, _, err := l.Mutate(context.Background(), id, func(*gmailrelay.Job) (gmailrelay.Change, error) {
+		return gmailrelay.Change{
+			Job:   &gmailrelay.Job{MessageID: id, Key: key, Channel: "default", State: gmailrelay.StateQueued, CreatedAt: time.Now()},
+			Lines: []gmailrelay.Line{{Kind: gmailrelay.KindReceived, State: gmailrelay.StateQueued, Channel: "default"}},
 		}, nil
 	})
 	if err != nil {
@@ -152,7 +152,7 @@ func TestRekeyDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
-	if _, _, _, err := pglog.Rekey(ctx, url, idB, now); !errors.Is(err, acceptlog.ErrLocked) {
+	if _, _, _, err := pglog.Rekey(ctx, url, idB, now); !errors.Is(err, gmailrelay.ErrLocked) {
 		t.Errorf("rekey with a relay connected: %v; want ErrLocked", err)
 	}
 	a.Close()
@@ -164,7 +164,7 @@ func TestRekeyDatabase(t *testing.T) {
 	if rec.Identity != idB || len(rec.Previous) != 1 || rec.Previous[0].Identity != idA || !rec.Previous[0].Until.Equal(now) {
 		t.Errorf("stored %+v; want b.example with a.example until %v before it", rec, now)
 	}
-	if _, err := openWith(url, idA); !errors.Is(err, acceptlog.ErrIdentityMismatch) {
+	if _, err := openWith(url, idA); !errors.Is(err, gmailrelay.ErrIdentityMismatch) {
 		t.Errorf("open with the old identity: %v", err)
 	}
 	if _, _, changed, err := pglog.Rekey(ctx, url, idB, now); err != nil || changed {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -37,7 +37,7 @@ func TestEmulatorTwoSweepersShareTheMeasuredLag(t *testing.T) {
 		}
 	}
 	keys := 0
-	send := func(svc *relay.Service) acceptlog.Job {
+	send := func(svc *relay.Service) gmailrelay.Job {
 		t.Helper()
 		keys++
 		p, err := relay.Prepare(relay.SendRequest{Key: fmt.Sprintf("lag:%d", keys), To: relay.AddressList{"a@example.org"}, Subject: "s", Text: "b"},
@@ -70,7 +70,7 @@ func TestEmulatorTwoSweepersShareTheMeasuredLag(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := send(b)
-	if j.State != acceptlog.StateUnknown {
+	if j.State != gmailrelay.StateUnknown {
 		t.Fatalf("the faulted send left the job %s, want unknown", j.State)
 	}
 	s.emu.SetIndexLagDistribution(gmailfake.LagDistribution{P50: time.Second, P99: time.Second, Max: time.Second}, gmailfake.IndexRandom)
@@ -98,7 +98,7 @@ func TestEmulatorTwoSweepersShareTheMeasuredLag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if end.State != acceptlog.StateSent || end.Attempts != 1 {
+	if end.State != gmailrelay.StateSent || end.Attempts != 1 {
 		t.Errorf("the ambiguous job ended %s after %d attempts, want sent after 1 (found, not resent)", end.State, end.Attempts)
 	}
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
@@ -96,7 +96,7 @@ func TestReplicaKilledMidAttemptIsTakenOverAfterItsLease(t *testing.T) {
 	<-stuck.forwarded
 
 	b := newService(gm)
-	jobs, err := b.Log().ByState(ctx, acceptlog.StateForwarding, 0)
+	jobs, err := b.Log().ByState(ctx, gmailrelay.StateForwarding, 0)
 	if err != nil || len(jobs) != 1 {
 		t.Fatalf("forwarding jobs after replica B started: %d (%v), want A's one, untouched", len(jobs), err)
 	}
@@ -105,7 +105,7 @@ func TestReplicaKilledMidAttemptIsTakenOverAfterItsLease(t *testing.T) {
 	if _, err := sw.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if j, _ := b.Log().Get(ctx, id); j.State != acceptlog.StateForwarding {
+	if j, _ := b.Log().Get(ctx, id); j.State != gmailrelay.StateForwarding {
 		t.Fatalf("within the lease the job is %s, want still forwarding (A's)", j.State)
 	}
 
@@ -114,7 +114,7 @@ func TestReplicaKilledMidAttemptIsTakenOverAfterItsLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	j, err := b.Log().Get(ctx, id)
-	if err != nil || j.State != acceptlog.StateUnknown || j.LastReason != acceptlog.ReasonLeaseExpired {
+	if err != nil || j.State != gmailrelay.StateUnknown || j.LastReason != gmailrelay.ReasonLeaseExpired {
 		t.Fatalf("after the lease: %s %s (%v), want unknown lease_expired", j.State, j.LastReason, err)
 	}
 
@@ -122,7 +122,7 @@ func TestReplicaKilledMidAttemptIsTakenOverAfterItsLease(t *testing.T) {
 	if _, err := sw.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if j, _ := b.Log().Get(ctx, id); j.State != acceptlog.StateSent {
+	if j, _ := b.Log().Get(ctx, id); j.State != gmailrelay.StateSent {
 		t.Errorf("after B's search the job is %s, want sent", j.State)
 	}
 	if got := emu.Deliveries(id); got != 1 {
@@ -155,14 +155,14 @@ func TestEmulatorLeaseIsTheOwnersNotTheRecoverers(t *testing.T) {
 	}
 	close(stuck.release)
 	got := <-answered
-	if got.err != nil || got.res.Job.State != acceptlog.StateSent {
+	if got.err != nil || got.res.Job.State != gmailrelay.StateSent {
 		t.Fatalf("A's answer: %s, %v; want sent", got.res.Job.State, got.err)
 	}
 	j, err := b.Log().Get(ctx, p.MessageID)
-	if err != nil || j.State != acceptlog.StateSent || j.Effects != 1 || !j.LeaseUntil.IsZero() {
+	if err != nil || j.State != gmailrelay.StateSent || j.Effects != 1 || !j.LeaseUntil.IsZero() {
 		t.Errorf("job: %s, %d effects, lease %v (%v); want sent with one effect and no lease", j.State, j.Effects, j.LeaseUntil, err)
 	}
-	if lines, _ := b.Log().JobLines(ctx, p.MessageID); testenv.Count(lines, acceptlog.KindEffect) != 1 {
-		t.Errorf("effect lines = %d, want 1 (A's answer)", testenv.Count(lines, acceptlog.KindEffect))
+	if lines, _ := b.Log().JobLines(ctx, p.MessageID); testenv.Count(lines, gmailrelay.KindEffect) != 1 {
+		t.Errorf("effect lines = %d, want 1 (A's answer)", testenv.Count(lines, gmailrelay.KindEffect))
 	}
 }

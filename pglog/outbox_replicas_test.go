@@ -12,7 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
@@ -87,7 +87,7 @@ func queueSend(t *testing.T, svc *relay.Service, clock *testclock.Clock, key, ma
 	}
 	p.SendAt = sendAt
 	r, err := svc.Send(context.Background(), p, relay.SendOptions{Queue: true})
-	if err != nil || r.Job.State != acceptlog.StateQueued {
+	if err != nil || r.Job.State != gmailrelay.StateQueued {
 		t.Fatalf("send %s: %s, %v; want queued", key, r.Job.State, err)
 	}
 	return p.MessageID
@@ -154,7 +154,7 @@ func TestOutboxKeepsMailboxOrderAcrossReplicas(t *testing.T) {
 		t.Errorf("Gmail got\n  %v\nwant the mailbox's acceptance order\n  %v", got, ids)
 	}
 	for i, id := range ids {
-		if j, err := a.Log().Get(ctx, id); err != nil || j.State != acceptlog.StateSent {
+		if j, err := a.Log().Get(ctx, id); err != nil || j.State != gmailrelay.StateSent {
 			t.Errorf("job %d: %s, %v; want sent", i+1, j.State, err)
 		}
 	}
@@ -201,7 +201,7 @@ func TestOutboxMailboxNotServedIsLeftToAnotherReplica(t *testing.T) {
 		clock.Advance(time.Second)
 	}
 	j, err := b.Log().Get(ctx, id)
-	if err != nil || j.State != acceptlog.StateSent || emu.Deliveries(id) != 1 {
+	if err != nil || j.State != gmailrelay.StateSent || emu.Deliveries(id) != 1 {
 		t.Errorf("billing job after three rounds of passes on A then B: %s, %d deliveries, %v; want sent once by B", j.State, emu.Deliveries(id), err)
 	}
 }

@@ -1,8 +1,8 @@
 // Package pglog keeps the acceptance log in PostgreSQL, so several relays
 // can share it: one row per job (the Message-ID unique), every change and
 // its lines in one transaction with the job's row locked, lines under one
-// global sequence. It implements acceptlog.Store; the domain rules of a
-// change are acceptlog.Prepare's, not copied here.
+// global sequence. It implements gmailrelay.Store; the domain rules of a
+// change are gmailrelay.Prepare's, not copied here.
 package pglog
 
 import (
@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // Options configure Open.
@@ -36,16 +36,16 @@ type Options struct {
 	// creates Schema nor applies migrations, and refuses a database
 	// without this version's schema (see checkSchema).
 	NoMigrate bool
-	// Identity is the replica's (acceptlog.Identity), compared with the
+	// Identity is the replica's (gmailrelay.Identity), compared with the
 	// log's at Open: the first replica with one records it, a replica
 	// with another one is refused (an error wrapping
-	// acceptlog.ErrIdentityMismatch). Zero compares nothing.
-	Identity acceptlog.Identity
+	// gmailrelay.ErrIdentityMismatch). Zero compares nothing.
+	Identity gmailrelay.Identity
 }
 
 // Log is the acceptance log in a PostgreSQL database. It is safe for
 // concurrent use, by several processes too. Every method but Close and
-// Commits returns acceptlog.ErrClosed (wrapped) after Close.
+// Commits returns gmailrelay.ErrClosed (wrapped) after Close.
 type Log struct {
 	pool    *pgxpool.Pool
 	now     func() time.Time
@@ -61,7 +61,7 @@ type Log struct {
 	sweepHolds atomic.Uint64
 }
 
-var _ acceptlog.Store = (*Log)(nil)
+var _ gmailrelay.Store = (*Log)(nil)
 
 // Open connects to the database at url (postgres://…), applies the
 // migrations it has not had yet (safe when several relays start at once)
@@ -179,7 +179,7 @@ func (l *Log) Close() error {
 }
 
 // Shared reports true: several relays may use the log at once (see
-// acceptlog.Shared).
+// gmailrelay.Shared).
 func (l *Log) Shared() bool { return true }
 
 // Commits returns how many transactions Mutate has committed since Open.
@@ -190,7 +190,7 @@ func (l *Log) ready(ctx context.Context, what string) error {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	if l.closed.Load() {
-		return fmt.Errorf("%s: %w", what, acceptlog.ErrClosed)
+		return fmt.Errorf("%s: %w", what, gmailrelay.ErrClosed)
 	}
 	return nil
 }
@@ -202,28 +202,28 @@ var errRetry = errors.New("pglog: retry")
 
 const maxRetries = 8
 
-// Mutate implements acceptlog.Store: it locks the job's row (SELECT … FOR
-// UPDATE), calls fn through acceptlog.Prepare and writes the plan in the
+// Mutate implements gmailrelay.Store: it locks the job's row (SELECT … FOR
+// UPDATE), calls fn through gmailrelay.Prepare and writes the plan in the
 // same transaction. A new job is inserted with ON CONFLICT DO NOTHING: when
 // another writer (another replica) created it first, the transaction is run
 // again and fn sees that job, so two writers of one key end in one job. fn
 // may so be called more than once and must depend only on its argument. ctx
 // is only checked before the first transaction: a commit is never abandoned
 // half-way.
-func (l *Log) Mutate(ctx context.Context, messageID string, fn func(cur *acceptlog.Job) (acceptlog.Change, error)) (acceptlog.Job, []acceptlog.Line, error) {
+func (l *Log) Mutate(ctx context.Context, messageID string, fn func(cur *gmailrelay.Job) (gmailrelay.Change, error)) (gmailrelay.Job, []gmailrelay.Line, error) {
 	if err := ctx.Err(); err != nil {
-		return acceptlog.Job{}, nil, fmt.Errorf("mutate %s: %w", messageID, err)
+		return gmailrelay.Job{}, nil, fmt.Errorf("mutate %s: %w", messageID, err)
 	}
-	if err := acceptlog.CheckMessageID(messageID); err != nil {
-		return acceptlog.Job{}, nil, fmt.Errorf("mutate: %w: %w", acceptlog.ErrInvalidChange, err)
+	if err := gmailrelay.CheckMessageID(messageID); err != nil {
+		return gmailrelay.Job{}, nil, fmt.Errorf("mutate: %w: %w", gmailrelay.ErrInvalidChange, err)
 	}
 	if l.closed.Load() {
-		return acceptlog.Job{}, nil, fmt.Errorf("mutate %s: %w", messageID, acceptlog.ErrClosed)
+		return gmailrelay.Job{}, nil, fmt.Errorf("mutate %s: %w", messageID, gmailrelay.ErrClosed)
 	}
 	ctx = context.WithoutCancel(ctx)
 	for try := 0; ; try++ {
 		var (
-			p     acceptlog.Plan
+			p     gmailrelay.Plan
 			fnErr error
 		)
 		err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
@@ -235,13 +235,13 @@ func (l *Log) Mutate(ctx context.Context, messageID string, fn func(cur *acceptl
 			return err
 		})
 		if errors.Is(err, errRollback) {
-			return acceptlog.Job{}, nil, fnErr
+			return gmailrelay.Job{}, nil, fnErr
 		}
 		if err != nil && retryable(err) && try < maxRetries {
 			continue
 		}
 		if err != nil {
-			return acceptlog.Job{}, nil, l.wrapErr("mutate "+messageID, err)
+			return gmailrelay.Job{}, nil, l.wrapErr("mutate "+messageID, err)
 		}
 		l.commits.Add(1)
 		return p.Result, p.Lines, nil
@@ -263,7 +263,7 @@ func (l *Log) wrapErr(what string, err error) error {
 		return nil
 	}
 	if l.closed.Load() {
-		err = fmt.Errorf("%w: %w", acceptlog.ErrClosed, err)
+		err = fmt.Errorf("%w: %w", gmailrelay.ErrClosed, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
@@ -271,12 +271,12 @@ func (l *Log) wrapErr(what string, err error) error {
 // mutateTx is one run of a Mutate in tx: fnErr is fn's or a validation
 // error (the transaction is rolled back, nothing written), err a storage
 // error or errRetry.
-func (l *Log) mutateTx(ctx context.Context, tx pgx.Tx, id string, fn func(*acceptlog.Job) (acceptlog.Change, error)) (p acceptlog.Plan, fnErr, err error) {
+func (l *Log) mutateTx(ctx context.Context, tx pgx.Tx, id string, fn func(*gmailrelay.Job) (gmailrelay.Change, error)) (p gmailrelay.Plan, fnErr, err error) {
 	cur, err := getJob(ctx, tx, id, true)
-	if err != nil && !errors.Is(err, acceptlog.ErrNotFound) {
+	if err != nil && !errors.Is(err, gmailrelay.ErrNotFound) {
 		return p, nil, err
 	}
-	p, fnErr = acceptlog.Prepare(id, cur, l.now, fn)
+	p, fnErr = gmailrelay.Prepare(id, cur, l.now, fn)
 	if fnErr != nil {
 		return p, fnErr, nil
 	}
@@ -319,7 +319,7 @@ func (l *Log) mutateTx(ctx context.Context, tx pgx.Tx, id string, fn func(*accep
 			return p, nil, err
 		}
 	}
-	mb, err := p.MailboxRecord(func(name string) (acceptlog.Mailbox, error) { return lockMailbox(ctx, tx, name) })
+	mb, err := p.MailboxRecord(func(name string) (gmailrelay.Mailbox, error) { return lockMailbox(ctx, tx, name) })
 	if err != nil {
 		return p, nil, err
 	}
@@ -337,12 +337,12 @@ func (l *Log) mutateTx(ctx context.Context, tx pgx.Tx, id string, fn func(*accep
 }
 
 // insertSends indexes the forwarding lines among lines for the daily
-// sending budget (acceptlog.Store.SendTimes); each takes over one of this
+// sending budget (gmailrelay.Store.SendTimes); each takes over one of this
 // Log's budget holds of the mailbox, in the same transaction, so the
 // budget never counts an attempt twice nor misses it (see SendBudget).
-func (l *Log) insertSends(ctx context.Context, tx pgx.Tx, mailbox string, lines []acceptlog.Line) error {
+func (l *Log) insertSends(ctx context.Context, tx pgx.Tx, mailbox string, lines []gmailrelay.Line) error {
 	for _, ln := range lines {
-		if ln.Kind != acceptlog.KindForwarding {
+		if ln.Kind != gmailrelay.KindForwarding {
 			continue
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO sends (mailbox, at_ns, message_id, attempt) VALUES ($1, $2, $3, $4)
@@ -363,7 +363,7 @@ const linesLock = 0x676c696e // "glin"
 // insertLines gives lines the next Seqs of the line_ids sequence (holding
 // the lines lock shared to commit, see Lines) and inserts them. Writers do
 // not wait for each other: Seqs are taken in one round trip with the lock.
-func insertLines(ctx context.Context, tx pgx.Tx, lines []acceptlog.Line) error {
+func insertLines(ctx context.Context, tx pgx.Tx, lines []gmailrelay.Line) error {
 	n := len(lines)
 	b := &pgx.Batch{}
 	b.Queue("SELECT pg_advisory_xact_lock_shared($1)", int64(linesLock))
@@ -408,18 +408,18 @@ func insertLines(ctx context.Context, tx pgx.Tx, lines []acceptlog.Line) error {
 
 // lockMailbox reads a mailbox's record with its row locked (creating an
 // empty one first, so two writers of a new mailbox queue on one row).
-func lockMailbox(ctx context.Context, tx pgx.Tx, name string) (acceptlog.Mailbox, error) {
-	empty, _ := json.Marshal(acceptlog.Mailbox{Name: name})
+func lockMailbox(ctx context.Context, tx pgx.Tx, name string) (gmailrelay.Mailbox, error) {
+	empty, _ := json.Marshal(gmailrelay.Mailbox{Name: name})
 	if _, err := tx.Exec(ctx, "INSERT INTO mailboxes (name, data) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING", name, empty); err != nil {
-		return acceptlog.Mailbox{}, fmt.Errorf("mailbox %s: %w", name, err)
+		return gmailrelay.Mailbox{}, fmt.Errorf("mailbox %s: %w", name, err)
 	}
 	var v []byte
 	if err := tx.QueryRow(ctx, "SELECT data FROM mailboxes WHERE name = $1 FOR UPDATE", name).Scan(&v); err != nil {
-		return acceptlog.Mailbox{}, fmt.Errorf("mailbox %s: %w", name, err)
+		return gmailrelay.Mailbox{}, fmt.Errorf("mailbox %s: %w", name, err)
 	}
-	mb := acceptlog.Mailbox{Name: name}
+	mb := gmailrelay.Mailbox{Name: name}
 	if err := json.Unmarshal(v, &mb); err != nil {
-		return acceptlog.Mailbox{}, fmt.Errorf("decode mailbox %s: %w", name, err)
+		return gmailrelay.Mailbox{}, fmt.Errorf("decode mailbox %s: %w", name, err)
 	}
 	return mb, nil
 }
@@ -432,12 +432,12 @@ type columns struct {
 	data                         []byte
 }
 
-func columnsOf(j *acceptlog.Job) (columns, error) {
+func columnsOf(j *gmailrelay.Job) (columns, error) {
 	c := columns{state: string(j.State), channel: []byte(j.Channel)}
 	if !j.NextCheckAt.IsZero() {
 		c.nextCheck = nanos(j.NextCheckAt)
 	}
-	if j.State == acceptlog.StateUnknown && !j.AmbiguousAt.IsZero() {
+	if j.State == gmailrelay.StateUnknown && !j.AmbiguousAt.IsZero() {
 		c.unknown = nanos(j.AmbiguousAt)
 	}
 	if j.Prunable() {
@@ -485,7 +485,7 @@ type querier interface {
 
 // getJob reads a job (locking its row when forUpdate); ErrNotFound and a nil
 // job when absent.
-func getJob(ctx context.Context, q querier, id string, forUpdate bool) (*acceptlog.Job, error) {
+func getJob(ctx context.Context, q querier, id string, forUpdate bool) (*gmailrelay.Job, error) {
 	sql := "SELECT data FROM jobs WHERE message_id = $1"
 	if forUpdate {
 		sql += " FOR UPDATE"
@@ -493,12 +493,12 @@ func getJob(ctx context.Context, q querier, id string, forUpdate bool) (*acceptl
 	var v []byte
 	err := q.QueryRow(ctx, sql, id).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, acceptlog.ErrNotFound
+		return nil, gmailrelay.ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read job %s: %w", id, err)
 	}
-	var j acceptlog.Job
+	var j gmailrelay.Job
 	if err := json.Unmarshal(v, &j); err != nil {
 		return nil, fmt.Errorf("decode job %s: %w", id, err)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
@@ -42,7 +42,7 @@ func open(t testing.TB, url, schema string, now func() time.Time) *pglog.Log {
 		t.Fatalf("open PostgreSQL log: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := l.Check(context.Background()); err != nil && !errors.Is(err, acceptlog.ErrClosed) {
+		if err := l.Check(context.Background()); err != nil && !errors.Is(err, gmailrelay.ErrClosed) {
 			t.Errorf("acceptance log invariants: %v", err)
 		}
 		_ = l.Close()
@@ -63,9 +63,9 @@ func twoReplicas(t testing.TB, now func() time.Time) (a, b *pglog.Log) {
 func TestConformancePostgres(t *testing.T) {
 	url := databaseURL(t)
 	logtest.Run(t, logtest.Backend{
-		Open: func(t *testing.T, now func() time.Time) (acceptlog.Store, func() acceptlog.Store) {
+		Open: func(t *testing.T, now func() time.Time) (gmailrelay.Store, func() gmailrelay.Store) {
 			schema := freshSchema(t, url)
-			return open(t, url, schema, now), func() acceptlog.Store { return open(t, url, schema, now) }
+			return open(t, url, schema, now), func() gmailrelay.Store { return open(t, url, schema, now) }
 		},
 	})
 }

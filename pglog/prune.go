@@ -7,23 +7,23 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
-// Prune implements acceptlog.Store in one transaction: the oldest prunable
+// Prune implements gmailrelay.Store in one transaction: the oldest prunable
 // jobs last changed before cutoff, locked with FOR UPDATE SKIP LOCKED (a job
 // another replica is writing or pruning is left to a later pass), keep their
-// record and the lines acceptlog.KeptWhenPruned names.
-func (l *Log) Prune(ctx context.Context, cutoff time.Time, limit int) (acceptlog.PruneResult, error) {
+// record and the lines gmailrelay.KeptWhenPruned names.
+func (l *Log) Prune(ctx context.Context, cutoff time.Time, limit int) (gmailrelay.PruneResult, error) {
 	if limit <= 0 {
 		limit = 500
 	}
 	if err := l.ready(ctx, "prune"); err != nil {
-		return acceptlog.PruneResult{}, err
+		return gmailrelay.PruneResult{}, err
 	}
-	var res acceptlog.PruneResult
+	var res gmailrelay.PruneResult
 	err := pgx.BeginFunc(context.WithoutCancel(ctx), l.pool, func(tx pgx.Tx) error {
-		res = acceptlog.PruneResult{}
+		res = gmailrelay.PruneResult{}
 		rows, err := tx.Query(ctx, `SELECT data FROM jobs WHERE prunable_ns IS NOT NULL AND prunable_ns < $1
 			ORDER BY prunable_ns, message_id LIMIT $2 FOR UPDATE SKIP LOCKED`, *nanos(cutoff), limit+1)
 		if err != nil {
@@ -45,18 +45,18 @@ func (l *Log) Prune(ctx context.Context, cutoff time.Time, limit int) (acceptlog
 		return nil
 	})
 	if err != nil {
-		return acceptlog.PruneResult{}, l.wrapErr("prune", err)
+		return gmailrelay.PruneResult{}, l.wrapErr("prune", err)
 	}
 	return res, nil
 }
 
-func pruneJob(ctx context.Context, tx pgx.Tx, j *acceptlog.Job, now time.Time, res *acceptlog.PruneResult) error {
+func pruneJob(ctx context.Context, tx pgx.Tx, j *gmailrelay.Job, now time.Time, res *gmailrelay.PruneResult) error {
 	id := j.MessageID
 	lines, err := jobLines(ctx, tx, id)
 	if err != nil {
 		return fmt.Errorf("prune %s: %w", id, err)
 	}
-	_, drop := acceptlog.KeptWhenPruned(lines)
+	_, drop := gmailrelay.KeptWhenPruned(lines)
 	seqs := make([]int64, len(drop))
 	for i := range drop {
 		seqs[i] = int64(drop[i].Seq)

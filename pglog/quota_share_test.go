@@ -9,7 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
@@ -77,7 +77,7 @@ func TestEmulatorQuotaPerMinuteIsSharedByReplicas(t *testing.T) {
 			t.Fatalf("send %d: %v; want sent or refused for quota", n, err)
 		}
 		// Not sent: Gmail refused it (the relay took more than its quota).
-		return r.Job.State == acceptlog.StateSent
+		return r.Job.State == gmailrelay.StateSent
 	}
 	// Sends through both, alternately, until neither sends.
 	drain := func(rs ...replica) (sent int) {

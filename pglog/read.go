@@ -16,29 +16,29 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
-// Get implements acceptlog.Store.
-func (l *Log) Get(ctx context.Context, messageID string) (acceptlog.Job, error) {
+// Get implements gmailrelay.Store.
+func (l *Log) Get(ctx context.Context, messageID string) (gmailrelay.Job, error) {
 	what := "get " + messageID
 	if err := l.ready(ctx, what); err != nil {
-		return acceptlog.Job{}, err
+		return gmailrelay.Job{}, err
 	}
 	j, err := getJob(ctx, l.pool, messageID, false)
 	if err != nil {
-		return acceptlog.Job{}, l.wrapErr(what, err)
+		return gmailrelay.Job{}, l.wrapErr(what, err)
 	}
 	return *j, nil
 }
 
-// JobLines implements acceptlog.Store, from one snapshot.
-func (l *Log) JobLines(ctx context.Context, messageID string) ([]acceptlog.Line, error) {
+// JobLines implements gmailrelay.Store, from one snapshot.
+func (l *Log) JobLines(ctx context.Context, messageID string) ([]gmailrelay.Line, error) {
 	what := "job lines " + messageID
 	if err := l.ready(ctx, what); err != nil {
 		return nil, err
 	}
-	var lines []acceptlog.Line
+	var lines []gmailrelay.Line
 	err := l.snapshot(ctx, func(tx pgx.Tx) error {
 		if _, err := getJob(ctx, tx, messageID, false); err != nil {
 			return err
@@ -59,7 +59,7 @@ func (l *Log) snapshot(ctx context.Context, fn func(pgx.Tx) error) error {
 	return pgx.BeginTxFunc(ctx, l.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
 }
 
-func jobLines(ctx context.Context, q querier, id string) ([]acceptlog.Line, error) {
+func jobLines(ctx context.Context, q querier, id string) ([]gmailrelay.Line, error) {
 	rows, err := q.Query(ctx, "SELECT data FROM lines WHERE message_id = $1 ORDER BY seq", id)
 	if err != nil {
 		return nil, err
@@ -83,13 +83,15 @@ func collect[T any](rows pgx.Rows, what string) ([]T, error) {
 	return out, err
 }
 
-func collectLines(rows pgx.Rows) ([]acceptlog.Line, error) {
-	return collect[acceptlog.Line](rows, "line")
+func collectLines(rows pgx.Rows) ([]gmailrelay.Line, error) {
+	return collect[gmailrelay.Line](rows, "line")
 }
 
-func collectJobs(rows pgx.Rows) ([]acceptlog.Job, error) { return collect[acceptlog.Job](rows, "job") }
+func collectJobs(rows pgx.Rows) ([]gmailrelay.Job, error) {
+	return collect[gmailrelay.Job](rows, "job")
+}
 
-// Raw implements acceptlog.Store.
+// Raw implements gmailrelay.Store.
 func (l *Log) Raw(ctx context.Context, messageID string) ([]byte, error) {
 	what := "raw " + messageID
 	if err := l.ready(ctx, what); err != nil {
@@ -98,7 +100,7 @@ func (l *Log) Raw(ctx context.Context, messageID string) ([]byte, error) {
 	var raw []byte
 	err := l.pool.QueryRow(ctx, "SELECT raw FROM bodies WHERE message_id = $1", messageID).Scan(&raw)
 	if errors.Is(err, pgx.ErrNoRows) {
-		err = acceptlog.ErrNotFound
+		err = gmailrelay.ErrNotFound
 	}
 	if err != nil {
 		return nil, l.wrapErr(what, err)
@@ -106,16 +108,16 @@ func (l *Log) Raw(ctx context.Context, messageID string) ([]byte, error) {
 	return raw, nil
 }
 
-// List implements acceptlog.Store: jobs by Message-ID (byte order) after
+// List implements gmailrelay.Store: jobs by Message-ID (byte order) after
 // o.After, filtered by state and channel in the query.
-func (l *Log) List(ctx context.Context, o acceptlog.ListOptions) ([]acceptlog.Job, string, error) {
+func (l *Log) List(ctx context.Context, o gmailrelay.ListOptions) ([]gmailrelay.Job, string, error) {
 	if o.State != "" && !o.State.Valid() {
 		return nil, "", fmt.Errorf("list: unknown state %q", o.State)
 	}
 	if err := l.ready(ctx, "list"); err != nil {
 		return nil, "", err
 	}
-	limit := acceptlog.PageLimit(o.Limit)
+	limit := gmailrelay.PageLimit(o.Limit)
 	rows, err := l.pool.Query(ctx, `SELECT data FROM jobs
 		WHERE message_id > $1 AND ($2 = '' OR state = $2) AND ($3::bytea IS NULL OR channel = $3)
 		ORDER BY message_id LIMIT $4`, o.After, string(o.State), channelArg(o.Channel), limit+1)
@@ -141,7 +143,7 @@ func channelArg(ch string) []byte {
 	return []byte(ch)
 }
 
-// Lines implements acceptlog.Store. Seqs come from a sequence, so a line
+// Lines implements gmailrelay.Store. Seqs come from a sequence, so a line
 // may commit after one with a larger Seq; Lines only returns lines up to a
 // watermark below which no writer is left: under the exclusive lines lock
 // (every writer holds it shared from before its nextval to its commit) it
@@ -149,8 +151,8 @@ func channelArg(ch string) []byte {
 // committed or never will. Paging by the last Seq seen so never skips a
 // line. The watermark is cached and only re-established when a page is
 // not full below it, so paging through old lines takes no lock.
-func (l *Log) Lines(ctx context.Context, after uint64, limit int) ([]acceptlog.Line, uint64, error) {
-	limit = acceptlog.PageLimit(limit)
+func (l *Log) Lines(ctx context.Context, after uint64, limit int) ([]gmailrelay.Line, uint64, error) {
+	limit = gmailrelay.PageLimit(limit)
 	if after >= math.MaxInt64 {
 		return nil, 0, nil
 	}
@@ -175,7 +177,7 @@ func (l *Log) Lines(ctx context.Context, after uint64, limit int) ([]acceptlog.L
 	return lines, next, nil
 }
 
-func (l *Log) linesUpTo(ctx context.Context, after, w uint64, limit int) ([]acceptlog.Line, error) {
+func (l *Log) linesUpTo(ctx context.Context, after, w uint64, limit int) ([]gmailrelay.Line, error) {
 	if w <= after {
 		return nil, nil
 	}
@@ -222,7 +224,7 @@ func (l *Log) raiseWatermark(ctx context.Context) (uint64, error) {
 // mid-pass does not hold its jobs for long.
 const claimTTL = 2 * time.Minute
 
-// Due implements acceptlog.Store, and claims what it returns: the due jobs
+// Due implements gmailrelay.Store, and claims what it returns: the due jobs
 // not claimed by another replica (or whose claim ran out) are taken with
 // FOR UPDATE SKIP LOCKED and marked claimed by this Log for claimTTL, so
 // two replicas' sweeper passes do not search the same job at once. A job
@@ -231,7 +233,7 @@ const claimTTL = 2 * time.Minute
 // death of the claiming process (none of its sessions, named by their
 // application_name, is left in pg_stat_activity). The jobs come earliest
 // first.
-func (l *Log) Due(ctx context.Context, now time.Time, limit int) ([]acceptlog.Job, error) {
+func (l *Log) Due(ctx context.Context, now time.Time, limit int) ([]gmailrelay.Job, error) {
 	if err := l.ready(ctx, "due"); err != nil {
 		return nil, err
 	}
@@ -261,7 +263,7 @@ func (l *Log) Due(ctx context.Context, now time.Time, limit int) ([]acceptlog.Jo
 	return jobs, nil
 }
 
-// ClaimQueued implements acceptlog.QueueClaimer with one session-level
+// ClaimQueued implements gmailrelay.QueueClaimer with one session-level
 // advisory lock per mailbox (outboxLockKey: the schema and the mailbox's
 // name), taken with pg_try_advisory_lock on one connection that is held
 // until Release. Another replica's pass skips a mailbox whose lock is
@@ -271,9 +273,9 @@ func (l *Log) Due(ctx context.Context, now time.Time, limit int) ([]acceptlog.Jo
 // locks are held, so a pass sees its mailboxes' jobs as the previous
 // holder left them (a job it delivered, a hold after Gmail was not
 // reached).
-func (l *Log) ClaimQueued(ctx context.Context, mailbox func(name string) (string, bool)) (acceptlog.QueueClaim, error) {
-	claim := acceptlog.QueueClaim{Release: func() {}}
-	queued, err := l.ByState(ctx, acceptlog.StateQueued, 0)
+func (l *Log) ClaimQueued(ctx context.Context, mailbox func(name string) (string, bool)) (gmailrelay.QueueClaim, error) {
+	claim := gmailrelay.QueueClaim{Release: func() {}}
+	queued, err := l.ByState(ctx, gmailrelay.StateQueued, 0)
 	if err != nil {
 		return claim, fmt.Errorf("claim queued: %w", err)
 	}
@@ -284,7 +286,7 @@ func (l *Log) ClaimQueued(ctx context.Context, mailbox func(name string) (string
 		}
 	}
 	// count puts jobs not of the locked mailboxes in Busy or Unserved.
-	count := func(jobs []acceptlog.Job, locked map[string]bool) {
+	count := func(jobs []gmailrelay.Job, locked map[string]bool) {
 		for _, j := range jobs {
 			name, ok := mailbox(j.Mailbox)
 			switch {
@@ -325,7 +327,7 @@ func (l *Log) ClaimQueued(ctx context.Context, mailbox func(name string) (string
 		count(queued, nil)
 		return claim, nil
 	}
-	rows, err := c.Query(ctx, "SELECT data FROM jobs WHERE state = $1 ORDER BY message_id", string(acceptlog.StateQueued))
+	rows, err := c.Query(ctx, "SELECT data FROM jobs WHERE state = $1 ORDER BY message_id", string(gmailrelay.StateQueued))
 	if err == nil {
 		queued, err = collectJobs(rows)
 	}
@@ -364,7 +366,7 @@ func lockMailboxes(ctx context.Context, c *pgxpool.Conn, names []string) (map[st
 	return locked, c.SendBatch(ctx, b).Close()
 }
 
-var _ acceptlog.QueueClaimer = (*Log)(nil)
+var _ gmailrelay.QueueClaimer = (*Log)(nil)
 
 // sqlLimit turns "limit <= 0 means all" into a LIMIT argument (NULL: none).
 func sqlLimit(limit int) *int {
@@ -374,8 +376,8 @@ func sqlLimit(limit int) *int {
 	return &limit
 }
 
-// ByState implements acceptlog.Store.
-func (l *Log) ByState(ctx context.Context, s acceptlog.State, limit int) ([]acceptlog.Job, error) {
+// ByState implements gmailrelay.Store.
+func (l *Log) ByState(ctx context.Context, s gmailrelay.State, limit int) ([]gmailrelay.Job, error) {
 	if !s.Valid() {
 		return nil, fmt.Errorf("by state: unknown state %q", s)
 	}
@@ -391,41 +393,41 @@ func (l *Log) ByState(ctx context.Context, s acceptlog.State, limit int) ([]acce
 	return jobs, l.wrapErr(what, err)
 }
 
-// Mailbox implements acceptlog.Store.
-func (l *Log) Mailbox(ctx context.Context, name string) (acceptlog.Mailbox, error) {
+// Mailbox implements gmailrelay.Store.
+func (l *Log) Mailbox(ctx context.Context, name string) (gmailrelay.Mailbox, error) {
 	what := "mailbox " + name
 	if err := l.ready(ctx, what); err != nil {
-		return acceptlog.Mailbox{}, err
+		return gmailrelay.Mailbox{}, err
 	}
-	mb := acceptlog.Mailbox{Name: name}
+	mb := gmailrelay.Mailbox{Name: name}
 	var v []byte
 	err := l.pool.QueryRow(ctx, "SELECT data FROM mailboxes WHERE name = $1", name).Scan(&v)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return mb, nil
 	case err != nil:
-		return acceptlog.Mailbox{}, l.wrapErr(what, err)
+		return gmailrelay.Mailbox{}, l.wrapErr(what, err)
 	}
 	if err := json.Unmarshal(v, &mb); err != nil {
-		return acceptlog.Mailbox{}, fmt.Errorf("%s: decode: %w", what, err)
+		return gmailrelay.Mailbox{}, fmt.Errorf("%s: decode: %w", what, err)
 	}
 	return mb, nil
 }
 
-// Stats implements acceptlog.Store, from one snapshot: the sums of the
+// Stats implements gmailrelay.Store, from one snapshot: the sums of the
 // count deltas every change wrote in its transaction (job_counts,
 // line_counts), not a scan of the jobs and lines; when more than
 // foldCountsAt delta rows have piled up, they are folded afterwards.
-func (l *Log) Stats(ctx context.Context) (acceptlog.Stats, error) {
+func (l *Log) Stats(ctx context.Context) (gmailrelay.Stats, error) {
 	if err := l.ready(ctx, "stats"); err != nil {
-		return acceptlog.Stats{}, err
+		return gmailrelay.Stats{}, err
 	}
 	deltaRows := 0
-	st := acceptlog.Stats{
-		ByState:   map[acceptlog.State]int{},
-		ByChannel: map[string]map[acceptlog.State]int{},
-		ByKind:    map[acceptlog.Kind]int{},
-		ByReason:  map[acceptlog.Kind]map[string]int{},
+	st := gmailrelay.Stats{
+		ByState:   map[gmailrelay.State]int{},
+		ByChannel: map[string]map[gmailrelay.State]int{},
+		ByKind:    map[gmailrelay.Kind]int{},
+		ByReason:  map[gmailrelay.Kind]map[string]int{},
 	}
 	err := l.snapshot(ctx, func(tx pgx.Tx) error {
 		var (
@@ -439,11 +441,11 @@ func (l *Log) Stats(ctx context.Context) (acceptlog.Stats, error) {
 		}
 		_, err = pgx.ForEachRow(rows, []any{&state, &channel, &n, &deltas}, func() error {
 			deltaRows += deltas
-			s := acceptlog.State(state)
+			s := gmailrelay.State(state)
 			st.Jobs += n
 			st.ByState[s] += n
 			if st.ByChannel[string(channel)] == nil {
-				st.ByChannel[string(channel)] = map[acceptlog.State]int{}
+				st.ByChannel[string(channel)] = map[gmailrelay.State]int{}
 			}
 			st.ByChannel[string(channel)][s] = n
 			return nil
@@ -457,7 +459,7 @@ func (l *Log) Stats(ctx context.Context) (acceptlog.Stats, error) {
 		}
 		_, err = pgx.ForEachRow(rows, []any{&kind, &reason, &n, &deltas}, func() error {
 			deltaRows += deltas
-			k := acceptlog.Kind(kind)
+			k := gmailrelay.Kind(kind)
 			st.Lines += uint64(n)
 			st.ByKind[k] += n
 			if len(reason) > 0 {
@@ -479,7 +481,7 @@ func (l *Log) Stats(ctx context.Context) (acceptlog.Stats, error) {
 		if err != nil {
 			return err
 		}
-		var j acceptlog.Job
+		var j gmailrelay.Job
 		if err := json.Unmarshal(v, &j); err != nil {
 			return fmt.Errorf("decode job: %w", err)
 		}
@@ -487,20 +489,20 @@ func (l *Log) Stats(ctx context.Context) (acceptlog.Stats, error) {
 		return nil
 	})
 	if err != nil {
-		return acceptlog.Stats{}, l.wrapErr("stats", err)
+		return gmailrelay.Stats{}, l.wrapErr("stats", err)
 	}
 	if deltaRows > foldCountsAt {
 		if err := l.foldCounts(ctx); err != nil {
-			return acceptlog.Stats{}, l.wrapErr("stats: fold counts", err)
+			return gmailrelay.Stats{}, l.wrapErr("stats: fold counts", err)
 		}
 	}
 	return st, nil
 }
 
 // Backup is not done by the relay on PostgreSQL: use pg_dump (or the
-// server's own backups and replication). It returns acceptlog.ErrUnsupported.
+// server's own backups and replication). It returns gmailrelay.ErrUnsupported.
 func (l *Log) Backup(context.Context, io.Writer, func(int64)) (int64, error) {
-	return 0, fmt.Errorf("backup: %w: the log is in PostgreSQL, back it up with pg_dump", acceptlog.ErrUnsupported)
+	return 0, fmt.Errorf("backup: %w: the log is in PostgreSQL, back it up with pg_dump", gmailrelay.ErrUnsupported)
 }
 
 // Size returns the bytes the log's tables take (with their indexes).

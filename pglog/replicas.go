@@ -4,17 +4,17 @@ import (
 	"context"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
-var _ acceptlog.ReplicaCounter = (*Log)(nil)
+var _ gmailrelay.ReplicaCounter = (*Log)(nil)
 
 // replicaForget is how long a relay's row outlives its last session: a
 // relay whose pool happens to have no session open for a moment is not
 // forgotten, and counts again as soon as it has one.
 const replicaForget = 10 * time.Minute
 
-// LiveReplicas implements acceptlog.ReplicaCounter: it records this Log
+// LiveReplicas implements gmailrelay.ReplicaCounter: it records this Log
 // as a replica (the replicas table of its schema, so logs in other
 // schemas of the database never count) and counts the recorded ones that
 // have a session open, by application_name, as Due tells a live claimer

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/pglog"
 )
 
@@ -58,13 +58,13 @@ func TestTwoReplicasSameNewJobEndInOneJob(t *testing.T) {
 		}
 		wg.Go(func() {
 			<-start
-			_, _, err := l.Mutate(context.Background(), id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+			_, _, err := l.Mutate(context.Background(), id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 				if cur != nil {
-					return acceptlog.Change{}, errExists
+					return gmailrelay.Change{}, errExists
 				}
-				return acceptlog.Change{
-					Job:   &acceptlog.Job{MessageID: id, Channel: "default", State: acceptlog.StateForwarding, Attempts: 1},
-					Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, Attempt: 1, State: acceptlog.StateForwarding}},
+				return gmailrelay.Change{
+					Job:   &gmailrelay.Job{MessageID: id, Channel: "default", State: gmailrelay.StateForwarding, Attempts: 1},
+					Lines: []gmailrelay.Line{{Kind: gmailrelay.KindReceived, Attempt: 1, State: gmailrelay.StateForwarding}},
 				}, nil
 			})
 			switch err {
@@ -107,12 +107,12 @@ func TestLinesTailNeverSkipsUnderConcurrentWriters(t *testing.T) {
 		wg.Go(func() {
 			for i := range jobs {
 				id := fmt.Sprintf("<w%d-%d@x>", w, i)
-				_, _, err := l.Mutate(ctx, id, func(*acceptlog.Job) (acceptlog.Change, error) {
-					return acceptlog.Change{
-						Job: &acceptlog.Job{MessageID: id, Channel: "default", State: acceptlog.StateForwarding, Attempts: 1},
-						Lines: []acceptlog.Line{
-							{Kind: acceptlog.KindReceived, Attempt: 1},
-							{Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding},
+				_, _, err := l.Mutate(ctx, id, func(*gmailrelay.Job) (gmailrelay.Change, error) {
+					return gmailrelay.Change{
+						Job: &gmailrelay.Job{MessageID: id, Channel: "default", State: gmailrelay.StateForwarding, Attempts: 1},
+						Lines: []gmailrelay.Line{
+							{Kind: gmailrelay.KindReceived, Attempt: 1},
+							{Kind: gmailrelay.KindForwarding, Attempt: 1, State: gmailrelay.StateForwarding},
 						},
 					}, nil
 				})

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
@@ -71,7 +71,7 @@ func TestEmulatorGmailUnreachableHoldsTheMailboxOnEveryReplica(t *testing.T) {
 	}
 	for _, id := range ids {
 		j, err := svcs[0].Log().Get(ctx, id)
-		if err != nil || j.State != acceptlog.StateSent || s.emu.Deliveries(id) != 1 {
+		if err != nil || j.State != gmailrelay.StateSent || s.emu.Deliveries(id) != 1 {
 			t.Errorf("%s: %s, %d deliveries, %v; want sent once", id, j.State, s.emu.Deliveries(id), err)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -22,7 +22,7 @@ type heldAttempter struct {
 	once        sync.Once
 }
 
-func (h *heldAttempter) Attempt(ctx context.Context, id string, from []acceptlog.State, seen int, reason acceptlog.Reason, fg bool) (relay.Result, error) {
+func (h *heldAttempter) Attempt(ctx context.Context, id string, from []gmailrelay.State, seen int, reason gmailrelay.Reason, fg bool) (relay.Result, error) {
 	h.once.Do(func() { close(h.in); <-h.release })
 	return h.svc.Attempt(ctx, id, from, seen, reason, fg)
 }
@@ -56,7 +56,7 @@ func TestEmulatorTwoSweepersNeverResendOneJobTwice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, _ := svcs[0].Send(ctx, p, relay.SendOptions{}); res.Job.State != acceptlog.StateUnknown {
+	if res, _ := svcs[0].Send(ctx, p, relay.SendOptions{}); res.Job.State != gmailrelay.StateUnknown {
 		t.Fatalf("first attempt left the job %s, want unknown", res.Job.State)
 	}
 	s.clock.Advance(ch.Grace + time.Second)
@@ -80,7 +80,7 @@ func TestEmulatorTwoSweepersNeverResendOneJobTwice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mid.State != acceptlog.StateUnknown || mid.Attempts != 2 || s.emu.Deliveries(p.MessageID) != 1 {
+	if mid.State != gmailrelay.StateUnknown || mid.Attempts != 2 || s.emu.Deliveries(p.MessageID) != 1 {
 		t.Fatalf("after B's resend: %s, %d attempts, %d deliveries; want unknown, 2, 1",
 			mid.State, mid.Attempts, s.emu.Deliveries(p.MessageID))
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/pglog"
 )
 
@@ -33,10 +33,10 @@ func TestOpenSchemaWithCapitals(t *testing.T) {
 		}
 	})
 	l := open(t, url, schema, nil)
-	if _, _, err := l.Mutate(ctx, "<caps@x>", func(*acceptlog.Job) (acceptlog.Change, error) {
-		return acceptlog.Change{
-			Job:   &acceptlog.Job{MessageID: "<caps@x>", Channel: "default", State: acceptlog.StateQueued},
-			Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, State: acceptlog.StateQueued, Channel: "default"}},
+	if _, _, err := l.Mutate(ctx, "<caps@x>", func(*gmailrelay.Job) (gmailrelay.Change, error) {
+		return gmailrelay.Change{
+			Job:   &gmailrelay.Job{MessageID: "<caps@x>", Channel: "default", State: gmailrelay.StateQueued},
+			Lines: []gmailrelay.Line{{Kind: gmailrelay.KindReceived, State: gmailrelay.StateQueued, Channel: "default"}},
 		}, nil
 	}); err != nil {
 		t.Fatal(err)
@@ -49,7 +49,7 @@ func TestOpenSchemaWithCapitals(t *testing.T) {
 		t.Fatalf("open the schema again: %v", err)
 	}
 	defer again.Close()
-	if j, err := again.Get(ctx, "<caps@x>"); err != nil || j.State != acceptlog.StateQueued {
+	if j, err := again.Get(ctx, "<caps@x>"); err != nil || j.State != gmailrelay.StateQueued {
 		t.Errorf("the job written in schema %s: %s, %v; want queued", schema, j.State, err)
 	}
 }

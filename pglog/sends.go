@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// SendTimes implements acceptlog.Store.
+// SendTimes implements gmailrelay.Store.
 func (l *Log) SendTimes(ctx context.Context, mailbox string, since time.Time) ([]time.Time, error) {
 	const what = "send times"
 	if err := l.ready(ctx, what); err != nil {
@@ -30,7 +30,7 @@ func (l *Log) SendTimes(ctx context.Context, mailbox string, since time.Time) ([
 	return out, nil
 }
 
-// PruneSends implements acceptlog.Store.
+// PruneSends implements gmailrelay.Store.
 func (l *Log) PruneSends(ctx context.Context, before time.Time) (int, error) {
 	const what = "prune sends"
 	if err := l.ready(ctx, what); err != nil {

@@ -10,14 +10,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 )
 
 var (
-	_ acceptlog.SendBudget    = (*Log)(nil)
-	_ acceptlog.MailboxPauses = (*Log)(nil)
-	_ faultmodes.Store        = (*Log)(nil)
+	_ gmailrelay.SendBudget    = (*Log)(nil)
+	_ gmailrelay.MailboxPauses = (*Log)(nil)
+	_ faultmodes.Store         = (*Log)(nil)
 )
 
 // holdTTL is how long a budget hold counts without its forwarding line: a
@@ -53,17 +53,17 @@ func (l *Log) dropHold(ctx context.Context, tx pgx.Tx, mailbox string) error {
 	return nil
 }
 
-// SendBudget implements acceptlog.SendBudget: under a transaction-scoped
+// SendBudget implements gmailrelay.SendBudget: under a transaction-scoped
 // advisory lock per mailbox, it counts the mailbox's sends since since and
 // its holds younger than holdTTL in one statement (so a forwarding line
 // that takes a hold over is seen once, either as the hold or as the send),
 // and adds a hold when asked and there is room.
-func (l *Log) SendBudget(ctx context.Context, mailbox string, limit int, since, now time.Time, hold bool) (acceptlog.BudgetAnswer, error) {
+func (l *Log) SendBudget(ctx context.Context, mailbox string, limit int, since, now time.Time, hold bool) (gmailrelay.BudgetAnswer, error) {
 	const what = "send budget"
 	if err := l.ready(ctx, what); err != nil {
-		return acceptlog.BudgetAnswer{}, err
+		return gmailrelay.BudgetAnswer{}, err
 	}
-	var ans acceptlog.BudgetAnswer
+	var ans gmailrelay.BudgetAnswer
 	if !hold {
 		// A look without a hold is one statement (one snapshot), no lock.
 		var err error
@@ -71,7 +71,7 @@ func (l *Log) SendBudget(ctx context.Context, mailbox string, limit int, since, 
 		return ans, l.wrapErr(what, err)
 	}
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		ans = acceptlog.BudgetAnswer{}
+		ans = gmailrelay.BudgetAnswer{}
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext($2))", int32(budgetLock), mailbox); err != nil {
 			return err
 		}
@@ -90,7 +90,7 @@ func (l *Log) SendBudget(ctx context.Context, mailbox string, limit int, since, 
 		return err
 	})
 	if err != nil {
-		return acceptlog.BudgetAnswer{}, l.wrapErr(what, err)
+		return gmailrelay.BudgetAnswer{}, l.wrapErr(what, err)
 	}
 	return ans, nil
 }
@@ -99,8 +99,8 @@ func (l *Log) SendBudget(ctx context.Context, mailbox string, limit int, since, 
 // one statement (so a hold taken over by its forwarding line in between is
 // seen once), and when the limit is reached finds when the oldest entry
 // that must leave the window does.
-func budgetCount(ctx context.Context, q querier, mailbox string, limit int, since, now time.Time) (acceptlog.BudgetAnswer, error) {
-	var ans acceptlog.BudgetAnswer
+func budgetCount(ctx context.Context, q querier, mailbox string, limit int, since, now time.Time) (gmailrelay.BudgetAnswer, error) {
+	var ans gmailrelay.BudgetAnswer
 	sinceNs, liveNs := sinceNanos(since), now.Add(-holdTTL).UnixNano()
 	if err := q.QueryRow(ctx, `SELECT (SELECT count(*) FROM sends WHERE mailbox = $1 AND at_ns >= $2)
 		+ (SELECT count(*) FROM send_holds WHERE mailbox = $1 AND at_ns >= $3)`, mailbox, sinceNs, liveNs).Scan(&ans.Used); err != nil {
@@ -125,7 +125,7 @@ func budgetCount(ctx context.Context, q querier, mailbox string, limit int, sinc
 	return ans, nil
 }
 
-// ReleaseSend implements acceptlog.SendBudget.
+// ReleaseSend implements gmailrelay.SendBudget.
 func (l *Log) ReleaseSend(ctx context.Context, mailbox string) error {
 	const what = "release send"
 	if err := l.ready(ctx, what); err != nil {
@@ -136,7 +136,7 @@ func (l *Log) ReleaseSend(ctx context.Context, mailbox string) error {
 	return l.wrapErr(what, err)
 }
 
-// PausedUntil implements acceptlog.MailboxPauses.
+// PausedUntil implements gmailrelay.MailboxPauses.
 func (l *Log) PausedUntil(ctx context.Context, mailbox string) (time.Time, error) {
 	const what = "paused until"
 	if err := l.ready(ctx, what); err != nil {
@@ -153,7 +153,7 @@ func (l *Log) PausedUntil(ctx context.Context, mailbox string) (time.Time, error
 	return time.Unix(0, *ns).UTC(), nil
 }
 
-// PauseUntil implements acceptlog.MailboxPauses (creating the mailbox's
+// PauseUntil implements gmailrelay.MailboxPauses (creating the mailbox's
 // record when there is none).
 func (l *Log) PauseUntil(ctx context.Context, mailbox string, until time.Time) error {
 	const what = "pause until"

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/faultmodes/faulttest"
@@ -34,7 +34,7 @@ func TestFaultRuleCountTakenOnceAcrossReplicas(t *testing.T) {
 func TestConformanceSharedPostgres(t *testing.T) {
 	databaseURL(t) // skip (or fail in CI) before any subtest when there is no server
 	logtest.RunShared(t, logtest.SharedBackend{
-		Open: func(t *testing.T, now func() time.Time) (acceptlog.Store, acceptlog.Store) {
+		Open: func(t *testing.T, now func() time.Time) (gmailrelay.Store, gmailrelay.Store) {
 			return twoReplicas(t, now)
 		},
 	})

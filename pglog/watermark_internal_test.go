@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/pglog/pgtest"
 )
 
@@ -40,15 +40,15 @@ func TestLinesNeverSkipALateCommittingLine(t *testing.T) {
 	// Two jobs: the slow writer's line holds a key-share lock on its job
 	// (the foreign key), so the fast writer writes the other.
 	const id, other = "<late@x>", "<fast@x>"
-	search := func(id string) func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		return func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	search := func(id string) func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+		return func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 			if cur == nil {
-				return acceptlog.Change{
-					Job:   &acceptlog.Job{MessageID: id, Channel: "default", State: acceptlog.StateForwarding, Attempts: 1},
-					Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, Attempt: 1, State: acceptlog.StateForwarding}},
+				return gmailrelay.Change{
+					Job:   &gmailrelay.Job{MessageID: id, Channel: "default", State: gmailrelay.StateForwarding, Attempts: 1},
+					Lines: []gmailrelay.Line{{Kind: gmailrelay.KindReceived, Attempt: 1, State: gmailrelay.StateForwarding}},
 				}, nil
 			}
-			return acceptlog.Change{Lines: []acceptlog.Line{{Kind: acceptlog.KindSearch, Attempt: 1}}}, nil
+			return gmailrelay.Change{Lines: []gmailrelay.Line{{Kind: gmailrelay.KindSearch, Attempt: 1}}}, nil
 		}
 	}
 	for _, j := range []string{id, other} {
@@ -68,7 +68,7 @@ func TestLinesNeverSkipALateCommittingLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slow.Rollback(ctx)
-	late := []acceptlog.Line{{MessageID: id, Kind: acceptlog.KindSearch, Attempt: 1, Time: time.Now()}}
+	late := []gmailrelay.Line{{MessageID: id, Kind: gmailrelay.KindSearch, Attempt: 1, Time: time.Now()}}
 	if err := insertLines(ctx, slow, late); err != nil {
 		t.Fatal(err)
 	}

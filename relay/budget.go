@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // BudgetWindow is the daily sending budget's rolling window.
@@ -19,7 +19,7 @@ const BudgetWindow = 24 * time.Hour
 // kept in memory from then on; a take and its refund are serialised, so
 // concurrent sends never overshoot the limit.
 //
-// On a shared log (acceptlog.SendBudget: PostgreSQL) nothing is kept in
+// On a shared log (gmailrelay.SendBudget: PostgreSQL) nothing is kept in
 // memory: every Available, Take and Left counts the shared index at that
 // moment, and a Take holds its attempt in the database (serialised per
 // mailbox across replicas) until its forwarding line takes the hold over,
@@ -30,7 +30,7 @@ type Budget struct {
 	limit   int
 	now     func() time.Time
 	times   []time.Time // attempts in the window, oldest first
-	shared  acceptlog.SendBudget
+	shared  gmailrelay.SendBudget
 	mailbox string
 }
 
@@ -39,12 +39,12 @@ const budgetDBTimeout = 10 * time.Second
 
 // NewBudget counts mailbox's attempts of the last 24 h from the log.
 // now may be nil (time.Now); limit <= 0 means no limit.
-func NewBudget(ctx context.Context, log acceptlog.Store, mailbox string, limit int, now func() time.Time) (*Budget, error) {
+func NewBudget(ctx context.Context, log gmailrelay.Store, mailbox string, limit int, now func() time.Time) (*Budget, error) {
 	if now == nil {
 		now = time.Now
 	}
 	b := &Budget{limit: limit, now: now, mailbox: mailbox}
-	if sb, ok := log.(acceptlog.SendBudget); ok && acceptlog.IsShared(log) {
+	if sb, ok := log.(gmailrelay.SendBudget); ok && gmailrelay.IsShared(log) {
 		b.shared = sb
 		return b, nil
 	}
@@ -164,7 +164,7 @@ func (b *Budget) ask(hold bool) (bool, time.Duration) {
 	return false, max(ans.Frees.Add(BudgetWindow).Sub(now), time.Second)
 }
 
-func (b *Budget) query(hold bool) (acceptlog.BudgetAnswer, error) {
+func (b *Budget) query(hold bool) (gmailrelay.BudgetAnswer, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), budgetDBTimeout)
 	defer cancel()
 	now := b.now()

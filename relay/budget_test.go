@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
@@ -31,7 +31,7 @@ func TestEmulatorDailyLimit50The51stIsNotAttempted(t *testing.T) {
 	ctx := context.Background()
 	for i := range 50 {
 		res, err := e.svc.Send(ctx, e.prepare(fmt.Sprintf("k%d", i), "hi"), relay.SendOptions{})
-		if err != nil || res.Job.State != acceptlog.StateSent {
+		if err != nil || res.Job.State != gmailrelay.StateSent {
 			t.Fatalf("send %d: %v state %s", i, err, res.Job.State)
 		}
 		e.clock.Advance(time.Minute)
@@ -62,7 +62,7 @@ func TestEmulatorDailyLimit50The51stIsNotAttempted(t *testing.T) {
 		t.Errorf("after restart: budget left %d, want 0", left)
 	}
 	res, err := e.svc.Send(ctx, p, relay.SendOptions{Queue: true})
-	if err != nil || res.Job.State != acceptlog.StateQueued {
+	if err != nil || res.Job.State != gmailrelay.StateQueued {
 		t.Fatalf("51st send with queue: %v state %s, want queued", err, res.Job.State)
 	}
 	if got := e.emu.Stats().Calls[gmailfake.MethodSend]; got != 50 {
@@ -79,28 +79,28 @@ func TestEmulatorDailyLimit50The51stIsNotAttempted(t *testing.T) {
 // the Quota see it: a count of held attempts and a pause, both changed
 // from "outside" (another replica) by the test.
 type sharedState struct {
-	acceptlog.Store // not called by the budget on a shared log
-	mu              sync.Mutex
-	used            int
-	pause           time.Time
-	fail            bool
+	gmailrelay.Store // not called by the budget on a shared log
+	mu               sync.Mutex
+	used             int
+	pause            time.Time
+	fail             bool
 }
 
 func (s *sharedState) Shared() bool { return true }
 
-func (s *sharedState) SendBudget(_ context.Context, _ string, limit int, _, now time.Time, hold bool) (acceptlog.BudgetAnswer, error) {
+func (s *sharedState) SendBudget(_ context.Context, _ string, limit int, _, now time.Time, hold bool) (gmailrelay.BudgetAnswer, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail {
-		return acceptlog.BudgetAnswer{}, errors.New("database down")
+		return gmailrelay.BudgetAnswer{}, errors.New("database down")
 	}
 	if s.used >= limit {
-		return acceptlog.BudgetAnswer{Used: s.used, Frees: now.Add(-time.Hour)}, nil
+		return gmailrelay.BudgetAnswer{Used: s.used, Frees: now.Add(-time.Hour)}, nil
 	}
 	if hold {
 		s.used++
 	}
-	return acceptlog.BudgetAnswer{Used: s.used, OK: true}, nil
+	return gmailrelay.BudgetAnswer{Used: s.used, OK: true}, nil
 }
 
 func (s *sharedState) ReleaseSend(context.Context, string) error {
@@ -251,7 +251,7 @@ func TestConcurrentDuplicatesSpendQuotaAndFaultCountOnce(t *testing.T) {
 	before := q.Spent()
 	together(16, func(int) { _, _ = e.svc.Send(ctx, p, relay.SendOptions{}) })
 	lines := e.lines(p.MessageID)
-	fwd, faults := count(lines, acceptlog.KindForwarding), count(lines, acceptlog.KindFault)
+	fwd, faults := count(lines, gmailrelay.KindForwarding), count(lines, gmailrelay.KindFault)
 	if fwd != 1 || faults != 1 {
 		t.Errorf("forwarding lines = %d, fault lines = %d, want 1 and 1", fwd, faults)
 	}
@@ -275,7 +275,7 @@ func TestReplayWhileQuotaPausedTakesNothing(t *testing.T) {
 	q.Pause(time.Hour)
 	before := q.Spent()
 	res, err := e.svc.Send(ctx, e.prepare("replay-paused", "x"), relay.SendOptions{})
-	if err != nil || !res.Replayed || res.Job.State != acceptlog.StateSent {
+	if err != nil || !res.Replayed || res.Job.State != gmailrelay.StateSent {
 		t.Fatalf("replay with the quota paused: replayed %v state %s err %v, want a replay of the sent job", res.Replayed, res.Job.State, err)
 	}
 	fresh := e.prepare("new-paused", "y")
@@ -285,13 +285,13 @@ func TestReplayWhileQuotaPausedTakesNothing(t *testing.T) {
 	if got := q.Spent() - before; got != 0 {
 		t.Errorf("quota spent while paused = %d, want 0", got)
 	}
-	if _, err := e.te.Log.Get(ctx, fresh.MessageID); !errors.Is(err, acceptlog.ErrNotFound) {
+	if _, err := e.te.Log.Get(ctx, fresh.MessageID); !errors.Is(err, gmailrelay.ErrNotFound) {
 		t.Errorf("refused new job: log read %v, want not found (nothing written)", err)
 	}
 	if got := e.emu.Deliveries(fresh.MessageID); got != 0 {
 		t.Errorf("emulator has %d deliveries of the refused job, want 0", got)
 	}
-	e.wantOne(t, p.MessageID, acceptlog.KindEffect)
+	e.wantOne(t, p.MessageID, gmailrelay.KindEffect)
 }
 
 // A resolve retry refused for quota writes nothing: before the fix the
@@ -308,7 +308,7 @@ func TestResolveRetryRefusedForQuotaWritesNoResolvedLine(t *testing.T) {
 		t.Fatalf("resolve retry with no quota: %v, want rate_limited", err)
 	}
 	lines := e.lines(p.MessageID)
-	if got := count(lines, acceptlog.KindResolved); got != 0 || len(lines) != before {
+	if got := count(lines, gmailrelay.KindResolved); got != 0 || len(lines) != before {
 		t.Errorf("resolved lines = %d, lines %d → %d; want nothing written", got, before, len(lines))
 	}
 	if got := e.emu.Deliveries(p.MessageID); got != 1 {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -29,7 +29,7 @@ func TestEmulatorKeyOfAnEarlierDomainReplaysItsJob(t *testing.T) {
 	ctx := context.Background()
 	const key = "cus_1:order.shipped:ord_1"
 	first, err := e.svc.Send(ctx, e.prepareIn("old.example", key, "hello"), relay.SendOptions{})
-	if err != nil || first.Job.State != acceptlog.StateSent {
+	if err != nil || first.Job.State != gmailrelay.StateSent {
 		t.Fatalf("first send: %s, %v", first.Job.State, err)
 	}
 	p := e.prepareIn("new.example", key, "hello")
@@ -68,12 +68,12 @@ func TestEmulatorRetryOfAnEarlierDomainsJobKeepsItsMessageID(t *testing.T) {
 	}
 	const key = "cus_2:order.paid:ord_2"
 	old := e.prepareIn("old.example", key, "x")
-	if res, err := e.svc.Send(ctx, old, relay.SendOptions{}); err != nil || res.Job.State != acceptlog.StateFailed {
+	if res, err := e.svc.Send(ctx, old, relay.SendOptions{}); err != nil || res.Job.State != gmailrelay.StateFailed {
 		t.Fatalf("first send: %s, %v; want failed (fail-before-forward)", res.Job.State, err)
 	}
 	p := e.prepareIn("new.example", key, "x")
 	res, err := e.svc.Send(ctx, p, relay.SendOptions{})
-	if err != nil || res.Job.State != acceptlog.StateSent || res.Job.MessageID != old.MessageID || res.Job.Attempts != 2 {
+	if err != nil || res.Job.State != gmailrelay.StateSent || res.Job.MessageID != old.MessageID || res.Job.Attempts != 2 {
 		t.Fatalf("retry under the new domain: %s %s attempts %d, %v; want %s sent after 2 attempts",
 			res.Job.MessageID, res.Job.State, res.Job.Attempts, err, old.MessageID)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
@@ -136,7 +137,7 @@ func TestClockFenceStopsAReplicaWhoseClockIsOff(t *testing.T) {
 	}
 	// In step: an ambiguous send leaves an unknown job for the sweeper.
 	dropped, err := svc.Send(ctx, prepare("fence:dropped"), relay.SendOptions{Fault: faultmodes.Decision{Mode: faultmodes.ForwardThenDropResponse}})
-	if err != nil || dropped.Job.State != acceptlog.StateUnknown {
+	if err != nil || dropped.Job.State != gmailrelay.StateUnknown {
 		t.Fatalf("dropped send: %s, %v; want unknown", dropped.Job.State, err)
 	}
 	calls := gmailCalls(emu)
@@ -170,7 +171,7 @@ func TestClockFenceStopsAReplicaWhoseClockIsOff(t *testing.T) {
 	if !errors.As(err, &re) || re.Code != relay.CodeUnavailable || re.RetryAfter <= 0 || !strings.Contains(re.Message, "30s (±1ms) ahead of") {
 		t.Errorf("send while fenced: %v; want unavailable with Retry-After naming the skew", err)
 	}
-	if _, err := lg.Get(ctx, p.MessageID); !errors.Is(err, acceptlog.ErrNotFound) {
+	if _, err := lg.Get(ctx, p.MessageID); !errors.Is(err, gmailrelay.ErrNotFound) {
 		t.Errorf("job of the refused send: %v; want none logged", err)
 	}
 	if n, err := svc.RecoverExpired(ctx); n != 0 || !errors.Is(err, relay.ErrClockSkew) {
@@ -190,7 +191,7 @@ func TestClockFenceStopsAReplicaWhoseClockIsOff(t *testing.T) {
 	if got := gmailCalls(emu); got != calls {
 		t.Errorf("Gmail calls while fenced: %d, want none", got-calls)
 	}
-	if j, _ := lg.Get(ctx, dropped.Job.MessageID); j.State != acceptlog.StateUnknown || j.Attempts != 1 {
+	if j, _ := lg.Get(ctx, dropped.Job.MessageID); j.State != gmailrelay.StateUnknown || j.Attempts != 1 {
 		t.Errorf("unknown job after a fenced pass: %s, %d attempts; want untouched", j.State, j.Attempts)
 	}
 
@@ -212,7 +213,7 @@ func TestClockFenceStopsAReplicaWhoseClockIsOff(t *testing.T) {
 	if got := countLines(logs, "warn", "clock fence lifted"); got != 1 {
 		t.Errorf("fence lifted lines = %d, want 1", got)
 	}
-	if res, err := svc.Send(ctx, p, relay.SendOptions{}); err != nil || res.Job.State != acceptlog.StateSent {
+	if res, err := svc.Send(ctx, p, relay.SendOptions{}); err != nil || res.Job.State != gmailrelay.StateSent {
 		t.Errorf("send after the fence lifted: %s, %v; want sent", res.Job.State, err)
 	}
 	if got := emu.Deliveries(p.MessageID); got != 1 {

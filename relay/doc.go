@@ -6,7 +6,7 @@
 // also holds the shared Gmail quota budget (Quota), the classification of
 // Gmail's answers (Classify), the read-back of stored Message-IDs
 // (RecordHandle) and human resolutions (Resolve). State changes follow
-// acceptlog.Transitions; the sweeper closes what the send path leaves
+// gmailrelay.Transitions; the sweeper closes what the send path leaves
 // unknown. Gmail is reached through the Provider interface; package
 // gmailapi implements it and hands back Gmail's errors as *ProviderError,
 // so relay never depends on Google's client. HTTP shapes are not relay's:

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/policy"
 )
@@ -19,7 +19,7 @@ import (
 // may wait: an attempt Gmail did not take (a rate limit, or not reached)
 // then goes back to the outbox's queue instead of ending failed. tm, when
 // non-nil, gets the Gmail call's and the outcome commit's durations.
-func (s *Service) forward(ctx context.Context, box *Mailbox, job acceptlog.Job, raw []byte, d faultmodes.Decision, queue bool, tm *Timing) (Result, error) {
+func (s *Service) forward(ctx context.Context, box *Mailbox, job gmailrelay.Job, raw []byte, d faultmodes.Decision, queue bool, tm *Timing) (Result, error) {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
 	s.point(CrashAfterForwardingLogged)
@@ -48,10 +48,10 @@ func (s *Service) forward(ctx context.Context, box *Mailbox, job acceptlog.Job, 
 		}
 		fallthrough
 	case faultmodes.ForwardThenDropResponse:
-		j, err := s.markUnknown(rec, job.MessageID, job.Attempts, Outcome{Verdict: Unknown, Reason: acceptlog.ReasonFaultInjectedDrop}, d.RuleID)
+		j, err := s.markUnknown(rec, job.MessageID, job.Attempts, Outcome{Verdict: Unknown, Reason: gmailrelay.ReasonFaultInjectedDrop}, d.RuleID)
 		return Result{Job: j, Fault: d, Dropped: true}, err
 	}
-	var j acceptlog.Job
+	var j gmailrelay.Job
 	var retryIn time.Duration
 	switch out.Verdict {
 	case Sent:
@@ -67,7 +67,7 @@ func (s *Service) forward(ctx context.Context, box *Mailbox, job acceptlog.Job, 
 			j, err = s.markFailed(rec, job.MessageID, job.Attempts, out)
 		}
 		switch {
-		case out.Reason == acceptlog.ReasonRateLimited:
+		case out.Reason == gmailrelay.ReasonRateLimited:
 			retryIn = max(box.quota.PausedFor(), time.Second)
 		case requeue:
 			retryIn = notReachedDelay(job.Attempts)
@@ -96,7 +96,7 @@ func (s *Service) forward(ctx context.Context, box *Mailbox, job acceptlog.Job, 
 // backoff. No answer at all (not reached, timeout) changes nothing.
 func (s *Service) noteRateLimit(box *Mailbox, out Outcome) {
 	switch {
-	case out.Reason == acceptlog.ReasonRateLimited:
+	case out.Reason == gmailrelay.ReasonRateLimited:
 		d := box.quota.RateLimited(out.RetryIn)
 		s.logger.Warn().Str("mailbox", box.name).Int("status", out.Status).Dur("pause", d).Bool("gmail_retry_time", out.RetryIn > 0).
 			Msg("Gmail rate limit: the mailbox's sends and searches pause")
@@ -119,10 +119,10 @@ var errStale = errors.New("outcome of an attempt that is not in flight")
 // before) is a second delivery: the same transaction hands the job to
 // review with reason duplicate_delivery, so no moment of the log shows
 // two effects outside review.
-func (s *Service) recordOutcome(ctx context.Context, id string, attempt int, edit func(j *acceptlog.Job, now time.Time) (acceptlog.State, acceptlog.Line)) (acceptlog.Job, error) {
-	j, _, err := s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		if cur == nil || cur.State != acceptlog.StateForwarding || cur.Attempts != attempt {
-			return acceptlog.Change{}, errStale
+func (s *Service) recordOutcome(ctx context.Context, id string, attempt int, edit func(j *gmailrelay.Job, now time.Time) (gmailrelay.State, gmailrelay.Line)) (gmailrelay.Job, error) {
+	j, _, err := s.log.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+		if cur == nil || cur.State != gmailrelay.StateForwarding || cur.Attempts != attempt {
+			return gmailrelay.Change{}, errStale
 		}
 		now := s.now()
 		rec := &outcomeRecord{job: *cur}
@@ -130,16 +130,16 @@ func (s *Service) recordOutcome(ctx context.Context, id string, attempt int, edi
 		j.UpdatedAt = now
 		to, line := edit(j, now)
 		line.Attempt = attempt
-		rec.lines[0] = acceptlog.Move(j, to, line)
+		rec.lines[0] = gmailrelay.Move(j, to, line)
 		n := 1
-		if to == acceptlog.StateSent && j.Effects > 1 {
+		if to == gmailrelay.StateSent && j.Effects > 1 {
 			j.NextCheckAt = time.Time{}
-			rec.lines[1] = acceptlog.Move(j, acceptlog.StateReview, acceptlog.Line{Kind: acceptlog.KindReview, Attempt: attempt,
-				Reason: acceptlog.ReasonDuplicateDelivery, GmailID: j.GmailID,
+			rec.lines[1] = gmailrelay.Move(j, gmailrelay.StateReview, gmailrelay.Line{Kind: gmailrelay.KindReview, Attempt: attempt,
+				Reason: gmailrelay.ReasonDuplicateDelivery, GmailID: j.GmailID,
 				Note: fmt.Sprintf("Gmail accepted attempt %d of a job it had already accepted (%d effect lines)", attempt, j.Effects)})
 			n = 2
 		}
-		return acceptlog.Change{Job: j, Lines: rec.lines[:n]}, nil
+		return gmailrelay.Change{Job: j, Lines: rec.lines[:n]}, nil
 	})
 	return j, err
 }
@@ -147,33 +147,33 @@ func (s *Service) recordOutcome(ctx context.Context, id string, attempt int, edi
 // outcomeRecord is an outcome's job record and its lines (one, two for a
 // second delivery), in one allocation.
 type outcomeRecord struct {
-	job   acceptlog.Job
-	lines [2]acceptlog.Line
+	job   gmailrelay.Job
+	lines [2]gmailrelay.Line
 }
 
-func (s *Service) markSent(ctx context.Context, id string, attempt int, m SentMessage) (acceptlog.Job, error) {
-	j, err := s.recordOutcome(ctx, id, attempt, func(j *acceptlog.Job, now time.Time) (acceptlog.State, acceptlog.Line) {
+func (s *Service) markSent(ctx context.Context, id string, attempt int, m SentMessage) (gmailrelay.Job, error) {
+	j, err := s.recordOutcome(ctx, id, attempt, func(j *gmailrelay.Job, now time.Time) (gmailrelay.State, gmailrelay.Line) {
 		j.GmailID, j.ThreadID, j.LabelIDs = m.ID, m.ThreadID, m.LabelIDs
 		j.Effects++
 		j.Verified, j.Checks = false, 0
 		j.NextCheckAt = now.Add(s.grace(j.Channel)) // the verify pass
-		return acceptlog.StateSent, acceptlog.Line{Kind: acceptlog.KindEffect, Source: acceptlog.SourceResponse,
+		return gmailrelay.StateSent, gmailrelay.Line{Kind: gmailrelay.KindEffect, Source: gmailrelay.SourceResponse,
 			GmailID: m.ID, ThreadID: m.ThreadID, LabelIDs: m.LabelIDs}
 	})
-	if err == nil && j.State == acceptlog.StateReview {
+	if err == nil && j.State == gmailrelay.StateReview {
 		s.logger.Error().Str("message_id", id).Int("effects", j.Effects).
 			Msg("ALARM: the relay delivered a message twice (two own effects); handed to a human")
 	}
 	return j, err
 }
 
-func (s *Service) markFailed(ctx context.Context, id string, attempt int, o Outcome) (acceptlog.Job, error) {
-	return s.recordOutcome(ctx, id, attempt, func(j *acceptlog.Job, now time.Time) (acceptlog.State, acceptlog.Line) {
+func (s *Service) markFailed(ctx context.Context, id string, attempt int, o Outcome) (gmailrelay.Job, error) {
+	return s.recordOutcome(ctx, id, attempt, func(j *gmailrelay.Job, now time.Time) (gmailrelay.State, gmailrelay.Line) {
 		j.Retryable = o.Retryable
 		j.LastStatus, j.LastReason, j.LastError = o.Status, o.Reason, errText(o.Err)
 		j.NextCheckAt = time.Time{}
 		s.scheduleRetry(j, now)
-		return acceptlog.StateFailed, acceptlog.Line{Kind: acceptlog.KindNotSent, Status: o.Status, Retryable: o.Retryable,
+		return gmailrelay.StateFailed, gmailrelay.Line{Kind: gmailrelay.KindNotSent, Status: o.Status, Retryable: o.Retryable,
 			Reason: o.Reason, Error: j.LastError}
 	})
 }
@@ -181,22 +181,22 @@ func (s *Service) markFailed(ctx context.Context, id string, attempt int, o Outc
 // markQueued records an attempt Gmail did not take, for a job that may
 // wait: it goes back to the queue (its not_sent line says why) and the
 // delivery loop sends it when the mailbox's pause, or HeldUntil, allows.
-func (s *Service) markQueued(ctx context.Context, id string, attempt int, o Outcome) (acceptlog.Job, error) {
-	return s.recordOutcome(ctx, id, attempt, func(j *acceptlog.Job, now time.Time) (acceptlog.State, acceptlog.Line) {
+func (s *Service) markQueued(ctx context.Context, id string, attempt int, o Outcome) (gmailrelay.Job, error) {
+	return s.recordOutcome(ctx, id, attempt, func(j *gmailrelay.Job, now time.Time) (gmailrelay.State, gmailrelay.Line) {
 		j.Retryable = o.Retryable
 		j.LastStatus, j.LastReason, j.LastError = o.Status, o.Reason, errText(o.Err)
 		j.NextCheckAt = time.Time{}
-		return acceptlog.StateQueued, acceptlog.Line{Kind: acceptlog.KindNotSent, Status: o.Status, Retryable: o.Retryable,
+		return gmailrelay.StateQueued, gmailrelay.Line{Kind: gmailrelay.KindNotSent, Status: o.Status, Retryable: o.Retryable,
 			Reason: o.Reason, Error: j.LastError}
 	})
 }
 
-func (s *Service) markUnknown(ctx context.Context, id string, attempt int, o Outcome, ruleID string) (acceptlog.Job, error) {
-	return s.recordOutcome(ctx, id, attempt, func(j *acceptlog.Job, now time.Time) (acceptlog.State, acceptlog.Line) {
+func (s *Service) markUnknown(ctx context.Context, id string, attempt int, o Outcome, ruleID string) (gmailrelay.Job, error) {
+	return s.recordOutcome(ctx, id, attempt, func(j *gmailrelay.Job, now time.Time) (gmailrelay.State, gmailrelay.Line) {
 		j.LastStatus, j.LastReason, j.LastError = o.Status, o.Reason, errText(o.Err)
 		j.AmbiguousAt, j.Checks = now, 0
 		j.NextCheckAt = now.Add(s.grace(j.Channel))
-		return acceptlog.StateUnknown, acceptlog.Line{Kind: acceptlog.KindAmbiguous, Status: o.Status, Reason: o.Reason,
+		return gmailrelay.StateUnknown, gmailrelay.Line{Kind: gmailrelay.KindAmbiguous, Status: o.Status, Reason: o.Reason,
 			Error: j.LastError, RuleID: ruleID}
 	})
 }
@@ -213,7 +213,7 @@ func (s *Service) grace(channel string) time.Duration {
 // verifyHandle reads the stored Message-ID back per the policy's
 // verify_handle setting and records a handle line. A rewritten id marks
 // the mailbox untrusted: from then on its ambiguous jobs go to review.
-func (s *Service) verifyHandle(ctx context.Context, box *Mailbox, j acceptlog.Job) {
+func (s *Service) verifyHandle(ctx context.Context, box *Mailbox, j gmailrelay.Job) {
 	mode := s.policy.VerifyHandle
 	if mode == policy.VerifyNever || j.GmailID == "" {
 		return
@@ -244,28 +244,28 @@ func (s *Service) verifyHandle(ctx context.Context, box *Mailbox, j acceptlog.Jo
 // the mailbox's handle untrusted and raises an alarm in the log.
 func (s *Service) RecordHandle(ctx context.Context, id, stored string) error {
 	kept := stored == id
-	reason := acceptlog.ReasonHandleKept
+	reason := gmailrelay.ReasonHandleKept
 	if !kept {
-		reason = acceptlog.ReasonHandleRewritten
+		reason = gmailrelay.ReasonHandleRewritten
 	}
 	var mailbox string
 	// The mailbox is read and written back in the same transaction as the
 	// handle line: a concurrent kept read-back can never reset the
 	// untrusted flag a rewritten one set, nor lose a rewrite's count.
-	_, _, err := s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	_, _, err := s.log.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		if cur == nil {
-			return acceptlog.Change{}, acceptlog.ErrNotFound
+			return gmailrelay.Change{}, gmailrelay.ErrNotFound
 		}
 		mailbox = cur.Mailbox
-		return acceptlog.Change{
-			EditMailbox: func(mb *acceptlog.Mailbox) {
+		return gmailrelay.Change{
+			EditMailbox: func(mb *gmailrelay.Mailbox) {
 				mb.HandleChecked = true
 				if !kept {
 					mb.HandleUntrusted = true
 					mb.Rewrites++
 				}
 			},
-			Lines: []acceptlog.Line{{Kind: acceptlog.KindHandle, Attempt: cur.Attempts,
+			Lines: []gmailrelay.Line{{Kind: gmailrelay.KindHandle, Attempt: cur.Attempts,
 				Reason: reason, StoredMessageID: stored, HandleKept: &kept}},
 		}, nil
 	})
@@ -300,7 +300,7 @@ const AnyAttempts = -1
 // gives back the units and the fault rule's count it took. While the
 // clock fence is closed (ClockFenced) every attempt, Deliver's and a
 // resolve retry's too, is refused with its CodeUnavailable.
-func (s *Service) Attempt(ctx context.Context, id string, from []acceptlog.State, seen int, reason acceptlog.Reason, foreground bool) (Result, error) {
+func (s *Service) Attempt(ctx context.Context, id string, from []gmailrelay.State, seen int, reason gmailrelay.Reason, foreground bool) (Result, error) {
 	mode := takeBackground
 	if foreground {
 		mode = takeForeground
@@ -311,7 +311,7 @@ func (s *Service) Attempt(ctx context.Context, id string, from []acceptlog.State
 // attempt is Attempt; before, when set, makes the lines to write first in
 // the same transaction (a resolve retry's resolved line), so that they are
 // written exactly when the attempt starts.
-func (s *Service) attempt(ctx context.Context, id string, from []acceptlog.State, seen int, reason acceptlog.Reason, mode takeMode, before func(j *acceptlog.Job) []acceptlog.Line) (Result, error) {
+func (s *Service) attempt(ctx context.Context, id string, from []gmailrelay.State, seen int, reason gmailrelay.Reason, mode takeMode, before func(j *gmailrelay.Job) []gmailrelay.Line) (Result, error) {
 	if err := s.ClockFenced(); err != nil {
 		return Result{}, err // its lease would mislead the other replicas
 	}
@@ -330,7 +330,7 @@ func (s *Service) attempt(ctx context.Context, id string, from []acceptlog.State
 	if err != nil {
 		return Result{}, err
 	}
-	if d.Mode == faultmodes.FailBeforeForward && cur.State == acceptlog.StateQueued {
+	if d.Mode == faultmodes.FailBeforeForward && cur.State == gmailrelay.StateQueued {
 		// Gmail "unreachable" before anything was sent: a queued job stays
 		// queued (queued → failed is not in the table); the outbox tries
 		// again shortly. No attempt was made, so nothing is logged.
@@ -344,32 +344,32 @@ func (s *Service) attempt(ctx context.Context, id string, from []acceptlog.State
 	raw, err := s.log.Raw(ctx, id)
 	if err != nil {
 		s.giveBack(box, faultmodes.Decision{}, d, true)
-		if errors.Is(err, acceptlog.ErrNotFound) {
+		if errors.Is(err, gmailrelay.ErrNotFound) {
 			return Result{}, errPruned()
 		}
 		return Result{}, fmt.Errorf("read stored message %s: %w", id, err)
 	}
 	var adm admission
-	job, _, err := s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	job, _, err := s.log.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		if cur == nil {
-			return acceptlog.Change{}, acceptlog.ErrNotFound
+			return gmailrelay.Change{}, gmailrelay.ErrNotFound
 		}
 		if err := fence(cur, from, seen); err != nil {
-			return acceptlog.Change{}, err
+			return gmailrelay.Change{}, err
 		}
 		if !cur.PrunedAt.IsZero() {
 			// Retention pruned it after its message was read above: a
 			// send now would leave a job with no message to resend.
-			return acceptlog.Change{}, errPruned()
+			return gmailrelay.Change{}, errPruned()
 		}
 		j := *cur
-		var lines []acceptlog.Line
+		var lines []gmailrelay.Line
 		if before != nil {
 			lines = before(&j)
 		}
 		j.Attempts++
-		lines = append(lines, acceptlog.Line{Kind: acceptlog.KindReceived, Attempt: j.Attempts, Channel: j.Channel, Reason: reason})
-		var change acceptlog.Change
+		lines = append(lines, gmailrelay.Line{Kind: gmailrelay.KindReceived, Attempt: j.Attempts, Channel: j.Channel, Reason: reason})
+		var change gmailrelay.Change
 		lines, adm = s.startAttempt(&j, lines, d, s.now())
 		change.Job, change.Lines = &j, lines
 		return change, nil
@@ -393,7 +393,7 @@ func errPruned() error {
 // fence refuses (CodeConflict) a change decided on a job that has moved
 // on: it is no longer in one of the from states, or it has made another
 // attempt than the seen ones (AnyAttempts: any number).
-func fence(cur *acceptlog.Job, from []acceptlog.State, seen int) error {
+func fence(cur *gmailrelay.Job, from []gmailrelay.State, seen int) error {
 	switch {
 	case !stateIn(cur.State, from):
 		names := make([]string, len(from))
@@ -407,7 +407,7 @@ func fence(cur *acceptlog.Job, from []acceptlog.State, seen int) error {
 	return nil
 }
 
-func stateIn(s acceptlog.State, set []acceptlog.State) bool {
+func stateIn(s gmailrelay.State, set []gmailrelay.State) bool {
 	for _, v := range set {
 		if s == v {
 			return true
@@ -418,9 +418,9 @@ func stateIn(s acceptlog.State, set []acceptlog.State) bool {
 
 // Resolution actions for Resolve.
 const (
-	ActionMarkSent = string(acceptlog.ReasonMarkSent)
-	ActionRetry    = string(acceptlog.ReasonRetry)
-	ActionAbandon  = string(acceptlog.ReasonAbandon)
+	ActionMarkSent = string(gmailrelay.ReasonMarkSent)
+	ActionRetry    = string(gmailrelay.ReasonRetry)
+	ActionAbandon  = string(gmailrelay.ReasonAbandon)
 )
 
 // Resolve applies a human decision to a job in review (or unknown, or
@@ -434,21 +434,21 @@ const (
 // CodeNotFound, CodeInvalid (action), CodeConflict (the job's state does
 // not allow it, or it changed since the human looked).
 func (s *Service) Resolve(ctx context.Context, id, action, note, actor string, seen int) (Result, error) {
-	resolvable := []acceptlog.State{acceptlog.StateReview, acceptlog.StateUnknown, acceptlog.StateFailed}
-	var target acceptlog.State
+	resolvable := []gmailrelay.State{gmailrelay.StateReview, gmailrelay.StateUnknown, gmailrelay.StateFailed}
+	var target gmailrelay.State
 	switch action {
 	case ActionMarkSent:
-		target = acceptlog.StateSent
+		target = gmailrelay.StateSent
 	case ActionAbandon:
-		target = acceptlog.StateAbandoned
+		target = gmailrelay.StateAbandoned
 	case ActionRetry:
 		// The resolved line is written with the attempt, in one
 		// transaction: an attempt refused (quota) leaves no trace of a
 		// retry that did not happen.
-		res, err := s.attempt(ctx, id, resolvable, seen, acceptlog.ReasonResolvedRetry, takeForeground, func(j *acceptlog.Job) []acceptlog.Line {
-			return []acceptlog.Line{{Kind: acceptlog.KindResolved, Attempt: j.Attempts, Reason: acceptlog.ReasonRetry, Actor: actor, Note: note}}
+		res, err := s.attempt(ctx, id, resolvable, seen, gmailrelay.ReasonResolvedRetry, takeForeground, func(j *gmailrelay.Job) []gmailrelay.Line {
+			return []gmailrelay.Line{{Kind: gmailrelay.KindResolved, Attempt: j.Attempts, Reason: gmailrelay.ReasonRetry, Actor: actor, Note: note}}
 		})
-		if errors.Is(err, acceptlog.ErrNotFound) {
+		if errors.Is(err, gmailrelay.ErrNotFound) {
 			err = &Error{Code: CodeNotFound, Message: "no job with that Message-ID"}
 		}
 		return res, err
@@ -459,33 +459,33 @@ func (s *Service) Resolve(ctx context.Context, id, action, note, actor string, s
 }
 
 // resolveLine writes the resolved line (and, with a target, the state).
-func (s *Service) resolveLine(ctx context.Context, id, action, note, actor string, from []acceptlog.State, seen int, target acceptlog.State) (Result, error) {
-	j, _, err := s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+func (s *Service) resolveLine(ctx context.Context, id, action, note, actor string, from []gmailrelay.State, seen int, target gmailrelay.State) (Result, error) {
+	j, _, err := s.log.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		if cur == nil {
-			return acceptlog.Change{}, &Error{Code: CodeNotFound, Message: "no job with that Message-ID"}
+			return gmailrelay.Change{}, &Error{Code: CodeNotFound, Message: "no job with that Message-ID"}
 		}
 		if !stateIn(cur.State, from) {
-			return acceptlog.Change{}, &Error{Code: CodeConflict, Message: fmt.Sprintf("job is %s; only review, unknown or failed jobs can be resolved", cur.State)}
+			return gmailrelay.Change{}, &Error{Code: CodeConflict, Message: fmt.Sprintf("job is %s; only review, unknown or failed jobs can be resolved", cur.State)}
 		}
 		if err := fence(cur, from, seen); err != nil {
-			return acceptlog.Change{}, err
+			return gmailrelay.Change{}, err
 		}
 		now := s.now()
 		j := *cur
-		line := acceptlog.Line{Kind: acceptlog.KindResolved, Attempt: j.Attempts, Reason: acceptlog.Reason(action), Actor: actor, Note: note}
-		lines := []acceptlog.Line{line}
+		line := gmailrelay.Line{Kind: gmailrelay.KindResolved, Attempt: j.Attempts, Reason: gmailrelay.Reason(action), Actor: actor, Note: note}
+		lines := []gmailrelay.Line{line}
 		if target != "" {
 			j.UpdatedAt, j.NextCheckAt = now, time.Time{}
-			lines[0] = acceptlog.Move(&j, target, line)
-			if target == acceptlog.StateSent && j.Effects == 0 {
+			lines[0] = gmailrelay.Move(&j, target, line)
+			if target == gmailrelay.StateSent && j.Effects == 0 {
 				j.Effects++
-				lines = append(lines, acceptlog.Move(&j, target, acceptlog.Line{Kind: acceptlog.KindEffect, Attempt: j.Attempts, Source: acceptlog.SourceHuman}))
+				lines = append(lines, gmailrelay.Move(&j, target, gmailrelay.Line{Kind: gmailrelay.KindEffect, Attempt: j.Attempts, Source: gmailrelay.SourceHuman}))
 			}
 			j.Verified = true // a human looked; the verify pass leaves it alone
 		}
-		return acceptlog.Change{Job: &j, Lines: lines}, nil
+		return gmailrelay.Change{Job: &j, Lines: lines}, nil
 	})
-	if errors.Is(err, acceptlog.ErrNotFound) {
+	if errors.Is(err, gmailrelay.ErrNotFound) {
 		err = &Error{Code: CodeNotFound, Message: "no job with that Message-ID"}
 	}
 	return Result{Job: j}, err

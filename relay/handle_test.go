@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -18,9 +18,9 @@ import (
 func TestUpgradeKeepsTheDefaultMailboxsTrust(t *testing.T) {
 	e := testenv.New(t, testenv.Options{})
 	ctx := context.Background()
-	old := acceptlog.Mailbox{Name: "me", HandleChecked: true, HandleUntrusted: true, Rewrites: 3}
-	if _, _, err := e.Log.Mutate(ctx, "<old@x.test>", func(*acceptlog.Job) (acceptlog.Change, error) {
-		return acceptlog.Change{Mailbox: &old}, nil
+	old := gmailrelay.Mailbox{Name: "me", HandleChecked: true, HandleUntrusted: true, Rewrites: 3}
+	if _, _, err := e.Log.Mutate(ctx, "<old@x.test>", func(*gmailrelay.Job) (gmailrelay.Change, error) {
+		return gmailrelay.Change{Mailbox: &old}, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func TestUpgradeKeepsTheDefaultMailboxsTrust(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (acceptlog.Mailbox{Name: "default", HandleChecked: true, HandleUntrusted: true, Rewrites: 3}); got != want {
+	if want := (gmailrelay.Mailbox{Name: "default", HandleChecked: true, HandleUntrusted: true, Rewrites: 3}); got != want {
 		t.Errorf("default mailbox after the upgrade = %+v, want %+v", got, want)
 	}
 	if st, _ := e.Log.Stats(ctx); st.Jobs != 0 {
@@ -80,7 +80,7 @@ func TestConcurrentRecordHandleNeverForgetsARewrite(t *testing.T) {
 	rewritten := 0
 	for _, id := range ids {
 		for _, l := range e.lines(id) {
-			if l.Kind == acceptlog.KindHandle && l.HandleKept != nil && !*l.HandleKept {
+			if l.Kind == gmailrelay.KindHandle && l.HandleKept != nil && !*l.HandleKept {
 				rewritten++
 			}
 		}
@@ -121,9 +121,9 @@ func TestEmulatorRewrittenMessageIDMarksHandleUntrusted(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := e.lines(p.MessageID)
-	var handle *acceptlog.Line
+	var handle *gmailrelay.Line
 	for i := range lines {
-		if lines[i].Kind == acceptlog.KindHandle {
+		if lines[i].Kind == gmailrelay.KindHandle {
 			handle = &lines[i]
 		}
 	}
@@ -135,8 +135,8 @@ func TestEmulatorRewrittenMessageIDMarksHandleUntrusted(t *testing.T) {
 		t.Errorf("mailbox = %+v (%v), want untrusted with 1 rewrite", mb, err)
 	}
 	st, err := e.log.Stats(ctx)
-	if err != nil || st.ByReason[acceptlog.KindHandle]["rewritten"] != 1 {
-		t.Errorf("stats handle reasons = %v (%v), want rewritten: 1", st.ByReason[acceptlog.KindHandle], err)
+	if err != nil || st.ByReason[gmailrelay.KindHandle]["rewritten"] != 1 {
+		t.Errorf("stats handle reasons = %v (%v), want rewritten: 1", st.ByReason[gmailrelay.KindHandle], err)
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -50,7 +50,7 @@ func TestSendRefusesUncheckedThreadID(t *testing.T) {
 		p.ThreadID = id
 		_, err := e.svc.Send(context.Background(), p, relay.SendOptions{})
 		testenv.WantInvalid(t, err, "thread_id")
-		if _, err := e.log.Get(context.Background(), p.MessageID); !errors.Is(err, acceptlog.ErrNotFound) {
+		if _, err := e.log.Get(context.Background(), p.MessageID); !errors.Is(err, gmailrelay.ErrNotFound) {
 			t.Errorf("thread id %q: log Get = %v, want ErrNotFound", id, err)
 		}
 	}

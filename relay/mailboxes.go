@@ -9,13 +9,13 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/policy"
 )
 
 // Mailbox is one mailbox the relay sends as (CONTRACT, "Several
 // mailboxes"): its own Gmail client, quota, daily budget, rate-limit pause
-// and handle trust. Jobs carry its name (acceptlog.Job.Mailbox); every
+// and handle trust. Jobs carry its name (gmailrelay.Job.Mailbox); every
 // Gmail call for a job goes through its job's mailbox.
 type Mailbox struct {
 	name     string
@@ -205,7 +205,7 @@ var errNoMailbox = errors.New("job's mailbox is not in the policy")
 // jobMailbox is MailboxOf for a job about to be attempted: a mailbox that
 // left the policy refuses the attempt (CodeConflict) rather than sending
 // through another mailbox.
-func (s *Service) jobMailbox(j acceptlog.Job) (*Mailbox, error) {
+func (s *Service) jobMailbox(j gmailrelay.Job) (*Mailbox, error) {
 	m, err := s.MailboxOf(j.Mailbox)
 	if err != nil {
 		return nil, &Error{Code: CodeConflict, Message: fmt.Sprintf("%v: %v", errNoMailbox, err)}
@@ -237,7 +237,7 @@ func (s *Service) adoptLegacyRecord(ctx context.Context, m *Mailbox) error {
 	if err != nil {
 		return err
 	}
-	if cur != (acceptlog.Mailbox{Name: m.name}) {
+	if cur != (gmailrelay.Mailbox{Name: m.name}) {
 		return nil
 	}
 	for _, old := range []string{m.userID, "me"} {
@@ -248,12 +248,12 @@ func (s *Service) adoptLegacyRecord(ctx context.Context, m *Mailbox) error {
 		if err != nil {
 			return err
 		}
-		if rec == (acceptlog.Mailbox{Name: old}) {
+		if rec == (gmailrelay.Mailbox{Name: old}) {
 			continue
 		}
 		rec.Name = m.name
-		_, _, err = s.log.Mutate(ctx, legacyRecordKey, func(*acceptlog.Job) (acceptlog.Change, error) {
-			return acceptlog.Change{Mailbox: &rec}, nil
+		_, _, err = s.log.Mutate(ctx, legacyRecordKey, func(*gmailrelay.Job) (gmailrelay.Change, error) {
+			return gmailrelay.Change{Mailbox: &rec}, nil
 		})
 		return err
 	}

@@ -15,9 +15,9 @@ var writers = []string{".", "../sweeper", "../outbox", "../retention", "../api",
 
 // TestStateChangesGoThroughMove: no package above the log sets a job's
 // State or builds a line with a State by hand; every state change is
-// acceptlog.Move, which sets both together (a job's state is the fold of
+// gmailrelay.Move, which sets both together (a job's state is the fold of
 // its lines). It reads the packages' sources, not their behaviour: a new
-// `j.State = …` or `acceptlog.Line{…, State: …}` fails it.
+// `j.State = …` or `gmailrelay.Line{…, State: …}` fails it.
 func TestStateChangesGoThroughMove(t *testing.T) {
 	fset := token.NewFileSet()
 	for _, dir := range writers {
@@ -38,14 +38,14 @@ func TestStateChangesGoThroughMove(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, pos := range handWrittenStates(f) {
-				t.Errorf("%s: a state set by hand; use acceptlog.Move", fset.Position(pos))
+				t.Errorf("%s: a state set by hand; use gmailrelay.Move", fset.Position(pos))
 			}
 		}
 	}
 }
 
 // handWrittenStates returns where f assigns a .State field or gives an
-// acceptlog.Line literal (also an elided one in a []acceptlog.Line) a
+// gmailrelay.Line literal (also an elided one in a []gmailrelay.Line) a
 // State.
 func handWrittenStates(f *ast.File) []token.Pos {
 	var out []token.Pos

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // initMailbox sets up a mailbox's daily budget when the Config gave none,
@@ -39,7 +39,7 @@ func (s *Service) QueueDepth(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return st.ByState[acceptlog.StateQueued], nil
+	return st.ByState[gmailrelay.StateQueued], nil
 }
 
 // mustQueue says whether a new send is queued without trying: its send_at
@@ -61,14 +61,14 @@ func (s *Service) mustQueue(ctx context.Context, box *Mailbox, p Prepared, o Sen
 	if !o.Queue {
 		return false
 	}
-	queued, err := s.log.ByState(ctx, acceptlog.StateQueued, 1)
+	queued, err := s.log.ByState(ctx, gmailrelay.StateQueued, 1)
 	if err != nil || len(queued) == 0 {
 		return false
 	}
 	if s.waitsAhead(queued[0], box, now) {
 		return true
 	}
-	if queued, err = s.log.ByState(ctx, acceptlog.StateQueued, queueScan); err != nil {
+	if queued, err = s.log.ByState(ctx, gmailrelay.StateQueued, queueScan); err != nil {
 		return false
 	}
 	for _, j := range queued {
@@ -84,7 +84,7 @@ const queueScan = 64
 
 // waitsAhead reports whether queued job j comes before a send of box's
 // accepted now: it is box's and not scheduled for later.
-func (s *Service) waitsAhead(j acceptlog.Job, box *Mailbox, now time.Time) bool {
+func (s *Service) waitsAhead(j gmailrelay.Job, box *Mailbox, now time.Time) bool {
 	m, err := s.MailboxOf(j.Mailbox)
 	return err == nil && m == box && !j.SendAt.After(now)
 }
@@ -96,7 +96,7 @@ func (s *Service) waitsAhead(j acceptlog.Job, box *Mailbox, now time.Time) bool 
 func (s *Service) enqueue(ctx context.Context, box *Mailbox, p Prepared, o SendOptions) (Result, error) {
 	var front *Result
 	var frontErr error
-	job, _, err := s.log.Mutate(ctx, p.MessageID, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	job, _, err := s.log.Mutate(ctx, p.MessageID, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		front, frontErr = nil, nil
 		if cur != nil {
 			res, done, err := s.frontDoor(cur, p)
@@ -105,20 +105,20 @@ func (s *Service) enqueue(ctx context.Context, box *Mailbox, p Prepared, o SendO
 					Message: "the mailbox's budget is spent and a failed job cannot be queued; nothing was sent"}
 			}
 			front, frontErr = &res, err
-			return acceptlog.Change{}, nil
+			return gmailrelay.Change{}, nil
 		}
 		now := s.now()
-		reason := acceptlog.ReasonBudgetSpent
+		reason := gmailrelay.ReasonBudgetSpent
 		if p.SendAt.After(now) {
-			reason = acceptlog.ReasonSendAt
+			reason = gmailrelay.ReasonSendAt
 		}
-		j := acceptlog.Job{MessageID: p.MessageID, Key: p.Key, Channel: p.Channel, Mailbox: box.name,
+		j := gmailrelay.Job{MessageID: p.MessageID, Key: p.Key, Channel: p.Channel, Mailbox: box.name,
 			Fingerprint: p.Fingerprint, ThreadIDIn: p.ThreadID, SendAt: p.SendAt, CreatedAt: s.acceptedAt(), UpdatedAt: now}
-		lines := []acceptlog.Line{
-			{Kind: acceptlog.KindReceived, Channel: p.Channel},
-			acceptlog.Move(&j, acceptlog.StateQueued, acceptlog.Line{Kind: acceptlog.KindState, Reason: reason}),
+		lines := []gmailrelay.Line{
+			{Kind: gmailrelay.KindReceived, Channel: p.Channel},
+			gmailrelay.Move(&j, gmailrelay.StateQueued, gmailrelay.Line{Kind: gmailrelay.KindState, Reason: reason}),
 		}
-		return acceptlog.Change{Job: &j, Lines: lines, Raw: p.Raw}, nil
+		return gmailrelay.Change{Job: &j, Lines: lines, Raw: p.Raw}, nil
 	})
 	if err != nil {
 		return Result{}, err
@@ -138,27 +138,27 @@ func (s *Service) enqueue(ctx context.Context, box *Mailbox, p Prepared, o SendO
 // daily budget. A spent budget is CodeRateLimited (the job stays queued);
 // a job no longer queued is CodeConflict.
 func (s *Service) Deliver(ctx context.Context, id string) (Result, error) {
-	return s.attempt(ctx, id, []acceptlog.State{acceptlog.StateQueued}, AnyAttempts, acceptlog.ReasonOutbox, takeDelivery, nil)
+	return s.attempt(ctx, id, []gmailrelay.State{gmailrelay.StateQueued}, AnyAttempts, gmailrelay.ReasonOutbox, takeDelivery, nil)
 }
 
 // Cancel abandons a queued job: a resolved line (actor, reason cancelled)
 // moves it to abandoned. Errors: CodeNotFound, CodeConflict (the job is
 // not queued).
 func (s *Service) Cancel(ctx context.Context, id, actor string) (Result, error) {
-	j, _, err := s.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	j, _, err := s.log.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		if cur == nil {
-			return acceptlog.Change{}, &Error{Code: CodeNotFound, Message: "no job with that Message-ID"}
+			return gmailrelay.Change{}, &Error{Code: CodeNotFound, Message: "no job with that Message-ID"}
 		}
-		if cur.State != acceptlog.StateQueued {
-			return acceptlog.Change{}, &Error{Code: CodeConflict, Message: fmt.Sprintf("job is %s; only a queued job can be cancelled", cur.State)}
+		if cur.State != gmailrelay.StateQueued {
+			return gmailrelay.Change{}, &Error{Code: CodeConflict, Message: fmt.Sprintf("job is %s; only a queued job can be cancelled", cur.State)}
 		}
 		j := *cur
 		j.UpdatedAt = s.now()
-		line := acceptlog.Move(&j, acceptlog.StateAbandoned, acceptlog.Line{Kind: acceptlog.KindResolved,
-			Attempt: j.Attempts, Reason: acceptlog.ReasonCancelled, Actor: actor})
-		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{line}}, nil
+		line := gmailrelay.Move(&j, gmailrelay.StateAbandoned, gmailrelay.Line{Kind: gmailrelay.KindResolved,
+			Attempt: j.Attempts, Reason: gmailrelay.ReasonCancelled, Actor: actor})
+		return gmailrelay.Change{Job: &j, Lines: []gmailrelay.Line{line}}, nil
 	})
-	if errors.Is(err, acceptlog.ErrNotFound) {
+	if errors.Is(err, gmailrelay.ErrNotFound) {
 		err = &Error{Code: CodeNotFound, Message: "no job with that Message-ID"}
 	}
 	return Result{Job: j}, err
@@ -169,7 +169,7 @@ func (s *Service) Cancel(ctx context.Context, id, actor string) (Result, error) 
 // reached, so nothing was sent and waiting is the cure. A token that
 // cannot be refreshed is not: an operator must fix it, and the job fails.
 func requeues(o Outcome) bool {
-	return o.Verdict == Failed && (o.Reason == acceptlog.ReasonRateLimited || o.Reason == acceptlog.ReasonNotReached)
+	return o.Verdict == Failed && (o.Reason == gmailrelay.ReasonRateLimited || o.Reason == gmailrelay.ReasonNotReached)
 }
 
 // notReachedDelay is how long a job that went back to the queue because
@@ -185,8 +185,8 @@ func notReachedDelay(attempts int) time.Duration {
 // notReachedDelay after it. It is read off the job, so it holds across
 // restarts and replicas. A rate limit pauses the whole mailbox through its
 // quota instead. Zero for any other job.
-func HeldUntil(j acceptlog.Job) time.Time {
-	if j.State != acceptlog.StateQueued || j.LastReason != acceptlog.ReasonNotReached {
+func HeldUntil(j gmailrelay.Job) time.Time {
+	if j.State != gmailrelay.StateQueued || j.LastReason != gmailrelay.ReasonNotReached {
 		return time.Time{}
 	}
 	return j.UpdatedAt.Add(notReachedDelay(j.Attempts))

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // Verdict is what an attempt's outcome means for the job.
@@ -30,11 +30,11 @@ func (v Verdict) String() string {
 // Outcome is the classification of one Gmail call.
 type Outcome struct {
 	Verdict   Verdict
-	Retryable bool             // Failed only
-	Alarm     bool             // authentication or authorisation trouble: an operator must look
-	Status    int              // Gmail's HTTP status, 0 when there was none
-	Reason    acceptlog.Reason // short machine-readable reason, written on the log line
-	RetryIn   time.Duration    // Gmail's retry time (ProviderError.RetryAfter), 0 when it gave none
+	Retryable bool              // Failed only
+	Alarm     bool              // authentication or authorisation trouble: an operator must look
+	Status    int               // Gmail's HTTP status, 0 when there was none
+	Reason    gmailrelay.Reason // short machine-readable reason, written on the log line
+	RetryIn   time.Duration     // Gmail's retry time (ProviderError.RetryAfter), 0 when it gave none
 	Err       error
 }
 
@@ -64,27 +64,27 @@ func Classify(err error) Outcome {
 	var nr *NotReachedError
 	if errors.As(err, &nr) {
 		if errors.Is(err, ErrTokenRefresh) {
-			return Outcome{Verdict: Failed, Retryable: true, Alarm: true, Reason: acceptlog.ReasonTokenRefresh, Err: err}
+			return Outcome{Verdict: Failed, Retryable: true, Alarm: true, Reason: gmailrelay.ReasonTokenRefresh, Err: err}
 		}
-		return Outcome{Verdict: Failed, Retryable: true, Reason: acceptlog.ReasonNotReached, Err: err}
+		return Outcome{Verdict: Failed, Retryable: true, Reason: gmailrelay.ReasonNotReached, Err: err}
 	}
 	var g *ProviderError
 	if errors.As(err, &g) {
 		o := Outcome{Status: g.Status, Err: err, RetryIn: g.RetryAfter}
 		switch {
 		case g.Status == http.StatusTooManyRequests || (g.Status == http.StatusForbidden && rateReasons[g.Reason]):
-			o.Verdict, o.Retryable, o.Reason = Failed, true, acceptlog.ReasonRateLimited
+			o.Verdict, o.Retryable, o.Reason = Failed, true, gmailrelay.ReasonRateLimited
 		case g.Status == http.StatusUnauthorized || g.Status == http.StatusForbidden:
-			o.Verdict, o.Alarm, o.Reason = Failed, true, acceptlog.ReasonAuth
+			o.Verdict, o.Alarm, o.Reason = Failed, true, gmailrelay.ReasonAuth
 		case g.Status >= 400 && g.Status < 500:
-			o.Verdict, o.Reason = Failed, acceptlog.ReasonProviderRejected
+			o.Verdict, o.Reason = Failed, gmailrelay.ReasonProviderRejected
 		default:
-			o.Verdict, o.Reason = Unknown, acceptlog.ReasonProvider5xx
+			o.Verdict, o.Reason = Unknown, gmailrelay.ReasonProvider5xx
 		}
 		return o
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return Outcome{Verdict: Unknown, Reason: acceptlog.ReasonTimeout, Err: err}
+		return Outcome{Verdict: Unknown, Reason: gmailrelay.ReasonTimeout, Err: err}
 	}
-	return Outcome{Verdict: Unknown, Reason: acceptlog.ReasonTransport, Err: err}
+	return Outcome{Verdict: Unknown, Reason: gmailrelay.ReasonTransport, Err: err}
 }

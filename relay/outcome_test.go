@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -51,7 +51,7 @@ func TestClassify(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := relay.Classify(tt.err)
-			if got.Verdict != tt.verdict || got.Retryable != tt.retryable || got.Alarm != tt.alarm || got.Reason != acceptlog.Reason(tt.reason) {
+			if got.Verdict != tt.verdict || got.Retryable != tt.retryable || got.Alarm != tt.alarm || got.Reason != gmailrelay.Reason(tt.reason) {
 				t.Errorf("Classify(%v) = %v retryable=%v alarm=%v reason=%q; want %v %v %v %q",
 					tt.err, got.Verdict, got.Retryable, got.Alarm, got.Reason, tt.verdict, tt.retryable, tt.alarm, tt.reason)
 			}

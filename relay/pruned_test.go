@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
@@ -23,7 +24,7 @@ func TestEmulatorRetryOfAPrunedJobIsRefusedNotLeftForwarding(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := e.prepare("pruned:1", "x")
-	if res, err := e.svc.Send(ctx, p, relay.SendOptions{}); err != nil || res.Job.State != acceptlog.StateFailed {
+	if res, err := e.svc.Send(ctx, p, relay.SendOptions{}); err != nil || res.Job.State != gmailrelay.StateFailed {
 		t.Fatalf("send under Gmail's 400: %+v, %v; want failed", res.Job, err)
 	}
 	e.clock.Advance(time.Hour)
@@ -35,7 +36,7 @@ func TestEmulatorRetryOfAPrunedJobIsRefusedNotLeftForwarding(t *testing.T) {
 		t.Fatalf("resolve retry of a pruned job: %v; want CodeConflict", err)
 	}
 	j, err := e.log.Get(ctx, p.MessageID)
-	if err != nil || j.State != acceptlog.StateFailed || j.Attempts != 1 {
+	if err != nil || j.State != gmailrelay.StateFailed || j.Attempts != 1 {
 		t.Fatalf("job after the refused retry: %s after %d attempts, %v; want failed after 1 (nothing logged)", j.State, j.Attempts, err)
 	}
 	if n := e.emu.Deliveries(p.MessageID); n != 0 {
@@ -90,7 +91,7 @@ func TestEmulatorRetryRacingThePruneIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, err := te.Service.Send(ctx, p, relay.SendOptions{}); err != nil || res.Job.State != acceptlog.StateFailed {
+	if res, err := te.Service.Send(ctx, p, relay.SendOptions{}); err != nil || res.Job.State != gmailrelay.StateFailed {
 		t.Fatalf("send under Gmail's 400: %+v, %v; want failed", res.Job, err)
 	}
 	te.Clock.Advance(2 * time.Hour)
@@ -106,7 +107,7 @@ func TestEmulatorRetryRacingThePruneIsRefused(t *testing.T) {
 		t.Errorf("retry of a job pruned meanwhile: %v; want CodeConflict", err)
 	}
 	j := te.Job(p.MessageID)
-	if j.State != acceptlog.StateFailed || j.Attempts != 1 {
+	if j.State != gmailrelay.StateFailed || j.Attempts != 1 {
 		t.Errorf("job: %s after %d attempts; want failed after 1 (nothing logged)", j.State, j.Attempts)
 	}
 	if n := te.Emulator.Deliveries(p.MessageID); n != 0 {

@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // Quota is the relay's own Gmail quota budget for one mailbox, in Gmail
@@ -33,7 +33,7 @@ type Quota struct {
 	backoff backoff
 	// pauses, when set, shares pauseUntil with every relay on the log
 	// (SharePauses).
-	pauses  acceptlog.MailboxPauses
+	pauses  gmailrelay.MailboxPauses
 	mailbox string
 }
 

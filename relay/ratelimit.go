@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // Backoff bounds for Gmail's rate-limit answers that carry no retry time
@@ -151,7 +151,7 @@ const pauseDBTimeout = 5 * time.Second
 // indexed row; an error leaves the local pause as it is). The backoff's
 // step stays per process; the per-minute bucket is this process's share of
 // the budget (SetShare).
-func (q *Quota) SharePauses(store acceptlog.MailboxPauses, mailbox string) {
+func (q *Quota) SharePauses(store gmailrelay.MailboxPauses, mailbox string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.pauses, q.mailbox = store, mailbox
@@ -188,7 +188,7 @@ func (q *Quota) publishPause(until time.Time) {
 // sharedPauses returns the shared pause record (nil when there is none)
 // and a context bounded by pauseDBTimeout for one call to it; cancel is
 // nil when store is.
-func (q *Quota) sharedPauses() (store acceptlog.MailboxPauses, mailbox string, ctx context.Context, cancel context.CancelFunc) {
+func (q *Quota) sharedPauses() (store gmailrelay.MailboxPauses, mailbox string, ctx context.Context, cancel context.CancelFunc) {
 	q.mu.Lock()
 	store, mailbox = q.pauses, q.mailbox
 	q.mu.Unlock()

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/policy"
@@ -40,7 +40,7 @@ func (e *env) unknownFastJob(ctx context.Context) *sweeper.Sweeper {
 		e.t.Fatal(err)
 	}
 	res, err := e.svc.Send(ctx, pu, relay.SendOptions{Fault: faultmodes.Decision{Mode: faultmodes.ForwardThenDropResponse}})
-	if err != nil || res.Job.State != acceptlog.StateUnknown {
+	if err != nil || res.Job.State != gmailrelay.StateUnknown {
 		e.t.Fatalf("dropped send: state %s, err %v; want unknown", res.Job.State, err)
 	}
 	return sw
@@ -68,7 +68,7 @@ func TestEmulatorRateLimitTextOnlyPausesEveryGmailCall(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.Job.State != acceptlog.StateFailed || res.Job.LastReason != acceptlog.ReasonRateLimited || !res.Job.Retryable {
+			if res.Job.State != gmailrelay.StateFailed || res.Job.LastReason != gmailrelay.ReasonRateLimited || !res.Job.Retryable {
 				t.Fatalf("over Gmail's quota: %s %s retryable=%v, want failed rate_limited retryable", res.Job.State, res.Job.LastReason, res.Job.Retryable)
 			}
 			if res.Job.LastStatus != status {
@@ -118,13 +118,13 @@ func TestEmulatorRateLimitTextOnlyPausesEveryGmailCall(t *testing.T) {
 			// At Gmail's retry time the send goes out, once.
 			e.clock.Advance(retryAt.Sub(e.clock.Now()))
 			res, err = e.svc.Send(ctx, p, relay.SendOptions{})
-			if err != nil || res.Job.State != acceptlog.StateSent {
+			if err != nil || res.Job.State != gmailrelay.StateSent {
 				t.Fatalf("at Gmail's retry time: state %s, err %v; want sent", res.Job.State, err)
 			}
 			if got := e.emu.Deliveries(p.MessageID); got != 1 {
 				t.Errorf("emulator deliveries of the rate-limited message = %d, want 1", got)
 			}
-			if got := count(e.lines(p.MessageID), acceptlog.KindNotSent); got != 1 {
+			if got := count(e.lines(p.MessageID), gmailrelay.KindNotSent); got != 1 {
 				t.Errorf("not_sent lines = %d, want 1 (the one rate limit)", got)
 			}
 			// The sweeper's searches run again too.
@@ -151,7 +151,7 @@ func TestEmulatorRateLimitWithoutRetryTimeBacksOff(t *testing.T) {
 	p := e.prepare("k-backoff", "hello")
 	for i, want := range []time.Duration{time.Second, 2 * time.Second} {
 		res, err := e.svc.Send(ctx, p, relay.SendOptions{})
-		if err != nil || res.Job.LastReason != acceptlog.ReasonRateLimited {
+		if err != nil || res.Job.LastReason != gmailrelay.ReasonRateLimited {
 			t.Fatalf("send %d: %v %v, want rate_limited", i+1, res.Job.LastReason, err)
 		}
 		d := e.svc.Quota().PausedFor()
@@ -169,7 +169,7 @@ func TestEmulatorRateLimitWithoutRetryTimeBacksOff(t *testing.T) {
 		e.clock.Advance(time.Millisecond)
 	}
 	res, err := e.svc.Send(ctx, p, relay.SendOptions{})
-	if err != nil || res.Job.State != acceptlog.StateSent {
+	if err != nil || res.Job.State != gmailrelay.StateSent {
 		t.Fatalf("third send: %s %v, want sent", res.Job.State, err)
 	}
 	if got := e.emu.Deliveries(p.MessageID); got != 1 {
@@ -221,7 +221,7 @@ func TestEmulatorRateLimitedSearchPausesSends(t *testing.T) {
 	}
 	// Once the pause is over a send goes out.
 	p := e.prepare("k-after", "x")
-	if res, err := e.svc.Send(ctx, p, relay.SendOptions{}); err != nil || res.Job.State != acceptlog.StateSent {
+	if res, err := e.svc.Send(ctx, p, relay.SendOptions{}); err != nil || res.Job.State != gmailrelay.StateSent {
 		t.Fatalf("after the pause: %s %v, want sent", res.Job.State, err)
 	}
 	if got := e.emu.Deliveries(p.MessageID); got != 1 {

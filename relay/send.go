@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/policy"
 )
@@ -144,7 +144,7 @@ func (s *Service) byKey(ctx context.Context, p Prepared) (Prepared, error) {
 	}
 	j, err := s.log.JobByKey(ctx, p.Key)
 	switch {
-	case errors.Is(err, acceptlog.ErrNotFound):
+	case errors.Is(err, gmailrelay.ErrNotFound):
 		return p, nil
 	case err != nil:
 		return p, err
@@ -155,7 +155,7 @@ func (s *Service) byKey(ctx context.Context, p Prepared) (Prepared, error) {
 	// message, stored until the job can no longer be sent (a pruned job
 	// is only ever replayed).
 	raw, err := s.log.Raw(ctx, j.MessageID)
-	if err != nil && !errors.Is(err, acceptlog.ErrNotFound) {
+	if err != nil && !errors.Is(err, gmailrelay.ErrNotFound) {
 		return p, err
 	}
 	p.MessageID, p.Raw = j.MessageID, raw
@@ -167,7 +167,7 @@ func (s *Service) byKey(ctx context.Context, p Prepared) (Prepared, error) {
 func (s *Service) frontDoorRead(ctx context.Context, p Prepared) (Result, bool, error) {
 	cur, err := s.log.Get(ctx, p.MessageID)
 	switch {
-	case errors.Is(err, acceptlog.ErrNotFound):
+	case errors.Is(err, gmailrelay.ErrNotFound):
 		return Result{}, false, nil
 	case err != nil:
 		return Result{}, true, err
@@ -198,24 +198,24 @@ type admitTx struct {
 // received line, a fault line, the forwarding or not_sent line) in one
 // allocation.
 type newRecord struct {
-	job   acceptlog.Job
-	lines [3]acceptlog.Line
+	job   gmailrelay.Job
+	lines [3]gmailrelay.Line
 }
 
-func (a *admitTx) change(cur *acceptlog.Job) (acceptlog.Change, error) {
+func (a *admitTx) change(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 	s, p := a.s, &a.p
 	a.adm, a.res, a.err = admitForward, Result{}, nil
 	if cur != nil {
 		if res, done, err := s.frontDoor(cur, *p); done {
 			a.adm, a.res, a.err = admitReplay, res, err
-			return acceptlog.Change{}, nil
+			return gmailrelay.Change{}, nil
 		}
 	}
 	if !a.took {
 		d, err := s.admitAttempt(a.box, a.forced, p.Channel, p.Key, p.MessageID, takeForeground)
 		if err != nil {
 			a.adm, a.err = admitRefused, err
-			return acceptlog.Change{}, nil
+			return gmailrelay.Change{}, nil
 		}
 		a.d, a.took = d, true
 	}
@@ -226,14 +226,14 @@ func (a *admitTx) change(cur *acceptlog.Job) (acceptlog.Change, error) {
 	if cur != nil {
 		*j = *cur
 	} else {
-		*j = acceptlog.Job{MessageID: p.MessageID, Key: p.Key, Channel: p.Channel, Mailbox: a.box.name,
+		*j = gmailrelay.Job{MessageID: p.MessageID, Key: p.Key, Channel: p.Channel, Mailbox: a.box.name,
 			Fingerprint: p.Fingerprint, ThreadIDIn: p.ThreadID, CreatedAt: s.acceptedAt()}
 		raw = p.Raw
 	}
 	j.Attempts++
-	lines := append(rec.lines[:0], acceptlog.Line{Kind: acceptlog.KindReceived, Attempt: j.Attempts, Channel: p.Channel})
+	lines := append(rec.lines[:0], gmailrelay.Line{Kind: gmailrelay.KindReceived, Attempt: j.Attempts, Channel: p.Channel})
 	lines, a.adm = s.startAttempt(j, lines, a.d, now)
-	return acceptlog.Change{Job: j, Lines: lines, Raw: raw}, nil
+	return gmailrelay.Change{Job: j, Lines: lines, Raw: raw}, nil
 }
 
 // admitAttempt takes the fault decision and the quota for one attempt. The
@@ -287,24 +287,24 @@ func (s *Service) giveBack(box *Mailbox, forced, d faultmodes.Decision, tookQuot
 
 // frontDoor answers a request for an existing job without attempting
 // anything, or says (done == false) that a new attempt is due.
-func (s *Service) frontDoor(cur *acceptlog.Job, p Prepared) (Result, bool, error) {
+func (s *Service) frontDoor(cur *gmailrelay.Job, p Prepared) (Result, bool, error) {
 	if cur.Fingerprint != p.Fingerprint {
 		return Result{}, true, &Error{Code: CodeMismatch, Field: "key",
 			Message: "this key was already used for a message with different content"}
 	}
 	switch cur.State {
-	case acceptlog.StateForwarding:
+	case gmailrelay.StateForwarding:
 		return Result{}, true, &Error{Code: CodeInFlight, RetryAfter: 2,
 			Message: "a send with this key is being forwarded to Gmail right now"}
-	case acceptlog.StateFailed:
+	case gmailrelay.StateFailed:
 		if cur.Retryable {
 			return Result{}, false, nil
 		}
-	case acceptlog.StateUnknown:
+	case gmailrelay.StateUnknown:
 		if brokenResendUnknown {
 			return Result{}, false, nil
 		}
-	case acceptlog.StateAbandoned:
+	case gmailrelay.StateAbandoned:
 		return Result{}, true, &Error{Code: CodeConflict, Field: "key",
 			Message: "an operator abandoned this job; it will not be sent"}
 	}
@@ -314,27 +314,27 @@ func (s *Service) frontDoor(cur *acceptlog.Job, p Prepared) (Result, bool, error
 
 // startAttempt appends the fault and forwarding (or not_sent) lines of a
 // new attempt to lines and sets the job's state accordingly.
-func (s *Service) startAttempt(j *acceptlog.Job, lines []acceptlog.Line, d faultmodes.Decision, now time.Time) ([]acceptlog.Line, admission) {
+func (s *Service) startAttempt(j *gmailrelay.Job, lines []gmailrelay.Line, d faultmodes.Decision, now time.Time) ([]gmailrelay.Line, admission) {
 	if d.Mode != "" {
-		lines = append(lines, acceptlog.Line{Kind: acceptlog.KindFault, Attempt: j.Attempts, RuleID: d.RuleID, Mode: string(d.Mode)})
+		lines = append(lines, gmailrelay.Line{Kind: gmailrelay.KindFault, Attempt: j.Attempts, RuleID: d.RuleID, Mode: string(d.Mode)})
 	}
 	j.UpdatedAt = now
 	j.NextCheckAt = time.Time{}
 	if d.Mode == faultmodes.FailBeforeForward {
 		j.Retryable = true
-		j.LastStatus, j.LastReason, j.LastError = 0, acceptlog.ReasonFaultInjected, "fail-before-forward fault injected: nothing was sent"
+		j.LastStatus, j.LastReason, j.LastError = 0, gmailrelay.ReasonFaultInjected, "fail-before-forward fault injected: nothing was sent"
 		s.scheduleRetry(j, now)
-		return append(lines, acceptlog.Move(j, acceptlog.StateFailed, acceptlog.Line{Kind: acceptlog.KindNotSent, Attempt: j.Attempts,
-			Retryable: true, Reason: acceptlog.ReasonFaultInjected, RuleID: d.RuleID})), admitFailed
+		return append(lines, gmailrelay.Move(j, gmailrelay.StateFailed, gmailrelay.Line{Kind: gmailrelay.KindNotSent, Attempt: j.Attempts,
+			Retryable: true, Reason: gmailrelay.ReasonFaultInjected, RuleID: d.RuleID})), admitFailed
 	}
-	lines = append(lines, acceptlog.Move(j, acceptlog.StateForwarding, acceptlog.Line{Kind: acceptlog.KindForwarding, Attempt: j.Attempts}))
+	lines = append(lines, gmailrelay.Move(j, gmailrelay.StateForwarding, gmailrelay.Line{Kind: gmailrelay.KindForwarding, Attempt: j.Attempts}))
 	j.LeaseUntil = now.Add(s.Lease())
 	return lines, admitForward
 }
 
 // scheduleRetry lets the sweeper retry a retryable failure on a retry
 // channel whose caller never comes back.
-func (s *Service) scheduleRetry(j *acceptlog.Job, now time.Time) {
+func (s *Service) scheduleRetry(j *gmailrelay.Job, now time.Time) {
 	ch, err := s.policy.Channel(j.Channel)
 	if err == nil && ch.OnUnknown == policy.Retry && j.Retryable {
 		j.NextCheckAt = now.Add(ch.Grace)

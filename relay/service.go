@@ -10,7 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/policy"
 )
@@ -23,7 +23,7 @@ import (
 // UserID are the default mailbox's (and Provider every mailbox's that
 // Mailboxes gives none).
 type Config struct {
-	Log      acceptlog.Store
+	Log      gmailrelay.Store
 	Provider Provider
 	Policy   *policy.Policy
 	// Faults holds the runtime fault rules; nil means none.
@@ -90,7 +90,7 @@ type Observer interface {
 // Service is the send path: admission through the acceptance log, the Gmail
 // call, the recording of its outcome, and human resolutions.
 type Service struct {
-	log      acceptlog.Store
+	log      gmailrelay.Store
 	policy   *policy.Policy
 	faults   *faultmodes.Set
 	boxes    []*Mailbox // the default mailbox (or the first by name) first
@@ -141,7 +141,7 @@ type Timing struct {
 // Result is what a Send or an attempt did.
 type Result struct {
 	// Job is the job as the log now holds it.
-	Job acceptlog.Job
+	Job gmailrelay.Job
 	// Replayed: nothing was attempted; Job is an earlier result.
 	Replayed bool
 	// Fault is the fault decision taken for this attempt (zero if none).
@@ -164,7 +164,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.Log == nil || cfg.Policy == nil {
 		return nil, errors.New("relay: Log and Policy are required")
 	}
-	s := &Service{shared: acceptlog.IsShared(cfg.Log),
+	s := &Service{shared: gmailrelay.IsShared(cfg.Log),
 		log: cfg.Log, policy: cfg.Policy, faults: cfg.Faults,
 		onQueued: cfg.OnQueued, now: cfg.Now, logger: cfg.Logger,
 		timeout: cfg.SendTimeout, crash: cfg.Crash, obs: cfg.Observer, point: cfg.CrashPoint,
@@ -191,7 +191,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		s.logger.Warn().Err(err).Msg("quota: count the replicas on the log (each mailbox's quota stays whole until the sweeper counts them)")
 	}
 	recover, what := s.recover, "recovered jobs left in forwarding by a crash"
-	if acceptlog.IsShared(s.log) {
+	if gmailrelay.IsShared(s.log) {
 		// Other replicas' attempts in flight are theirs until their lease
 		// runs out; the sweeper takes over expired ones (RecoverExpired).
 		// Their leases are read on this replica's clock: measure it first
@@ -215,7 +215,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 func (s *Service) recover(ctx context.Context) (int, error) {
 	n := 0
 	for {
-		jobs, err := s.log.ByState(ctx, acceptlog.StateForwarding, 500)
+		jobs, err := s.log.ByState(ctx, gmailrelay.StateForwarding, 500)
 		if err != nil {
 			return n, err
 		}
@@ -223,7 +223,7 @@ func (s *Service) recover(ctx context.Context) (int, error) {
 			return n, nil
 		}
 		for _, j := range jobs {
-			if _, err := s.markUnknown(ctx, j.MessageID, j.Attempts, Outcome{Verdict: Unknown, Reason: acceptlog.ReasonRecoveredAfterRestart}, ""); err != nil {
+			if _, err := s.markUnknown(ctx, j.MessageID, j.Attempts, Outcome{Verdict: Unknown, Reason: gmailrelay.ReasonRecoveredAfterRestart}, ""); err != nil {
 				return n, err
 			}
 			n++
@@ -234,13 +234,13 @@ func (s *Service) recover(ctx context.Context) (int, error) {
 // RefreshQuotaShares divides each mailbox's per-minute quota between the
 // relays alive on a log they share (CONTRACT, "Several relays on one
 // PostgreSQL": the quota is shared): it counts them
-// (acceptlog.ReplicaCounter) and gives every mailbox's Quota its share
+// (gmailrelay.ReplicaCounter) and gives every mailbox's Quota its share
 // (Quota.SetShare). New calls it, and so does every sweeper pass on a
 // shared log, so shares follow replicas as they come and go. On a log
 // that is not shared it does nothing. When the count fails it returns the
 // error and leaves the shares as they were: sends never wait for it.
 func (s *Service) RefreshQuotaShares(ctx context.Context) error {
-	rc, ok := s.log.(acceptlog.ReplicaCounter)
+	rc, ok := s.log.(gmailrelay.ReplicaCounter)
 	if !s.shared || !ok {
 		return nil
 	}
@@ -287,7 +287,7 @@ func (s *Service) RecoverExpired(ctx context.Context) (int, error) {
 	if err := s.ClockFenced(); err != nil {
 		return 0, err
 	}
-	jobs, err := s.log.ByState(ctx, acceptlog.StateForwarding, 0)
+	jobs, err := s.log.ByState(ctx, gmailrelay.StateForwarding, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -302,7 +302,7 @@ func (s *Service) RecoverExpired(ctx context.Context) (int, error) {
 		if !now.After(until.Add(LeaseMargin)) {
 			continue
 		}
-		_, err := s.markUnknown(ctx, j.MessageID, j.Attempts, Outcome{Verdict: Unknown, Reason: acceptlog.ReasonLeaseExpired}, "")
+		_, err := s.markUnknown(ctx, j.MessageID, j.Attempts, Outcome{Verdict: Unknown, Reason: gmailrelay.ReasonLeaseExpired}, "")
 		switch {
 		case errors.Is(err, errStale):
 			// Its owner recorded it meanwhile.
@@ -316,7 +316,7 @@ func (s *Service) RecoverExpired(ctx context.Context) (int, error) {
 }
 
 // Log returns the acceptance log.
-func (s *Service) Log() acceptlog.Store { return s.log }
+func (s *Service) Log() gmailrelay.Store { return s.log }
 
 // Policy returns the channel policy.
 func (s *Service) Policy() *policy.Policy { return s.policy }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
@@ -89,13 +90,13 @@ func together(n int, f func(i int)) {
 	wg.Wait()
 }
 
-func (e *env) lines(id string) []acceptlog.Line { return e.te.Lines(id) }
+func (e *env) lines(id string) []gmailrelay.Line { return e.te.Lines(id) }
 
-func count(lines []acceptlog.Line, k acceptlog.Kind) int { return testenv.Count(lines, k) }
+func count(lines []gmailrelay.Line, k gmailrelay.Kind) int { return testenv.Count(lines, k) }
 
 // wantOne checks that the emulator delivered Message-ID id exactly once and
 // that the job has exactly one line of kind k.
-func (e *env) wantOne(t *testing.T, id string, k acceptlog.Kind) {
+func (e *env) wantOne(t *testing.T, id string, k gmailrelay.Kind) {
 	t.Helper()
 	if got := e.emu.Deliveries(id); got != 1 {
 		t.Errorf("emulator has %d deliveries of %s, want 1", got, id)
@@ -113,7 +114,7 @@ func TestEmulatorSendThenResendSameKeyReplays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.Job.State != acceptlog.StateSent || first.Replayed {
+	if first.Job.State != gmailrelay.StateSent || first.Replayed {
 		t.Fatalf("first send: state %s replayed %v, want sent, not replayed", first.Job.State, first.Replayed)
 	}
 	second, err := e.svc.Send(ctx, e.prepare("cus_1:order.shipped:ord_1", "hello"), relay.SendOptions{})
@@ -123,7 +124,7 @@ func TestEmulatorSendThenResendSameKeyReplays(t *testing.T) {
 	if !second.Replayed || second.Job.GmailID != first.Job.GmailID {
 		t.Errorf("second send: replayed %v gmail id %q, want replayed with %q", second.Replayed, second.Job.GmailID, first.Job.GmailID)
 	}
-	e.wantOne(t, p.MessageID, acceptlog.KindEffect)
+	e.wantOne(t, p.MessageID, gmailrelay.KindEffect)
 }
 
 func TestEmulatorSameKeyDifferentContentIsMismatch(t *testing.T) {
@@ -166,7 +167,7 @@ func TestEmulatorConcurrentIdenticalSendsForwardOnce(t *testing.T) {
 	if outcomes["sent"] != 1 || outcomes["sent"]+outcomes["replayed"]+outcomes[string(relay.CodeInFlight)] != 20 {
 		t.Errorf("outcomes = %v, want exactly one sent and the rest in_flight or replayed", outcomes)
 	}
-	e.wantOne(t, p.MessageID, acceptlog.KindForwarding)
+	e.wantOne(t, p.MessageID, gmailrelay.KindForwarding)
 }
 
 // TestEmulatorClassificationRows drives each row of the outcome table with
@@ -175,18 +176,18 @@ func TestEmulatorClassificationRows(t *testing.T) {
 	tests := []struct {
 		name      string
 		fault     gmailfake.Fault
-		state     acceptlog.State
+		state     gmailrelay.State
 		retryable bool
 		delivered int
 	}{
-		{"accept-then-error 500 is unknown", gmailfake.Fault{Method: "send", Action: "accept-then-error", Status: 500}, acceptlog.StateUnknown, false, 1},
-		{"500 is unknown", gmailfake.Fault{Method: "send", Action: "error", Status: 500}, acceptlog.StateUnknown, false, 0},
-		{"503 is unknown", gmailfake.Fault{Method: "send", Action: "error", Status: 503}, acceptlog.StateUnknown, false, 0},
-		{"429 is failed retryable", gmailfake.Fault{Method: "send", Action: "error", Status: 429}, acceptlog.StateFailed, true, 0},
-		{"403 rate is failed retryable", gmailfake.Fault{Method: "send", Action: "error", Status: 403}, acceptlog.StateFailed, true, 0},
-		{"400 is failed for good", gmailfake.Fault{Method: "send", Action: "error", Status: 400}, acceptlog.StateFailed, false, 0},
-		{"401 is failed for good", gmailfake.Fault{Method: "send", Action: "error", Status: 401}, acceptlog.StateFailed, false, 0},
-		{"timeout after write is unknown", gmailfake.Fault{Method: "send", Action: "latency", Latency: 3 * time.Second}, acceptlog.StateUnknown, false, 1},
+		{"accept-then-error 500 is unknown", gmailfake.Fault{Method: "send", Action: "accept-then-error", Status: 500}, gmailrelay.StateUnknown, false, 1},
+		{"500 is unknown", gmailfake.Fault{Method: "send", Action: "error", Status: 500}, gmailrelay.StateUnknown, false, 0},
+		{"503 is unknown", gmailfake.Fault{Method: "send", Action: "error", Status: 503}, gmailrelay.StateUnknown, false, 0},
+		{"429 is failed retryable", gmailfake.Fault{Method: "send", Action: "error", Status: 429}, gmailrelay.StateFailed, true, 0},
+		{"403 rate is failed retryable", gmailfake.Fault{Method: "send", Action: "error", Status: 403}, gmailrelay.StateFailed, true, 0},
+		{"400 is failed for good", gmailfake.Fault{Method: "send", Action: "error", Status: 400}, gmailrelay.StateFailed, false, 0},
+		{"401 is failed for good", gmailfake.Fault{Method: "send", Action: "error", Status: 401}, gmailrelay.StateFailed, false, 0},
+		{"timeout after write is unknown", gmailfake.Fault{Method: "send", Action: "latency", Latency: 3 * time.Second}, gmailrelay.StateUnknown, false, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -205,7 +206,7 @@ func TestEmulatorClassificationRows(t *testing.T) {
 			if got := e.emu.Deliveries(p.MessageID); got != tt.delivered {
 				t.Errorf("emulator has %d deliveries, want %d", got, tt.delivered)
 			}
-			if got := acceptlog.Fold(e.lines(p.MessageID)); got != tt.state {
+			if got := gmailrelay.Fold(e.lines(p.MessageID)); got != tt.state {
 				t.Errorf("fold of lines = %s, want %s", got, tt.state)
 			}
 		})
@@ -227,14 +228,14 @@ func TestConnectionRefusedIsFailedRetryable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Job.State != acceptlog.StateFailed || !res.Job.Retryable || res.Job.LastReason != "not_reached" {
+	if res.Job.State != gmailrelay.StateFailed || !res.Job.Retryable || res.Job.LastReason != "not_reached" {
 		t.Errorf("job %s retryable=%v reason=%q, want failed retryable not_reached", res.Job.State, res.Job.Retryable, res.Job.LastReason)
 	}
 	// The caller's retry, with Gmail back, sends exactly once.
 	e.log.Close()
 	e.open(e.emuURL)
 	res, err = e.svc.Send(context.Background(), p, relay.SendOptions{})
-	if err != nil || res.Job.State != acceptlog.StateSent {
+	if err != nil || res.Job.State != gmailrelay.StateSent {
 		t.Fatalf("retry: %v %v, want sent", res.Job.State, err)
 	}
 	if got := e.emu.Deliveries(p.MessageID); got != 1 {
@@ -256,18 +257,18 @@ func TestEmulatorFailBeforeForwardThenRetryGivesOneEffect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Job.State != acceptlog.StateFailed || !res.Job.Retryable || e.emu.Deliveries(p.MessageID) != 0 {
+	if res.Job.State != gmailrelay.StateFailed || !res.Job.Retryable || e.emu.Deliveries(p.MessageID) != 0 {
 		t.Fatalf("after fault: %s retryable=%v, emulator %d deliveries; want failed retryable, 0", res.Job.State, res.Job.Retryable, e.emu.Deliveries(p.MessageID))
 	}
 	res, err = e.svc.Send(context.Background(), p, relay.SendOptions{})
-	if err != nil || res.Job.State != acceptlog.StateSent {
+	if err != nil || res.Job.State != gmailrelay.StateSent {
 		t.Fatalf("retry: %v %v", res.Job.State, err)
 	}
 	lines := e.lines(p.MessageID)
-	if got := count(lines, acceptlog.KindEffect); got != 1 {
+	if got := count(lines, gmailrelay.KindEffect); got != 1 {
 		t.Errorf("effect lines = %d, want 1", got)
 	}
-	if got := count(lines, acceptlog.KindFault); got != 1 {
+	if got := count(lines, gmailrelay.KindFault); got != 1 {
 		t.Errorf("fault lines = %d, want 1", got)
 	}
 	if got := e.emu.Deliveries(p.MessageID); got != 1 {
@@ -285,14 +286,14 @@ func TestEmulatorDropResponseLeavesUnknownAndRetryDoesNotForward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Dropped || res.Job.State != acceptlog.StateUnknown {
+	if !res.Dropped || res.Job.State != gmailrelay.StateUnknown {
 		t.Fatalf("dropped=%v state=%s, want dropped unknown", res.Dropped, res.Job.State)
 	}
 	res, err = e.svc.Send(context.Background(), p, relay.SendOptions{})
-	if err != nil || !res.Replayed || res.Job.State != acceptlog.StateUnknown {
+	if err != nil || !res.Replayed || res.Job.State != gmailrelay.StateUnknown {
 		t.Fatalf("retry: replayed=%v state=%s err=%v, want a replay of unknown", res.Replayed, res.Job.State, err)
 	}
-	e.wantOne(t, p.MessageID, acceptlog.KindForwarding)
+	e.wantOne(t, p.MessageID, gmailrelay.KindForwarding)
 }
 
 func TestRestartTurnsForwardingIntoUnknown(t *testing.T) {
@@ -300,11 +301,11 @@ func TestRestartTurnsForwardingIntoUnknown(t *testing.T) {
 	ctx := context.Background()
 	id := relay.MessageID("crashed", svcDomain)
 	// A crash between "logged forwarding" and the outcome: write it, close.
-	_, _, err := e.log.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		j := acceptlog.Job{MessageID: id, Key: "crashed", Channel: "default", Mailbox: "me", State: acceptlog.StateForwarding, Attempts: 1}
-		return acceptlog.Change{Job: &j, Raw: []byte("To: a@example.org\r\nMessage-ID: " + id + "\r\n\r\nx"), Lines: []acceptlog.Line{
-			{Kind: acceptlog.KindReceived, Attempt: 1},
-			{Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding},
+	_, _, err := e.log.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+		j := gmailrelay.Job{MessageID: id, Key: "crashed", Channel: "default", Mailbox: "me", State: gmailrelay.StateForwarding, Attempts: 1}
+		return gmailrelay.Change{Job: &j, Raw: []byte("To: a@example.org\r\nMessage-ID: " + id + "\r\n\r\nx"), Lines: []gmailrelay.Line{
+			{Kind: gmailrelay.KindReceived, Attempt: 1},
+			{Kind: gmailrelay.KindForwarding, Attempt: 1, State: gmailrelay.StateForwarding},
 		}}, nil
 	})
 	if err != nil {
@@ -316,12 +317,12 @@ func TestRestartTurnsForwardingIntoUnknown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.State != acceptlog.StateUnknown || j.NextCheckAt.IsZero() {
+	if j.State != gmailrelay.StateUnknown || j.NextCheckAt.IsZero() {
 		t.Errorf("state %s next check %v, want unknown with a check scheduled", j.State, j.NextCheckAt)
 	}
 	lines := e.lines(id)
 	last := lines[len(lines)-1]
-	if last.Kind != acceptlog.KindAmbiguous || last.Reason != "recovered_after_restart" {
+	if last.Kind != gmailrelay.KindAmbiguous || last.Reason != "recovered_after_restart" {
 		t.Errorf("last line %s %q, want ambiguous recovered_after_restart", last.Kind, last.Reason)
 	}
 }
@@ -345,7 +346,7 @@ func TestEmulatorResolveReview(t *testing.T) {
 		t.Errorf("bad action: %v, want invalid_argument", err)
 	}
 	res, err := e.svc.Resolve(ctx, p.MessageID, relay.ActionMarkSent, "found it in Sent", "op", relay.AnyAttempts)
-	if err != nil || res.Job.State != acceptlog.StateSent || res.Job.Effects != 1 {
+	if err != nil || res.Job.State != gmailrelay.StateSent || res.Job.Effects != 1 {
 		t.Fatalf("mark-sent: %+v %v", res.Job, err)
 	}
 	if _, err := e.svc.Resolve(ctx, p.MessageID, relay.ActionAbandon, "", "op", relay.AnyAttempts); relay.ErrorCode(err) != relay.CodeConflict {

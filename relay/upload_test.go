@@ -8,7 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -46,7 +46,7 @@ func TestEmulatorSends35MBThroughUploadPath(t *testing.T) {
 		t.Fatalf("35 MB refused at intake: %v", err)
 	}
 	res, err := svc.Send(ctx, p, relay.SendOptions{})
-	if err != nil || res.Job.State != acceptlog.StateSent {
+	if err != nil || res.Job.State != gmailrelay.StateSent {
 		t.Fatalf("35 MB send: %s %v (last error %q), want sent", res.Job.State, err, res.Job.LastError)
 	}
 	if got := e.emu.Deliveries(p.MessageID); got != 1 {

@@ -17,7 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/internal/lifecycle"
 )
 
@@ -37,7 +37,7 @@ const minSendsKeep = 24 * time.Hour
 
 // Config configures a Pass.
 type Config struct {
-	Log acceptlog.Store
+	Log gmailrelay.Store
 	// Retention is how long a terminal job keeps its detail; zero disables
 	// the pass (RunOnce does nothing).
 	Retention time.Duration
@@ -57,7 +57,7 @@ type Config struct {
 // Result counts what a pass pruned, with the cut-off it used (zero when
 // the pass is disabled).
 type Result struct {
-	acceptlog.PruneResult
+	gmailrelay.PruneResult
 	Cutoff time.Time `json:"cutoff,omitzero"`
 	// Sends counts the send-index entries dropped (older than SendsKeep).
 	Sends int `json:"sends_pruned,omitempty"`
@@ -71,7 +71,7 @@ type Pass struct {
 	passMu sync.Mutex
 
 	totalsMu sync.Mutex
-	totals   acceptlog.PruneResult
+	totals   gmailrelay.PruneResult
 
 	life   lifecycle.Loop
 	passes chan Result
@@ -138,7 +138,7 @@ func (p *Pass) publish(res Result) {
 	}
 }
 
-func (p *Pass) add(r acceptlog.PruneResult) {
+func (p *Pass) add(r gmailrelay.PruneResult) {
 	p.totalsMu.Lock()
 	defer p.totalsMu.Unlock()
 	p.totals.Jobs += r.Jobs
@@ -147,7 +147,7 @@ func (p *Pass) add(r acceptlog.PruneResult) {
 }
 
 // Totals returns the sums of every pass since New.
-func (p *Pass) Totals() acceptlog.PruneResult {
+func (p *Pass) Totals() gmailrelay.PruneResult {
 	p.totalsMu.Lock()
 	defer p.totalsMu.Unlock()
 	return p.totals

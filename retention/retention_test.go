@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
@@ -15,17 +16,17 @@ import (
 // sent writes a sent job last changed at the clock's now.
 func sent(t *testing.T, l *acceptlog.Log, id string, at time.Time) {
 	t.Helper()
-	_, _, err := l.Mutate(context.Background(), id, func(*acceptlog.Job) (acceptlog.Change, error) {
-		j := acceptlog.Job{MessageID: id, Channel: "default", Mailbox: "default", State: acceptlog.StateForwarding, Attempts: 1, CreatedAt: at, UpdatedAt: at}
-		return acceptlog.Change{Job: &j, Raw: []byte("raw"), Lines: []acceptlog.Line{
-			{Kind: acceptlog.KindReceived, Attempt: 1, Time: at}, {Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding, Time: at}}}, nil
+	_, _, err := l.Mutate(context.Background(), id, func(*gmailrelay.Job) (gmailrelay.Change, error) {
+		j := gmailrelay.Job{MessageID: id, Channel: "default", Mailbox: "default", State: gmailrelay.StateForwarding, Attempts: 1, CreatedAt: at, UpdatedAt: at}
+		return gmailrelay.Change{Job: &j, Raw: []byte("raw"), Lines: []gmailrelay.Line{
+			{Kind: gmailrelay.KindReceived, Attempt: 1, Time: at}, {Kind: gmailrelay.KindForwarding, Attempt: 1, State: gmailrelay.StateForwarding, Time: at}}}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = l.Mutate(context.Background(), id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		cur.State, cur.Effects = acceptlog.StateSent, 1
-		return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{{Kind: acceptlog.KindEffect, Attempt: 1, State: acceptlog.StateSent, Source: acceptlog.SourceResponse}}}, nil
+	_, _, err = l.Mutate(context.Background(), id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+		cur.State, cur.Effects = gmailrelay.StateSent, 1
+		return gmailrelay.Change{Job: cur, Lines: []gmailrelay.Line{{Kind: gmailrelay.KindEffect, Attempt: 1, State: gmailrelay.StateSent, Source: gmailrelay.SourceResponse}}}, nil
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
@@ -72,7 +72,7 @@ func TestEmulatorSkewedClockStillSeesARewrittenCopy(t *testing.T) {
 			r.host.Step(off)
 			id := rewrittenAmbiguous(r, func() {})
 			r.wantDeliveries(id, 1, "Gmail stored the ambiguous send under its own id")
-			if j := r.job(id); j.State != acceptlog.StateReview {
+			if j := r.job(id); j.State != gmailrelay.StateReview {
 				t.Errorf("job %s, want review (a Gmail-made id in the attempt's window)", j.State)
 			}
 			warned, want := strings.Count(logs.String(), "clock is off Gmail's"), 1
@@ -104,7 +104,7 @@ func TestEmulatorClockStepStillSeesARewrittenCopy(t *testing.T) {
 				r.sweep()
 			}
 			r.wantDeliveries(id, 1, "Gmail stored the ambiguous send under its own id")
-			if j := r.job(id); j.State != acceptlog.StateReview {
+			if j := r.job(id); j.State != gmailrelay.StateReview {
 				t.Errorf("job %s, want review (a Gmail-made id in the attempt's window)", j.State)
 			}
 		})
@@ -122,7 +122,7 @@ func TestEmulatorForeignDateNeverNarrowsTheWindow(t *testing.T) {
 			r := newStepRig(t, rigSetup{dates: func(now time.Time) time.Time { return now.Add(off) }})
 			id := rewrittenAmbiguous(r, func() {})
 			r.wantDeliveries(id, 1, "Gmail stored the ambiguous send under its own id")
-			if j := r.job(id); j.State != acceptlog.StateReview {
+			if j := r.job(id); j.State != gmailrelay.StateReview {
 				t.Errorf("job %s, want review (a Gmail-made id in the attempt's window)", j.State)
 			}
 		})

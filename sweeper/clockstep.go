@@ -3,7 +3,7 @@ package sweeper
 import (
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/policy"
 )
 
@@ -149,7 +149,7 @@ func (s *Sweeper) readClock() time.Time {
 // stored time says by up to the step; after it, the attempt is at least
 // that old in real time, and the checks that follow are a real grace
 // apart.
-func (p *pass) stepHold(j acceptlog.Job, ch policy.Channel) time.Duration {
+func (p *pass) stepHold(j gmailrelay.Job, ch policy.Channel) time.Duration {
 	end := attemptEnd(j)
 	found := false
 	var at time.Duration // the latest such step's
@@ -169,7 +169,7 @@ func (p *pass) stepHold(j acceptlog.Job, ch policy.Channel) time.Duration {
 // the sweeper knows: the wall clock's age less every forward step found
 // since the attempt. A step back is not added: it only makes the attempt
 // look younger, which holds a decision back.
-func (p *pass) sinceAttempt(j acceptlog.Job) time.Duration {
+func (p *pass) sinceAttempt(j gmailrelay.Job) time.Duration {
 	end := attemptEnd(j)
 	d := p.now.Sub(end)
 	for _, st := range p.s.clock.steps {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
@@ -122,9 +123,9 @@ func (r *stepRig) send(action string) string {
 	if err != nil {
 		r.t.Fatalf("send: %v", err)
 	}
-	want := acceptlog.StateSent
+	want := gmailrelay.StateSent
 	if action != "" {
-		want = acceptlog.StateUnknown
+		want = gmailrelay.StateUnknown
 	}
 	r.wantState(p.MessageID, res.Job, want)
 	return p.MessageID
@@ -173,7 +174,7 @@ func ambiguousAcrossStep(t *testing.T, step time.Duration, mono bool) (*stepRig,
 		run.results = append(run.results, r.sweep())
 		r.clock.Advance(grace)
 	}
-	for _, l := range r.lines(run.id, acceptlog.KindSearch) {
+	for _, l := range r.lines(run.id, gmailrelay.KindSearch) {
 		run.searches = append(run.searches, fmt.Sprintf("%d/%s/%d", l.Check, l.Witness, l.Hits))
 	}
 	return r, run
@@ -188,7 +189,7 @@ func TestClockStepForwardResendsNothingGmailHas(t *testing.T) {
 		t.Run(fmt.Sprint(step), func(t *testing.T) {
 			r, run := ambiguousAcrossStep(t, step, true)
 			r.wantDeliveries(run.id, 1, "Gmail stored the ambiguous send; the step is no reason to send it again")
-			r.wantJob(run.id, acceptlog.StateSent, 1, 1, 1)
+			r.wantJob(run.id, gmailrelay.StateSent, 1, 1, 1)
 		})
 	}
 }
@@ -208,7 +209,7 @@ func TestClockStepZeroOrBackChangesNothing(t *testing.T) {
 				t.Errorf("search lines (check/witness/hits)\nwatching the clock %v\n   without a clock %v", watched.searches, blind.searches)
 			}
 			r.wantDeliveries(watched.id, 1, "")
-			r.wantJob(watched.id, acceptlog.StateSent, 1, 1, 1)
+			r.wantJob(watched.id, gmailrelay.StateSent, 1, 1, 1)
 		})
 	}
 }
@@ -236,7 +237,7 @@ func TestClockStepForwardStillResendsLost(t *testing.T) {
 	if waited := resentAt.Sub(stepped); waited < max(grace, p99) {
 		t.Errorf("resent %s after the step, want at least %s (max of grace and p99) of real time", waited, max(grace, p99))
 	}
-	r.wantJob(id, acceptlog.StateSent, 2, 1, 1)
+	r.wantJob(id, gmailrelay.StateSent, 2, 1, 1)
 }
 
 // A step forward of an hour must not send an unknown job whose witness is
@@ -259,13 +260,13 @@ func TestClockStepForwardNoFalseUnwitnessedAlarm(t *testing.T) {
 	var reviewedAt time.Time
 	for range 80 {
 		r.sweep()
-		if r.job(lost).State != acceptlog.StateUnknown {
+		if r.job(lost).State != gmailrelay.StateUnknown {
 			reviewedAt = r.clock.Now()
 			break
 		}
 		r.clock.Advance(grace)
 	}
-	r.wantJob(lost, acceptlog.StateReview, 1, 0, 0)
+	r.wantJob(lost, gmailrelay.StateReview, 1, 0, 0)
 	if got := reviewReason(r.harness, lost); got != sweeper.ReasonIndexUnverifiable {
 		t.Fatalf("review reason %q, want %q", got, sweeper.ReasonIndexUnverifiable)
 	}

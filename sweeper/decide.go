@@ -8,14 +8,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/policy"
 )
 
 // decideUnknown records the search of an unknown job and acts on it. It
 // returns false when the job is left for a later pass (its resend waits for
 // quota).
-func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hits []hit, witness string) (bool, error) {
+func (p *pass) decideUnknown(ctx context.Context, j gmailrelay.Job, q string, hits []hit, witness string) (bool, error) {
 	ch := p.channel(j.Channel)
 	check := j.Checks + 1
 	search := searchLine(j, q, hits, check)
@@ -36,9 +36,9 @@ func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hit
 		// younger than it looks: the miss does not count until real time
 		// has caught up (see stepHold); look again then.
 		search.Note = fmt.Sprintf("the relay's clock stepped forward since the attempt: no miss counts for %s more", hold.Round(time.Second))
-		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+		written, err := p.mutate(ctx, j, func(n *gmailrelay.Job) []gmailrelay.Line {
 			n.NextCheckAt = p.now.Add(hold)
-			return []acceptlog.Line{search}
+			return []gmailrelay.Line{search}
 		})
 		p.count(written, &p.res.Checked, &p.res.Unwitnessed)
 		return true, err
@@ -56,18 +56,18 @@ func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hit
 		// Younger than the mailbox's observed p99 lag: the miss does not
 		// count yet; look again when it is that old.
 		p99, _ := p.s.lags.quantile(j.Mailbox, 0.99)
-		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+		written, err := p.mutate(ctx, j, func(n *gmailrelay.Job) []gmailrelay.Line {
 			n.NextCheckAt = attemptEnd(j).Add(p99)
-			return []acceptlog.Line{search}
+			return []gmailrelay.Line{search}
 		})
 		p.count(written, &p.res.Checked, &p.res.Unwitnessed)
 		return true, err
 	case len(hits) == 0 && witness == WitnessMissing:
 		// No witness: the index is behind, or Gmail could not match the
 		// query. The miss does not count; look again after grace.
-		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+		written, err := p.mutate(ctx, j, func(n *gmailrelay.Job) []gmailrelay.Line {
 			n.NextCheckAt = p.now.Add(ch.Grace)
-			return []acceptlog.Line{search}
+			return []gmailrelay.Line{search}
 		})
 		p.count(written, &p.res.Checked, &p.res.Unwitnessed)
 		return true, err
@@ -78,13 +78,13 @@ func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hit
 		// this channel leaves the decision to a human: a retry they ask
 		// for then makes a second effect, a duplicate_delivery.
 		h := hits[0]
-		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
-			lines := []acceptlog.Line{search}
+		written, err := p.mutate(ctx, j, func(n *gmailrelay.Job) []gmailrelay.Line {
+			lines := []gmailrelay.Line{search}
 			if found, ok := foundEffect(n, h); ok {
 				lines = append(lines, found)
 			}
 			n.NextCheckAt = time.Time{}
-			return append(lines, acceptlog.Move(n, acceptlog.StateReview, evidence(search, ReasonReviewChannel, hits,
+			return append(lines, gmailrelay.Move(n, gmailrelay.StateReview, evidence(search, ReasonReviewChannel, hits,
 				"found once in the mailbox; this channel never resolves ambiguous sends by itself")))
 		})
 		if written {
@@ -98,10 +98,10 @@ func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hit
 		p.count(written, &p.res.Checked, &p.res.Duplicates)
 		return true, err
 	case check < ch.Checks:
-		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+		written, err := p.mutate(ctx, j, func(n *gmailrelay.Job) []gmailrelay.Line {
 			n.Checks = check
 			n.NextCheckAt = p.now.Add(ch.Grace)
-			return []acceptlog.Line{search}
+			return []gmailrelay.Line{search}
 		})
 		p.count(written, &p.res.Checked, &p.res.Missed)
 		return true, err
@@ -130,11 +130,11 @@ func (p *pass) decideUnknown(ctx context.Context, j acceptlog.Job, q string, hit
 // go now, the job stays due with its checks done, and a later pass makes
 // it without searching while the miss is fresh (see missFresh), after a
 // new search otherwise.
-func (p *pass) missThen(ctx context.Context, j acceptlog.Job, search acceptlog.Line,
-	act func(ctx context.Context, j acceptlog.Job, redo int) (bool, error)) (bool, error) {
-	written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+func (p *pass) missThen(ctx context.Context, j gmailrelay.Job, search gmailrelay.Line,
+	act func(ctx context.Context, j gmailrelay.Job, redo int) (bool, error)) (bool, error) {
+	written, err := p.mutate(ctx, j, func(n *gmailrelay.Job) []gmailrelay.Line {
 		n.Checks = search.Check
-		return []acceptlog.Line{search}
+		return []gmailrelay.Line{search}
 	})
 	p.count(written, &p.res.Checked)
 	if err != nil || !written {
@@ -146,7 +146,7 @@ func (p *pass) missThen(ctx context.Context, j acceptlog.Job, search acceptlog.L
 
 // resend gives an unknown job whose checks all missed a new attempt with
 // the same Message-ID, or hands it to a human when it has none left.
-func (p *pass) resend(ctx context.Context, j acceptlog.Job, redo int) (bool, error) {
+func (p *pass) resend(ctx context.Context, j gmailrelay.Job, redo int) (bool, error) {
 	spent, err := p.attemptsSpent(ctx, j, func(used, allowed int) string {
 		return fmt.Sprintf("not in the mailbox after %d checks and %d attempts; the channel allows %d", j.Checks, used, allowed)
 	})
@@ -163,37 +163,37 @@ func (p *pass) resend(ctx context.Context, j acceptlog.Job, redo int) (bool, err
 		case !done:
 			return false, nil
 		case suspect:
-			line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts,
+			line := gmailrelay.Line{Kind: gmailrelay.KindReview, Attempt: j.Attempts,
 				Reason: ReasonHandleUntrusted, Note: "not found by its Message-ID, but " + note}
 			_, err := p.toReview(ctx, j, line)
 			return true, err
 		}
 	}
-	return p.attempt(ctx, j, acceptlog.StateUnknown, ReasonResend, redo, &p.res.Resent)
+	return p.attempt(ctx, j, gmailrelay.StateUnknown, ReasonResend, redo, &p.res.Resent)
 }
 
 // foundOnce records a search that found exactly one copy of an ambiguous
 // job's message on a retry channel: the ambiguous attempt was delivered,
 // and the job is sent (effect line, source search) with its late look
 // scheduled.
-func (p *pass) foundOnce(ctx context.Context, j acceptlog.Job, search acceptlog.Line, h hit, ch policy.Channel) (bool, error) {
+func (p *pass) foundOnce(ctx context.Context, j gmailrelay.Job, search gmailrelay.Line, h hit, ch policy.Channel) (bool, error) {
 	twice := false
-	written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+	written, err := p.mutate(ctx, j, func(n *gmailrelay.Job) []gmailrelay.Line {
 		found, effect := foundEffect(n, h)
 		switch {
 		case !effect:
-			found.Kind = acceptlog.KindState // the copy counted before: still one delivery
+			found.Kind = gmailrelay.KindState // the copy counted before: still one delivery
 		case n.Effects > 1:
 			// A copy other than the one an effect line counts already:
 			// delivered twice.
 			twice = true
 			n.NextCheckAt = time.Time{}
-			return []acceptlog.Line{search, found, acceptlog.Move(n, acceptlog.StateReview, acceptlog.Line{Kind: acceptlog.KindReview,
+			return []gmailrelay.Line{search, found, gmailrelay.Move(n, gmailrelay.StateReview, gmailrelay.Line{Kind: gmailrelay.KindReview,
 				Attempt: n.Attempts, Reason: ReasonDuplicateDelivery, GmailID: h.id,
 				Note: fmt.Sprintf("found a copy (gmail id %s) besides the one %d effect line(s) count already", h.id, n.Effects-1)})}
 		}
 		p.oneCopy(n, ch) // this search, after grace, already counted exactly one
-		return []acceptlog.Line{search, acceptlog.Move(n, acceptlog.StateSent, found)}
+		return []gmailrelay.Line{search, gmailrelay.Move(n, gmailrelay.StateSent, found)}
 	})
 	switch {
 	case written && twice:
@@ -214,10 +214,10 @@ func (p *pass) foundOnce(ctx context.Context, j acceptlog.Job, search acceptlog.
 // copy (a found copy, then a retry whose outcome was unknown: the search
 // finds the same copy again, which is still one delivery); then effect is
 // false and the line is the caller's to give a kind.
-func foundEffect(n *acceptlog.Job, h hit) (line acceptlog.Line, effect bool) {
+func foundEffect(n *gmailrelay.Job, h hit) (line gmailrelay.Line, effect bool) {
 	effect = n.Effects == 0 || n.GmailID != h.id
 	n.GmailID, n.LabelIDs = h.id, append([]string(nil), h.labels...)
-	line = acceptlog.Line{Kind: acceptlog.KindEffect, Attempt: n.Attempts, Reason: ReasonFound, Source: acceptlog.SourceSearch,
+	line = gmailrelay.Line{Kind: gmailrelay.KindEffect, Attempt: n.Attempts, Reason: ReasonFound, Source: gmailrelay.SourceSearch,
 		GmailID: h.id, LabelIDs: n.LabelIDs}
 	if effect {
 		n.Effects++
@@ -234,7 +234,7 @@ func foundEffect(n *acceptlog.Job, h hit) (line acceptlog.Line, effect bool) {
 // needs no witness: it repeats a miss that counted, later, when the index
 // can only have caught up further. In a mailbox whose handle is untrusted
 // a miss proves nothing: review.
-func (p *pass) decideFailed(ctx context.Context, j acceptlog.Job, q string, hits []hit) (bool, error) {
+func (p *pass) decideFailed(ctx context.Context, j gmailrelay.Job, q string, hits []hit) (bool, error) {
 	ch := p.channel(j.Channel)
 	check := j.Checks + 1
 	search := searchLine(j, q, hits, check)
@@ -255,7 +255,7 @@ func (p *pass) decideFailed(ctx context.Context, j acceptlog.Job, q string, hits
 }
 
 // decideVerify records the verify search of a sent job and acts on it.
-func (p *pass) decideVerify(ctx context.Context, j acceptlog.Job, q string, hits []hit) (bool, error) {
+func (p *pass) decideVerify(ctx context.Context, j gmailrelay.Job, q string, hits []hit) (bool, error) {
 	ch := p.channel(j.Channel)
 	check := j.Checks + 1
 	search := searchLine(j, q, hits, check)
@@ -265,9 +265,9 @@ func (p *pass) decideVerify(ctx context.Context, j acceptlog.Job, q string, hits
 		search.Reason = ReasonVerified
 		if j.VerifyLooks > 0 {
 			// The late look: one copy still, so Gmail stored the send once.
-			written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+			written, err := p.mutate(ctx, j, func(n *gmailrelay.Job) []gmailrelay.Line {
 				p.oneCopy(n, ch)
-				return []acceptlog.Line{search}
+				return []gmailrelay.Line{search}
 			})
 			p.count(written, &p.res.Checked)
 			return true, err
@@ -276,9 +276,9 @@ func (p *pass) decideVerify(ctx context.Context, j acceptlog.Job, q string, hits
 		if err != nil {
 			return false, err
 		}
-		written, err := p.mutateWith(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+		written, err := p.mutateWith(ctx, j, func(n *gmailrelay.Job) []gmailrelay.Line {
 			p.oneCopy(n, ch)
-			return []acceptlog.Line{search}
+			return []gmailrelay.Line{search}
 		}, lag.edit())
 		if written {
 			p.keepLag(j.Mailbox, lag)
@@ -307,18 +307,18 @@ func (p *pass) decideVerify(ctx context.Context, j acceptlog.Job, q string, hits
 	case check < looks:
 		// The index is behind: look once more.
 		search.Reason = ReasonVerifyMiss
-		written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+		written, err := p.mutate(ctx, j, func(n *gmailrelay.Job) []gmailrelay.Line {
 			n.Checks, n.NextCheckAt = check, p.now.Add(ch.Grace)
-			return []acceptlog.Line{search}
+			return []gmailrelay.Line{search}
 		})
 		p.count(written, &p.res.Checked, &p.res.Missed)
 		return true, err
 	}
 	search.Reason = ReasonVerifyGaveUp
 	search.Note = "still not found by Message-ID; Gmail's answer said sent, so the job stays sent"
-	written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+	written, err := p.mutate(ctx, j, func(n *gmailrelay.Job) []gmailrelay.Line {
 		n.Checks, n.NextCheckAt = check, time.Time{}
-		return []acceptlog.Line{search}
+		return []gmailrelay.Line{search}
 	})
 	p.count(written, &p.res.Checked)
 	return true, err
@@ -334,7 +334,7 @@ func (p *pass) count(written bool, counters ...*int) {
 	}
 }
 
-func searchLine(j acceptlog.Job, q string, hits []hit, check int) acceptlog.Line {
+func searchLine(j gmailrelay.Job, q string, hits []hit, check int) gmailrelay.Line {
 	sent := 0
 	for _, h := range hits {
 		for _, l := range h.labels {
@@ -344,12 +344,12 @@ func searchLine(j acceptlog.Job, q string, hits []hit, check int) acceptlog.Line
 			}
 		}
 	}
-	return acceptlog.Line{Kind: acceptlog.KindSearch, Attempt: j.Attempts, Query: q, Hits: len(hits), SentHits: sent, Check: check}
+	return gmailrelay.Line{Kind: gmailrelay.KindSearch, Attempt: j.Attempts, Query: q, Hits: len(hits), SentHits: sent, Check: check}
 }
 
 // evidence is a review line carrying the search that led to it.
-func evidence(search acceptlog.Line, reason acceptlog.Reason, hits []hit, note string) acceptlog.Line {
-	l := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: search.Attempt, Reason: reason,
+func evidence(search gmailrelay.Line, reason gmailrelay.Reason, hits []hit, note string) gmailrelay.Line {
+	l := gmailrelay.Line{Kind: gmailrelay.KindReview, Attempt: search.Attempt, Reason: reason,
 		Query: search.Query, Hits: search.Hits, SentHits: search.SentHits, Check: search.Check, Note: note}
 	if len(hits) > 0 {
 		l.GmailID = hits[0].id
@@ -365,10 +365,10 @@ func evidence(search acceptlog.Line, reason acceptlog.Reason, hits []hit, note s
 
 // toReview moves the job to review, writing the lines before (the search
 // that led there) and the review line in one transaction.
-func (p *pass) toReview(ctx context.Context, j acceptlog.Job, review acceptlog.Line, before ...acceptlog.Line) (bool, error) {
-	written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+func (p *pass) toReview(ctx context.Context, j gmailrelay.Job, review gmailrelay.Line, before ...gmailrelay.Line) (bool, error) {
+	written, err := p.mutate(ctx, j, func(n *gmailrelay.Job) []gmailrelay.Line {
 		n.NextCheckAt = time.Time{}
-		return append(append([]acceptlog.Line(nil), before...), acceptlog.Move(n, acceptlog.StateReview, review))
+		return append(append([]gmailrelay.Line(nil), before...), gmailrelay.Move(n, gmailrelay.StateReview, review))
 	})
 	if written {
 		p.res.Reviewed++
@@ -382,23 +382,23 @@ func (p *pass) toReview(ctx context.Context, j acceptlog.Job, review acceptlog.L
 // the job moved on since (another state, attempt, check count or
 // verification), nothing is written and the error is nil: whoever moved it
 // decided.
-func (p *pass) mutate(ctx context.Context, read acceptlog.Job, edit func(n *acceptlog.Job) []acceptlog.Line) (written bool, err error) {
+func (p *pass) mutate(ctx context.Context, read gmailrelay.Job, edit func(n *gmailrelay.Job) []gmailrelay.Line) (written bool, err error) {
 	return p.mutateWith(ctx, read, edit, nil)
 }
 
 // mutateWith is mutate that also edits the job's mailbox record in the same
 // transaction (mailbox nil: none).
-func (p *pass) mutateWith(ctx context.Context, read acceptlog.Job, edit func(n *acceptlog.Job) []acceptlog.Line,
-	mailbox func(m *acceptlog.Mailbox)) (written bool, err error) {
-	_, _, err = p.s.log.Mutate(ctx, read.MessageID, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+func (p *pass) mutateWith(ctx context.Context, read gmailrelay.Job, edit func(n *gmailrelay.Job) []gmailrelay.Line,
+	mailbox func(m *gmailrelay.Mailbox)) (written bool, err error) {
+	_, _, err = p.s.log.Mutate(ctx, read.MessageID, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		if cur == nil || cur.State != read.State || cur.Attempts != read.Attempts ||
 			cur.Checks != read.Checks || cur.Verified != read.Verified || cur.VerifyLooks != read.VerifyLooks {
-			return acceptlog.Change{}, errChanged
+			return gmailrelay.Change{}, errChanged
 		}
 		n := *cur
 		lines := edit(&n)
 		n.UpdatedAt = p.now
-		return acceptlog.Change{Job: &n, Lines: lines, EditMailbox: mailbox}, nil
+		return gmailrelay.Change{Job: &n, Lines: lines, EditMailbox: mailbox}, nil
 	})
 	if errors.Is(err, errChanged) {
 		return false, nil
@@ -411,7 +411,7 @@ func (p *pass) mutateWith(ctx context.Context, read acceptlog.Job, edit func(n *
 
 // beforeLagP99 reports whether the job's attempt ended less than the
 // mailbox's observed p99 index lag ago: no miss counts before that.
-func (p *pass) beforeLagP99(j acceptlog.Job) bool {
+func (p *pass) beforeLagP99(j gmailrelay.Job) bool {
 	if p.s.deps.DisableWitness {
 		return false
 	}
@@ -438,7 +438,7 @@ func lateLook(ch policy.Channel) time.Duration {
 // oneCopy records, on n, a search that found exactly one copy of the
 // job's message: the first such search schedules the late look (see
 // lateLook), the late look makes the job Verified, for good.
-func (p *pass) oneCopy(n *acceptlog.Job, ch policy.Channel) {
+func (p *pass) oneCopy(n *gmailrelay.Job, ch policy.Channel) {
 	n.Checks = 0
 	n.VerifyLooks++
 	if n.VerifyLooks >= 2 {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -29,7 +29,7 @@ func TestTrashedSentCopyStillProvesTheSend(t *testing.T) {
 		t.Fatalf("trash: %v", err)
 	}
 	h.sweeps(4)
-	h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+	h.wantJob(id, gmailrelay.StateSent, 1, 1, 1)
 	h.wantDeliveries(id, 1, "not resent")
 	if calls := h.srv.Stats().Calls[gmailfake.MethodSend]; calls != 1 {
 		t.Fatalf("emulator result: %d send calls, want 1", calls)
@@ -44,7 +44,7 @@ func TestVerifyFindsTrashedCopy(t *testing.T) {
 		t.Fatalf("emulator copies %+v, want one trashed copy", m)
 	}
 	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Verified: 1})
-	if j := h.wantJob(id, acceptlog.StateSent, 1, 1, 1); !confirmedOnce(j) {
+	if j := h.wantJob(id, gmailrelay.StateSent, 1, 1, 1); !confirmedOnce(j) {
 		t.Fatal("trashed sent copy not verified")
 	}
 	h.lateLookDone(id)
@@ -57,11 +57,11 @@ func TestVerifyHandleDeleted(t *testing.T) {
 	h := newHarness(t, setup{})
 	id := h.sentCopyRemoved(h.srv.Delete)
 	wantResult(t, h.sweep(), sweeper.Result{Checked: 1})
-	j := h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+	j := h.wantJob(id, gmailrelay.StateSent, 1, 1, 1)
 	if !j.NextCheckAt.IsZero() {
 		t.Errorf("next check %v, want none", j.NextCheckAt)
 	}
-	hl := h.lines(id, acceptlog.KindHandle)
+	hl := h.lines(id, gmailrelay.KindHandle)
 	if len(hl) != 1 || hl[0].Reason != sweeper.ReasonHandleDeleted {
 		t.Fatalf("handle lines %+v, want one %q", hl, sweeper.ReasonHandleDeleted)
 	}
@@ -99,7 +99,7 @@ func TestRewriteFractionNeverResends(t *testing.T) {
 	}
 	rewrittenSent := 0
 	for _, id := range ids {
-		for _, l := range h.lines(id, acceptlog.KindHandle) {
+		for _, l := range h.lines(id, gmailrelay.KindHandle) {
 			if l.Reason == sweeper.ReasonHandleRewritten {
 				rewrittenSent++
 			}
@@ -123,7 +123,7 @@ func TestRewriteFractionNeverResends(t *testing.T) {
 		if isRewritten {
 			rewritten++
 		}
-		wasAmbiguous := len(h.lines(id, acceptlog.KindAmbiguous)) > 0
+		wasAmbiguous := len(h.lines(id, gmailrelay.KindAmbiguous)) > 0
 		if truth.Deliveries > 1 {
 			resentSent++
 			t.Errorf("emulator result: %s delivered %d times (state %s, rewritten %v)", id, truth.Deliveries, j.State, isRewritten)
@@ -133,14 +133,14 @@ func TestRewriteFractionNeverResends(t *testing.T) {
 		}
 		if isRewritten && wasAmbiguous {
 			ambiguousRewritten++
-			if j.State != acceptlog.StateReview {
+			if j.State != gmailrelay.StateReview {
 				t.Errorf("ambiguous job %s with a rewritten id: state %s, want review", id, j.State)
 			}
 		}
-		if j.State == acceptlog.StateReview {
+		if j.State == gmailrelay.StateReview {
 			reviewed++
 		}
-		if j.State != acceptlog.StateSent && j.State != acceptlog.StateReview {
+		if j.State != gmailrelay.StateSent && j.State != gmailrelay.StateReview {
 			t.Errorf("job %s stuck in %s", id, j.State)
 		}
 	}
@@ -162,23 +162,23 @@ func TestRewriteFractionNeverResends(t *testing.T) {
 func TestSentDedupeForcedResendIsDuplicateDelivery(t *testing.T) {
 	h := newHarness(t, setup{sentDedupe: true})
 	id, res := h.send(retryChannel)
-	h.wantState(id, res.Job, acceptlog.StateSent)
+	h.wantState(id, res.Job, gmailrelay.StateSent)
 	// A forced resend: the job is handed to a human, who asks for a retry.
-	if _, _, err := h.log.Mutate(h.ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	if _, _, err := h.log.Mutate(h.ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		n := *cur
-		n.State, n.NextCheckAt = acceptlog.StateReview, time.Time{}
-		return acceptlog.Change{Job: &n, Lines: []acceptlog.Line{{Kind: acceptlog.KindReview, Attempt: n.Attempts,
-			State: acceptlog.StateReview, Reason: acceptlog.ReasonDuplicate, Note: "test: forced"}}}, nil
+		n.State, n.NextCheckAt = gmailrelay.StateReview, time.Time{}
+		return gmailrelay.Change{Job: &n, Lines: []gmailrelay.Line{{Kind: gmailrelay.KindReview, Attempt: n.Attempts,
+			State: gmailrelay.StateReview, Reason: gmailrelay.ReasonDuplicate, Note: "test: forced"}}}, nil
 	}); err != nil {
 		t.Fatalf("to review: %v", err)
 	}
-	res2, err := h.svc.Attempt(h.ctx, id, []acceptlog.State{acceptlog.StateReview}, relay.AnyAttempts, acceptlog.ReasonResolvedRetry, true)
+	res2, err := h.svc.Attempt(h.ctx, id, []gmailrelay.State{gmailrelay.StateReview}, relay.AnyAttempts, gmailrelay.ReasonResolvedRetry, true)
 	if err != nil {
 		t.Fatalf("forced resend: %v", err)
 	}
-	h.wantState(id, res2.Job, acceptlog.StateReview)
+	h.wantState(id, res2.Job, gmailrelay.StateReview)
 	// Sent-dedupe folded the resend into the one stored copy: assert both.
-	h.wantJobCopies(id, acceptlog.StateReview, 2, 2, 2, 1) // the folded resend was delivered
+	h.wantJobCopies(id, gmailrelay.StateReview, 2, 2, 2, 1) // the folded resend was delivered
 	if got := reviewReason(h, id); got != sweeper.ReasonDuplicateDelivery {
 		t.Fatalf("review reason %q, want %q", got, sweeper.ReasonDuplicateDelivery)
 	}
@@ -190,7 +190,7 @@ func TestSentDedupeForcedResendIsDuplicateDelivery(t *testing.T) {
 	}
 	h.clock.Advance(grace)
 	h.sweep()
-	if j := h.job(id); j.State != acceptlog.StateSent {
+	if j := h.job(id); j.State != gmailrelay.StateSent {
 		t.Fatalf("after the human's mark-sent: state %s, want sent", j.State)
 	}
 }
@@ -200,11 +200,11 @@ func TestSentDedupeForcedResendIsDuplicateDelivery(t *testing.T) {
 func TestSentJobWithTwoOwnEffectsGoesToReview(t *testing.T) {
 	h := newHarness(t, setup{})
 	id, _ := h.send(retryChannel)
-	if _, _, err := h.log.Mutate(h.ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	if _, _, err := h.log.Mutate(h.ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		n := *cur
 		n.Effects++
-		return acceptlog.Change{Job: &n, Lines: []acceptlog.Line{{Kind: acceptlog.KindEffect, Attempt: n.Attempts,
-			Source: acceptlog.SourceResponse, GmailID: n.GmailID}}}, nil
+		return gmailrelay.Change{Job: &n, Lines: []gmailrelay.Line{{Kind: gmailrelay.KindEffect, Attempt: n.Attempts,
+			Source: gmailrelay.SourceResponse, GmailID: n.GmailID}}}, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -234,12 +234,12 @@ func TestUntrustedMailboxStillVerifiesSentJobs(t *testing.T) {
 
 	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionDuplicate})
 	twice, res := h.send(retryChannel)
-	h.wantState(twice, res.Job, acceptlog.StateSent)
+	h.wantState(twice, res.Job, gmailrelay.StateSent)
 	h.clock.Advance(grace)
 	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Duplicates: 1, Reviewed: 1})
-	h.wantJob(twice, acceptlog.StateReview, 1, 1, 2)
+	h.wantJob(twice, gmailrelay.StateReview, 1, 1, 2)
 	h.wantDeliveries(twice, 2, "the duplicate the review is about")
-	if rl := h.lines(twice, acceptlog.KindReview); len(rl) != 1 || rl[0].Reason != sweeper.ReasonDuplicate {
+	if rl := h.lines(twice, gmailrelay.KindReview); len(rl) != 1 || rl[0].Reason != sweeper.ReasonDuplicate {
 		t.Fatalf("review lines %+v, want one %q", rl, sweeper.ReasonDuplicate)
 	}
 }
@@ -254,15 +254,15 @@ func TestRewrittenDuplicateGoesToReview(t *testing.T) {
 	h.srv.SetRewrite(gmailfake.RewritePolicy{Mode: gmailfake.RewriteAlways})
 	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionDuplicate})
 	id, res := h.send(retryChannel)
-	h.wantState(id, res.Job, acceptlog.StateSent)
+	h.wantState(id, res.Job, gmailrelay.StateSent)
 	h.clock.Advance(grace)
 	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Duplicates: 1, Reviewed: 1})
 	// Gmail rewrote the id: no copy carries the relay's id, yet two were delivered.
-	h.wantJobCopies(id, acceptlog.StateReview, 1, 1, 2, 0)
-	if hl := h.lines(id, acceptlog.KindHandle); len(hl) != 1 || hl[0].Reason != sweeper.ReasonHandleRewritten {
+	h.wantJobCopies(id, gmailrelay.StateReview, 1, 1, 2, 0)
+	if hl := h.lines(id, gmailrelay.KindHandle); len(hl) != 1 || hl[0].Reason != sweeper.ReasonHandleRewritten {
 		t.Fatalf("handle lines %+v, want one %q", hl, sweeper.ReasonHandleRewritten)
 	}
-	if rl := h.lines(id, acceptlog.KindReview); len(rl) != 1 || rl[0].Reason != sweeper.ReasonDuplicate {
+	if rl := h.lines(id, gmailrelay.KindReview); len(rl) != 1 || rl[0].Reason != sweeper.ReasonDuplicate {
 		t.Fatalf("review lines %+v, want one %q", rl, sweeper.ReasonDuplicate)
 	}
 	mb, err := h.log.Mailbox(h.ctx, h.job(id).Mailbox)
@@ -279,7 +279,7 @@ func TestRewrittenSingleCopyStaysSent(t *testing.T) {
 	h.clock.Advance(grace)
 	wantResult(t, h.sweep(), sweeper.Result{Checked: 1})
 	// Gmail rewrote the id: no copy carries the relay's id, yet one was delivered.
-	h.wantJobCopies(id, acceptlog.StateSent, 1, 1, 1, 0)
+	h.wantJobCopies(id, gmailrelay.StateSent, 1, 1, 1, 0)
 }
 
 // Gmail stored one send twice (the emulator's duplicate fault) and its
@@ -294,7 +294,7 @@ func TestVerifyKeepsLookingWhileTheIndexIsBehind(t *testing.T) {
 	h := newHarness(t, setup{indexLag: 3 * time.Minute})
 	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionDuplicate})
 	id, res := h.send(retryChannel)
-	h.wantState(id, res.Job, acceptlog.StateSent)
+	h.wantState(id, res.Job, gmailrelay.StateSent)
 	for range 4 {
 		h.clock.Advance(grace)
 		h.sweep()
@@ -302,10 +302,10 @@ func TestVerifyKeepsLookingWhileTheIndexIsBehind(t *testing.T) {
 	if d := h.srv.Deliveries(id); d != 2 {
 		t.Fatalf("emulator result: %d deliveries, want 2 (Gmail stored the send twice)", d)
 	}
-	if got := h.job(id).State; got != acceptlog.StateReview {
+	if got := h.job(id).State; got != gmailrelay.StateReview {
 		t.Fatalf("state %s, want review (two copies once the index caught up)", got)
 	}
-	if r := h.lines(id, acceptlog.KindReview); len(r) != 1 || r[0].Reason != sweeper.ReasonDuplicate {
+	if r := h.lines(id, gmailrelay.KindReview); len(r) != 1 || r[0].Reason != sweeper.ReasonDuplicate {
 		t.Fatalf("review lines %+v, want one with reason %s", r, sweeper.ReasonDuplicate)
 	}
 }
@@ -322,13 +322,13 @@ func TestVerifyGivesUpAfterBoundedLooksWhileTheIndexIsBehind(t *testing.T) {
 		looks += h.sweep().Checked
 	}
 	j := h.job(id)
-	if j.State != acceptlog.StateSent || !j.NextCheckAt.IsZero() {
+	if j.State != gmailrelay.StateSent || !j.NextCheckAt.IsZero() {
 		t.Fatalf("state %s, next check %v; want sent with nothing scheduled", j.State, j.NextCheckAt)
 	}
 	if looks != 10 {
 		t.Errorf("%d verify looks, want 10 (lateLookGraces)", looks)
 	}
-	if got := h.lines(id, acceptlog.KindSearch); got[len(got)-1].Reason != sweeper.ReasonVerifyGaveUp {
+	if got := h.lines(id, gmailrelay.KindSearch); got[len(got)-1].Reason != sweeper.ReasonVerifyGaveUp {
 		t.Errorf("last search line %+v, want reason %s", got[len(got)-1], sweeper.ReasonVerifyGaveUp)
 	}
 }
@@ -336,7 +336,7 @@ func TestVerifyGivesUpAfterBoundedLooksWhileTheIndexIsBehind(t *testing.T) {
 // confirmedOnce reports whether a verify (or found) search saw exactly
 // one copy of j's message: Verified after the late look, VerifyLooks
 // before it.
-func confirmedOnce(j acceptlog.Job) bool { return j.Verified || j.VerifyLooks >= 1 }
+func confirmedOnce(j gmailrelay.Job) bool { return j.Verified || j.VerifyLooks >= 1 }
 
 // lateLookDone moves the clock to j's late look, sweeps, and checks that
 // the job is now verified for good with no check scheduled.
@@ -379,10 +379,10 @@ func TestLateLookCatchesASecondCopyIndexedLate(t *testing.T) {
 	}
 	h.clock.Advance(j.NextCheckAt.Sub(h.clock.Now()))
 	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Duplicates: 1, Reviewed: 1})
-	if got := h.job(id).State; got != acceptlog.StateReview {
+	if got := h.job(id).State; got != gmailrelay.StateReview {
 		t.Fatalf("state after the late look = %s, want review (two copies)", got)
 	}
-	if r := h.lines(id, acceptlog.KindReview); len(r) != 1 || r[0].Reason != sweeper.ReasonDuplicate {
+	if r := h.lines(id, gmailrelay.KindReview); len(r) != 1 || r[0].Reason != sweeper.ReasonDuplicate {
 		t.Errorf("review lines %+v, want one with reason %s", r, sweeper.ReasonDuplicate)
 	}
 }
@@ -408,7 +408,7 @@ func TestLateLookCatchesALateSecondCopyOfARewrittenSend(t *testing.T) {
 	h.clock.Advance(grace)
 	h.sweep()
 	j := h.job(id)
-	if j.State != acceptlog.StateSent || j.NextCheckAt.IsZero() || j.VerifyLooks != 1 {
+	if j.State != gmailrelay.StateSent || j.NextCheckAt.IsZero() || j.VerifyLooks != 1 {
 		t.Fatalf("after the rewrite was found: state %s, next check %v, looks %d; want sent with a late look scheduled", j.State, j.NextCheckAt, j.VerifyLooks)
 	}
 	raw, err := h.log.Raw(h.ctx, id)
@@ -421,10 +421,10 @@ func TestLateLookCatchesALateSecondCopyOfARewrittenSend(t *testing.T) {
 	}
 	h.clock.Advance(j.NextCheckAt.Sub(h.clock.Now()))
 	h.sweep()
-	if got := h.job(id).State; got != acceptlog.StateReview {
+	if got := h.job(id).State; got != gmailrelay.StateReview {
 		t.Fatalf("state after the late look = %s, want review (two copies under Gmail's id)", got)
 	}
-	if r := h.lines(id, acceptlog.KindReview); len(r) != 1 || r[0].Reason != sweeper.ReasonDuplicate {
+	if r := h.lines(id, gmailrelay.KindReview); len(r) != 1 || r[0].Reason != sweeper.ReasonDuplicate {
 		t.Errorf("review lines %+v, want one with reason %s", r, sweeper.ReasonDuplicate)
 	}
 	mb, err := h.log.Mailbox(h.ctx, "default")
@@ -449,7 +449,7 @@ func TestFoundAgainCopyIsNotASecondEffect(t *testing.T) {
 	}
 	h.clock.Advance(grace)
 	h.sweep()
-	h.wantJob(id, acceptlog.StateReview, 2, 1, 1)
+	h.wantJob(id, gmailrelay.StateReview, 2, 1, 1)
 }
 
 // A copy other than the one an effect line counts is a second delivery:
@@ -458,17 +458,17 @@ func TestFoundAgainCopyIsNotASecondEffect(t *testing.T) {
 func TestFoundOtherCopyOfADeliveredJobIsADuplicate(t *testing.T) {
 	h := newHarness(t, setup{})
 	id := h.sendAmbiguous(retryChannel)
-	if _, _, err := h.log.Mutate(h.ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	if _, _, err := h.log.Mutate(h.ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		n := *cur
 		n.Effects, n.GmailID = 1, "an-earlier-copy" // a delivery the log counted, since deleted by the user
-		return acceptlog.Change{Job: &n, Lines: []acceptlog.Line{{Kind: acceptlog.KindEffect, Attempt: n.Attempts,
-			Source: acceptlog.SourceResponse, GmailID: n.GmailID}}}, nil
+		return gmailrelay.Change{Job: &n, Lines: []gmailrelay.Line{{Kind: gmailrelay.KindEffect, Attempt: n.Attempts,
+			Source: gmailrelay.SourceResponse, GmailID: n.GmailID}}}, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	h.clock.Advance(grace)
 	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Found: 1, Duplicates: 1, Reviewed: 1})
-	h.wantJob(id, acceptlog.StateReview, 1, 2, 1)
+	h.wantJob(id, gmailrelay.StateReview, 1, 2, 1)
 	if got := reviewReason(h, id); got != sweeper.ReasonDuplicateDelivery {
 		t.Errorf("review reason %q, want %q", got, sweeper.ReasonDuplicateDelivery)
 	}

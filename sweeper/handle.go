@@ -8,15 +8,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
 // ReasonHandleRewritten and ReasonHandleDeleted are the reasons of the
 // handle lines the verify pass writes (see checkHandle).
 const (
-	ReasonHandleRewritten = acceptlog.ReasonHandleRewritten
-	ReasonHandleDeleted   = acceptlog.ReasonHandleDeleted
+	ReasonHandleRewritten = gmailrelay.ReasonHandleRewritten
+	ReasonHandleDeleted   = gmailrelay.ReasonHandleDeleted
 )
 
 // checkHandle is the verify pass's handle check (CONTRACT, "Every send's
@@ -29,17 +29,17 @@ const (
 // done is false when the pass had to stop first (quota, rate limit);
 // settled is true when the job's verification ended here (rewritten or
 // deleted), with the search line and the handle line written together.
-func (p *pass) checkHandle(ctx context.Context, j acceptlog.Job, search acceptlog.Line) (done, settled bool, err error) {
+func (p *pass) checkHandle(ctx context.Context, j gmailrelay.Job, search gmailrelay.Line) (done, settled bool, err error) {
 	if !p.take(relay.UnitsGet, 0) {
 		return false, false, nil
 	}
 	prov, user := p.gmail()
 	h, gerr := prov.GetHeader(ctx, user, j.GmailID)
-	var handle acceptlog.Line
+	var handle gmailrelay.Line
 	switch {
 	case errors.Is(gerr, relay.ErrMessageNotFound):
 		p.cur.answered = true
-		handle = acceptlog.Line{Kind: acceptlog.KindHandle, Attempt: j.Attempts, Reason: ReasonHandleDeleted, GmailID: j.GmailID,
+		handle = gmailrelay.Line{Kind: gmailrelay.KindHandle, Attempt: j.Attempts, Reason: ReasonHandleDeleted, GmailID: j.GmailID,
 			Note: "the message Gmail answered with is gone (404): the send cannot be verified; this is not a rewrite"}
 	case gerr != nil:
 		if errors.Is(p.gmailErr(gerr), errStopped) {
@@ -54,29 +54,29 @@ func (p *pass) checkHandle(ctx context.Context, j acceptlog.Job, search acceptlo
 	default:
 		p.cur.answered = true
 		kept := false
-		handle = acceptlog.Line{Kind: acceptlog.KindHandle, Attempt: j.Attempts, Reason: ReasonHandleRewritten, GmailID: j.GmailID,
+		handle = gmailrelay.Line{Kind: gmailrelay.KindHandle, Attempt: j.Attempts, Reason: ReasonHandleRewritten, GmailID: j.GmailID,
 			StoredMessageID: h.MessageID, HandleKept: &kept}
 	}
 	search.Reason = ReasonVerifyGaveUp
 	search.Note = "not found by Message-ID; the message Gmail answered with was read back (see the handle line)"
 	rewritten := handle.Reason == ReasonHandleRewritten
-	var dup *acceptlog.Line
+	var dup *gmailrelay.Line
 	if rewritten {
 		var done bool
 		if dup, done = p.rewrittenCopies(ctx, j, h.MessageID, handle); !done {
 			return false, false, nil
 		}
 	}
-	_, _, err = p.s.log.Mutate(ctx, j.MessageID, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	_, _, err = p.s.log.Mutate(ctx, j.MessageID, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		if cur == nil || cur.State != j.State || cur.Attempts != j.Attempts || cur.Checks != j.Checks || cur.Verified != j.Verified || cur.VerifyLooks != j.VerifyLooks {
-			return acceptlog.Change{}, errChanged
+			return gmailrelay.Change{}, errChanged
 		}
 		n := *cur
 		n.Checks, n.NextCheckAt, n.UpdatedAt = j.Checks+1, time.Time{}, p.now
-		c := acceptlog.Change{Job: &n, Lines: []acceptlog.Line{search, handle}}
+		c := gmailrelay.Change{Job: &n, Lines: []gmailrelay.Line{search, handle}}
 		switch {
 		case dup != nil:
-			c.Lines = append(c.Lines, acceptlog.Move(&n, acceptlog.StateReview, *dup))
+			c.Lines = append(c.Lines, gmailrelay.Move(&n, gmailrelay.StateReview, *dup))
 		case rewritten && j.VerifyLooks == 0:
 			// One copy under Gmail's id so far: like a verify search that
 			// saw one, look once more later (see lateLook) for a second
@@ -84,7 +84,7 @@ func (p *pass) checkHandle(ctx context.Context, j acceptlog.Job, search acceptlo
 			n.VerifyLooks = 1
 			n.NextCheckAt = p.now.Add(lateLook(p.channel(j.Channel)))
 		}
-		c.EditMailbox = func(mb *acceptlog.Mailbox) {
+		c.EditMailbox = func(mb *gmailrelay.Mailbox) {
 			if rewritten && j.VerifyLooks == 0 { // the late look counts no second rewrite
 				mb.HandleChecked, mb.HandleUntrusted = true, true
 				mb.Rewrites++
@@ -137,7 +137,7 @@ func (p *pass) checkHandle(ctx context.Context, j acceptlog.Job, search acceptlo
 // handle line; fewer (or an id that cannot be searched safely) return nil.
 // done is false when the pass had to stop first (quota, rate limit); a
 // failed search is counted and settles nothing more than before.
-func (p *pass) rewrittenCopies(ctx context.Context, j acceptlog.Job, stored string, handle acceptlog.Line) (dup *acceptlog.Line, done bool) {
+func (p *pass) rewrittenCopies(ctx context.Context, j gmailrelay.Job, stored string, handle gmailrelay.Line) (dup *gmailrelay.Line, done bool) {
 	q, err := searchQuery([]string{stored})
 	if err != nil {
 		return nil, true
@@ -163,28 +163,28 @@ func (p *pass) rewrittenCopies(ctx context.Context, j acceptlog.Job, stored stri
 	for i, id := range page.IDs {
 		hits[i] = hit{id: id, labels: []string{sentLabel}}
 	}
-	search := acceptlog.Line{Kind: acceptlog.KindSearch, Attempt: j.Attempts, Query: q, Hits: len(hits), SentHits: len(hits), Check: j.Checks + 1}
+	search := gmailrelay.Line{Kind: gmailrelay.KindSearch, Attempt: j.Attempts, Query: q, Hits: len(hits), SentHits: len(hits), Check: j.Checks + 1}
 	l := evidence(search, ReasonDuplicate, hits, "sent, and the mailbox holds it more than once under the Message-ID Gmail gave it ("+handle.StoredMessageID+")")
 	return &l, true
 }
 
 // ReasonDuplicateDelivery is the review reason for a job with two own
 // effect lines.
-const ReasonDuplicateDelivery = acceptlog.ReasonDuplicateDelivery
+const ReasonDuplicateDelivery = gmailrelay.ReasonDuplicateDelivery
 
 // deliveredTwice reports whether a job whose Effects counter says it took
 // effect twice was delivered twice by the relay (CONTRACT, "Own effects
 // count"): two of its effect lines are the relay's own (Gmail's responses,
 // or a response and a search hit; a human's mark-sent does not count), and
 // it was not already reviewed for it (then the human decided).
-func (p *pass) deliveredTwice(ctx context.Context, j acceptlog.Job) (bool, error) {
+func (p *pass) deliveredTwice(ctx context.Context, j gmailrelay.Job) (bool, error) {
 	own, err := p.ownEffects(ctx, j)
 	return len(own) >= 2, err
 }
 
 // ownEffects describes the job's own effect lines since its last
 // duplicate_delivery review.
-func (p *pass) ownEffects(ctx context.Context, j acceptlog.Job) ([]string, error) {
+func (p *pass) ownEffects(ctx context.Context, j gmailrelay.Job) ([]string, error) {
 	lines, err := p.s.log.JobLines(ctx, j.MessageID)
 	if err != nil {
 		return nil, fmt.Errorf("read lines of %s: %w", j.MessageID, err)
@@ -192,9 +192,9 @@ func (p *pass) ownEffects(ctx context.Context, j acceptlog.Job) ([]string, error
 	var own []string
 	for _, l := range lines {
 		switch {
-		case l.Kind == acceptlog.KindReview && l.Reason == ReasonDuplicateDelivery:
+		case l.Kind == gmailrelay.KindReview && l.Reason == ReasonDuplicateDelivery:
 			own = nil
-		case l.Kind == acceptlog.KindEffect && l.Source != acceptlog.SourceHuman:
+		case l.Kind == gmailrelay.KindEffect && l.Source != gmailrelay.SourceHuman:
 			own = append(own, fmt.Sprintf("attempt %d (%s, gmail id %s)", l.Attempt, l.Source, l.GmailID))
 		}
 	}
@@ -204,12 +204,12 @@ func (p *pass) ownEffects(ctx context.Context, j acceptlog.Job) ([]string, error
 // duplicateDelivery hands a job the relay delivered twice to a human with
 // reason duplicate_delivery, even when the mailbox shows one copy (Gmail
 // folds a resend with the same Message-ID into the stored one).
-func (p *pass) duplicateDelivery(ctx context.Context, j acceptlog.Job) (bool, error) {
+func (p *pass) duplicateDelivery(ctx context.Context, j gmailrelay.Job) (bool, error) {
 	own, err := p.ownEffects(ctx, j)
 	if err != nil {
 		return false, err
 	}
-	line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, Reason: ReasonDuplicateDelivery,
+	line := gmailrelay.Line{Kind: gmailrelay.KindReview, Attempt: j.Attempts, Reason: ReasonDuplicateDelivery,
 		GmailID: j.GmailID, Note: fmt.Sprintf("delivered %d times by the relay's own attempts: %s", len(own), strings.Join(own, "; "))}
 	if _, err := p.toReview(ctx, j, line); err != nil {
 		return true, err

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -35,12 +35,12 @@ func (h *harness) sendLegacy(id string, stored bool) {
 	if err != nil {
 		h.t.Fatalf("send %s: %v", id, err)
 	}
-	h.wantState(id, res.Job, acceptlog.StateUnknown)
+	h.wantState(id, res.Job, gmailrelay.StateUnknown)
 }
 
-func reviewReason(h *harness, id string) acceptlog.Reason {
+func reviewReason(h *harness, id string) gmailrelay.Reason {
 	h.t.Helper()
-	ls := h.lines(id, acceptlog.KindReview)
+	ls := h.lines(id, gmailrelay.KindReview)
 	if len(ls) == 0 {
 		return ""
 	}
@@ -60,16 +60,16 @@ func TestPoisonMessageIDDoesNotHoldBackItsBatch(t *testing.T) {
 	h.clock.Advance(grace)
 	h.sweep()
 	for _, id := range others {
-		h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+		h.wantJob(id, gmailrelay.StateSent, 1, 1, 1)
 		if d := h.srv.Deliveries(id); d != 1 {
 			t.Errorf("%s: %d deliveries at the emulator, want 1", id, d)
 		}
 	}
-	h.wantState(poison, h.job(poison), acceptlog.StateReview)
-	if got := reviewReason(h, poison); got != acceptlog.ReasonUnsearchable {
-		t.Errorf("poison job's review reason %q, want %q", got, acceptlog.ReasonUnsearchable)
+	h.wantState(poison, h.job(poison), gmailrelay.StateReview)
+	if got := reviewReason(h, poison); got != gmailrelay.ReasonUnsearchable {
+		t.Errorf("poison job's review reason %q, want %q", got, gmailrelay.ReasonUnsearchable)
 	}
-	if n := len(h.lines(poison, acceptlog.KindSearch)); n != 0 {
+	if n := len(h.lines(poison, gmailrelay.KindSearch)); n != 0 {
 		t.Errorf("the poison id was searched %d times", n)
 	}
 }
@@ -82,7 +82,7 @@ func TestInjectedQueryNeverMarksAJobSent(t *testing.T) {
 	inj := "<x@[}OR(in:sent)OR{in:x]>"
 	h.sendLegacy(inj, false)
 	h.sweeps(3)
-	j := h.wantJob(inj, acceptlog.StateReview, 1, 0, 0)
+	j := h.wantJob(inj, gmailrelay.StateReview, 1, 0, 0)
 	if j.Effects != 0 {
 		t.Fatalf("never-sent job has %d effects", j.Effects)
 	}
@@ -124,14 +124,14 @@ func TestRefusedBatchQueryIsBisected(t *testing.T) {
 		if i == 5 {
 			continue
 		}
-		h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+		h.wantJob(id, gmailrelay.StateSent, 1, 1, 1)
 	}
-	h.wantJob(ids[5], acceptlog.StateReview, 1, 0, 1)
+	h.wantJob(ids[5], gmailrelay.StateReview, 1, 0, 1)
 	if d := h.srv.Deliveries(ids[5]); d != 1 {
 		t.Errorf("refused id: %d deliveries, want 1 (never resent)", d)
 	}
-	rv := h.lines(ids[5], acceptlog.KindReview)
-	if len(rv) != 1 || rv[0].Reason != acceptlog.ReasonQueryRefused || !strings.Contains(rv[0].Query, strings.Trim(ids[5], "<>")) ||
+	rv := h.lines(ids[5], gmailrelay.KindReview)
+	if len(rv) != 1 || rv[0].Reason != gmailrelay.ReasonQueryRefused || !strings.Contains(rv[0].Query, strings.Trim(ids[5], "<>")) ||
 		!strings.Contains(rv[0].Note, "400") {
 		t.Fatalf("review evidence of the refused id: %+v", rv)
 	}
@@ -153,6 +153,6 @@ func TestBatchRefusedOnceSettles(t *testing.T) {
 	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodList, Action: gmailfake.ActionError, Status: 400})
 	h.sweep()
 	for _, id := range ids {
-		h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+		h.wantJob(id, gmailrelay.StateSent, 1, 1, 1)
 	}
 }

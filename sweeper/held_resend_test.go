@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -48,9 +48,9 @@ func (h *harness) wantFoundBySearch(id, why string) {
 	h.t.Helper()
 	h.wantDeliveries(id, 1, why)
 	j := h.job(id)
-	h.wantState(id, j, acceptlog.StateSent)
-	effects := h.lines(id, acceptlog.KindEffect)
-	if len(effects) != 1 || effects[0].Source != acceptlog.SourceSearch {
+	h.wantState(id, j, gmailrelay.StateSent)
+	effects := h.lines(id, gmailrelay.KindEffect)
+	if len(effects) != 1 || effects[0].Source != gmailrelay.SourceSearch {
 		h.t.Fatalf("effect lines %+v, want one with source search", effects)
 	}
 }
@@ -73,12 +73,12 @@ func TestEmulatorCompanionErrorCountsNoMiss(t *testing.T) {
 	if down.fails == 0 {
 		t.Fatal("the companion query was never made")
 	}
-	for _, l := range h.lines(id, acceptlog.KindSearch) {
+	for _, l := range h.lines(id, gmailrelay.KindSearch) {
 		if l.Witness != sweeper.WitnessMissing {
 			t.Errorf("search line %+v while the companion failed: want witness missing", l)
 		}
 	}
-	if j := h.job(id); j.State != acceptlog.StateUnknown || j.Checks != 0 || j.Attempts != 1 {
+	if j := h.job(id); j.State != gmailrelay.StateUnknown || j.Checks != 0 || j.Attempts != 1 {
 		t.Fatalf("job %s after the failed companions: %s, %d checks, %d attempts; want unknown, no miss counted, 1 attempt",
 			id, j.State, j.Checks, j.Attempts)
 	}
@@ -114,7 +114,7 @@ func TestEmulatorResendHeldByBudgetSearchesAgain(t *testing.T) {
 		t.Errorf("job %s: %d attempts, want 1 (no resend)", id, j.Attempts)
 	}
 	// The misses, then the search once the budget freed, which found it.
-	searches := h.lines(id, acceptlog.KindSearch)
+	searches := h.lines(id, gmailrelay.KindSearch)
 	if len(searches) < 3 || searches[2].Hits != 1 || searches[2].Time.Sub(searches[1].Time) < relay.BudgetWindow-time.Hour {
 		t.Errorf("search lines %+v: want two misses, then a search that found the copy once the budget freed", searches)
 	}
@@ -135,7 +135,7 @@ func TestEmulatorRetryAfterAmbiguousAttemptSearchesAgain(t *testing.T) {
 	h.clock.Advance(grace)
 	h.sweep() // check 2 → resend → Gmail 429
 	j := h.job(id)
-	if j.State != acceptlog.StateFailed || !j.Retryable || j.Attempts != 2 {
+	if j.State != gmailrelay.StateFailed || !j.Retryable || j.Attempts != 2 {
 		t.Fatalf("job %s after the rate-limited resend: %s (retryable %v), %d attempts; want failed, retryable, 2",
 			id, j.State, j.Retryable, j.Attempts)
 	}
@@ -153,17 +153,17 @@ func TestEmulatorRetryAfterAmbiguousAttemptSearchesAgain(t *testing.T) {
 	retries, searched := 0, 0
 	for _, l := range h.lines(id, "") {
 		switch {
-		case l.Kind == acceptlog.KindReceived && l.Reason == sweeper.ReasonRetry:
+		case l.Kind == gmailrelay.KindReceived && l.Reason == sweeper.ReasonRetry:
 			retries++
-		case l.Kind == acceptlog.KindSearch && l.Check > 2 && l.Hits == 0:
+		case l.Kind == gmailrelay.KindSearch && l.Check > 2 && l.Hits == 0:
 			searched++
 		}
 	}
 	if retries == 0 || searched != retries {
 		t.Errorf("%d retries, %d searches of the failed job that missed: want a search before every retry", retries, searched)
 	}
-	for _, l := range h.lines(id, acceptlog.KindNotSent) {
-		if l.Reason != acceptlog.ReasonRateLimited {
+	for _, l := range h.lines(id, gmailrelay.KindNotSent) {
+		if l.Reason != gmailrelay.ReasonRateLimited {
 			t.Errorf("not_sent line %+v: want only rate-limited attempts", l)
 		}
 	}
@@ -188,7 +188,7 @@ func TestEmulatorBudgetRefusalKeepsSweeping(t *testing.T) {
 	if r.Wait != 0 || r.Resent != 0 {
 		t.Errorf("pass %+v: want no resend and no wait (only the refused job waits)", r)
 	}
-	if j := h.job(lost); j.State != acceptlog.StateUnknown || j.NextCheckAt.Sub(h.clock.Now()) < relay.BudgetWindow-time.Hour {
+	if j := h.job(lost); j.State != gmailrelay.StateUnknown || j.NextCheckAt.Sub(h.clock.Now()) < relay.BudgetWindow-time.Hour {
 		t.Errorf("job %s: %s, next check %v; want unknown, checked again when the budget frees (about 24 h)", lost, j.State, j.NextCheckAt)
 	}
 	h.sweeps(3)
@@ -202,5 +202,5 @@ func TestEmulatorBudgetRefusalKeepsSweeping(t *testing.T) {
 		h.sweep()
 	}
 	h.wantDeliveries(lost, 1, "the resend once the budget freed")
-	h.wantJob(lost, acceptlog.StateSent, 2, 1, 1)
+	h.wantJob(lost, gmailrelay.StateSent, 2, 1, 1)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
@@ -155,7 +156,7 @@ func (h *harness) sendUnknown(channel string, action string) string {
 	h.t.Helper()
 	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: action, Status: 500})
 	id, res := h.send(channel)
-	h.wantState(id, res.Job, acceptlog.StateUnknown)
+	h.wantState(id, res.Job, gmailrelay.StateUnknown)
 	return id
 }
 
@@ -167,8 +168,8 @@ func (h *harness) wantDuplicateReview(id string, effects int) {
 	h.t.Helper()
 	h.clock.Advance(grace)
 	wantResult(h.t, h.sweep(), sweeper.Result{Checked: 1, Duplicates: 1, Reviewed: 1})
-	h.wantJob(id, acceptlog.StateReview, 1, effects, 2)
-	reviews := h.lines(id, acceptlog.KindReview)
+	h.wantJob(id, gmailrelay.StateReview, 1, effects, 2)
+	reviews := h.lines(id, gmailrelay.KindReview)
 	if len(reviews) != 1 || reviews[0].Reason != sweeper.ReasonDuplicate || reviews[0].SentHits != 2 {
 		h.t.Errorf("review lines %+v, want one with reason duplicate and 2 SENT hits", reviews)
 	}
@@ -212,7 +213,7 @@ func (h *harness) wantDeliveries(id string, want int, why string) {
 	}
 }
 
-func (h *harness) job(id string) acceptlog.Job {
+func (h *harness) job(id string) gmailrelay.Job {
 	h.t.Helper()
 	j, err := h.log.Get(h.ctx, id)
 	if err != nil {
@@ -222,13 +223,13 @@ func (h *harness) job(id string) acceptlog.Job {
 }
 
 // lines returns the job's lines of kind (all lines when kind is "").
-func (h *harness) lines(id string, kind acceptlog.Kind) []acceptlog.Line {
+func (h *harness) lines(id string, kind gmailrelay.Kind) []gmailrelay.Line {
 	h.t.Helper()
 	all, err := h.log.JobLines(h.ctx, id)
 	if err != nil {
 		h.t.Fatalf("lines of %s: %v", id, err)
 	}
-	var out []acceptlog.Line
+	var out []gmailrelay.Line
 	for _, l := range all {
 		if kind == "" || l.Kind == kind {
 			out = append(out, l)
@@ -239,9 +240,9 @@ func (h *harness) lines(id string, kind acceptlog.Kind) []acceptlog.Line {
 
 // wantOneSearch checks that id has exactly one search line and that its
 // witness is witness (why says what that shows), and returns the line.
-func (h *harness) wantOneSearch(id, witness, why string) acceptlog.Line {
+func (h *harness) wantOneSearch(id, witness, why string) gmailrelay.Line {
 	h.t.Helper()
-	s := h.lines(id, acceptlog.KindSearch)
+	s := h.lines(id, gmailrelay.KindSearch)
 	if len(s) != 1 || s[0].Witness != witness {
 		h.t.Fatalf("search lines %+v, want one with witness %s (%s)", s, witness, why)
 	}
@@ -261,7 +262,7 @@ func (h *harness) sentCopyRemoved(remove func(gmailID string) error) string {
 	return id
 }
 
-func (h *harness) wantState(id string, j acceptlog.Job, want acceptlog.State) {
+func (h *harness) wantState(id string, j gmailrelay.Job, want gmailrelay.State) {
 	h.t.Helper()
 	if j.State != want {
 		h.t.Fatalf("job %s: state %q (reason %q), want %q", id, j.State, j.LastReason, want)
@@ -270,7 +271,7 @@ func (h *harness) wantState(id string, j acceptlog.Job, want acceptlog.State) {
 
 // wantJob checks the job's state, attempts and effect lines in the log and
 // how many times the emulator delivered its Message-ID.
-func (h *harness) wantJob(id string, state acceptlog.State, attempts, effects, deliveries int) acceptlog.Job {
+func (h *harness) wantJob(id string, state gmailrelay.State, attempts, effects, deliveries int) gmailrelay.Job {
 	h.t.Helper()
 	j := h.wantJobLog(id, state, attempts, effects)
 	if got := h.srv.Deliveries(id); got != deliveries {
@@ -282,7 +283,7 @@ func (h *harness) wantJob(id string, state acceptlog.State, attempts, effects, d
 // wantJobCopies is wantJob for a test about stored copies (a send Gmail
 // folded or whose id it rewrote, where copies and deliveries differ): it
 // also checks the copies the emulator stores under the job's Message-ID.
-func (h *harness) wantJobCopies(id string, state acceptlog.State, attempts, effects, deliveries, copies int) acceptlog.Job {
+func (h *harness) wantJobCopies(id string, state gmailrelay.State, attempts, effects, deliveries, copies int) gmailrelay.Job {
 	h.t.Helper()
 	j := h.wantJob(id, state, attempts, effects, deliveries)
 	if got := h.srv.Count(id); got != copies {
@@ -292,14 +293,14 @@ func (h *harness) wantJobCopies(id string, state acceptlog.State, attempts, effe
 }
 
 // wantJobLog checks the job's state, attempts and effect lines in the log.
-func (h *harness) wantJobLog(id string, state acceptlog.State, attempts, effects int) acceptlog.Job {
+func (h *harness) wantJobLog(id string, state gmailrelay.State, attempts, effects int) gmailrelay.Job {
 	h.t.Helper()
 	j := h.job(id)
 	h.wantState(id, j, state)
 	if j.Attempts != attempts {
 		h.t.Errorf("job %s: %d attempts, want %d", id, j.Attempts, attempts)
 	}
-	if got := len(h.lines(id, acceptlog.KindEffect)); got != effects || j.Effects != effects {
+	if got := len(h.lines(id, gmailrelay.KindEffect)); got != effects || j.Effects != effects {
 		h.t.Errorf("job %s: %d effect lines (Effects %d), want %d", id, got, j.Effects, effects)
 	}
 	return j

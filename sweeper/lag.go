@@ -10,7 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // lagSample returns the lag sample of a sent job whose verify search just
@@ -26,7 +26,7 @@ import (
 // behind the index was, and one such sample would hold every later miss of
 // the mailbox back by it. Nor does a send answered before a step of the
 // wall clock (see beforeStep): its sample would be off by the step.
-func (p *pass) lagSample(ctx context.Context, j acceptlog.Job) (*lagEdit, error) {
+func (p *pass) lagSample(ctx context.Context, j gmailrelay.Job) (*lagEdit, error) {
 	if !j.NextCheckAt.IsZero() && p.now.Sub(j.NextCheckAt) > p.channel(j.Channel).Grace {
 		return nil, nil
 	}
@@ -35,7 +35,7 @@ func (p *pass) lagSample(ctx context.Context, j acceptlog.Job) (*lagEdit, error)
 		return nil, fmt.Errorf("read lines of %s: %w", j.MessageID, err)
 	}
 	for i := len(lines) - 1; i >= 0; i-- {
-		if l := lines[i]; l.Kind == acceptlog.KindEffect && l.Source == acceptlog.SourceResponse && l.Attempt == j.Attempts {
+		if l := lines[i]; l.Kind == gmailrelay.KindEffect && l.Source == gmailrelay.SourceResponse && l.Attempt == j.Attempts {
 			if p.beforeStep(l.Time) {
 				return nil, nil
 			}
@@ -54,16 +54,16 @@ func (p *pass) lagSample(ctx context.Context, j acceptlog.Job) (*lagEdit, error)
 type lagEdit struct {
 	key    string
 	d      time.Duration
-	stored acceptlog.LagSamples // the record's samples after the edit
+	stored gmailrelay.LagSamples // the record's samples after the edit
 }
 
-// edit is the acceptlog.Change.EditMailbox of the search's write; nil
+// edit is the gmailrelay.Change.EditMailbox of the search's write; nil
 // when there is no sample.
-func (e *lagEdit) edit() func(m *acceptlog.Mailbox) {
+func (e *lagEdit) edit() func(m *gmailrelay.Mailbox) {
 	if e == nil {
 		return nil
 	}
-	return func(m *acceptlog.Mailbox) {
+	return func(m *gmailrelay.Mailbox) {
 		m.Lags.Add(e.key, e.d)
 		e.stored = m.Lags
 	}
@@ -88,7 +88,7 @@ func (p *pass) keepLag(mailbox string, e *lagEdit) {
 // replicas share, whose samples any of them adds. Samples of a mailbox
 // the relay no longer serves are read when a pass measures one.
 func (s *Sweeper) loadLags(ctx context.Context) error {
-	if s.lags.loaded && !acceptlog.IsShared(s.log) {
+	if s.lags.loaded && !gmailrelay.IsShared(s.log) {
 		return nil // this relay alone writes the records, and its book follows them
 	}
 	for _, m := range s.deps.Mailboxes.Mailboxes() {
@@ -106,8 +106,8 @@ func (s *Sweeper) loadLags(ctx context.Context) error {
 // send (the time of its effect line) → first hit of the verify pass. A
 // sample is an upper bound (the verify pass looks after grace, then once
 // more); it is what the relay has seen, not what Gmail promises. The
-// samples live in the mailboxes' records in the log (acceptlog.Mailbox's
-// Lags, the newest acceptlog.MaxLagSamples); the book is their copy as of
+// samples live in the mailboxes' records in the log (gmailrelay.Mailbox's
+// Lags, the newest gmailrelay.MaxLagSamples); the book is their copy as of
 // the last pass or sample. Safe for concurrent
 // use (metrics read it while passes write).
 type lagBook struct {
@@ -119,7 +119,7 @@ type lagBook struct {
 }
 
 // set makes mailbox's samples those of its record.
-func (b *lagBook) set(mailbox string, s acceptlog.LagSamples) {
+func (b *lagBook) set(mailbox string, s gmailrelay.LagSamples) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if s.Len() == 0 {

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 )
 
@@ -66,7 +66,7 @@ func TestEmulatorMeasuredLagFloorSurvivesRestart(t *testing.T) {
 				h.sweep()
 			}
 			h.wantDeliveries(j, 1, "the ambiguous send was delivered once; a resend is a duplicate")
-			h.wantJob(j, acceptlog.StateSent, 1, 1, 1) // found by the search: one attempt, no resend
+			h.wantJob(j, gmailrelay.StateSent, 1, 1, 1) // found by the search: one attempt, no resend
 		})
 	}
 }

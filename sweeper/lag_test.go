@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -73,7 +73,7 @@ func runLag(t *testing.T, order gmailfake.IndexOrder, disableWitness bool) lagRu
 		j := h.job(id)
 		d := h.srv.Deliveries(id)
 		run.sends++
-		if len(h.lines(id, acceptlog.KindAmbiguous)) > 0 {
+		if len(h.lines(id, gmailrelay.KindAmbiguous)) > 0 {
 			run.ambiguous++
 		}
 		switch {
@@ -92,8 +92,8 @@ func runLag(t *testing.T, order gmailfake.IndexOrder, disableWitness bool) lagRu
 			}
 		}
 		switch j.State {
-		case acceptlog.StateSent:
-		case acceptlog.StateReview:
+		case gmailrelay.StateSent:
+		case gmailrelay.StateReview:
 			run.reviewed++
 		default:
 			run.unsettled++
@@ -191,7 +191,7 @@ func TestMeasuredLagDelaysMisses(t *testing.T) {
 		t.Fatalf("checks %d, next check %s: want no miss counted and a look at attempt + p99", j.Checks, j.NextCheckAt)
 	}
 	h.sweeps(4)
-	h.wantJob(lost, acceptlog.StateSent, 2, 1, 1)
+	h.wantJob(lost, gmailrelay.StateSent, 2, 1, 1)
 	h.wantDeliveries(lost, 1, "")
 }
 
@@ -227,12 +227,12 @@ func TestMeasuredLagStartsAtGmailsAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("send: %v", err)
 	}
-	h.wantState(p.MessageID, res.Job, acceptlog.StateQueued)
+	h.wantState(p.MessageID, res.Job, gmailrelay.StateQueued)
 	h.clock.Advance(time.Hour)
 	if res, err = h.svc.Deliver(h.ctx, p.MessageID); err != nil {
 		t.Fatalf("deliver: %v", err)
 	}
-	h.wantState(p.MessageID, res.Job, acceptlog.StateSent)
+	h.wantState(p.MessageID, res.Job, gmailrelay.StateSent)
 	h.clock.Advance(grace)
 	h.sweep()
 	if !confirmedOnce(h.job(p.MessageID)) {

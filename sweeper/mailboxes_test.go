@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
@@ -98,7 +98,7 @@ func (tb *threeBoxes) account(id string) (string, int) {
 	return truth.Messages[0].Account, truth.Deliveries
 }
 
-func (tb *threeBoxes) mailbox(name string) acceptlog.Mailbox {
+func (tb *threeBoxes) mailbox(name string) gmailrelay.Mailbox {
 	tb.t.Helper()
 	mb, err := tb.te.Log.Mailbox(context.Background(), name)
 	if err != nil {
@@ -118,7 +118,7 @@ func TestEmulatorSendsRouteToTheirMailbox(t *testing.T) {
 	} {
 		res := tb.mustSend(tc.from, tc.mailbox, relay.SendOptions{})
 		j := tb.te.Job(res.Job.MessageID)
-		if j.State != acceptlog.StateSent || j.Mailbox != tc.wantBox {
+		if j.State != gmailrelay.StateSent || j.Mailbox != tc.wantBox {
 			t.Errorf("from %q mailbox %q: job %s in mailbox %q, want sent in %q", tc.from, tc.mailbox, j.State, j.Mailbox, tc.wantBox)
 		}
 		if acct, n := tb.account(j.MessageID); acct != tc.wantAccount || n != 1 {
@@ -170,16 +170,16 @@ func TestEmulatorRewriteInOneMailboxUntrustsOnlyThatMailbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	for from, list := range ids {
-		want := acceptlog.StateSent
+		want := gmailrelay.StateSent
 		if from == brandAddr {
-			want = acceptlog.StateReview
+			want = gmailrelay.StateReview
 		}
 		for _, id := range list {
 			j := tb.te.Job(id)
 			if j.State != want {
 				t.Errorf("%s's ambiguous job: %s, want %s", from, j.State, want)
 			}
-			if want == acceptlog.StateReview && !hasReview(tb.te.Lines(id), sweeper.ReasonHandleUntrusted) {
+			if want == gmailrelay.StateReview && !hasReview(tb.te.Lines(id), sweeper.ReasonHandleUntrusted) {
 				t.Errorf("%s's ambiguous job went to review without a %s line", from, sweeper.ReasonHandleUntrusted)
 			}
 			if n := tb.te.Emulator.Deliveries(id); n != 1 {
@@ -204,7 +204,7 @@ func TestEmulatorRewriteInOneMailboxUntrustsOnlyThatMailbox(t *testing.T) {
 	if _, err := tb.sw.RunOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if j := tb.te.Job(res.Job.MessageID); j.State != acceptlog.StateReview {
+	if j := tb.te.Job(res.Job.MessageID); j.State != gmailrelay.StateReview {
 		t.Errorf("after restart, brand's ambiguous job is %s, want review (still untrusted)", j.State)
 	}
 }
@@ -219,7 +219,7 @@ func TestEmulatorGmailPauseInOneMailboxDoesNotSlowTheOthers(t *testing.T) {
 		tb.mustSend(billingAddr, "", relay.SendOptions{})
 	}
 	res := tb.mustSend(billingAddr, "", relay.SendOptions{})
-	if res.Job.LastReason != acceptlog.ReasonRateLimited {
+	if res.Job.LastReason != gmailrelay.ReasonRateLimited {
 		t.Fatalf("billing's send past Gmail's daily limit: %s %s, want failed rate_limited", res.Job.State, res.Job.LastReason)
 	}
 	billing, err := tb.te.Service.MailboxOf("billing")
@@ -233,7 +233,7 @@ func TestEmulatorGmailPauseInOneMailboxDoesNotSlowTheOthers(t *testing.T) {
 	if _, err := tb.send(billingAddr, "", relay.SendOptions{}); !relay.IsRateLimited(err) {
 		t.Errorf("billing's send during its pause: %v, want a rate-limited refusal", err)
 	}
-	if q := tb.mustSend(billingAddr, "", relay.SendOptions{Queue: true}); q.Job.State != acceptlog.StateQueued {
+	if q := tb.mustSend(billingAddr, "", relay.SendOptions{Queue: true}); q.Job.State != gmailrelay.StateQueued {
 		t.Errorf("billing's queueing send during its pause: %s, want queued", q.Job.State)
 	}
 	// The other two send at once (billing's queue holds back only
@@ -249,7 +249,7 @@ func TestEmulatorGmailPauseInOneMailboxDoesNotSlowTheOthers(t *testing.T) {
 			o = ambiguous
 		}
 		r := tb.mustSend(from, "", o)
-		if want := acceptlog.StateSent; i >= 4 && r.Job.State != want {
+		if want := gmailrelay.StateSent; i >= 4 && r.Job.State != want {
 			t.Errorf("send from %s while billing is paused: %s, want %s at once", from, r.Job.State, want)
 		}
 		others = append(others, r.Job.MessageID)
@@ -260,7 +260,7 @@ func TestEmulatorGmailPauseInOneMailboxDoesNotSlowTheOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range others {
-		if j := tb.te.Job(id); j.State != acceptlog.StateSent {
+		if j := tb.te.Job(id); j.State != gmailrelay.StateSent {
 			t.Errorf("%s (mailbox %s) is %s after one pass, want sent: billing's pause held it back", id, j.Mailbox, j.State)
 		}
 		if n := tb.te.Emulator.Deliveries(id); n != 1 {
@@ -286,11 +286,11 @@ func TestEmulatorSpentDailyBudgetInOneMailboxDoesNotSlowTheOthers(t *testing.T) 
 		tb.mustSend(billingAddr, "", relay.SendOptions{})
 	}
 	held := tb.mustSend(billingAddr, "", relay.SendOptions{Queue: true})
-	if held.Job.State != acceptlog.StateQueued {
+	if held.Job.State != gmailrelay.StateQueued {
 		t.Fatalf("billing's third send with a daily budget of 2: %s, want queued", held.Job.State)
 	}
 	for _, from := range []string{supportAddr, brandAddr, supportAddr, brandAddr} {
-		if r := tb.mustSend(from, "", relay.SendOptions{Queue: true}); r.Job.State != acceptlog.StateSent {
+		if r := tb.mustSend(from, "", relay.SendOptions{Queue: true}); r.Job.State != gmailrelay.StateSent {
 			t.Errorf("send from %s with billing's budget spent: %s, want sent at once", from, r.Job.State)
 		}
 	}
@@ -302,7 +302,7 @@ func TestEmulatorSpentDailyBudgetInOneMailboxDoesNotSlowTheOthers(t *testing.T) 
 	}
 	p.SendAt = tb.te.Clock.Now().Add(time.Minute)
 	later, err := tb.te.Service.Send(ctx, p, relay.SendOptions{Queue: true})
-	if err != nil || later.Job.State != acceptlog.StateQueued {
+	if err != nil || later.Job.State != gmailrelay.StateQueued {
 		t.Fatalf("support's send_at job: %+v, %v", later.Job, err)
 	}
 	tb.te.Clock.Advance(time.Minute)
@@ -310,10 +310,10 @@ func TestEmulatorSpentDailyBudgetInOneMailboxDoesNotSlowTheOthers(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j := tb.te.Job(later.Job.MessageID); j.State != acceptlog.StateSent || ob.Sent != 1 {
+	if j := tb.te.Job(later.Job.MessageID); j.State != gmailrelay.StateSent || ob.Sent != 1 {
 		t.Errorf("support's due job is %s after an outbox pass (%+v), want sent: billing's queue held it back", j.State, ob)
 	}
-	if j := tb.te.Job(held.Job.MessageID); j.State != acceptlog.StateQueued || tb.te.Emulator.Deliveries(j.MessageID) != 0 {
+	if j := tb.te.Job(held.Job.MessageID); j.State != gmailrelay.StateQueued || tb.te.Emulator.Deliveries(j.MessageID) != 0 {
 		t.Errorf("billing's held job is %s, want still queued and never sent", j.State)
 	}
 	// Restart with the same policy: what billing spent today comes back.
@@ -332,9 +332,9 @@ func TestEmulatorSpentDailyBudgetInOneMailboxDoesNotSlowTheOthers(t *testing.T) 
 	}
 }
 
-func hasReview(lines []acceptlog.Line, reason acceptlog.Reason) bool {
+func hasReview(lines []gmailrelay.Line, reason gmailrelay.Reason) bool {
 	for _, l := range lines {
-		if l.Kind == acceptlog.KindReview && l.Reason == reason {
+		if l.Kind == gmailrelay.KindReview && l.Reason == reason {
 			return true
 		}
 	}
@@ -361,7 +361,7 @@ func TestEmulatorPausedMailboxDoesNotCrowdOutTheOthersDueJobs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if j := tb.te.Job(res.Job.MessageID); j.State != acceptlog.StateSent {
+	if j := tb.te.Job(res.Job.MessageID); j.State != gmailrelay.StateSent {
 		t.Errorf("support's ambiguous job is %s after three passes of 5, want sent: billing's paused jobs took every slot", j.State)
 	}
 	if n := tb.te.Emulator.Deliveries(res.Job.MessageID); n != 1 {

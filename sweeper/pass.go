@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -17,7 +17,7 @@ type pass struct {
 	s         *Sweeper
 	now       time.Time
 	res       Result
-	mailboxes map[string]acceptlog.Mailbox
+	mailboxes map[string]gmailrelay.Mailbox
 	// boxes: each mailbox's state in this pass, by the name jobs carry;
 	// cur is the one of the job or batch being dealt with (every Gmail
 	// call and quota take of the pass goes through it).
@@ -131,7 +131,7 @@ func (p *pass) run(ctx context.Context) error {
 	}
 	handled := 0
 	// Search batches, per mailbox, in due order.
-	batches := map[string][]acceptlog.Job{}
+	batches := map[string][]gmailrelay.Job{}
 	var order []string
 	flush := func(mailbox string) error {
 		b := batches[mailbox]
@@ -151,12 +151,12 @@ func (p *pass) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if act == actSearch && j.State == acceptlog.StateFailed {
+		if act == actSearch && j.State == gmailrelay.StateFailed {
 			// A failed job searched before its retry (rare: a resend
 			// Gmail rate-limited) goes alone, at once: a one-id query
 			// needs no header reads, so it never waits behind a batch
 			// whose reads the quota keeps refusing.
-			n, err := p.searchBatch(ctx, j.Mailbox, []acceptlog.Job{j})
+			n, err := p.searchBatch(ctx, j.Mailbox, []gmailrelay.Job{j})
 			handled += n
 			if err != nil {
 				return err
@@ -204,7 +204,7 @@ func (p *pass) run(ctx context.Context) error {
 // due would come first again in every pass until it resumes, and hold the
 // other mailboxes' jobs out of the pass. Their next check moves to when
 // their mailbox may go again.
-func (p *pass) makeRoom(ctx context.Context, jobs []acceptlog.Job) error {
+func (p *pass) makeRoom(ctx context.Context, jobs []gmailrelay.Job) error {
 	if len(p.s.deps.Mailboxes.Mailboxes()) < 2 {
 		return nil // no other mailbox needs the room
 	}
@@ -214,13 +214,13 @@ func (p *pass) makeRoom(ctx context.Context, jobs []acceptlog.Job) error {
 			continue
 		}
 		resume := p.now.Add(b.wait)
-		_, _, err := p.s.log.Mutate(ctx, j.MessageID, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		_, _, err := p.s.log.Mutate(ctx, j.MessageID, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 			if cur == nil || cur.NextCheckAt.IsZero() || cur.NextCheckAt.After(p.now) {
-				return acceptlog.Change{}, nil // dealt with in this pass, or not due
+				return gmailrelay.Change{}, nil // dealt with in this pass, or not due
 			}
 			n := *cur
 			n.NextCheckAt = resume
-			return acceptlog.Change{Job: &n}, nil
+			return gmailrelay.Change{Job: &n}, nil
 		})
 		if err != nil {
 			return fmt.Errorf("move the check of %s past its mailbox's wait: %w", j.MessageID, err)
@@ -230,16 +230,16 @@ func (p *pass) makeRoom(ctx context.Context, jobs []acceptlog.Job) error {
 }
 
 // classify says what a due job needs.
-func (p *pass) classify(ctx context.Context, j acceptlog.Job) (action, error) {
+func (p *pass) classify(ctx context.Context, j gmailrelay.Job) (action, error) {
 	switch j.State {
-	case acceptlog.StateUnknown, acceptlog.StateSent:
+	case gmailrelay.StateUnknown, gmailrelay.StateSent:
 		if j.Effects >= 2 {
 			dup, err := p.deliveredTwice(ctx, j)
 			if err != nil || dup {
 				return actDuplicateDelivery, err
 			}
 		}
-		if j.State == acceptlog.StateSent && j.Verified {
+		if j.State == gmailrelay.StateSent && j.Verified {
 			return actClear, nil
 		}
 		mb, err := p.mailbox(ctx, j.Mailbox)
@@ -247,9 +247,9 @@ func (p *pass) classify(ctx context.Context, j acceptlog.Job) (action, error) {
 			return 0, err
 		}
 		switch {
-		case mb.HandleUntrusted && j.State == acceptlog.StateUnknown:
+		case mb.HandleUntrusted && j.State == gmailrelay.StateUnknown:
 			return actUntrust, nil
-		case j.State == acceptlog.StateUnknown:
+		case j.State == gmailrelay.StateUnknown:
 			if ch := p.channel(j.Channel); ch.OnUnknown == policy.Retry && j.Checks >= ch.Checks {
 				// Its last miss is recorded; the resend waited for quota
 				// (or a crash came between the two). The miss stands only
@@ -268,7 +268,7 @@ func (p *pass) classify(ctx context.Context, j acceptlog.Job) (action, error) {
 		// proves nothing there (Gmail's answer stands), but two hits still
 		// prove that Gmail delivered it twice.
 		return actVerify, nil
-	case acceptlog.StateFailed:
+	case gmailrelay.StateFailed:
 		ch := p.channel(j.Channel)
 		if !j.Retryable || ch.OnUnknown != policy.Retry {
 			break
@@ -302,26 +302,26 @@ func (p *pass) classify(ctx context.Context, j acceptlog.Job) (action, error) {
 // now: the index may have caught up with the ambiguous copy since. Nor
 // does a miss recorded before a step of the wall clock, whose age the
 // step falsified (see beforeStep).
-func (p *pass) missFresh(ctx context.Context, j acceptlog.Job, ch policy.Channel) (bool, error) {
+func (p *pass) missFresh(ctx context.Context, j gmailrelay.Job, ch policy.Channel) (bool, error) {
 	lines, err := p.s.log.JobLines(ctx, j.MessageID)
 	if err != nil {
 		return false, fmt.Errorf("read lines of %s: %w", j.MessageID, err)
 	}
 	for _, l := range slices.Backward(lines) {
-		if l.Kind == acceptlog.KindSearch {
+		if l.Kind == gmailrelay.KindSearch {
 			return l.Hits == 0 && l.Check == j.Checks && p.now.Sub(l.Time) < ch.Grace && !p.beforeStep(l.Time), nil
 		}
 	}
 	return false, nil
 }
 
-func (p *pass) mailbox(ctx context.Context, name string) (acceptlog.Mailbox, error) {
+func (p *pass) mailbox(ctx context.Context, name string) (gmailrelay.Mailbox, error) {
 	if mb, ok := p.mailboxes[name]; ok {
 		return mb, nil
 	}
 	mb, err := p.s.log.Mailbox(ctx, name)
 	if err != nil {
-		return acceptlog.Mailbox{}, fmt.Errorf("read mailbox %s: %w", name, err)
+		return gmailrelay.Mailbox{}, fmt.Errorf("read mailbox %s: %w", name, err)
 	}
 	p.mailboxes[name] = mb
 	return mb, nil
@@ -340,10 +340,10 @@ func (p *pass) channel(name string) policy.Channel {
 
 // handle deals with a job that needs no search. done is false when the
 // pass stopped before the job could be decided.
-func (p *pass) handle(ctx context.Context, j acceptlog.Job, act action) (done bool, err error) {
+func (p *pass) handle(ctx context.Context, j gmailrelay.Job, act action) (done bool, err error) {
 	switch act {
 	case actUntrust:
-		line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts,
+		line := gmailrelay.Line{Kind: gmailrelay.KindReview, Attempt: j.Attempts,
 			Reason: ReasonHandleUntrusted, Note: "Gmail rewrote Message-IDs in this mailbox: a search miss proves nothing"}
 		_, err := p.toReview(ctx, j, line)
 		return true, err
@@ -354,7 +354,7 @@ func (p *pass) handle(ctx context.Context, j acceptlog.Job, act action) (done bo
 	case actDuplicateDelivery:
 		return p.duplicateDelivery(ctx, j)
 	}
-	_, err = p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+	_, err = p.mutate(ctx, j, func(n *gmailrelay.Job) []gmailrelay.Line {
 		n.NextCheckAt = time.Time{}
 		return nil
 	})
@@ -367,25 +367,25 @@ func (p *pass) handle(ctx context.Context, j acceptlog.Job, act action) (done bo
 // job was ambiguous: then classify has the job searched first (see
 // decideFailed) when the miss behind the resend is not fresh. redo is as
 // for attempt.
-func (p *pass) retry(ctx context.Context, j acceptlog.Job, redo int) (bool, error) {
+func (p *pass) retry(ctx context.Context, j gmailrelay.Job, redo int) (bool, error) {
 	spent, err := p.attemptsSpent(ctx, j, func(used, allowed int) string {
 		return fmt.Sprintf("%d attempts, none sent; the channel allows %d", used, allowed)
 	})
 	if spent || err != nil {
 		return spent, err
 	}
-	return p.attempt(ctx, j, acceptlog.StateFailed, ReasonRetry, redo, &p.res.Retried)
+	return p.attempt(ctx, j, gmailrelay.StateFailed, ReasonRetry, redo, &p.res.Retried)
 }
 
 // attemptsSpent hands j to a human (true) when its channel's attempts are
 // used up; note says what they found, for the review line.
-func (p *pass) attemptsSpent(ctx context.Context, j acceptlog.Job, note func(used, allowed int) string) (bool, error) {
+func (p *pass) attemptsSpent(ctx context.Context, j gmailrelay.Job, note func(used, allowed int) string) (bool, error) {
 	ch := p.channel(j.Channel)
 	used, err := p.attemptsUsed(ctx, j, ch)
 	if err != nil || used < ch.MaxAttempts {
 		return false, err
 	}
-	line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts, Reason: ReasonMaxAttempts, Note: note(used, ch.MaxAttempts)}
+	line := gmailrelay.Line{Kind: gmailrelay.KindReview, Attempt: j.Attempts, Reason: ReasonMaxAttempts, Note: note(used, ch.MaxAttempts)}
 	_, err = p.toReview(ctx, j, line)
 	return true, err
 }
@@ -394,7 +394,7 @@ func (p *pass) attemptsSpent(ctx context.Context, j acceptlog.Job, note func(use
 // attempt but those Gmail refused with a rate limit and those that went
 // back to the outbox's queue (Gmail rate-limited them or was not reached):
 // they sent nothing and must never use up a job's attempts.
-func (p *pass) attemptsUsed(ctx context.Context, j acceptlog.Job, ch policy.Channel) (int, error) {
+func (p *pass) attemptsUsed(ctx context.Context, j gmailrelay.Job, ch policy.Channel) (int, error) {
 	if j.Attempts < ch.MaxAttempts {
 		return j.Attempts, nil // the common case, without reading lines
 	}
@@ -404,7 +404,7 @@ func (p *pass) attemptsUsed(ctx context.Context, j acceptlog.Job, ch policy.Chan
 	}
 	used := j.Attempts
 	for _, l := range lines {
-		if l.Kind == acceptlog.KindNotSent && (l.Reason == acceptlog.ReasonRateLimited || l.State == acceptlog.StateQueued) {
+		if l.Kind == gmailrelay.KindNotSent && (l.Reason == gmailrelay.ReasonRateLimited || l.State == gmailrelay.StateQueued) {
 			used--
 		}
 	}
@@ -420,11 +420,11 @@ func (p *pass) attemptsUsed(ctx context.Context, j acceptlog.Job, ch policy.Chan
 // the quota the next pass spends again before it gets back to this attempt
 // (the search that led to it): the wait reported covers it too, or a pass
 // would spend the refill on the search and find the send refused again.
-func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.State, reason acceptlog.Reason, redo int, made *int) (done bool, err error) {
+func (p *pass) attempt(ctx context.Context, j gmailrelay.Job, from gmailrelay.State, reason gmailrelay.Reason, redo int, made *int) (done bool, err error) {
 	if p.halted() {
 		return false, nil
 	}
-	res, err := p.s.deps.Attempter.Attempt(ctx, j.MessageID, []acceptlog.State{from}, j.Attempts, reason, false)
+	res, err := p.s.deps.Attempter.Attempt(ctx, j.MessageID, []gmailrelay.State{from}, j.Attempts, reason, false)
 	var rerr *relay.Error
 	switch {
 	case errors.As(err, &rerr) && rerr.Code == relay.CodeRateLimited:
@@ -451,7 +451,7 @@ func (p *pass) attempt(ctx context.Context, j acceptlog.Job, from acceptlog.Stat
 	}
 	p.s.deps.Logger.Info().Str("message_id", j.MessageID).Str("reason", string(reason)).Int("attempt", res.Job.Attempts).
 		Str("state", string(res.Job.State)).Msg("sweeper made a new attempt with the same Message-ID")
-	if res.Job.State == acceptlog.StateFailed && res.Job.LastReason == acceptlog.ReasonRateLimited {
+	if res.Job.State == gmailrelay.StateFailed && res.Job.LastReason == gmailrelay.ReasonRateLimited {
 		p.rateLimited(0) // Gmail said 429 to the send: nothing more this pass
 	} else {
 		p.cur.answered = true
@@ -480,9 +480,9 @@ func (p *pass) budgetSpent() (frees time.Duration, spent bool) {
 // hours later, and the mailbox's other searches and verifies must not wait
 // with it. When the check comes, the job is looked at afresh: a resend
 // whose miss is no longer fresh searches again first (see missFresh).
-func (p *pass) deferToBudget(ctx context.Context, j acceptlog.Job, reason acceptlog.Reason, frees time.Duration) (bool, error) {
+func (p *pass) deferToBudget(ctx context.Context, j gmailrelay.Job, reason gmailrelay.Reason, frees time.Duration) (bool, error) {
 	next := p.now.Add(max(frees, time.Second))
-	written, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+	written, err := p.mutate(ctx, j, func(n *gmailrelay.Job) []gmailrelay.Line {
 		n.NextCheckAt = next
 		return nil
 	})

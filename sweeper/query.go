@@ -7,14 +7,14 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
 // Reasons of the review lines written when a Message-ID cannot be searched.
 const (
-	ReasonUnsearchable  = acceptlog.ReasonUnsearchable
-	ReasonQueryRefused  = acceptlog.ReasonQueryRefused
+	ReasonUnsearchable  = gmailrelay.ReasonUnsearchable
+	ReasonQueryRefused  = gmailrelay.ReasonQueryRefused
 	maxProviderNoteText = 300
 )
 
@@ -46,7 +46,7 @@ func searchQuery(ids []string) (string, error) {
 }
 
 // jobsQuery builds the query for jobs' Message-IDs.
-func jobsQuery(jobs []acceptlog.Job) (string, error) {
+func jobsQuery(jobs []gmailrelay.Job) (string, error) {
 	ids := make([]string, len(jobs))
 	for i, j := range jobs {
 		ids[i] = j.MessageID
@@ -58,7 +58,7 @@ func jobsQuery(jobs []acceptlog.Job) (string, error) {
 // human (a query carrying them could match what it should not; only a log
 // written before intake refused such ids holds one) and returns the others
 // and how many it handed over.
-func (p *pass) searchable(ctx context.Context, jobs []acceptlog.Job) ([]acceptlog.Job, int, error) {
+func (p *pass) searchable(ctx context.Context, jobs []gmailrelay.Job) ([]gmailrelay.Job, int, error) {
 	out := jobs[:0:0]
 	handled := 0
 	for _, j := range jobs {
@@ -67,7 +67,7 @@ func (p *pass) searchable(ctx context.Context, jobs []acceptlog.Job) ([]acceptlo
 			out = append(out, j)
 			continue
 		}
-		line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts,
+		line := gmailrelay.Line{Kind: gmailrelay.KindReview, Attempt: j.Attempts,
 			Reason: ReasonUnsearchable,
 			Note:   "this Message-ID cannot be searched safely (" + errMessage(err) + "); nothing was searched, a human decides"}
 		if _, err := p.toReview(ctx, j, line); err != nil {
@@ -90,7 +90,7 @@ func queryRefused(err error) bool {
 // never holds back the others; an id refused on its own goes to review with
 // the query and Gmail's answer as evidence. It returns how many jobs it
 // dealt with.
-func (p *pass) refused(ctx context.Context, mailbox string, jobs []acceptlog.Job, q string, gerr error) (int, error) {
+func (p *pass) refused(ctx context.Context, mailbox string, jobs []gmailrelay.Job, q string, gerr error) (int, error) {
 	if len(jobs) > 1 {
 		half := len(jobs) / 2
 		n, err := p.search(ctx, mailbox, jobs[:half])
@@ -103,7 +103,7 @@ func (p *pass) refused(ctx context.Context, mailbox string, jobs []acceptlog.Job
 	j := jobs[0]
 	p.s.deps.Logger.Warn().Str("message_id", j.MessageID).Err(gerr).
 		Msg("Gmail refused the search for this Message-ID; handed to a human")
-	line := acceptlog.Line{Kind: acceptlog.KindReview, Attempt: j.Attempts,
+	line := gmailrelay.Line{Kind: gmailrelay.KindReview, Attempt: j.Attempts,
 		Reason: ReasonQueryRefused, Query: q,
 		Note: "Gmail refused the search for this Message-ID: " + clipNote(gerr.Error()) + "; nothing is known about the send, a human decides"}
 	if _, err := p.toReview(ctx, j, line); err != nil {
@@ -132,7 +132,7 @@ func clipNote(s string) string {
 // searchBatch searches one batch of jobs of a mailbox: the jobs whose
 // Message-ID cannot be searched go to review first, the others are searched
 // together (see search). It returns how many jobs it dealt with.
-func (p *pass) searchBatch(ctx context.Context, mailbox string, jobs []acceptlog.Job) (int, error) {
+func (p *pass) searchBatch(ctx context.Context, mailbox string, jobs []gmailrelay.Job) (int, error) {
 	ok, handled, err := p.searchable(ctx, jobs)
 	if err != nil || len(ok) == 0 {
 		return handled, err

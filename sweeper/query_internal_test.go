@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -155,7 +155,7 @@ func FuzzSearchQueryAtTheEmulator(f *testing.F) {
 
 // jobsQuery is searchQuery over jobs' Message-IDs.
 func TestJobsQuery(t *testing.T) {
-	q, err := jobsQuery([]acceptlog.Job{{MessageID: "<a@x>"}, {MessageID: "<b@y>"}})
+	q, err := jobsQuery([]gmailrelay.Job{{MessageID: "<a@x>"}, {MessageID: "<b@y>"}})
 	if err != nil || q != `{rfc822msgid:"a@x" rfc822msgid:"b@y"}` {
 		t.Fatalf("jobsQuery = %q, %v", q, err)
 	}

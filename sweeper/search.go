@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -19,7 +19,7 @@ type hit struct {
 // search runs the searches for jobs of one mailbox, BatchSize ids per query
 // (the caller hands over at most that many), and decides each job. It
 // returns how many jobs it dealt with.
-func (p *pass) search(ctx context.Context, mailbox string, jobs []acceptlog.Job) (int, error) {
+func (p *pass) search(ctx context.Context, mailbox string, jobs []gmailrelay.Job) (int, error) {
 	if len(jobs) == 0 {
 		return 0, nil
 	}
@@ -48,7 +48,7 @@ func (p *pass) search(ctx context.Context, mailbox string, jobs []acceptlog.Job)
 		p.s.deps.Logger.Warn().Err(err).Int("jobs", len(jobs)).Msg("mailbox search; the jobs are checked again shortly")
 		for _, j := range jobs {
 			grace := p.channel(j.Channel).Grace
-			if _, err := p.mutate(ctx, j, func(n *acceptlog.Job) []acceptlog.Line {
+			if _, err := p.mutate(ctx, j, func(n *gmailrelay.Job) []gmailrelay.Line {
 				n.NextCheckAt = p.now.Add(min(errorDelay, grace))
 				return nil
 			}); err != nil {
@@ -64,14 +64,14 @@ func (p *pass) search(ctx context.Context, mailbox string, jobs []acceptlog.Job)
 	done := 0
 	for _, sent := range []bool{true, false} {
 		for _, j := range jobs {
-			if (j.State == acceptlog.StateSent) != sent || witness[j.MessageID] == witnessUnasked {
+			if (j.State == gmailrelay.StateSent) != sent || witness[j.MessageID] == witnessUnasked {
 				continue
 			}
 			var ok bool
 			switch j.State {
-			case acceptlog.StateSent:
+			case gmailrelay.StateSent:
 				ok, err = p.decideVerify(ctx, j, q, hits[j.MessageID])
-			case acceptlog.StateFailed:
+			case gmailrelay.StateFailed:
 				ok, err = p.decideFailed(ctx, j, q, hits[j.MessageID])
 			default:
 				ok, err = p.decideUnknown(ctx, j, q, hits[j.MessageID], witness[j.MessageID])
@@ -90,7 +90,7 @@ func (p *pass) search(ctx context.Context, mailbox string, jobs []acceptlog.Job)
 // find lists the SENT messages matching q (every page) and attributes each
 // hit to a job: directly for a one-id query, by reading the hit's
 // Message-ID otherwise. It returns errStopped when the pass must stop.
-func (p *pass) find(ctx context.Context, mailbox, q string, jobs []acceptlog.Job) (map[string][]hit, error) {
+func (p *pass) find(ctx context.Context, mailbox, q string, jobs []gmailrelay.Job) (map[string][]hit, error) {
 	prov, user := p.gmail()
 	spent := 0
 	var ids []string
@@ -180,7 +180,7 @@ func (p *pass) take(units, spent int) bool {
 // gmailErr turns a failed Gmail call into errStopped (rate limited: back
 // off) or the error itself.
 func (p *pass) gmailErr(err error) error {
-	if o := relay.Classify(err); o.Reason == acceptlog.ReasonRateLimited {
+	if o := relay.Classify(err); o.Reason == gmailrelay.ReasonRateLimited {
 		p.rateLimited(o.RetryIn)
 		return errStopped
 	}

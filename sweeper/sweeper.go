@@ -23,7 +23,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/internal/lifecycle"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -40,17 +40,17 @@ const (
 // constants). Lines that change a job's state carry one of these; search
 // lines of the verify pass carry a Verify* one.
 const (
-	ReasonFound              = acceptlog.ReasonFound
-	ReasonReviewChannel      = acceptlog.ReasonReviewChannel
-	ReasonDuplicate          = acceptlog.ReasonDuplicate
-	ReasonMissingAfterChecks = acceptlog.ReasonMissingAfterChecks
-	ReasonMaxAttempts        = acceptlog.ReasonMaxAttempts
-	ReasonHandleUntrusted    = acceptlog.ReasonHandleUntrusted
-	ReasonResend             = acceptlog.ReasonSweeperResend
-	ReasonRetry              = acceptlog.ReasonSweeperRetry
-	ReasonVerified           = acceptlog.ReasonVerified
-	ReasonVerifyMiss         = acceptlog.ReasonVerifyMiss
-	ReasonVerifyGaveUp       = acceptlog.ReasonVerifyGaveUp
+	ReasonFound              = gmailrelay.ReasonFound
+	ReasonReviewChannel      = gmailrelay.ReasonReviewChannel
+	ReasonDuplicate          = gmailrelay.ReasonDuplicate
+	ReasonMissingAfterChecks = gmailrelay.ReasonMissingAfterChecks
+	ReasonMaxAttempts        = gmailrelay.ReasonMaxAttempts
+	ReasonHandleUntrusted    = gmailrelay.ReasonHandleUntrusted
+	ReasonResend             = gmailrelay.ReasonSweeperResend
+	ReasonRetry              = gmailrelay.ReasonSweeperRetry
+	ReasonVerified           = gmailrelay.ReasonVerified
+	ReasonVerifyMiss         = gmailrelay.ReasonVerifyMiss
+	ReasonVerifyGaveUp       = gmailrelay.ReasonVerifyGaveUp
 )
 
 // sentLabel is the label every search is restricted to.
@@ -69,7 +69,7 @@ const maxHeaders = 10000
 // Config wires a Sweeper. Service is required.
 type Config struct {
 	// Log is the acceptance log whose due jobs the sweeper settles.
-	Log acceptlog.Store
+	Log gmailrelay.Store
 	// Mailboxes gives each job's mailbox: the Gmail client that searches
 	// it and reads stored Message-IDs, and its quota (shared with the send
 	// path). Every Gmail call for a job goes to its own mailbox.
@@ -121,7 +121,7 @@ type Config struct {
 // (relay.Service.Attempt): the sweeper decides on the job as it read it,
 // and a job another replica resent meanwhile is not resent again.
 type Attempter interface {
-	Attempt(ctx context.Context, id string, from []acceptlog.State, seen int, reason acceptlog.Reason, foreground bool) (relay.Result, error)
+	Attempt(ctx context.Context, id string, from []gmailrelay.State, seen int, reason gmailrelay.Reason, foreground bool) (relay.Result, error)
 }
 
 // Mailboxes is the relay's set of mailboxes as the sweeper uses it
@@ -139,7 +139,7 @@ type Mailboxes interface {
 func ConfigFor(svc *relay.Service) Config {
 	c := Config{Log: svc.Log(), Mailboxes: svc, Policy: svc.Policy(),
 		Attempter: svc, Logger: svc.Logger(), Now: svc.Now}
-	if acceptlog.IsShared(c.Log) {
+	if gmailrelay.IsShared(c.Log) {
 		c.Fence = svc.CheckClock
 		c.Expire = func(ctx context.Context) (int, error) {
 			// Each pass also divides the quota again between the
@@ -221,7 +221,7 @@ const passesBuffer = 64
 // passes never overlap.
 type Sweeper struct {
 	deps     Config // the dependencies New was given
-	log      acceptlog.Store
+	log      gmailrelay.Store
 	now      func() time.Time
 	batch    int
 	limit    int
@@ -358,7 +358,7 @@ func (s *Sweeper) RunOnce(ctx context.Context) (Result, error) {
 			return Result{}, err
 		}
 	}
-	p := &pass{s: s, now: s.readClock(), mailboxes: map[string]acceptlog.Mailbox{}, boxes: map[string]*boxPass{}}
+	p := &pass{s: s, now: s.readClock(), mailboxes: map[string]gmailrelay.Mailbox{}, boxes: map[string]*boxPass{}}
 	err := s.loadLags(ctx)
 	if err == nil {
 		err = p.run(ctx)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -34,7 +34,7 @@ func TestAmbiguousSendIsFoundNotResent(t *testing.T) {
 			if !res.Dropped {
 				t.Fatalf("send: response not dropped (fault %+v)", res.Fault)
 			}
-			h.wantState(id, res.Job, acceptlog.StateUnknown)
+			h.wantState(id, res.Job, gmailrelay.StateUnknown)
 			return id
 		}},
 	}
@@ -42,7 +42,7 @@ func TestAmbiguousSendIsFoundNotResent(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, setup{indexLag: 90 * time.Second})
 			id := tt.send(h)
-			h.wantJob(id, acceptlog.StateUnknown, 1, 0, 1)
+			h.wantJob(id, gmailrelay.StateUnknown, 1, 0, 1)
 
 			// Before grace: not due, nothing searched.
 			wantResult(t, h.sweep(), sweeper.Result{})
@@ -53,11 +53,11 @@ func TestAmbiguousSendIsFoundNotResent(t *testing.T) {
 			// After grace but inside the index lag: a miss, no resend.
 			h.clock.Advance(grace)
 			wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Missed: 1})
-			j := h.wantJob(id, acceptlog.StateUnknown, 1, 0, 1)
+			j := h.wantJob(id, gmailrelay.StateUnknown, 1, 0, 1)
 			if j.Checks != 1 {
 				t.Errorf("checks after the first miss: %d, want 1", j.Checks)
 			}
-			searches := h.lines(id, acceptlog.KindSearch)
+			searches := h.lines(id, gmailrelay.KindSearch)
 			if len(searches) != 1 || searches[0].Hits != 0 || searches[0].Check != 1 ||
 				!strings.Contains(searches[0].Query, `rfc822msgid:"`+strings.Trim(id, "<>")+`"`) {
 				t.Fatalf("search lines after the first miss: %+v", searches)
@@ -66,13 +66,13 @@ func TestAmbiguousSendIsFoundNotResent(t *testing.T) {
 			// After the lag: found once → sent, verified, no resend.
 			h.clock.Advance(grace)
 			wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Found: 1})
-			j = h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+			j = h.wantJob(id, gmailrelay.StateSent, 1, 1, 1)
 			msgs := h.srv.Messages(id)
 			if j.GmailID != msgs[0].ID || !confirmedOnce(j) {
 				t.Errorf("sent job: gmail id %q (emulator %q), verified %v, next check %v", j.GmailID, msgs[0].ID, j.Verified, j.NextCheckAt)
 			}
-			effect := h.lines(id, acceptlog.KindEffect)[0]
-			if effect.Source != acceptlog.SourceSearch || effect.GmailID != msgs[0].ID || effect.State != acceptlog.StateSent {
+			effect := h.lines(id, gmailrelay.KindEffect)[0]
+			if effect.Source != gmailrelay.SourceSearch || effect.GmailID != msgs[0].ID || effect.State != gmailrelay.StateSent {
 				t.Errorf("effect line %+v, want source search, gmail id %s, state sent", effect, msgs[0].ID)
 			}
 			if got := h.srv.Stats().Calls[gmailfake.MethodSend]; got != 1 {
@@ -83,7 +83,7 @@ func TestAmbiguousSendIsFoundNotResent(t *testing.T) {
 			h.lateLookDone(id)
 			h.clock.Advance(24 * time.Hour)
 			wantResult(t, h.sweep(), sweeper.Result{})
-			h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+			h.wantJob(id, gmailrelay.StateSent, 1, 1, 1)
 		})
 	}
 }
@@ -99,17 +99,17 @@ func TestReviewChannelNeverResends(t *testing.T) {
 		id := h.sendAmbiguous(reviewChannel)
 		h.clock.Advance(grace)
 		wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Found: 1, Reviewed: 1})
-		h.wantJob(id, acceptlog.StateReview, 1, 1, 1)
-		if e := h.lines(id, acceptlog.KindEffect); e[0].Source != acceptlog.SourceSearch || e[0].State != "" {
+		h.wantJob(id, gmailrelay.StateReview, 1, 1, 1)
+		if e := h.lines(id, gmailrelay.KindEffect); e[0].Source != gmailrelay.SourceSearch || e[0].State != "" {
 			t.Errorf("effect line %+v, want source search and no state (the job stays in review)", e[0])
 		}
-		reviews := h.lines(id, acceptlog.KindReview)
+		reviews := h.lines(id, gmailrelay.KindReview)
 		msgs := h.srv.Messages(id)
 		if len(reviews) != 1 {
 			t.Fatalf("review lines: %+v, want one", reviews)
 		}
 		r := reviews[0]
-		if r.Reason != sweeper.ReasonReviewChannel || r.SentHits != 1 || r.GmailID != msgs[0].ID || r.Query == "" || r.State != acceptlog.StateReview {
+		if r.Reason != sweeper.ReasonReviewChannel || r.SentHits != 1 || r.GmailID != msgs[0].ID || r.Query == "" || r.State != gmailrelay.StateReview {
 			t.Errorf("review line %+v: want reason %s with the search evidence (1 SENT hit, gmail id %s)", r, sweeper.ReasonReviewChannel, msgs[0].ID)
 		}
 
@@ -123,8 +123,8 @@ func TestReviewChannelNeverResends(t *testing.T) {
 		if err != nil {
 			t.Fatalf("resolve mark-sent: %v", err)
 		}
-		h.wantState(id, res.Job, acceptlog.StateSent)
-		h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+		h.wantState(id, res.Job, gmailrelay.StateSent)
+		h.wantJob(id, gmailrelay.StateSent, 1, 1, 1)
 		h.clock.Advance(24 * time.Hour)
 		wantResult(t, h.sweep(), sweeper.Result{})
 	})
@@ -143,8 +143,8 @@ func TestReviewChannelNeverResends(t *testing.T) {
 		if err != nil {
 			t.Fatalf("resolve retry: %v", err)
 		}
-		h.wantState(id, res.Job, acceptlog.StateReview)
-		h.wantJob(id, acceptlog.StateReview, 2, 2, 2)
+		h.wantState(id, res.Job, gmailrelay.StateReview)
+		h.wantJob(id, gmailrelay.StateReview, 2, 2, 2)
 		if got := reviewReason(h, id); got != sweeper.ReasonDuplicateDelivery {
 			t.Errorf("review reason %q, want %q", got, sweeper.ReasonDuplicateDelivery)
 		}
@@ -154,8 +154,8 @@ func TestReviewChannelNeverResends(t *testing.T) {
 		id := h.sendLost(reviewChannel)
 		h.clock.Advance(grace)
 		wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Reviewed: 1})
-		h.wantJob(id, acceptlog.StateReview, 1, 0, 0)
-		reviews := h.lines(id, acceptlog.KindReview)
+		h.wantJob(id, gmailrelay.StateReview, 1, 0, 0)
+		reviews := h.lines(id, gmailrelay.KindReview)
 		if len(reviews) != 1 || reviews[0].Reason != sweeper.ReasonMissingAfterChecks || reviews[0].Hits != 0 || reviews[0].Check != 1 {
 			t.Errorf("review lines %+v, want one with reason %s and the empty search", reviews, sweeper.ReasonMissingAfterChecks)
 		}
@@ -171,25 +171,25 @@ func TestReviewChannelNeverResends(t *testing.T) {
 func TestLostSendIsResentAfterChecks(t *testing.T) {
 	h := newHarness(t, setup{indexLag: 30 * time.Second})
 	id := h.sendLost(retryChannel)
-	h.wantJob(id, acceptlog.StateUnknown, 1, 0, 0)
+	h.wantJob(id, gmailrelay.StateUnknown, 1, 0, 0)
 
 	h.clock.Advance(grace)
 	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Missed: 1})
 	h.clock.Advance(grace / 2)
 	wantResult(t, h.sweep(), sweeper.Result{}) // the next check waits a full grace
-	h.wantJob(id, acceptlog.StateUnknown, 1, 0, 0)
+	h.wantJob(id, gmailrelay.StateUnknown, 1, 0, 0)
 
 	h.clock.Advance(grace / 2)
 	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Resent: 1})
-	j := h.wantJob(id, acceptlog.StateSent, 2, 1, 1)
+	j := h.wantJob(id, gmailrelay.StateSent, 2, 1, 1)
 	if got := h.srv.Messages(id)[0].MessageID; got != id {
 		t.Errorf("resent Message-ID %s, want %s", got, id)
 	}
-	received := h.lines(id, acceptlog.KindReceived)
+	received := h.lines(id, gmailrelay.KindReceived)
 	if len(received) != 2 || received[1].Reason != sweeper.ReasonResend || received[1].Attempt != 2 {
 		t.Errorf("received lines %+v, want a second one for attempt 2 with reason %s", received, sweeper.ReasonResend)
 	}
-	if searches := h.lines(id, acceptlog.KindSearch); len(searches) != 2 || searches[1].Check != 2 {
+	if searches := h.lines(id, gmailrelay.KindSearch); len(searches) != 2 || searches[1].Check != 2 {
 		t.Errorf("search lines %+v, want checks 1 and 2", searches)
 	}
 
@@ -199,7 +199,7 @@ func TestLostSendIsResentAfterChecks(t *testing.T) {
 	}
 	h.clock.Advance(grace)
 	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Verified: 1})
-	if j := h.wantJob(id, acceptlog.StateSent, 2, 1, 1); !confirmedOnce(j) {
+	if j := h.wantJob(id, gmailrelay.StateSent, 2, 1, 1); !confirmedOnce(j) {
 		t.Errorf("after the verify pass: verified %v, next check %v", j.Verified, j.NextCheckAt)
 	}
 	h.lateLookDone(id)
@@ -221,7 +221,7 @@ func TestDuplicateGoesToReview(t *testing.T) {
 			t.Fatalf("send: %v", err)
 		}
 		id := p.MessageID
-		h.wantState(id, res.Job, acceptlog.StateUnknown)
+		h.wantState(id, res.Job, gmailrelay.StateUnknown)
 
 		h.wantDuplicateReview(id, 0)
 		h.clock.Advance(24 * time.Hour)
@@ -234,7 +234,7 @@ func TestDuplicateGoesToReview(t *testing.T) {
 		h := newHarness(t, setup{})
 		h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionDuplicate})
 		id, res := h.send(retryChannel)
-		h.wantState(id, res.Job, acceptlog.StateSent)
+		h.wantState(id, res.Job, gmailrelay.StateSent)
 
 		wantResult(t, h.sweep(), sweeper.Result{}) // the verify pass waits for grace too
 		h.wantDuplicateReview(id, 1)
@@ -248,7 +248,7 @@ func TestDuplicateGoesToReview(t *testing.T) {
 func TestVerifyPassGivesUpWithoutStateChange(t *testing.T) {
 	h := newHarness(t, setup{})
 	id, res := h.send(retryChannel)
-	h.wantState(id, res.Job, acceptlog.StateSent)
+	h.wantState(id, res.Job, gmailrelay.StateSent)
 	// Make the message invisible to search.
 	h.srv.SetIndexLag(1000 * time.Hour)
 
@@ -258,11 +258,11 @@ func TestVerifyPassGivesUpWithoutStateChange(t *testing.T) {
 	}
 	h.clock.Advance(grace)
 	wantResult(t, h.sweep(), sweeper.Result{Checked: 1})
-	j := h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+	j := h.wantJob(id, gmailrelay.StateSent, 1, 1, 1)
 	if j.Verified || !j.NextCheckAt.IsZero() {
 		t.Errorf("verified %v, next check %v: want unverified and no check scheduled", j.Verified, j.NextCheckAt)
 	}
-	searches := h.lines(id, acceptlog.KindSearch)
+	searches := h.lines(id, gmailrelay.KindSearch)
 	if len(searches) != 10 || searches[9].Reason != sweeper.ReasonVerifyGaveUp || searches[9].State != "" {
 		t.Errorf("search lines %+v, want the second with reason %s and no state", searches, sweeper.ReasonVerifyGaveUp)
 	}
@@ -290,12 +290,12 @@ func TestRestartRecovery(t *testing.T) {
 			p := h.prepare(retryChannel)
 			id := p.MessageID
 			now := h.clock.Now()
-			_, _, err := h.log.Mutate(h.ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-				j := acceptlog.Job{MessageID: id, Key: p.Key, Channel: retryChannel, Mailbox: "me", Fingerprint: p.Fingerprint,
-					State: acceptlog.StateForwarding, Attempts: 1, CreatedAt: now, UpdatedAt: now}
-				return acceptlog.Change{Job: &j, Raw: p.Raw, Lines: []acceptlog.Line{
-					{Kind: acceptlog.KindReceived, Attempt: 1, Channel: retryChannel},
-					{Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding},
+			_, _, err := h.log.Mutate(h.ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+				j := gmailrelay.Job{MessageID: id, Key: p.Key, Channel: retryChannel, Mailbox: "me", Fingerprint: p.Fingerprint,
+					State: gmailrelay.StateForwarding, Attempts: 1, CreatedAt: now, UpdatedAt: now}
+				return gmailrelay.Change{Job: &j, Raw: p.Raw, Lines: []gmailrelay.Line{
+					{Kind: gmailrelay.KindReceived, Attempt: 1, Channel: retryChannel},
+					{Kind: gmailrelay.KindForwarding, Attempt: 1, State: gmailrelay.StateForwarding},
 				}}, nil
 			})
 			if err != nil {
@@ -312,7 +312,7 @@ func TestRestartRecovery(t *testing.T) {
 			if tt.gmailHasIt {
 				delivered = 1
 			}
-			h.wantJob(id, acceptlog.StateUnknown, 1, 0, delivered)
+			h.wantJob(id, gmailrelay.StateUnknown, 1, 0, delivered)
 			var total sweeper.Result
 			for range tt.passes {
 				h.clock.Advance(grace)
@@ -324,7 +324,7 @@ func TestRestartRecovery(t *testing.T) {
 				total.Resent += r.Resent
 			}
 			wantResult(t, total, tt.want)
-			h.wantJob(id, acceptlog.StateSent, tt.wantAttempts, 1, 1)
+			h.wantJob(id, gmailrelay.StateSent, tt.wantAttempts, 1, 1)
 			if got := h.srv.Stats().Calls[gmailfake.MethodSend]; got != tt.wantSendCalls {
 				t.Errorf("send calls at the emulator: %d, want %d", got, tt.wantSendCalls)
 			}
@@ -357,10 +357,10 @@ func TestBatchedSearch(t *testing.T) {
 		t.Errorf("get calls: %d, want 75 (one per hit, to attribute it)", got)
 	}
 	for _, id := range found {
-		h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+		h.wantJob(id, gmailrelay.StateSent, 1, 1, 1)
 	}
 	for _, id := range lost {
-		if j := h.wantJob(id, acceptlog.StateUnknown, 1, 0, 0); j.Checks != 1 {
+		if j := h.wantJob(id, gmailrelay.StateUnknown, 1, 0, 0); j.Checks != 1 {
 			t.Errorf("job %s: checks %d, want 1", id, j.Checks)
 		}
 	}
@@ -378,7 +378,7 @@ func TestBatchedSearchSkipsMessageGoneBeforeGet(t *testing.T) {
 	wantResult(t, r, sweeper.Result{Checked: 2, Found: 1, Missed: 1})
 	sent := 0
 	for _, id := range []string{a, b} {
-		if h.job(id).State == acceptlog.StateSent {
+		if h.job(id).State == gmailrelay.StateSent {
 			sent++
 		}
 	}
@@ -396,35 +396,35 @@ func TestRetryableFailure(t *testing.T) {
 		t.Fatalf("add fault rule: %v", err)
 	}
 	id, res := h.send(retryChannel) // attempt 1 fails before forward
-	h.wantState(id, res.Job, acceptlog.StateFailed)
+	h.wantState(id, res.Job, gmailrelay.StateFailed)
 
 	h.clock.Advance(grace)
 	wantResult(t, h.sweep(), sweeper.Result{Retried: 1}) // attempt 2 fails too
-	h.wantJob(id, acceptlog.StateFailed, 2, 0, 0)
+	h.wantJob(id, gmailrelay.StateFailed, 2, 0, 0)
 	h.clock.Advance(grace)
 	wantResult(t, h.sweep(), sweeper.Result{Retried: 1}) // attempt 3 fails too
 	h.clock.Advance(grace)
 	wantResult(t, h.sweep(), sweeper.Result{Reviewed: 1}) // max_attempts is 3
-	h.wantJob(id, acceptlog.StateReview, 3, 0, 0)
-	if r := h.lines(id, acceptlog.KindReview); len(r) != 1 || r[0].Reason != sweeper.ReasonMaxAttempts {
+	h.wantJob(id, gmailrelay.StateReview, 3, 0, 0)
+	if r := h.lines(id, gmailrelay.KindReview); len(r) != 1 || r[0].Reason != sweeper.ReasonMaxAttempts {
 		t.Errorf("review lines %+v, want one with reason %s", r, sweeper.ReasonMaxAttempts)
 	}
 
 	// A retry that gets through ends sent with one message.
 	id2, res := h.send(retryChannel) // the rule's count is used up: sent
-	h.wantState(id2, res.Job, acceptlog.StateSent)
+	h.wantState(id2, res.Job, gmailrelay.StateSent)
 	count = 1
 	if _, err := h.faults.Add(faultmodes.Spec{Mode: faultmodes.FailBeforeForward, Count: &count}); err != nil {
 		t.Fatalf("add fault rule: %v", err)
 	}
 	id3, res := h.send(retryChannel)
-	h.wantState(id3, res.Job, acceptlog.StateFailed)
+	h.wantState(id3, res.Job, gmailrelay.StateFailed)
 	h.clock.Advance(grace)
 	r := h.sweep()
 	if r.Retried != 1 {
 		t.Errorf("retried %d, want 1", r.Retried)
 	}
-	h.wantJob(id3, acceptlog.StateSent, 2, 1, 1)
+	h.wantJob(id3, gmailrelay.StateSent, 2, 1, 1)
 }
 
 // Where Gmail was seen rewriting Message-IDs a search miss proves nothing:
@@ -433,10 +433,10 @@ func TestRetryableFailure(t *testing.T) {
 func TestUntrustedHandle(t *testing.T) {
 	h := newHarness(t, setup{})
 	sent, res := h.send(retryChannel)
-	h.wantState(sent, res.Job, acceptlog.StateSent)
+	h.wantState(sent, res.Job, gmailrelay.StateSent)
 	unknown := h.sendAmbiguous(retryChannel)
-	if _, _, err := h.log.Mutate(h.ctx, sent, func(*acceptlog.Job) (acceptlog.Change, error) {
-		return acceptlog.Change{Mailbox: &acceptlog.Mailbox{Name: "default", HandleChecked: true, HandleUntrusted: true, Rewrites: 1}}, nil
+	if _, _, err := h.log.Mutate(h.ctx, sent, func(*gmailrelay.Job) (gmailrelay.Change, error) {
+		return gmailrelay.Change{Mailbox: &gmailrelay.Mailbox{Name: "default", HandleChecked: true, HandleUntrusted: true, Rewrites: 1}}, nil
 	}); err != nil {
 		t.Fatalf("mark the handle untrusted: %v", err)
 	}
@@ -444,11 +444,11 @@ func TestUntrustedHandle(t *testing.T) {
 	// The unknown job goes to review without a search; the sent job is
 	// still verified (two hits would prove a duplicate even here).
 	wantResult(t, h.sweep(), sweeper.Result{Reviewed: 1, Checked: 1, Verified: 1})
-	h.wantJob(unknown, acceptlog.StateReview, 1, 0, 1)
-	if r := h.lines(unknown, acceptlog.KindReview); len(r) != 1 || r[0].Reason != sweeper.ReasonHandleUntrusted {
+	h.wantJob(unknown, gmailrelay.StateReview, 1, 0, 1)
+	if r := h.lines(unknown, gmailrelay.KindReview); len(r) != 1 || r[0].Reason != sweeper.ReasonHandleUntrusted {
 		t.Errorf("review lines %+v, want one with reason %s", r, sweeper.ReasonHandleUntrusted)
 	}
-	if j := h.wantJob(sent, acceptlog.StateSent, 1, 1, 1); !confirmedOnce(j) {
+	if j := h.wantJob(sent, gmailrelay.StateSent, 1, 1, 1); !confirmedOnce(j) {
 		t.Errorf("sent job: next check %v, verified %v; want it confirmed once (late look to come)", j.NextCheckAt, j.Verified)
 	}
 	if got := h.srv.Stats().Calls[gmailfake.MethodList]; got != 1 {
@@ -464,9 +464,9 @@ func TestSearchServerErrorKeepsJobDue(t *testing.T) {
 	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodList, Action: gmailfake.ActionError, Status: 503})
 	h.clock.Advance(grace)
 	wantResult(t, h.sweep(), sweeper.Result{Errors: 1})
-	j := h.wantJob(id, acceptlog.StateUnknown, 1, 0, 1)
-	if len(h.lines(id, acceptlog.KindSearch)) != 0 || j.Checks != 0 {
-		t.Errorf("after a failed search: %d search lines, checks %d; want none", len(h.lines(id, acceptlog.KindSearch)), j.Checks)
+	j := h.wantJob(id, gmailrelay.StateUnknown, 1, 0, 1)
+	if len(h.lines(id, gmailrelay.KindSearch)) != 0 || j.Checks != 0 {
+		t.Errorf("after a failed search: %d search lines, checks %d; want none", len(h.lines(id, gmailrelay.KindSearch)), j.Checks)
 	}
 	if !j.NextCheckAt.After(h.clock.Now()) || j.NextCheckAt.After(h.clock.Now().Add(grace)) {
 		t.Errorf("next check %v: want a little after now (%v)", j.NextCheckAt, h.clock.Now())
@@ -474,7 +474,7 @@ func TestSearchServerErrorKeepsJobDue(t *testing.T) {
 	wantResult(t, h.sweep(), sweeper.Result{}) // not due again at once
 	h.clock.Advance(grace)
 	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Found: 1})
-	h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+	h.wantJob(id, gmailrelay.StateSent, 1, 1, 1)
 }
 
 // Gmail's 429 never fails or resolves a job: the sweeper pauses the shared
@@ -504,12 +504,12 @@ func TestRateLimitedSearchBacksOff(t *testing.T) {
 		if got := h.srv.Stats().Calls[gmailfake.MethodList] - lists; got != 1 || again.Deferred != 1 {
 			t.Fatalf("pass %d while paused: %d list calls in all, result %+v; want no new call and the job deferred", i, got, again)
 		}
-		h.wantJob(id, acceptlog.StateUnknown, 1, 0, 1)
+		h.wantJob(id, gmailrelay.StateUnknown, 1, 0, 1)
 		h.clock.Advance(r.Wait)
 	}
 	wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Found: 1})
-	h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
-	if n := len(h.lines(id, acceptlog.KindSearch)); n != 1 {
+	h.wantJob(id, gmailrelay.StateSent, 1, 1, 1)
+	if n := len(h.lines(id, gmailrelay.KindSearch)); n != 1 {
 		t.Errorf("search lines %d, want 1 (a 429 is not a search)", n)
 	}
 }
@@ -553,7 +553,7 @@ func TestQuota(t *testing.T) {
 				if err != nil {
 					t.Fatalf("stats: %v", err)
 				}
-				return st.ByState[acceptlog.StateUnknown] + st.ByState[acceptlog.StateFailed] + st.ByState[acceptlog.StateForwarding]
+				return st.ByState[gmailrelay.StateUnknown] + st.ByState[gmailrelay.StateFailed] + st.ByState[gmailrelay.StateForwarding]
 			}
 			pass := 0
 			for ; unresolved() > 0; pass++ {
@@ -568,7 +568,7 @@ func TestQuota(t *testing.T) {
 				prevLimited = limited
 				if tt.foreground && pass == 2 {
 					id, res := h.send(retryChannel)
-					h.wantState(id, res.Job, acceptlog.StateSent)
+					h.wantState(id, res.Job, gmailrelay.StateSent)
 					foreground = id
 				}
 				step := r.Wait
@@ -582,15 +582,15 @@ func TestQuota(t *testing.T) {
 				t.Errorf("totals %+v: want %d found, %d resent, none reviewed", totals, tt.found, tt.lost)
 			}
 			for _, id := range found {
-				h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+				h.wantJob(id, gmailrelay.StateSent, 1, 1, 1)
 			}
 			for _, id := range lost {
 				// One ambiguous attempt and one resend; a resend that Gmail
 				// refused with a rate limit sent nothing and was retried.
 				j := h.job(id)
-				h.wantJob(id, acceptlog.StateSent, j.Attempts, 1, 1)
+				h.wantJob(id, gmailrelay.StateSent, j.Attempts, 1, 1)
 				limited := 0
-				for _, l := range h.lines(id, acceptlog.KindNotSent) {
+				for _, l := range h.lines(id, gmailrelay.KindNotSent) {
 					if l.Reason == "rate_limited" {
 						limited++
 					}
@@ -600,7 +600,7 @@ func TestQuota(t *testing.T) {
 				}
 			}
 			if foreground != "" {
-				h.wantJob(foreground, acceptlog.StateSent, 1, 1, 1)
+				h.wantJob(foreground, gmailrelay.StateSent, 1, 1, 1)
 			}
 			st := h.srv.Stats()
 			if tt.relayQuota <= tt.emulatorQuota && st.RateLimited != 0 {
@@ -634,7 +634,7 @@ func TestStartWakeStop(t *testing.T) {
 	h.sw.Wake()
 	second := waitPass(t, h.sw)
 	wantResult(t, second, sweeper.Result{Checked: 1, Found: 1})
-	h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+	h.wantJob(id, gmailrelay.StateSent, 1, 1, 1)
 
 	h.sw.Stop()
 	h.sw.Stop()

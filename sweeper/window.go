@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -100,7 +100,7 @@ func gmailMadeID(id string) bool {
 // last attempt and reports whether one carries a Message-ID Gmail made
 // (with a note saying which). done is false when the pass had to stop
 // first (quota, rate limit).
-func (p *pass) storedUnderGmailID(ctx context.Context, j acceptlog.Job) (suspect bool, note string, done bool, err error) {
+func (p *pass) storedUnderGmailID(ctx context.Context, j gmailrelay.Job) (suspect bool, note string, done bool, err error) {
 	lines, err := p.s.log.JobLines(ctx, j.MessageID)
 	if err != nil {
 		return false, "", true, fmt.Errorf("read lines of %s: %w", j.MessageID, err)
@@ -108,7 +108,7 @@ func (p *pass) storedUnderGmailID(ctx context.Context, j acceptlog.Job) (suspect
 	end := attemptEnd(j)
 	start := end
 	for _, l := range lines {
-		if l.Kind == acceptlog.KindForwarding && l.Attempt == j.Attempts && l.Time.Before(start) {
+		if l.Kind == gmailrelay.KindForwarding && l.Attempt == j.Attempts && l.Time.Before(start) {
 			start = l.Time
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -34,10 +34,10 @@ const (
 
 // ReasonIndexUnverifiable is the review reason after max_unwitnessed of
 // missing witnesses.
-const ReasonIndexUnverifiable = acceptlog.ReasonIndexUnverifiable
+const ReasonIndexUnverifiable = gmailrelay.ReasonIndexUnverifiable
 
 // attemptEnd is when the job's last ambiguous attempt ended.
-func attemptEnd(j acceptlog.Job) time.Time {
+func attemptEnd(j gmailrelay.Job) time.Time {
 	if !j.AmbiguousAt.IsZero() {
 		return j.AmbiguousAt
 	}
@@ -59,13 +59,13 @@ type sendRef struct {
 // witnesses later searches carry. The newest of them is also written to
 // the mailbox's record, so that searches after a restart still carry a
 // witness (see witnessFor).
-func (p *pass) noteSends(ctx context.Context, jobs []acceptlog.Job) error {
-	newest := map[string]acceptlog.Job{}
+func (p *pass) noteSends(ctx context.Context, jobs []gmailrelay.Job) error {
+	newest := map[string]gmailrelay.Job{}
 	for _, j := range jobs {
 		if j.CreatedAt.After(p.s.activity[j.Mailbox]) {
 			p.s.activity[j.Mailbox] = j.CreatedAt
 		}
-		if j.State != acceptlog.StateSent || j.GmailID == "" || relay.CheckMessageIDShape(j.MessageID) != nil {
+		if j.State != gmailrelay.StateSent || j.GmailID == "" || relay.CheckMessageIDShape(j.MessageID) != nil {
 			continue
 		}
 		if n, ok := newest[j.Mailbox]; !ok || j.CreatedAt.After(n.CreatedAt) {
@@ -93,12 +93,12 @@ func (p *pass) noteSends(ctx context.Context, jobs []acceptlog.Job) error {
 		if !j.CreatedAt.After(mb.LastSendAt) {
 			continue
 		}
-		var stored acceptlog.Mailbox
-		_, _, err = p.s.log.Mutate(ctx, j.MessageID, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		var stored gmailrelay.Mailbox
+		_, _, err = p.s.log.Mutate(ctx, j.MessageID, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 			if cur == nil {
-				return acceptlog.Change{}, errChanged
+				return gmailrelay.Change{}, errChanged
 			}
-			return acceptlog.Change{EditMailbox: func(m *acceptlog.Mailbox) {
+			return gmailrelay.Change{EditMailbox: func(m *gmailrelay.Mailbox) {
 				if j.CreatedAt.After(m.LastSendAt) {
 					m.LastSendID, m.LastSendAt = j.MessageID, j.CreatedAt
 				}
@@ -123,14 +123,14 @@ func (p *pass) noteSends(ctx context.Context, jobs []acceptlog.Job) error {
 // (earliest, so that it had the most time to be indexed). It returns a
 // pseudo-job for it (sent, so never decided) or false when none is known
 // or none is needed.
-func (p *pass) witnessFor(mailbox string, jobs []acceptlog.Job) (acceptlog.Job, bool) {
+func (p *pass) witnessFor(mailbox string, jobs []gmailrelay.Job) (gmailrelay.Job, bool) {
 	if p.s.deps.DisableWitness {
-		return acceptlog.Job{}, false
+		return gmailrelay.Job{}, false
 	}
 	var latest time.Time
 	any := false
 	for _, j := range jobs {
-		if j.State == acceptlog.StateUnknown {
+		if j.State == gmailrelay.StateUnknown {
 			any = true
 			if e := attemptEnd(j); e.After(latest) {
 				latest = e
@@ -138,11 +138,11 @@ func (p *pass) witnessFor(mailbox string, jobs []acceptlog.Job) (acceptlog.Job, 
 		}
 	}
 	if !any {
-		return acceptlog.Job{}, false
+		return gmailrelay.Job{}, false
 	}
 	for _, k := range jobs {
-		if k.State == acceptlog.StateSent && k.GmailID != "" && k.CreatedAt.After(latest) {
-			return acceptlog.Job{}, false
+		if k.State == gmailrelay.StateSent && k.GmailID != "" && k.CreatedAt.After(latest) {
+			return gmailrelay.Job{}, false
 		}
 	}
 	refs := p.s.sends[mailbox]
@@ -152,11 +152,11 @@ func (p *pass) witnessFor(mailbox string, jobs []acceptlog.Job) (acceptlog.Job, 
 		refs = append(slices.Clip(refs), sendRef{at: mb.LastSendAt, id: mb.LastSendID})
 	}
 	for _, r := range refs {
-		if r.at.After(latest) && !slices.ContainsFunc(jobs, func(j acceptlog.Job) bool { return j.MessageID == r.id }) {
-			return acceptlog.Job{MessageID: r.id, Mailbox: mailbox, State: acceptlog.StateSent, GmailID: "witness", CreatedAt: r.at}, true
+		if r.at.After(latest) && !slices.ContainsFunc(jobs, func(j gmailrelay.Job) bool { return j.MessageID == r.id }) {
+			return gmailrelay.Job{MessageID: r.id, Mailbox: mailbox, State: gmailrelay.StateSent, GmailID: "witness", CreatedAt: r.at}, true
 		}
 	}
-	return acceptlog.Job{}, false
+	return gmailrelay.Job{}, false
 }
 
 // witnesses decides the witness of every unknown job of the batch whose
@@ -174,20 +174,20 @@ func (p *pass) witnessFor(mailbox string, jobs []acceptlog.Job) (acceptlog.Job, 
 // missing, never none, so that no miss is counted on a guess; one the pass
 // could not make (no quota, a rate limit: the mailbox stopped) leaves the
 // job undecided (witnessUnasked).
-func (p *pass) witnesses(ctx context.Context, mailbox string, jobs []acceptlog.Job, hits map[string][]hit) map[string]string {
+func (p *pass) witnesses(ctx context.Context, mailbox string, jobs []gmailrelay.Job, hits map[string][]hit) map[string]string {
 	out := map[string]string{}
 	if p.s.deps.DisableWitness {
 		return out
 	}
-	var unseen []acceptlog.Job // misses with no confirmed later send in the query
+	var unseen []gmailrelay.Job // misses with no confirmed later send in the query
 	for _, j := range jobs {
-		if j.State != acceptlog.StateUnknown || len(hits[j.MessageID]) > 0 {
+		if j.State != gmailrelay.StateUnknown || len(hits[j.MessageID]) > 0 {
 			continue
 		}
 		end := attemptEnd(j)
 		w := WitnessNone
 		for _, k := range jobs {
-			if k.State != acceptlog.StateSent || k.GmailID == "" || !k.CreatedAt.After(end) {
+			if k.State != gmailrelay.StateSent || k.GmailID == "" || !k.CreatedAt.After(end) {
 				continue
 			}
 			if len(hits[k.MessageID]) > 0 {
@@ -242,7 +242,7 @@ func (p *pass) witnesses(ctx context.Context, mailbox string, jobs []acceptlog.J
 // pass has seen yet, such as a confirmed send whose verify is not due).
 // The zero time means none. When the log cannot be read it returns the
 // far future: no miss is counted on a guess.
-func (p *pass) lastHandedToGmail(ctx context.Context, mailbox string, jobs []acceptlog.Job) time.Time {
+func (p *pass) lastHandedToGmail(ctx context.Context, mailbox string, jobs []gmailrelay.Job) time.Time {
 	earliest := attemptEnd(jobs[0])
 	for _, j := range jobs[1:] {
 		if e := attemptEnd(j); e.Before(earliest) {
@@ -274,7 +274,7 @@ func (p *pass) lastHandedToGmail(ctx context.Context, mailbox string, jobs []acc
 // answered false (never a miss counted on a guess, see witnesses); a lack
 // of quota stops the mailbox as for the search itself (the wait covers the
 // search, made again with it), a rate limit pauses it, as every call does.
-func (p *pass) companion(ctx context.Context, mailbox string, jobs []acceptlog.Job) (found, answered bool) {
+func (p *pass) companion(ctx context.Context, mailbox string, jobs []gmailrelay.Job) (found, answered bool) {
 	var latest time.Time
 	for _, j := range jobs {
 		if e := attemptEnd(j); e.After(latest) {

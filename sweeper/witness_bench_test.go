@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
@@ -116,9 +116,9 @@ func witnessQuotaScenario(tb testing.TB, disableWitness bool) quotaRun {
 		}
 		ambiguous := false
 		for _, l := range lines {
-			ambiguous = ambiguous || l.Kind == acceptlog.KindAmbiguous
+			ambiguous = ambiguous || l.Kind == gmailrelay.KindAmbiguous
 		}
-		if ambiguous && (j.State == acceptlog.StateSent || j.State == acceptlog.StateReview) {
+		if ambiguous && (j.State == gmailrelay.StateSent || j.State == gmailrelay.StateReview) {
 			r.resolved++
 		}
 		if srv.Deliveries(id) > 1 { // a lost send resent is delivered once

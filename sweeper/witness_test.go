@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/sweeper"
@@ -35,16 +35,16 @@ func TestSilentlyUnmatchedQueryNeverResends(t *testing.T) {
 	lost := h.sendLost(retryChannel) // Gmail really does not have it
 	h.clock.Advance(10 * time.Second)
 	later, res := h.send(retryChannel) // a later send Gmail confirmed
-	h.wantState(later, res.Job, acceptlog.StateSent)
+	h.wantState(later, res.Job, gmailrelay.StateSent)
 
 	for i := 0; i < 80; i++ {
 		h.clock.Advance(grace)
 		h.sweep()
-		if h.job(lost).State != acceptlog.StateUnknown {
+		if h.job(lost).State != gmailrelay.StateUnknown {
 			break
 		}
 	}
-	j := h.wantJob(lost, acceptlog.StateReview, 1, 0, 0)
+	j := h.wantJob(lost, gmailrelay.StateReview, 1, 0, 0)
 	if got := reviewReason(h, lost); got != sweeper.ReasonIndexUnverifiable {
 		t.Fatalf("review reason %q, want %q", got, sweeper.ReasonIndexUnverifiable)
 	}
@@ -52,7 +52,7 @@ func TestSilentlyUnmatchedQueryNeverResends(t *testing.T) {
 	if waited := j.UpdatedAt.Sub(j.AmbiguousAt); waited < time.Hour || waited > time.Hour+2*grace {
 		t.Errorf("review after %s, want just after max_unwitnessed (1h)", waited)
 	}
-	searches := h.lines(lost, acceptlog.KindSearch)
+	searches := h.lines(lost, gmailrelay.KindSearch)
 	if len(searches) < 2 {
 		t.Fatalf("%d search lines", len(searches))
 	}
@@ -91,9 +91,9 @@ func TestWitnessFoundCountsTheMiss(t *testing.T) {
 	h.clock.Advance(10 * time.Second)
 	h.send(retryChannel)
 	h.sweeps(3)
-	h.wantJob(lost, acceptlog.StateSent, 2, 1, 1)
+	h.wantJob(lost, gmailrelay.StateSent, 2, 1, 1)
 	h.wantDeliveries(lost, 1, "")
-	for _, l := range h.lines(lost, acceptlog.KindSearch) {
+	for _, l := range h.lines(lost, gmailrelay.KindSearch) {
 		if l.Hits == 0 && l.Witness != sweeper.WitnessFound {
 			t.Errorf("search line %+v: want witness found", l)
 		}
@@ -116,14 +116,14 @@ func TestCompanionQueryFindsWitness(t *testing.T) {
 	before := h.srv.Stats()
 	h.clock.Advance(grace)
 	wantResult(t, h.sweep(), sweeper.Result{Checked: 2, Found: 1, Missed: 1})
-	searches := h.lines(lost, acceptlog.KindSearch)
+	searches := h.lines(lost, gmailrelay.KindSearch)
 	if len(searches) != 1 || searches[0].Witness != sweeper.WitnessFound {
 		t.Fatalf("search lines %+v, want one with witness found", searches)
 	}
 	if j := h.job(lost); j.Checks != 1 {
 		t.Errorf("checks %d, want 1: the miss counts", j.Checks)
 	}
-	h.wantJob(stored, acceptlog.StateSent, 1, 1, 1)
+	h.wantJob(stored, gmailrelay.StateSent, 1, 1, 1)
 	after := h.srv.Stats()
 	if got := after.Calls[gmailfake.MethodList] - before.Calls[gmailfake.MethodList]; got != 2 {
 		t.Errorf("emulator result: %d list calls, want 2 (the OR query and one companion query)", got)
@@ -133,7 +133,7 @@ func TestCompanionQueryFindsWitness(t *testing.T) {
 	}
 	// The lost job is resent after its second miss, once.
 	h.sweeps(3)
-	h.wantJob(lost, acceptlog.StateSent, 2, 1, 1)
+	h.wantJob(lost, gmailrelay.StateSent, 2, 1, 1)
 	h.wantDeliveries(lost, 1, "")
 }
 
@@ -174,7 +174,7 @@ func TestCompanionQueryNoneTimeRule(t *testing.T) {
 	}
 	h.clock.Advance(grace)
 	h.sweep()
-	h.wantJob(lost, acceptlog.StateSent, 2, 1, 1)
+	h.wantJob(lost, gmailrelay.StateSent, 2, 1, 1)
 	h.wantDeliveries(lost, 1, "")
 }
 
@@ -208,12 +208,12 @@ func TestRewrittenAmbiguousSendNotResent(t *testing.T) {
 	h.send(retryChannel) // the witness: later, confirmed, searchable
 	h.sweeps(4)
 	// Gmail rewrote the id: no copy carries the relay's id, yet one was delivered.
-	h.wantJobCopies(id, acceptlog.StateReview, 1, 0, 1, 0) // delivered once, not resent
-	rl := h.lines(id, acceptlog.KindReview)
+	h.wantJobCopies(id, gmailrelay.StateReview, 1, 0, 1, 0) // delivered once, not resent
+	rl := h.lines(id, gmailrelay.KindReview)
 	if len(rl) != 1 || rl[0].Reason != sweeper.ReasonHandleUntrusted || !strings.Contains(rl[0].Note, "Gmail made") {
 		t.Fatalf("review lines %+v, want one %q naming the Gmail-made id", rl, sweeper.ReasonHandleUntrusted)
 	}
-	for _, l := range h.lines(id, acceptlog.KindSearch) {
+	for _, l := range h.lines(id, gmailrelay.KindSearch) {
 		if l.Witness != sweeper.WitnessFound {
 			t.Errorf("search line %+v: want witness found (the misses counted; the window check decided)", l)
 		}
@@ -228,7 +228,7 @@ func TestLostSendResentDespiteNeighbours(t *testing.T) {
 	lost := h.sendLost(retryChannel)
 	h.send(retryChannel)
 	h.sweeps(4)
-	h.wantJob(lost, acceptlog.StateSent, 2, 1, 1)
+	h.wantJob(lost, gmailrelay.StateSent, 2, 1, 1)
 	h.wantDeliveries(lost, 1, "")
 }
 
@@ -246,7 +246,7 @@ func TestWitnessSurvivesRestart(t *testing.T) {
 	id := h.sendAmbiguous(retryChannel) // Gmail has it; searchable after 15m
 	h.clock.Advance(10 * time.Second)
 	later, res := h.send(retryChannel)
-	h.wantState(later, res.Job, acceptlog.StateSent)
+	h.wantState(later, res.Job, gmailrelay.StateSent)
 	for range 12 { // both searched; the later one's verify gives up after ten misses
 		h.clock.Advance(grace)
 		h.sweep()
@@ -264,10 +264,10 @@ func TestWitnessSurvivesRestart(t *testing.T) {
 
 	h.restart()
 	h.sweeps(8)
-	h.wantJob(id, acceptlog.StateSent, 1, 1, 1)
+	h.wantJob(id, gmailrelay.StateSent, 1, 1, 1)
 	h.wantDeliveries(id, 1, "not resent")
 	missing := 0
-	for _, l := range h.lines(id, acceptlog.KindSearch) {
+	for _, l := range h.lines(id, gmailrelay.KindSearch) {
 		if l.Witness == sweeper.WitnessMissing {
 			missing++
 		}
@@ -299,7 +299,7 @@ func TestLaterSendNotYetVerifiedKeepsTheWitnessMissing(t *testing.T) {
 	h.sweep() // check 1: nothing after the attempt anywhere (the time rule)
 	h.clock.Advance(grace / 2)
 	later, res := h.send(retryChannel) // Gmail confirms it; its verify is due one grace later
-	h.wantState(later, res.Job, acceptlog.StateSent)
+	h.wantState(later, res.Job, gmailrelay.StateSent)
 	h.clock.Advance(grace / 2)
 	h.sweep() // check 2 of the ambiguous job, before the later send is due
 
@@ -310,8 +310,8 @@ func TestLaterSendNotYetVerifiedKeepsTheWitnessMissing(t *testing.T) {
 	if d := h.srv.Deliveries(ambiguous); d != 1 {
 		t.Fatalf("emulator result: %d deliveries of the ambiguous send, want 1 (never resent)", d)
 	}
-	h.wantJob(ambiguous, acceptlog.StateSent, 1, 1, 1)
-	searches := h.lines(ambiguous, acceptlog.KindSearch)
+	h.wantJob(ambiguous, gmailrelay.StateSent, 1, 1, 1)
+	searches := h.lines(ambiguous, gmailrelay.KindSearch)
 	if len(searches) < 2 {
 		t.Fatalf("%d search lines, want at least 2", len(searches))
 	}
@@ -337,5 +337,5 @@ func TestLaterSendAcrossARestartKeepsTheWitnessMissing(t *testing.T) {
 	if d := h.srv.Deliveries(ambiguous); d != 1 {
 		t.Fatalf("emulator result: %d deliveries of the ambiguous send, want 1 (never resent)", d)
 	}
-	h.wantJob(ambiguous, acceptlog.StateSent, 1, 1, 1)
+	h.wantJob(ambiguous, gmailrelay.StateSent, 1, 1, 1)
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 )
 
@@ -29,7 +30,7 @@ func OpenPath(t testing.TB, path string, opts acceptlog.Options) *acceptlog.Log 
 		t.Fatalf("open acceptance log: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := l.Check(context.Background()); err != nil && !errors.Is(err, acceptlog.ErrClosed) {
+		if err := l.Check(context.Background()); err != nil && !errors.Is(err, gmailrelay.ErrClosed) {
 			t.Errorf("acceptance log invariants: %v", err)
 		}
 		if err := l.Close(); err != nil {

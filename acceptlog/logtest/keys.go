@@ -6,16 +6,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // createKeyed writes a new queued job id with key, created at.
-func createKeyed(t *testing.T, l acceptlog.Store, id, key string, at time.Time) {
+func createKeyed(t *testing.T, l gmailrelay.Store, id, key string, at time.Time) {
 	t.Helper()
-	_, _, err := l.Mutate(context.Background(), id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		return acceptlog.Change{
-			Job:   &acceptlog.Job{MessageID: id, Key: key, Channel: "default", State: acceptlog.StateQueued, CreatedAt: at},
-			Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, State: acceptlog.StateQueued, Channel: "default"}},
+	_, _, err := l.Mutate(context.Background(), id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+		return gmailrelay.Change{
+			Job:   &gmailrelay.Job{MessageID: id, Key: key, Channel: "default", State: gmailrelay.StateQueued, CreatedAt: at},
+			Lines: []gmailrelay.Line{{Kind: gmailrelay.KindReceived, State: gmailrelay.StateQueued, Channel: "default"}},
 		}, nil
 	})
 	if err != nil {
@@ -37,7 +37,7 @@ func testJobByKey(t *testing.T, be Backend) {
 	createKeyed(t, l, newID, key, t0.Add(time.Hour))
 	createKeyed(t, l, "<raw-1@x>", "<raw-1@x>", t0)
 	createKeyed(t, l, "<other@x>", "other-key", t0)
-	check := func(l acceptlog.Store) {
+	check := func(l gmailrelay.Store) {
 		t.Helper()
 		for k, want := range map[string]string{key: oldID, "<raw-1@x>": "<raw-1@x>", "other-key": "<other@x>"} {
 			j, err := l.JobByKey(ctx, k)
@@ -46,7 +46,7 @@ func testJobByKey(t *testing.T, be Backend) {
 			}
 		}
 		for _, k := range []string{"no-such-key", "", "<other@x>"} {
-			if j, err := l.JobByKey(ctx, k); !errors.Is(err, acceptlog.ErrNotFound) {
+			if j, err := l.JobByKey(ctx, k); !errors.Is(err, gmailrelay.ErrNotFound) {
 				t.Errorf("JobByKey(%q) = %s, %v; want ErrNotFound", k, j.MessageID, err)
 			}
 		}

@@ -1,5 +1,5 @@
 // Package logtest is the conformance suite of the acceptance log's
-// contract (acceptlog.Store): folds, refusals, the table of transitions,
+// contract (gmailrelay.Store): folds, refusals, the table of transitions,
 // indexes, the key index, paging, due, by-state, mailbox records, prune, reopening. Every
 // backend runs it from its own tests: acceptlog against the bbolt file,
 // pglog against PostgreSQL.
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // Backend is one implementation of the log under test.
@@ -18,7 +18,7 @@ type Backend struct {
 	// stamped by now, and registers the cleanups that Check it (failing
 	// the test on any violation) and close it. reopen opens the same log
 	// again, after the test closed the first (with the same cleanups).
-	Open func(t *testing.T, now func() time.Time) (log acceptlog.Store, reopen func() acceptlog.Store)
+	Open func(t *testing.T, now func() time.Time) (log gmailrelay.Store, reopen func() gmailrelay.Store)
 	// GroupCommit: concurrent Mutates share commits (the bbolt log), so
 	// the suite checks there are fewer commits than Mutates.
 	GroupCommit bool
@@ -26,13 +26,13 @@ type Backend struct {
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-func (b Backend) open(t *testing.T) acceptlog.Store {
+func (b Backend) open(t *testing.T) gmailrelay.Store {
 	t.Helper()
 	l, _ := b.Open(t, func() time.Time { return t0 })
 	return l
 }
 
-func (b Backend) openReopen(t *testing.T) (acceptlog.Store, func() acceptlog.Store) {
+func (b Backend) openReopen(t *testing.T) (gmailrelay.Store, func() gmailrelay.Store) {
 	t.Helper()
 	return b.Open(t, func() time.Time { return t0 })
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // AtOnce runs fn in n goroutines released together and returns when all
@@ -29,15 +29,15 @@ func AtOnce(n int, fn func(i int, id string)) {
 }
 
 // Create writes a new job in state s with a received line carrying s.
-func Create(t *testing.T, l acceptlog.Store, id, channel string, s acceptlog.State) acceptlog.Job {
+func Create(t *testing.T, l gmailrelay.Store, id, channel string, s gmailrelay.State) gmailrelay.Job {
 	t.Helper()
-	j, _, err := l.Mutate(context.Background(), id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	j, _, err := l.Mutate(context.Background(), id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		if cur != nil {
-			return acceptlog.Change{}, fmt.Errorf("job %s exists", id)
+			return gmailrelay.Change{}, fmt.Errorf("job %s exists", id)
 		}
-		return acceptlog.Change{
-			Job:   &acceptlog.Job{MessageID: id, Channel: channel, State: s, CreatedAt: t0},
-			Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, State: s, Channel: channel}},
+		return gmailrelay.Change{
+			Job:   &gmailrelay.Job{MessageID: id, Channel: channel, State: s, CreatedAt: t0},
+			Lines: []gmailrelay.Line{{Kind: gmailrelay.KindReceived, State: s, Channel: channel}},
 		}, nil
 	})
 	if err != nil {
@@ -46,17 +46,17 @@ func Create(t *testing.T, l acceptlog.Store, id, channel string, s acceptlog.Sta
 	return j
 }
 
-func transition(t *testing.T, l acceptlog.Store, id string, s acceptlog.State, edit func(*acceptlog.Job)) acceptlog.Job {
+func transition(t *testing.T, l gmailrelay.Store, id string, s gmailrelay.State, edit func(*gmailrelay.Job)) gmailrelay.Job {
 	t.Helper()
-	j, _, err := l.Mutate(context.Background(), id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	j, _, err := l.Mutate(context.Background(), id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		if cur == nil {
-			return acceptlog.Change{}, acceptlog.ErrNotFound
+			return gmailrelay.Change{}, gmailrelay.ErrNotFound
 		}
 		cur.State = s
 		if edit != nil {
 			edit(cur)
 		}
-		return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{{Kind: acceptlog.KindState, State: s, Reason: "test"}}}, nil
+		return gmailrelay.Change{Job: cur, Lines: []gmailrelay.Line{{Kind: gmailrelay.KindState, State: s, Reason: "test"}}}, nil
 	})
 	if err != nil {
 		t.Fatalf("transition %s to %s: %v", id, s, err)
@@ -64,7 +64,7 @@ func transition(t *testing.T, l acceptlog.Store, id string, s acceptlog.State, e
 	return j
 }
 
-func ids(jobs []acceptlog.Job) []string {
+func ids(jobs []gmailrelay.Job) []string {
 	out := []string{}
 	for _, j := range jobs {
 		out = append(out, j.MessageID)
@@ -78,43 +78,43 @@ func testMutateCreateUpdateAndLineOrder(t *testing.T, be Backend) {
 	const a, b = "<a@x>", "<b@x>"
 	later := t0.Add(time.Minute)
 
-	job, lines, err := l.Mutate(ctx, a, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	job, lines, err := l.Mutate(ctx, a, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		if cur != nil {
 			t.Errorf("cur = %+v, want nil for a new job", cur)
 		}
-		return acceptlog.Change{
-			Job: &acceptlog.Job{MessageID: a, Channel: "default", State: acceptlog.StateForwarding, Attempts: 1},
-			Lines: []acceptlog.Line{
-				{Kind: acceptlog.KindReceived, Seq: 99},
-				{Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding, Time: later},
+		return gmailrelay.Change{
+			Job: &gmailrelay.Job{MessageID: a, Channel: "default", State: gmailrelay.StateForwarding, Attempts: 1},
+			Lines: []gmailrelay.Line{
+				{Kind: gmailrelay.KindReceived, Seq: 99},
+				{Kind: gmailrelay.KindForwarding, Attempt: 1, State: gmailrelay.StateForwarding, Time: later},
 			},
 		}, nil
 	})
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	if got, want := job.State, acceptlog.StateForwarding; got != want {
+	if got, want := job.State, gmailrelay.StateForwarding; got != want {
 		t.Errorf("created state = %q, want %q", got, want)
 	}
-	want := []acceptlog.Line{
-		{Seq: 1, Time: t0, MessageID: a, Kind: acceptlog.KindReceived},
-		{Seq: 2, Time: later, MessageID: a, Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding},
+	want := []gmailrelay.Line{
+		{Seq: 1, Time: t0, MessageID: a, Kind: gmailrelay.KindReceived},
+		{Seq: 2, Time: later, MessageID: a, Kind: gmailrelay.KindForwarding, Attempt: 1, State: gmailrelay.StateForwarding},
 	}
 	if !reflect.DeepEqual(lines, want) {
 		t.Errorf("written lines = %+v, want %+v", lines, want)
 	}
 
-	Create(t, l, b, "billing", acceptlog.StateFailed) // seq 3
+	Create(t, l, b, "billing", gmailrelay.StateFailed) // seq 3
 
-	job, lines, err = l.Mutate(ctx, a, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		if cur == nil || cur.State != acceptlog.StateForwarding {
-			return acceptlog.Change{}, fmt.Errorf("cur = %+v, want the forwarding job", cur)
+	job, lines, err = l.Mutate(ctx, a, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+		if cur == nil || cur.State != gmailrelay.StateForwarding {
+			return gmailrelay.Change{}, fmt.Errorf("cur = %+v, want the forwarding job", cur)
 		}
-		cur.State = acceptlog.StateSent
+		cur.State = gmailrelay.StateSent
 		cur.GmailID = "g1"
 		cur.Effects++
-		return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{
-			{Kind: acceptlog.KindEffect, Attempt: 1, Source: acceptlog.SourceResponse, GmailID: "g1", State: acceptlog.StateSent},
+		return gmailrelay.Change{Job: cur, Lines: []gmailrelay.Line{
+			{Kind: gmailrelay.KindEffect, Attempt: 1, Source: gmailrelay.SourceResponse, GmailID: "g1", State: gmailrelay.StateSent},
 		}}, nil
 	})
 	if err != nil {
@@ -158,20 +158,20 @@ func testMutateCreateUpdateAndLineOrder(t *testing.T, be Backend) {
 	}
 
 	// A nil Change.Job leaves the job and may still append stateless lines.
-	job, lines, err = l.Mutate(ctx, a, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		return acceptlog.Change{Lines: []acceptlog.Line{{Kind: acceptlog.KindSearch, Hits: 1, SentHits: 1}}}, nil
+	job, lines, err = l.Mutate(ctx, a, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+		return gmailrelay.Change{Lines: []gmailrelay.Line{{Kind: gmailrelay.KindSearch, Hits: 1, SentHits: 1}}}, nil
 	})
 	if err != nil {
 		t.Fatalf("append search line: %v", err)
 	}
-	if job.State != acceptlog.StateSent || len(lines) != 1 || lines[0].Seq != 5 {
+	if job.State != gmailrelay.StateSent || len(lines) != 1 || lines[0].Seq != 5 {
 		t.Errorf("nil-job change returned %+v, %+v; want the sent job and line 5", job, lines)
 	}
 	// A no-op on a missing job returns the zero Job and no error.
-	job, lines, err = l.Mutate(ctx, "<none@x>", func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		return acceptlog.Change{}, nil
+	job, lines, err = l.Mutate(ctx, "<none@x>", func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+		return gmailrelay.Change{}, nil
 	})
-	if err != nil || !reflect.DeepEqual(job, acceptlog.Job{}) || lines != nil {
+	if err != nil || !reflect.DeepEqual(job, gmailrelay.Job{}) || lines != nil {
 		t.Errorf("no-op on missing job = %+v, %v, %v; want zero job, no lines, nil", job, lines, err)
 	}
 }
@@ -179,20 +179,20 @@ func testMutateCreateUpdateAndLineOrder(t *testing.T, be Backend) {
 func testMutateCallbackErrorWritesNothing(t *testing.T, be Backend) {
 	ctx := context.Background()
 	l := be.open(t)
-	Create(t, l, "<a@x>", "default", acceptlog.StateFailed)
+	Create(t, l, "<a@x>", "default", gmailrelay.StateFailed)
 	before, err := l.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	errBusy := errors.New("busy")
 	for _, id := range []string{"<a@x>", "<new@x>"} {
-		_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		_, _, err := l.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 			// Build a full change and still refuse: none of it may land.
-			return acceptlog.Change{
-				Job:     &acceptlog.Job{MessageID: id, State: acceptlog.StateSent},
-				Lines:   []acceptlog.Line{{Kind: acceptlog.KindEffect, State: acceptlog.StateSent}},
+			return gmailrelay.Change{
+				Job:     &gmailrelay.Job{MessageID: id, State: gmailrelay.StateSent},
+				Lines:   []gmailrelay.Line{{Kind: gmailrelay.KindEffect, State: gmailrelay.StateSent}},
 				Raw:     []byte("x"),
-				Mailbox: &acceptlog.Mailbox{Name: "m", Rewrites: 1},
+				Mailbox: &gmailrelay.Mailbox{Name: "m", Rewrites: 1},
 			}, errBusy
 		})
 		if got, want := err, errBusy; got != want {
@@ -206,13 +206,13 @@ func testMutateCallbackErrorWritesNothing(t *testing.T, be Backend) {
 	if !reflect.DeepEqual(after, before) {
 		t.Errorf("stats changed by refused mutates: %+v -> %+v", before, after)
 	}
-	if _, err := l.Get(ctx, "<new@x>"); !errors.Is(err, acceptlog.ErrNotFound) {
+	if _, err := l.Get(ctx, "<new@x>"); !errors.Is(err, gmailrelay.ErrNotFound) {
 		t.Errorf("Get(new) error = %v, want ErrNotFound", err)
 	}
-	if j, _ := l.Get(ctx, "<a@x>"); j.State != acceptlog.StateFailed {
+	if j, _ := l.Get(ctx, "<a@x>"); j.State != gmailrelay.StateFailed {
 		t.Errorf("existing job state = %q, want it unchanged (failed)", j.State)
 	}
-	if _, err := l.Raw(ctx, "<a@x>"); !errors.Is(err, acceptlog.ErrNotFound) {
+	if _, err := l.Raw(ctx, "<a@x>"); !errors.Is(err, gmailrelay.ErrNotFound) {
 		t.Errorf("Raw error = %v, want ErrNotFound", err)
 	}
 	if mb, _ := l.Mailbox(ctx, "m"); mb.Rewrites != 0 {
@@ -222,51 +222,51 @@ func testMutateCallbackErrorWritesNothing(t *testing.T, be Backend) {
 
 func testMutateRejectsInvalidChanges(t *testing.T, be Backend) {
 	const id = "<a@x>"
-	job := func(s acceptlog.State, attempts int) *acceptlog.Job {
-		return &acceptlog.Job{MessageID: id, State: s, Attempts: attempts}
+	job := func(s gmailrelay.State, attempts int) *gmailrelay.Job {
+		return &gmailrelay.Job{MessageID: id, State: s, Attempts: attempts}
 	}
-	line := func(k acceptlog.Kind, s acceptlog.State, attempt int) acceptlog.Line {
-		return acceptlog.Line{Kind: k, State: s, Attempt: attempt}
+	line := func(k gmailrelay.Kind, s gmailrelay.State, attempt int) gmailrelay.Line {
+		return gmailrelay.Line{Kind: k, State: s, Attempt: attempt}
 	}
 	tests := []struct {
 		name   string
 		id     string
 		exists bool // the job exists (failed, 1 attempt) before the change
-		change acceptlog.Change
+		change gmailrelay.Change
 	}{
-		{"last line state differs from job", id, true, acceptlog.Change{Job: job(acceptlog.StateSent, 1),
-			Lines: []acceptlog.Line{line(acceptlog.KindEffect, acceptlog.StateSent, 1), line(acceptlog.KindState, acceptlog.StateUnknown, 1)}}},
-		{"state change without a line", id, true, acceptlog.Change{Job: job(acceptlog.StateSent, 1)}},
-		{"new job without a state line", id, false, acceptlog.Change{Job: job(acceptlog.StateForwarding, 0),
-			Lines: []acceptlog.Line{line(acceptlog.KindReceived, "", 0)}}},
-		{"state line without job", id, true, acceptlog.Change{Lines: []acceptlog.Line{line(acceptlog.KindState, acceptlog.StateFailed, 0)}}},
-		{"lines for a missing job", id, false, acceptlog.Change{Lines: []acceptlog.Line{line(acceptlog.KindSearch, "", 0)}}},
-		{"raw for a missing job", id, false, acceptlog.Change{Raw: []byte("x")}},
-		{"job for another id", id, true, acceptlog.Change{Job: &acceptlog.Job{MessageID: "<b@x>", State: acceptlog.StateFailed, Attempts: 1}}},
-		{"invalid job state", id, false, acceptlog.Change{Job: job("bogus", 0),
-			Lines: []acceptlog.Line{line(acceptlog.KindReceived, "bogus", 0)}}},
-		{"unknown line kind", id, true, acceptlog.Change{Lines: []acceptlog.Line{line("gossip", "", 0)}}},
-		{"line for another id", id, true, acceptlog.Change{Lines: []acceptlog.Line{{Kind: acceptlog.KindSearch, MessageID: "<b@x>"}}}},
-		{"line attempt beyond job attempts", id, true, acceptlog.Change{Lines: []acceptlog.Line{line(acceptlog.KindSearch, "", 2)}}},
-		{"attempts decrease", id, true, acceptlog.Change{Job: job(acceptlog.StateFailed, 0)}},
-		{"mailbox without name", id, true, acceptlog.Change{Mailbox: &acceptlog.Mailbox{}}},
-		{"empty message id", "", false, acceptlog.Change{}},
-		{"NUL in message id", "<a\x00@x>", false, acceptlog.Change{}},
+		{"last line state differs from job", id, true, gmailrelay.Change{Job: job(gmailrelay.StateSent, 1),
+			Lines: []gmailrelay.Line{line(gmailrelay.KindEffect, gmailrelay.StateSent, 1), line(gmailrelay.KindState, gmailrelay.StateUnknown, 1)}}},
+		{"state change without a line", id, true, gmailrelay.Change{Job: job(gmailrelay.StateSent, 1)}},
+		{"new job without a state line", id, false, gmailrelay.Change{Job: job(gmailrelay.StateForwarding, 0),
+			Lines: []gmailrelay.Line{line(gmailrelay.KindReceived, "", 0)}}},
+		{"state line without job", id, true, gmailrelay.Change{Lines: []gmailrelay.Line{line(gmailrelay.KindState, gmailrelay.StateFailed, 0)}}},
+		{"lines for a missing job", id, false, gmailrelay.Change{Lines: []gmailrelay.Line{line(gmailrelay.KindSearch, "", 0)}}},
+		{"raw for a missing job", id, false, gmailrelay.Change{Raw: []byte("x")}},
+		{"job for another id", id, true, gmailrelay.Change{Job: &gmailrelay.Job{MessageID: "<b@x>", State: gmailrelay.StateFailed, Attempts: 1}}},
+		{"invalid job state", id, false, gmailrelay.Change{Job: job("bogus", 0),
+			Lines: []gmailrelay.Line{line(gmailrelay.KindReceived, "bogus", 0)}}},
+		{"unknown line kind", id, true, gmailrelay.Change{Lines: []gmailrelay.Line{line("gossip", "", 0)}}},
+		{"line for another id", id, true, gmailrelay.Change{Lines: []gmailrelay.Line{{Kind: gmailrelay.KindSearch, MessageID: "<b@x>"}}}},
+		{"line attempt beyond job attempts", id, true, gmailrelay.Change{Lines: []gmailrelay.Line{line(gmailrelay.KindSearch, "", 2)}}},
+		{"attempts decrease", id, true, gmailrelay.Change{Job: job(gmailrelay.StateFailed, 0)}},
+		{"mailbox without name", id, true, gmailrelay.Change{Mailbox: &gmailrelay.Mailbox{}}},
+		{"empty message id", "", false, gmailrelay.Change{}},
+		{"NUL in message id", "<a\x00@x>", false, gmailrelay.Change{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			l := be.open(t)
 			if tc.exists {
-				transition(t, l, Create(t, l, id, "default", acceptlog.StateForwarding).MessageID, acceptlog.StateFailed,
-					func(j *acceptlog.Job) { j.Attempts = 1 })
+				transition(t, l, Create(t, l, id, "default", gmailrelay.StateForwarding).MessageID, gmailrelay.StateFailed,
+					func(j *gmailrelay.Job) { j.Attempts = 1 })
 			}
 			before, err := l.Stats(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, _, err = l.Mutate(ctx, tc.id, func(*acceptlog.Job) (acceptlog.Change, error) { return tc.change, nil })
-			if !errors.Is(err, acceptlog.ErrInvalidChange) {
+			_, _, err = l.Mutate(ctx, tc.id, func(*gmailrelay.Job) (gmailrelay.Change, error) { return tc.change, nil })
+			if !errors.Is(err, gmailrelay.ErrInvalidChange) {
 				t.Fatalf("Mutate error = %v, want ErrInvalidChange", err)
 			}
 			after, err := l.Stats(ctx)
@@ -284,15 +284,15 @@ func testMutateConcurrentSameIDSerialises(t *testing.T, be Backend) {
 	ctx := context.Background()
 	l := be.open(t)
 	const id, n = "<a@x>", 50
-	Create(t, l, id, "default", acceptlog.StateForwarding)
+	Create(t, l, id, "default", gmailrelay.StateForwarding)
 	commitsBefore := l.Commits()
 
 	errs := make(chan error, n)
 	AtOnce(n, func(int, string) {
-		_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		_, _, err := l.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 			cur.Attempts++
-			return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{{
-				Kind: acceptlog.KindForwarding, Attempt: cur.Attempts, State: acceptlog.StateForwarding,
+			return gmailrelay.Change{Job: cur, Lines: []gmailrelay.Line{{
+				Kind: gmailrelay.KindForwarding, Attempt: cur.Attempts, State: gmailrelay.StateForwarding,
 			}}}, nil
 		})
 		errs <- err
@@ -329,17 +329,17 @@ func testMutateConcurrentDifferentIDsAllLand(t *testing.T, be Backend) {
 	l := be.open(t)
 	const n = 50
 	AtOnce(n, func(_ int, id string) {
-		_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-			return acceptlog.Change{
-				Job:   &acceptlog.Job{MessageID: id, Channel: "default", State: acceptlog.StateForwarding},
-				Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, State: acceptlog.StateForwarding}},
+		_, _, err := l.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+			return gmailrelay.Change{
+				Job:   &gmailrelay.Job{MessageID: id, Channel: "default", State: gmailrelay.StateForwarding},
+				Lines: []gmailrelay.Line{{Kind: gmailrelay.KindReceived, State: gmailrelay.StateForwarding}},
 			}, nil
 		})
 		if err != nil {
 			t.Errorf("Mutate %s: %v", id, err)
 		}
 	})
-	jobs, err := l.ByState(ctx, acceptlog.StateForwarding, 0)
+	jobs, err := l.ByState(ctx, gmailrelay.StateForwarding, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,32 +361,32 @@ func testMutateConcurrentDifferentIDsAllLand(t *testing.T, be Backend) {
 func testReopenKeepsEverything(t *testing.T, be Backend) {
 	ctx := context.Background()
 	l, reopen := be.openReopen(t)
-	Create(t, l, "<a@x>", "default", acceptlog.StateForwarding)
-	transition(t, l, "<a@x>", acceptlog.StateUnknown, func(j *acceptlog.Job) {
+	Create(t, l, "<a@x>", "default", gmailrelay.StateForwarding)
+	transition(t, l, "<a@x>", gmailrelay.StateUnknown, func(j *gmailrelay.Job) {
 		j.NextCheckAt = t0.Add(3 * time.Minute)
 		j.AmbiguousAt = t0
 	})
-	Create(t, l, "<b@x>", "billing", acceptlog.StateSent)
-	_, _, err := l.Mutate(ctx, "<b@x>", func(*acceptlog.Job) (acceptlog.Change, error) {
-		return acceptlog.Change{Raw: []byte("Message-ID: <b@x>\r\n\r\nhi"), Mailbox: &acceptlog.Mailbox{Name: "me@x", HandleChecked: true}}, nil
+	Create(t, l, "<b@x>", "billing", gmailrelay.StateSent)
+	_, _, err := l.Mutate(ctx, "<b@x>", func(*gmailrelay.Job) (gmailrelay.Change, error) {
+		return gmailrelay.Change{Raw: []byte("Message-ID: <b@x>\r\n\r\nhi"), Mailbox: &gmailrelay.Mailbox{Name: "me@x", HandleChecked: true}}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	type snapshot struct {
-		Jobs    []acceptlog.Job
-		Lines   []acceptlog.Line
+		Jobs    []gmailrelay.Job
+		Lines   []gmailrelay.Line
 		Raw     []byte
-		Mailbox acceptlog.Mailbox
-		Stats   acceptlog.Stats
-		Due     []acceptlog.Job
+		Mailbox gmailrelay.Mailbox
+		Stats   gmailrelay.Stats
+		Due     []gmailrelay.Job
 	}
-	snap := func(l acceptlog.Store) snapshot {
+	snap := func(l gmailrelay.Store) snapshot {
 		t.Helper()
 		var s snapshot
 		var err error
-		if s.Jobs, _, err = l.List(ctx, acceptlog.ListOptions{}); err != nil {
+		if s.Jobs, _, err = l.List(ctx, gmailrelay.ListOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		if s.Lines, _, err = l.Lines(ctx, 0, 0); err != nil {
@@ -413,10 +413,10 @@ func testReopenKeepsEverything(t *testing.T, be Backend) {
 	if err := l.Close(); err != nil {
 		t.Errorf("second close = %v, want nil", err)
 	}
-	if _, err := l.Get(ctx, "<a@x>"); !errors.Is(err, acceptlog.ErrClosed) {
+	if _, err := l.Get(ctx, "<a@x>"); !errors.Is(err, gmailrelay.ErrClosed) {
 		t.Errorf("Get after Close error = %v, want ErrClosed", err)
 	}
-	if _, _, err := l.Mutate(ctx, "<a@x>", func(*acceptlog.Job) (acceptlog.Change, error) { return acceptlog.Change{}, nil }); !errors.Is(err, acceptlog.ErrClosed) {
+	if _, _, err := l.Mutate(ctx, "<a@x>", func(*gmailrelay.Job) (gmailrelay.Change, error) { return gmailrelay.Change{}, nil }); !errors.Is(err, gmailrelay.ErrClosed) {
 		t.Errorf("Mutate after Close error = %v, want ErrClosed", err)
 	}
 
@@ -424,8 +424,8 @@ func testReopenKeepsEverything(t *testing.T, be Backend) {
 	if got := snap(l2); !reflect.DeepEqual(got, before) {
 		t.Errorf("after reopen:\n got %+v\nwant %+v", got, before)
 	}
-	_, lines, err := l2.Mutate(ctx, "<a@x>", func(*acceptlog.Job) (acceptlog.Change, error) {
-		return acceptlog.Change{Lines: []acceptlog.Line{{Kind: acceptlog.KindSearch}}}, nil
+	_, lines, err := l2.Mutate(ctx, "<a@x>", func(*gmailrelay.Job) (gmailrelay.Change, error) {
+		return gmailrelay.Change{Lines: []gmailrelay.Line{{Kind: gmailrelay.KindSearch}}}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -439,29 +439,29 @@ func testMutateRefusesEveryTransitionOutsideTheTable(t *testing.T, be Backend) {
 	ctx := context.Background()
 	l := be.open(t)
 	n := 0
-	for _, from := range acceptlog.States {
-		for _, to := range acceptlog.States {
+	for _, from := range gmailrelay.States {
+		for _, to := range gmailrelay.States {
 			n++
 			id := fmt.Sprintf("<t%d@x>", n)
-			seed := acceptlog.Job{MessageID: id, State: from, Attempts: 1, CreatedAt: time.Unix(1, 0)}
-			if _, _, err := l.Mutate(ctx, id, func(*acceptlog.Job) (acceptlog.Change, error) {
+			seed := gmailrelay.Job{MessageID: id, State: from, Attempts: 1, CreatedAt: time.Unix(1, 0)}
+			if _, _, err := l.Mutate(ctx, id, func(*gmailrelay.Job) (gmailrelay.Change, error) {
 				j := seed
-				return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{{Kind: acceptlog.KindState, State: from}}}, nil
+				return gmailrelay.Change{Job: &j, Lines: []gmailrelay.Line{{Kind: gmailrelay.KindState, State: from}}}, nil
 			}); err != nil {
 				t.Fatalf("seed %s: %v", from, err)
 			}
-			_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+			_, _, err := l.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 				j := *cur
-				line := acceptlog.Move(&j, to, acceptlog.Line{Kind: acceptlog.KindState})
-				return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{line}}, nil
+				line := gmailrelay.Move(&j, to, gmailrelay.Line{Kind: gmailrelay.KindState})
+				return gmailrelay.Change{Job: &j, Lines: []gmailrelay.Line{line}}, nil
 			})
-			if acceptlog.Allowed(from, to) {
+			if gmailrelay.Allowed(from, to) {
 				if err != nil {
 					t.Errorf("%s → %s (in the table): %v", from, to, err)
 				}
 				continue
 			}
-			if !errors.Is(err, acceptlog.ErrInvalidChange) || !strings.Contains(err.Error(), string(from)+" → "+string(to)) {
+			if !errors.Is(err, gmailrelay.ErrInvalidChange) || !strings.Contains(err.Error(), string(from)+" → "+string(to)) {
 				t.Errorf("%s → %s (not in the table): err = %v, want an invalid change naming both states", from, to, err)
 			}
 			got, gerr := l.Get(ctx, id)
@@ -481,36 +481,36 @@ func testMutateRefusesEveryTransitionOutsideTheTable(t *testing.T, be Backend) {
 func testMutateChecksEachStepOfItsLines(t *testing.T, be Backend) {
 	ctx := context.Background()
 	l := be.open(t)
-	seed := func(id string, st acceptlog.State) {
+	seed := func(id string, st gmailrelay.State) {
 		t.Helper()
-		if _, _, err := l.Mutate(ctx, id, func(*acceptlog.Job) (acceptlog.Change, error) {
-			j := acceptlog.Job{MessageID: id, State: st, Attempts: 1, CreatedAt: time.Unix(1, 0)}
-			return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{{Kind: acceptlog.KindState, State: st}}}, nil
+		if _, _, err := l.Mutate(ctx, id, func(*gmailrelay.Job) (gmailrelay.Change, error) {
+			j := gmailrelay.Job{MessageID: id, State: st, Attempts: 1, CreatedAt: time.Unix(1, 0)}
+			return gmailrelay.Change{Job: &j, Lines: []gmailrelay.Line{{Kind: gmailrelay.KindState, State: st}}}, nil
 		}); err != nil {
 			t.Fatalf("seed %s: %v", st, err)
 		}
 	}
-	through := func(id string, steps ...acceptlog.State) error {
-		_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	through := func(id string, steps ...gmailrelay.State) error {
+		_, _, err := l.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 			j := *cur
-			var lines []acceptlog.Line
+			var lines []gmailrelay.Line
 			for _, st := range steps {
-				lines = append(lines, acceptlog.Move(&j, st, acceptlog.Line{Kind: acceptlog.KindState}))
+				lines = append(lines, gmailrelay.Move(&j, st, gmailrelay.Line{Kind: gmailrelay.KindState}))
 			}
-			return acceptlog.Change{Job: &j, Lines: lines}, nil
+			return gmailrelay.Change{Job: &j, Lines: lines}, nil
 		})
 		return err
 	}
-	seed("<steps-ok@x>", acceptlog.StateForwarding)
-	if err := through("<steps-ok@x>", acceptlog.StateSent, acceptlog.StateReview); err != nil {
+	seed("<steps-ok@x>", gmailrelay.StateForwarding)
+	if err := through("<steps-ok@x>", gmailrelay.StateSent, gmailrelay.StateReview); err != nil {
 		t.Errorf("forwarding → sent → review: %v", err)
 	}
-	seed("<steps-bad@x>", acceptlog.StateUnknown)
-	err := through("<steps-bad@x>", acceptlog.StateQueued, acceptlog.StateForwarding)
-	if !errors.Is(err, acceptlog.ErrInvalidChange) || !strings.Contains(err.Error(), "unknown → queued") {
+	seed("<steps-bad@x>", gmailrelay.StateUnknown)
+	err := through("<steps-bad@x>", gmailrelay.StateQueued, gmailrelay.StateForwarding)
+	if !errors.Is(err, gmailrelay.ErrInvalidChange) || !strings.Contains(err.Error(), "unknown → queued") {
 		t.Errorf("unknown → queued → forwarding: err = %v, want an invalid change naming unknown → queued", err)
 	}
-	if j, _ := l.Get(ctx, "<steps-bad@x>"); j.State != acceptlog.StateUnknown {
+	if j, _ := l.Get(ctx, "<steps-bad@x>"); j.State != gmailrelay.StateUnknown {
 		t.Errorf("refused change left the job %s, want unknown", j.State)
 	}
 }

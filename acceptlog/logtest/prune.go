@@ -7,29 +7,29 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // SentJob writes a job the way the send path does (received + forwarding,
 // then effect + sent) with its raw message, last changed at at.
-func SentJob(t *testing.T, l acceptlog.Store, id string, at time.Time) {
+func SentJob(t *testing.T, l gmailrelay.Store, id string, at time.Time) {
 	t.Helper()
 	ctx := context.Background()
-	_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		j := acceptlog.Job{MessageID: id, Key: "key-" + id, Channel: "default", Mailbox: "default",
-			Fingerprint: "fp-" + id, State: acceptlog.StateForwarding, Attempts: 1, CreatedAt: at, UpdatedAt: at}
-		return acceptlog.Change{Job: &j, Raw: []byte("Message-ID: " + id + "\r\n\r\nbody"), Lines: []acceptlog.Line{
-			{Kind: acceptlog.KindReceived, Attempt: 1, Channel: "default", Time: at},
-			{Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding, Time: at},
+	_, _, err := l.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+		j := gmailrelay.Job{MessageID: id, Key: "key-" + id, Channel: "default", Mailbox: "default",
+			Fingerprint: "fp-" + id, State: gmailrelay.StateForwarding, Attempts: 1, CreatedAt: at, UpdatedAt: at}
+		return gmailrelay.Change{Job: &j, Raw: []byte("Message-ID: " + id + "\r\n\r\nbody"), Lines: []gmailrelay.Line{
+			{Kind: gmailrelay.KindReceived, Attempt: 1, Channel: "default", Time: at},
+			{Kind: gmailrelay.KindForwarding, Attempt: 1, State: gmailrelay.StateForwarding, Time: at},
 		}}, nil
 	})
 	if err != nil {
 		t.Fatalf("forward %s: %v", id, err)
 	}
-	_, _, err = l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		cur.State, cur.Effects, cur.GmailID, cur.ThreadID, cur.UpdatedAt = acceptlog.StateSent, 1, "g-"+id, "t-"+id, at
-		return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{
-			{Kind: acceptlog.KindEffect, Attempt: 1, State: acceptlog.StateSent, Source: acceptlog.SourceResponse, GmailID: "g-" + id, Time: at},
+	_, _, err = l.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+		cur.State, cur.Effects, cur.GmailID, cur.ThreadID, cur.UpdatedAt = gmailrelay.StateSent, 1, "g-"+id, "t-"+id, at
+		return gmailrelay.Change{Job: cur, Lines: []gmailrelay.Line{
+			{Kind: gmailrelay.KindEffect, Attempt: 1, State: gmailrelay.StateSent, Source: gmailrelay.SourceResponse, GmailID: "g-" + id, Time: at},
 		}}, nil
 	})
 	if err != nil {
@@ -44,11 +44,11 @@ func testPruneKeepsTheRecordAndDropsDetail(t *testing.T, be Backend) {
 	SentJob(t, l, old, t0.Add(-48*time.Hour))
 	SentJob(t, l, fresh, t0)
 	// Still unknown: never pruned, however old.
-	_, _, err := l.Mutate(ctx, "<unknown@x.example>", func(*acceptlog.Job) (acceptlog.Change, error) {
+	_, _, err := l.Mutate(ctx, "<unknown@x.example>", func(*gmailrelay.Job) (gmailrelay.Change, error) {
 		at := t0.Add(-72 * time.Hour)
-		j := acceptlog.Job{MessageID: "<unknown@x.example>", Channel: "default", State: acceptlog.StateUnknown,
+		j := gmailrelay.Job{MessageID: "<unknown@x.example>", Channel: "default", State: gmailrelay.StateUnknown,
 			Attempts: 1, CreatedAt: at, UpdatedAt: at, AmbiguousAt: at}
-		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{{Kind: acceptlog.KindAmbiguous, Attempt: 1, State: acceptlog.StateUnknown}}}, nil
+		return gmailrelay.Change{Job: &j, Lines: []gmailrelay.Line{{Kind: gmailrelay.KindAmbiguous, Attempt: 1, State: gmailrelay.StateUnknown}}}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -66,24 +66,24 @@ func testPruneKeepsTheRecordAndDropsDetail(t *testing.T, be Backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.PrunedAt.IsZero() || j.State != acceptlog.StateSent || j.Key != "key-"+old || j.Fingerprint != "fp-"+old ||
+	if j.PrunedAt.IsZero() || j.State != gmailrelay.StateSent || j.Key != "key-"+old || j.Fingerprint != "fp-"+old ||
 		j.GmailID != "g-"+old || j.Effects != 1 {
 		t.Fatalf("pruned job record = %+v, want sent with key, fingerprint, gmail id and effects kept", j)
 	}
 	lines, _ := l.JobLines(ctx, old)
-	if len(lines) != 1 || lines[0].Kind != acceptlog.KindEffect {
+	if len(lines) != 1 || lines[0].Kind != gmailrelay.KindEffect {
 		t.Fatalf("pruned job lines = %+v, want only its effect line", lines)
 	}
-	if _, err := l.Raw(ctx, old); !errors.Is(err, acceptlog.ErrNotFound) {
+	if _, err := l.Raw(ctx, old); !errors.Is(err, gmailrelay.ErrNotFound) {
 		t.Fatalf("Raw of pruned job: err %v, want ErrNotFound", err)
 	}
 	if lines, _ := l.JobLines(ctx, fresh); len(lines) != 3 {
 		t.Fatalf("fresh job has %d lines, want 3 (not pruned)", len(lines))
 	}
 	after, _ := l.Stats(ctx)
-	if after.Lines != before.Lines-2 || after.ByKind[acceptlog.KindEffect] != before.ByKind[acceptlog.KindEffect] {
+	if after.Lines != before.Lines-2 || after.ByKind[gmailrelay.KindEffect] != before.ByKind[gmailrelay.KindEffect] {
 		t.Fatalf("stats lines %d → %d, effects %d → %d; want 2 fewer lines, same effects",
-			before.Lines, after.Lines, before.ByKind[acceptlog.KindEffect], after.ByKind[acceptlog.KindEffect])
+			before.Lines, after.Lines, before.ByKind[gmailrelay.KindEffect], after.ByKind[gmailrelay.KindEffect])
 	}
 	// A second pass finds nothing left to do.
 	if res, err := l.Prune(ctx, t0.Add(time.Hour*24*365), 0); err != nil || res.Jobs != 1 {
@@ -118,18 +118,18 @@ func testPruneLimitAndOrder(t *testing.T, be Backend) {
 
 func testPrunableStates(t *testing.T, be Backend) {
 	for _, tc := range []struct {
-		j    acceptlog.Job
+		j    gmailrelay.Job
 		want bool
 	}{
-		{acceptlog.Job{State: acceptlog.StateSent}, true},
-		{acceptlog.Job{State: acceptlog.StateSent, NextCheckAt: t0}, false}, // verify pass pending
-		{acceptlog.Job{State: acceptlog.StateAbandoned}, true},
-		{acceptlog.Job{State: acceptlog.StateFailed}, true},
-		{acceptlog.Job{State: acceptlog.StateFailed, Retryable: true}, false},
-		{acceptlog.Job{State: acceptlog.StateUnknown}, false},
-		{acceptlog.Job{State: acceptlog.StateReview}, false},
-		{acceptlog.Job{State: acceptlog.StateForwarding}, false},
-		{acceptlog.Job{State: acceptlog.StateSent, PrunedAt: t0}, false},
+		{gmailrelay.Job{State: gmailrelay.StateSent}, true},
+		{gmailrelay.Job{State: gmailrelay.StateSent, NextCheckAt: t0}, false}, // verify pass pending
+		{gmailrelay.Job{State: gmailrelay.StateAbandoned}, true},
+		{gmailrelay.Job{State: gmailrelay.StateFailed}, true},
+		{gmailrelay.Job{State: gmailrelay.StateFailed, Retryable: true}, false},
+		{gmailrelay.Job{State: gmailrelay.StateUnknown}, false},
+		{gmailrelay.Job{State: gmailrelay.StateReview}, false},
+		{gmailrelay.Job{State: gmailrelay.StateForwarding}, false},
+		{gmailrelay.Job{State: gmailrelay.StateSent, PrunedAt: t0}, false},
 	} {
 		if got := tc.j.Prunable(); got != tc.want {
 			t.Errorf("Prunable(%s, retryable %v, next check %v, pruned %v) = %v, want %v",
@@ -145,12 +145,12 @@ func testCheckAcceptsPrunedJobsWithGaps(t *testing.T, be Backend) {
 	at := t0.Add(-48 * time.Hour)
 	SentJob(t, l, id, at)
 	for _, step := range []struct {
-		state acceptlog.State
-		kind  acceptlog.Kind
-	}{{acceptlog.StateReview, acceptlog.KindReview}, {acceptlog.StateAbandoned, acceptlog.KindResolved}} {
-		_, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		state gmailrelay.State
+		kind  gmailrelay.Kind
+	}{{gmailrelay.StateReview, gmailrelay.KindReview}, {gmailrelay.StateAbandoned, gmailrelay.KindResolved}} {
+		_, _, err := l.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 			cur.State, cur.UpdatedAt = step.state, at
-			return acceptlog.Change{Job: cur, Lines: []acceptlog.Line{{Kind: step.kind, Attempt: 1, State: step.state, Actor: "test"}}}, nil
+			return gmailrelay.Change{Job: cur, Lines: []gmailrelay.Line{{Kind: step.kind, Attempt: 1, State: step.state, Actor: "test"}}}, nil
 		})
 		if err != nil {
 			t.Fatalf("move to %s: %v", step.state, err)
@@ -160,7 +160,7 @@ func testCheckAcceptsPrunedJobsWithGaps(t *testing.T, be Backend) {
 		t.Fatalf("Prune = %+v, %v", res, err)
 	}
 	lines, _ := l.JobLines(ctx, id)
-	if len(lines) != 2 || lines[0].State != acceptlog.StateSent || lines[1].State != acceptlog.StateAbandoned {
+	if len(lines) != 2 || lines[0].State != gmailrelay.StateSent || lines[1].State != gmailrelay.StateAbandoned {
 		t.Fatalf("kept lines %+v; want the effect (sent) and the resolved (abandoned) line", lines)
 	}
 	if err := l.Check(ctx); err != nil {
@@ -206,27 +206,27 @@ func testPruneKeepsTheAlarmCounters(t *testing.T, be Backend) {
 	l := be.open(t)
 	id := "<dup@x.example>"
 	SentJob(t, l, id, t0.Add(-48*time.Hour))
-	for _, edit := range []func(j *acceptlog.Job) []acceptlog.Line{
-		func(j *acceptlog.Job) []acceptlog.Line {
-			return []acceptlog.Line{{Kind: acceptlog.KindHandle, Attempt: 1, Reason: acceptlog.ReasonHandleRewritten},
-				acceptlog.Move(j, acceptlog.StateReview, acceptlog.Line{Kind: acceptlog.KindReview, Attempt: 1, Reason: acceptlog.ReasonDuplicate})}
+	for _, edit := range []func(j *gmailrelay.Job) []gmailrelay.Line{
+		func(j *gmailrelay.Job) []gmailrelay.Line {
+			return []gmailrelay.Line{{Kind: gmailrelay.KindHandle, Attempt: 1, Reason: gmailrelay.ReasonHandleRewritten},
+				gmailrelay.Move(j, gmailrelay.StateReview, gmailrelay.Line{Kind: gmailrelay.KindReview, Attempt: 1, Reason: gmailrelay.ReasonDuplicate})}
 		},
-		func(j *acceptlog.Job) []acceptlog.Line {
-			return []acceptlog.Line{acceptlog.Move(j, acceptlog.StateSent, acceptlog.Line{Kind: acceptlog.KindResolved, Attempt: 1, Reason: acceptlog.ReasonMarkSent, Actor: "ui"})}
+		func(j *gmailrelay.Job) []gmailrelay.Line {
+			return []gmailrelay.Line{gmailrelay.Move(j, gmailrelay.StateSent, gmailrelay.Line{Kind: gmailrelay.KindResolved, Attempt: 1, Reason: gmailrelay.ReasonMarkSent, Actor: "ui"})}
 		},
-		func(j *acceptlog.Job) []acceptlog.Line {
-			return []acceptlog.Line{acceptlog.Move(j, acceptlog.StateReview, acceptlog.Line{Kind: acceptlog.KindReview, Attempt: 1, Reason: acceptlog.ReasonDuplicateDelivery})}
+		func(j *gmailrelay.Job) []gmailrelay.Line {
+			return []gmailrelay.Line{gmailrelay.Move(j, gmailrelay.StateReview, gmailrelay.Line{Kind: gmailrelay.KindReview, Attempt: 1, Reason: gmailrelay.ReasonDuplicateDelivery})}
 		},
-		func(j *acceptlog.Job) []acceptlog.Line {
+		func(j *gmailrelay.Job) []gmailrelay.Line {
 			j.Verified, j.NextCheckAt = true, time.Time{}
-			return []acceptlog.Line{acceptlog.Move(j, acceptlog.StateSent, acceptlog.Line{Kind: acceptlog.KindResolved, Attempt: 1, Reason: acceptlog.ReasonMarkSent, Actor: "ui"})}
+			return []gmailrelay.Line{gmailrelay.Move(j, gmailrelay.StateSent, gmailrelay.Line{Kind: gmailrelay.KindResolved, Attempt: 1, Reason: gmailrelay.ReasonMarkSent, Actor: "ui"})}
 		},
 	} {
-		if _, _, err := l.Mutate(ctx, id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
+		if _, _, err := l.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 			j := *cur
 			lines := edit(&j)
 			j.UpdatedAt = t0.Add(-48 * time.Hour)
-			return acceptlog.Change{Job: &j, Lines: lines}, nil
+			return gmailrelay.Change{Job: &j, Lines: lines}, nil
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -237,10 +237,10 @@ func testPruneKeepsTheAlarmCounters(t *testing.T, be Backend) {
 	}
 	after, _ := l.Stats(ctx)
 	for _, c := range []struct {
-		kind   acceptlog.Kind
-		reason acceptlog.Reason
-	}{{acceptlog.KindReview, acceptlog.ReasonDuplicate}, {acceptlog.KindReview, acceptlog.ReasonDuplicateDelivery},
-		{acceptlog.KindHandle, acceptlog.ReasonHandleRewritten}} {
+		kind   gmailrelay.Kind
+		reason gmailrelay.Reason
+	}{{gmailrelay.KindReview, gmailrelay.ReasonDuplicate}, {gmailrelay.KindReview, gmailrelay.ReasonDuplicateDelivery},
+		{gmailrelay.KindHandle, gmailrelay.ReasonHandleRewritten}} {
 		b, a := before.ByReason[c.kind][string(c.reason)], after.ByReason[c.kind][string(c.reason)]
 		if b != 1 || a != b {
 			t.Errorf("%s lines with reason %s: %d before pruning, %d after; want 1 and 1", c.kind, c.reason, b, a)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
 func testDue(t *testing.T, be Backend) {
@@ -17,10 +17,10 @@ func testDue(t *testing.T, be Backend) {
 	l := be.open(t)
 	at := map[string]time.Duration{"<a@x>": 3 * time.Minute, "<b@x>": time.Minute, "<c@x>": 2 * time.Minute, "<d@x>": time.Hour}
 	for id, d := range at {
-		Create(t, l, id, "default", acceptlog.StateForwarding)
-		transition(t, l, id, acceptlog.StateUnknown, func(j *acceptlog.Job) { j.NextCheckAt = t0.Add(d); j.AmbiguousAt = t0 })
+		Create(t, l, id, "default", gmailrelay.StateForwarding)
+		transition(t, l, id, gmailrelay.StateUnknown, func(j *gmailrelay.Job) { j.NextCheckAt = t0.Add(d); j.AmbiguousAt = t0 })
 	}
-	Create(t, l, "<e@x>", "default", acceptlog.StateUnknown) // nothing scheduled
+	Create(t, l, "<e@x>", "default", gmailrelay.StateUnknown) // nothing scheduled
 
 	due := func(now time.Time, limit int) []string {
 		t.Helper()
@@ -50,8 +50,8 @@ func testDue(t *testing.T, be Backend) {
 	}
 
 	// Clearing NextCheckAt removes the job; moving it reorders.
-	transition(t, l, "<b@x>", acceptlog.StateSent, func(j *acceptlog.Job) { j.NextCheckAt = time.Time{} })
-	transition(t, l, "<a@x>", acceptlog.StateUnknown, func(j *acceptlog.Job) { j.NextCheckAt = t0.Add(30 * time.Second) })
+	transition(t, l, "<b@x>", gmailrelay.StateSent, func(j *gmailrelay.Job) { j.NextCheckAt = time.Time{} })
+	transition(t, l, "<a@x>", gmailrelay.StateUnknown, func(j *gmailrelay.Job) { j.NextCheckAt = t0.Add(30 * time.Second) })
 	if got, want := due(t0.Add(10*time.Minute), 0), []string{"<a@x>", "<c@x>"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("Due after clear and move = %v, want %v", got, want)
 	}
@@ -60,9 +60,9 @@ func testDue(t *testing.T, be Backend) {
 func testByStateAndListPaging(t *testing.T, be Backend) {
 	ctx := context.Background()
 	l := be.open(t)
-	for i, s := range []acceptlog.State{
-		acceptlog.StateUnknown, acceptlog.StateSent, acceptlog.StateUnknown, acceptlog.StateReview,
-		acceptlog.StateUnknown, acceptlog.StateSent, acceptlog.StateUnknown,
+	for i, s := range []gmailrelay.State{
+		gmailrelay.StateUnknown, gmailrelay.StateSent, gmailrelay.StateUnknown, gmailrelay.StateReview,
+		gmailrelay.StateUnknown, gmailrelay.StateSent, gmailrelay.StateUnknown,
 	} {
 		ch := "default"
 		if i%2 == 1 {
@@ -71,14 +71,14 @@ func testByStateAndListPaging(t *testing.T, be Backend) {
 		Create(t, l, fmt.Sprintf("<%d@x>", i), ch, s)
 	}
 
-	byState, err := l.ByState(ctx, acceptlog.StateUnknown, 0)
+	byState, err := l.ByState(ctx, gmailrelay.StateUnknown, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, want := ids(byState), []string{"<0@x>", "<2@x>", "<4@x>", "<6@x>"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("ByState(unknown) = %v, want %v", got, want)
 	}
-	byState, err = l.ByState(ctx, acceptlog.StateUnknown, 3)
+	byState, err = l.ByState(ctx, gmailrelay.StateUnknown, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,21 +91,21 @@ func testByStateAndListPaging(t *testing.T, be Backend) {
 
 	tests := []struct {
 		name string
-		opts acceptlog.ListOptions
+		opts gmailrelay.ListOptions
 		want [][]string // pages
 	}{
-		{"all in pages of 3", acceptlog.ListOptions{Limit: 3}, [][]string{
+		{"all in pages of 3", gmailrelay.ListOptions{Limit: 3}, [][]string{
 			{"<0@x>", "<1@x>", "<2@x>"}, {"<3@x>", "<4@x>", "<5@x>"}, {"<6@x>"}}},
-		{"exact multiple ends with empty next", acceptlog.ListOptions{State: acceptlog.StateSent, Limit: 2}, [][]string{
+		{"exact multiple ends with empty next", gmailrelay.ListOptions{State: gmailrelay.StateSent, Limit: 2}, [][]string{
 			{"<1@x>", "<5@x>"}}},
-		{"state in pages of 3", acceptlog.ListOptions{State: acceptlog.StateUnknown, Limit: 3}, [][]string{
+		{"state in pages of 3", gmailrelay.ListOptions{State: gmailrelay.StateUnknown, Limit: 3}, [][]string{
 			{"<0@x>", "<2@x>", "<4@x>"}, {"<6@x>"}}},
-		{"channel", acceptlog.ListOptions{Channel: "billing", Limit: 2}, [][]string{
+		{"channel", gmailrelay.ListOptions{Channel: "billing", Limit: 2}, [][]string{
 			{"<1@x>", "<3@x>"}, {"<5@x>"}}},
-		{"state and channel", acceptlog.ListOptions{State: acceptlog.StateUnknown, Channel: "default", Limit: 1}, [][]string{
+		{"state and channel", gmailrelay.ListOptions{State: gmailrelay.StateUnknown, Channel: "default", Limit: 1}, [][]string{
 			{"<0@x>"}, {"<2@x>"}, {"<4@x>"}, {"<6@x>"}}},
-		{"after", acceptlog.ListOptions{After: "<4@x>"}, [][]string{{"<5@x>", "<6@x>"}}},
-		{"no match", acceptlog.ListOptions{State: acceptlog.StateAbandoned}, [][]string{{}}},
+		{"after", gmailrelay.ListOptions{After: "<4@x>"}, [][]string{{"<5@x>", "<6@x>"}}},
+		{"no match", gmailrelay.ListOptions{State: gmailrelay.StateAbandoned}, [][]string{{}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -130,7 +130,7 @@ func testByStateAndListPaging(t *testing.T, be Backend) {
 			}
 		})
 	}
-	if _, _, err := l.List(ctx, acceptlog.ListOptions{State: "bogus"}); err == nil {
+	if _, _, err := l.List(ctx, gmailrelay.ListOptions{State: "bogus"}); err == nil {
 		t.Error("List(state bogus) succeeded, want an error")
 	}
 }
@@ -148,10 +148,10 @@ func testListLimitDefaultAndMax(t *testing.T, be Backend) {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			id := fmt.Sprintf("<%04d@x>", i)
-			_, _, err := l.Mutate(ctx, id, func(*acceptlog.Job) (acceptlog.Change, error) {
-				return acceptlog.Change{
-					Job:   &acceptlog.Job{MessageID: id, State: acceptlog.StateSent},
-					Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, State: acceptlog.StateSent}},
+			_, _, err := l.Mutate(ctx, id, func(*gmailrelay.Job) (gmailrelay.Change, error) {
+				return gmailrelay.Change{
+					Job:   &gmailrelay.Job{MessageID: id, State: gmailrelay.StateSent},
+					Lines: []gmailrelay.Line{{Kind: gmailrelay.KindReceived, State: gmailrelay.StateSent}},
 				}, nil
 			})
 			if err != nil {
@@ -163,7 +163,7 @@ func testListLimitDefaultAndMax(t *testing.T, be Backend) {
 	for _, tc := range []struct {
 		limit, want int
 	}{{0, 100}, {-1, 100}, {5000, 1000}, {7, 7}} {
-		jobs, next, err := l.List(ctx, acceptlog.ListOptions{Limit: tc.limit})
+		jobs, next, err := l.List(ctx, gmailrelay.ListOptions{Limit: tc.limit})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,10 +183,10 @@ func testListLimitDefaultAndMax(t *testing.T, be Backend) {
 func testLinesPaging(t *testing.T, be Backend) {
 	ctx := context.Background()
 	l := be.open(t)
-	Create(t, l, "<a@x>", "default", acceptlog.StateForwarding)
+	Create(t, l, "<a@x>", "default", gmailrelay.StateForwarding)
 	for range 4 {
-		_, _, err := l.Mutate(ctx, "<a@x>", func(*acceptlog.Job) (acceptlog.Change, error) {
-			return acceptlog.Change{Lines: []acceptlog.Line{{Kind: acceptlog.KindSearch}}}, nil
+		_, _, err := l.Mutate(ctx, "<a@x>", func(*gmailrelay.Job) (gmailrelay.Change, error) {
+			return gmailrelay.Change{Lines: []gmailrelay.Line{{Kind: gmailrelay.KindSearch}}}, nil
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -229,24 +229,24 @@ func testStats(t *testing.T, be Backend) {
 		t.Errorf("empty stats = %+v, want zeros and non-nil maps", empty)
 	}
 
-	Create(t, l, "<a@x>", "default", acceptlog.StateForwarding)
-	Create(t, l, "<b@x>", "billing", acceptlog.StateForwarding)
-	Create(t, l, "<c@x>", "billing", acceptlog.StateForwarding)
-	transition(t, l, "<a@x>", acceptlog.StateUnknown, func(j *acceptlog.Job) { j.AmbiguousAt = t0.Add(2 * time.Minute) })
-	transition(t, l, "<b@x>", acceptlog.StateUnknown, func(j *acceptlog.Job) { j.AmbiguousAt = t0.Add(time.Minute) })
-	transition(t, l, "<c@x>", acceptlog.StateSent, nil)
+	Create(t, l, "<a@x>", "default", gmailrelay.StateForwarding)
+	Create(t, l, "<b@x>", "billing", gmailrelay.StateForwarding)
+	Create(t, l, "<c@x>", "billing", gmailrelay.StateForwarding)
+	transition(t, l, "<a@x>", gmailrelay.StateUnknown, func(j *gmailrelay.Job) { j.AmbiguousAt = t0.Add(2 * time.Minute) })
+	transition(t, l, "<b@x>", gmailrelay.StateUnknown, func(j *gmailrelay.Job) { j.AmbiguousAt = t0.Add(time.Minute) })
+	transition(t, l, "<c@x>", gmailrelay.StateSent, nil)
 
 	got, err := l.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := acceptlog.Stats{
+	want := gmailrelay.Stats{
 		Jobs:      3,
 		Lines:     6,
-		ByState:   map[acceptlog.State]int{acceptlog.StateUnknown: 2, acceptlog.StateSent: 1},
-		ByChannel: map[string]map[acceptlog.State]int{"default": {acceptlog.StateUnknown: 1}, "billing": {acceptlog.StateUnknown: 1, acceptlog.StateSent: 1}},
-		ByKind:    map[acceptlog.Kind]int{acceptlog.KindReceived: 3, acceptlog.KindState: 3},
-		ByReason:  map[acceptlog.Kind]map[string]int{acceptlog.KindState: {"test": 3}},
+		ByState:   map[gmailrelay.State]int{gmailrelay.StateUnknown: 2, gmailrelay.StateSent: 1},
+		ByChannel: map[string]map[gmailrelay.State]int{"default": {gmailrelay.StateUnknown: 1}, "billing": {gmailrelay.StateUnknown: 1, gmailrelay.StateSent: 1}},
+		ByKind:    map[gmailrelay.Kind]int{gmailrelay.KindReceived: 3, gmailrelay.KindState: 3},
+		ByReason:  map[gmailrelay.Kind]map[string]int{gmailrelay.KindState: {"test": 3}},
 		// b became unknown later but was ambiguous earlier.
 		OldestUnknown: t0.Add(time.Minute),
 	}
@@ -254,7 +254,7 @@ func testStats(t *testing.T, be Backend) {
 		t.Errorf("stats\n got %+v\nwant %+v", got, want)
 	}
 
-	transition(t, l, "<b@x>", acceptlog.StateSent, nil)
+	transition(t, l, "<b@x>", gmailrelay.StateSent, nil)
 	got, err = l.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +262,7 @@ func testStats(t *testing.T, be Backend) {
 	if got, want := got.OldestUnknown, t0.Add(2*time.Minute); !got.Equal(want) {
 		t.Errorf("oldest unknown after b sent = %v, want %v", got, want)
 	}
-	if got, want := got.ByChannel["billing"], map[acceptlog.State]int{acceptlog.StateSent: 2}; !reflect.DeepEqual(got, want) {
+	if got, want := got.ByChannel["billing"], map[gmailrelay.State]int{gmailrelay.StateSent: 2}; !reflect.DeepEqual(got, want) {
 		t.Errorf("billing counts = %v, want %v (no zero entries)", got, want)
 	}
 }
@@ -270,13 +270,13 @@ func testStats(t *testing.T, be Backend) {
 func testRaw(t *testing.T, be Backend) {
 	ctx := context.Background()
 	l := be.open(t)
-	Create(t, l, "<a@x>", "default", acceptlog.StateForwarding)
-	if _, err := l.Raw(ctx, "<a@x>"); !errors.Is(err, acceptlog.ErrNotFound) {
+	Create(t, l, "<a@x>", "default", gmailrelay.StateForwarding)
+	if _, err := l.Raw(ctx, "<a@x>"); !errors.Is(err, gmailrelay.ErrNotFound) {
 		t.Errorf("Raw before any store error = %v, want ErrNotFound", err)
 	}
 	for _, raw := range []string{"first", "second"} {
-		_, _, err := l.Mutate(ctx, "<a@x>", func(*acceptlog.Job) (acceptlog.Change, error) {
-			return acceptlog.Change{Raw: []byte(raw)}, nil
+		_, _, err := l.Mutate(ctx, "<a@x>", func(*gmailrelay.Job) (gmailrelay.Change, error) {
+			return gmailrelay.Change{Raw: []byte(raw)}, nil
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -298,13 +298,13 @@ func testMailbox(t *testing.T, be Backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (acceptlog.Mailbox{Name: "me@x"}); got != want {
+	if want := (gmailrelay.Mailbox{Name: "me@x"}); got != want {
 		t.Errorf("unknown mailbox = %+v, want %+v", got, want)
 	}
 	// A mailbox may be written without any job.
-	want := acceptlog.Mailbox{Name: "me@x", HandleChecked: true, HandleUntrusted: true, Rewrites: 2}
-	_, _, err = l.Mutate(ctx, "<a@x>", func(*acceptlog.Job) (acceptlog.Change, error) {
-		return acceptlog.Change{Mailbox: &want}, nil
+	want := gmailrelay.Mailbox{Name: "me@x", HandleChecked: true, HandleUntrusted: true, Rewrites: 2}
+	_, _, err = l.Mutate(ctx, "<a@x>", func(*gmailrelay.Job) (gmailrelay.Change, error) {
+		return gmailrelay.Change{Mailbox: &want}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -312,7 +312,7 @@ func testMailbox(t *testing.T, be Backend) {
 	if got, err = l.Mailbox(ctx, "me@x"); err != nil || got != want {
 		t.Errorf("Mailbox = %+v, %v; want %+v", got, err, want)
 	}
-	if other, _ := l.Mailbox(ctx, "you@x"); other != (acceptlog.Mailbox{Name: "you@x"}) {
+	if other, _ := l.Mailbox(ctx, "you@x"); other != (gmailrelay.Mailbox{Name: "you@x"}) {
 		t.Errorf("other mailbox = %+v, want zero", other)
 	}
 }
@@ -320,10 +320,10 @@ func testMailbox(t *testing.T, be Backend) {
 func testGetAndJobLinesNotFound(t *testing.T, be Backend) {
 	ctx := context.Background()
 	l := be.open(t)
-	if _, err := l.Get(ctx, "<none@x>"); !errors.Is(err, acceptlog.ErrNotFound) {
+	if _, err := l.Get(ctx, "<none@x>"); !errors.Is(err, gmailrelay.ErrNotFound) {
 		t.Errorf("Get error = %v, want ErrNotFound", err)
 	}
-	if _, err := l.JobLines(ctx, "<none@x>"); !errors.Is(err, acceptlog.ErrNotFound) {
+	if _, err := l.JobLines(ctx, "<none@x>"); !errors.Is(err, gmailrelay.ErrNotFound) {
 		t.Errorf("JobLines error = %v, want ErrNotFound", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)

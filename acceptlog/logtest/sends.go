@@ -5,24 +5,24 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // Forward writes a new attempt of id in mailbox at at (a received and a
 // forwarding line; the job is created on channel default when new), as the
 // relay does before calling Gmail. A zero at leaves the times to the log.
-func Forward(t *testing.T, l acceptlog.Store, id, mailbox string, at time.Time) {
+func Forward(t *testing.T, l gmailrelay.Store, id, mailbox string, at time.Time) {
 	t.Helper()
-	_, _, err := l.Mutate(context.Background(), id, func(cur *acceptlog.Job) (acceptlog.Change, error) {
-		var j acceptlog.Job
+	_, _, err := l.Mutate(context.Background(), id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+		var j gmailrelay.Job
 		if cur != nil {
 			j = *cur
 		} else {
-			j = acceptlog.Job{MessageID: id, Channel: "default", Mailbox: mailbox, Fingerprint: "f", CreatedAt: at}
+			j = gmailrelay.Job{MessageID: id, Channel: "default", Mailbox: mailbox, Fingerprint: "f", CreatedAt: at}
 		}
 		j.Attempts++
-		line := acceptlog.Move(&j, acceptlog.StateForwarding, acceptlog.Line{Kind: acceptlog.KindForwarding, Attempt: j.Attempts, Time: at})
-		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{{Kind: acceptlog.KindReceived, Attempt: j.Attempts, Time: at}, line}}, nil
+		line := gmailrelay.Move(&j, gmailrelay.StateForwarding, gmailrelay.Line{Kind: gmailrelay.KindForwarding, Attempt: j.Attempts, Time: at})
+		return gmailrelay.Change{Job: &j, Lines: []gmailrelay.Line{{Kind: gmailrelay.KindReceived, Attempt: j.Attempts, Time: at}, line}}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -38,10 +38,10 @@ func testSendTimesCountsEveryAttemptPerMailbox(t *testing.T, b Backend) {
 	Forward(t, l, "<a@x>", "me", t0)
 	Forward(t, l, "<b@x>", "me", t0.Add(time.Hour))
 	// A resend of a: unknown → forwarding again.
-	_, _, err := l.Mutate(ctx, "<a@x>", func(cur *acceptlog.Job) (acceptlog.Change, error) {
+	_, _, err := l.Mutate(ctx, "<a@x>", func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		j := *cur
-		ln := acceptlog.Move(&j, acceptlog.StateUnknown, acceptlog.Line{Kind: acceptlog.KindAmbiguous, Attempt: j.Attempts})
-		return acceptlog.Change{Job: &j, Lines: []acceptlog.Line{ln}}, nil
+		ln := gmailrelay.Move(&j, gmailrelay.StateUnknown, gmailrelay.Line{Kind: gmailrelay.KindAmbiguous, Attempt: j.Attempts})
+		return gmailrelay.Change{Job: &j, Lines: []gmailrelay.Line{ln}}, nil
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -8,17 +8,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // SharedBackend is an implementation of the log several relays share
-// (acceptlog.Shared), with the shared state of acceptlog.SendBudget and
-// acceptlog.MailboxPauses.
+// (gmailrelay.Shared), with the shared state of gmailrelay.SendBudget and
+// gmailrelay.MailboxPauses.
 type SharedBackend struct {
 	// Open opens two handles on one fresh, empty log, as two replicas
 	// would, both stamping lines with now, and registers their Check and
 	// Close.
-	Open func(t *testing.T, now func() time.Time) (a, b acceptlog.Store)
+	Open func(t *testing.T, now func() time.Time) (a, b gmailrelay.Store)
 }
 
 // RunShared runs the conformance tests of the shared state against b.
@@ -34,11 +34,11 @@ func RunShared(t *testing.T, b SharedBackend) {
 	}
 }
 
-func budgets(t *testing.T, a, b acceptlog.Store) (acceptlog.SendBudget, acceptlog.SendBudget) {
+func budgets(t *testing.T, a, b gmailrelay.Store) (gmailrelay.SendBudget, gmailrelay.SendBudget) {
 	t.Helper()
-	ba, ok := a.(acceptlog.SendBudget)
-	bb, ok2 := b.(acceptlog.SendBudget)
-	if !ok || !ok2 || !acceptlog.IsShared(a) {
+	ba, ok := a.(gmailrelay.SendBudget)
+	bb, ok2 := b.(gmailrelay.SendBudget)
+	if !ok || !ok2 || !gmailrelay.IsShared(a) {
 		t.Fatalf("%T is not a shared log with a SendBudget", a)
 	}
 	return ba, bb
@@ -103,8 +103,8 @@ func testSendBudgetHolds(t *testing.T, be SharedBackend) {
 // does not shorten it; the mailbox's record stays readable.
 func testMailboxPause(t *testing.T, be SharedBackend) {
 	a, b := be.Open(t, func() time.Time { return t0 })
-	pa, ok := a.(acceptlog.MailboxPauses)
-	pb, ok2 := b.(acceptlog.MailboxPauses)
+	pa, ok := a.(gmailrelay.MailboxPauses)
+	pb, ok2 := b.(gmailrelay.MailboxPauses)
 	if !ok || !ok2 {
 		t.Fatalf("%T has no MailboxPauses", a)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/pglog"
 )
@@ -55,7 +56,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if (*data == "") == (*database == "") || fs.NArg() > 0 {
 		return fail(2, "usage: gmailrelay check --data FILE | --database postgres://…")
 	}
-	var l acceptlog.Store
+	var l gmailrelay.Store
 	name := *data
 	if *database != "" {
 		pl, err := pglog.Open(ctx, *database, pglog.Options{NoMigrate: true})

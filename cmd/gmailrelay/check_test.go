@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
 	"github.com/gmailrelay/gmailrelay/pglog"
@@ -28,11 +29,11 @@ func seedLog(t *testing.T, plant func(l *acceptlog.Log)) string {
 	}
 	ctx := context.Background()
 	id := "<a@x>"
-	if _, _, err := l.Mutate(ctx, id, func(*acceptlog.Job) (acceptlog.Change, error) {
-		j := acceptlog.Job{MessageID: id, State: acceptlog.StateSent, Attempts: 1, Effects: 1, Mailbox: "me", CreatedAt: time.Unix(1, 0)}
-		return acceptlog.Change{Job: &j, Raw: []byte("Message-ID: <a@x>\r\n\r\nhi\r\n"), Lines: []acceptlog.Line{
-			{Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding},
-			{Kind: acceptlog.KindEffect, Attempt: 1, State: acceptlog.StateSent}}}, nil
+	if _, _, err := l.Mutate(ctx, id, func(*gmailrelay.Job) (gmailrelay.Change, error) {
+		j := gmailrelay.Job{MessageID: id, State: gmailrelay.StateSent, Attempts: 1, Effects: 1, Mailbox: "me", CreatedAt: time.Unix(1, 0)}
+		return gmailrelay.Change{Job: &j, Raw: []byte("Message-ID: <a@x>\r\n\r\nhi\r\n"), Lines: []gmailrelay.Line{
+			{Kind: gmailrelay.KindForwarding, Attempt: 1, State: gmailrelay.StateForwarding},
+			{Kind: gmailrelay.KindEffect, Attempt: 1, State: gmailrelay.StateSent}}}, nil
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 )
 
@@ -122,12 +123,12 @@ func writeJobs(t *testing.T, path string, n int) {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	for i := range n {
 		id := fmt.Sprintf("<job-%03d@damage.example>", i)
-		_, _, err := l.Mutate(context.Background(), id, func(*acceptlog.Job) (acceptlog.Change, error) {
-			j := acceptlog.Job{MessageID: id, Key: "key-" + id, Channel: "default", Mailbox: "default",
-				Fingerprint: "fp-" + id, State: acceptlog.StateForwarding, Attempts: 1, CreatedAt: at, UpdatedAt: at}
-			return acceptlog.Change{Job: &j, Raw: bytes.Repeat([]byte("m"), 500), Lines: []acceptlog.Line{
-				{Kind: acceptlog.KindReceived, Attempt: 1, Channel: "default"},
-				{Kind: acceptlog.KindForwarding, Attempt: 1, State: acceptlog.StateForwarding},
+		_, _, err := l.Mutate(context.Background(), id, func(*gmailrelay.Job) (gmailrelay.Change, error) {
+			j := gmailrelay.Job{MessageID: id, Key: "key-" + id, Channel: "default", Mailbox: "default",
+				Fingerprint: "fp-" + id, State: gmailrelay.StateForwarding, Attempts: 1, CreatedAt: at, UpdatedAt: at}
+			return gmailrelay.Change{Job: &j, Raw: bytes.Repeat([]byte("m"), 500), Lines: []gmailrelay.Line{
+				{Kind: gmailrelay.KindReceived, Attempt: 1, Channel: "default"},
+				{Kind: gmailrelay.KindForwarding, Attempt: 1, State: gmailrelay.StateForwarding},
 			}}, nil
 		})
 		if err != nil {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/policy"
@@ -79,10 +79,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stdout, "gmailrelay demo — EMULATOR RESULTS (the embedded Gmail emulator, not Gmail: a green run is not a Gmail guarantee)")
 	fmt.Fprintln(stdout)
 	rows := []demoRow{
-		d.faultRow("fail-before-forward", "fail-before-forward", "demo:fail-before-forward", "", true, acceptlog.StateSent, 1),
-		d.faultRow("forward-then-drop-response", "forward-then-drop-response", "demo:forward-then-drop-response", "", true, acceptlog.StateSent, 1),
-		d.faultRow("forward-and-respond", "forward-and-respond", "demo:forward-and-respond", "", false, acceptlog.StateSent, 1),
-		d.faultRow("drop-response, review channel", "forward-then-drop-response", "demo:billing-drop", "billing", true, acceptlog.StateReview, 1),
+		d.faultRow("fail-before-forward", "fail-before-forward", "demo:fail-before-forward", "", true, gmailrelay.StateSent, 1),
+		d.faultRow("forward-then-drop-response", "forward-then-drop-response", "demo:forward-then-drop-response", "", true, gmailrelay.StateSent, 1),
+		d.faultRow("forward-and-respond", "forward-and-respond", "demo:forward-and-respond", "", false, gmailrelay.StateSent, 1),
+		d.faultRow("drop-response, review channel", "forward-then-drop-response", "demo:billing-drop", "billing", true, gmailrelay.StateReview, 1),
 		d.rowCrashAndRecover(),
 		d.rowTrashedCopy(),
 		d.rowLagTail(),
@@ -189,7 +189,7 @@ func (d *demo) settle() {
 
 // outcome reads the job from the log and the emulator's deliveries (what
 // the recipients received: folded and rewritten sends included).
-func (d *demo) outcome(key string) (acceptlog.Job, []acceptlog.Line, int) {
+func (d *demo) outcome(key string) (gmailrelay.Job, []gmailrelay.Line, int) {
 	id := relay.MessageID(key, d.cfg.policy.MsgIDDomain)
 	j, _ := d.rs.log.Get(d.ctx, id)
 	lines, _ := d.rs.log.JobLines(d.ctx, id)
@@ -198,10 +198,10 @@ func (d *demo) outcome(key string) (acceptlog.Job, []acceptlog.Line, int) {
 
 // describe renders the job's state with where each effect came from, and
 // counts its effect lines.
-func describe(j acceptlog.Job, lines []acceptlog.Line) (string, int) {
+func describe(j gmailrelay.Job, lines []gmailrelay.Line) (string, int) {
 	s, effects := string(j.State), 0
 	for _, l := range lines {
-		if l.Kind == acceptlog.KindEffect {
+		if l.Kind == gmailrelay.KindEffect {
 			s += " (effect from " + l.Source + ")"
 			effects++
 		}
@@ -209,7 +209,7 @@ func describe(j acceptlog.Job, lines []acceptlog.Line) (string, int) {
 	return s, effects
 }
 
-func (d *demo) row(mode, caller, key string, want acceptlog.State, wantEffects int) demoRow {
+func (d *demo) row(mode, caller, key string, want gmailrelay.State, wantEffects int) demoRow {
 	j, lines, n := d.outcome(key)
 	r := demoRow{Mode: mode, Caller: caller, Emulator: n}
 	r.Log, r.Effects = describe(j, lines)
@@ -228,7 +228,7 @@ func (d *demo) row(mode, caller, key string, want acceptlog.State, wantEffects i
 
 // faultRow runs one fault-mode scenario: a rule for the key, a send, the
 // caller's retry when retry is set, then time passes and the sweeper runs.
-func (d *demo) faultRow(label, mode, key, channel string, retry bool, want acceptlog.State, wantEffects int) demoRow {
+func (d *demo) faultRow(label, mode, key, channel string, retry bool, want gmailrelay.State, wantEffects int) demoRow {
 	rule := map[string]any{"mode": mode, "key": key}
 	if mode != "forward-and-respond" {
 		rule["count"] = 1
@@ -262,7 +262,7 @@ func (d *demo) rowCrashAndRecover() demoRow {
 		return demoRow{Mode: mode, Why: err.Error()}
 	}
 	d.settle()
-	return d.row(mode, first.String(), key, acceptlog.StateSent, 1)
+	return d.row(mode, first.String(), key, gmailrelay.StateSent, 1)
 }
 
 // rowTrashedCopy: Gmail accepted, the response was dropped, and a user
@@ -281,7 +281,7 @@ func (d *demo) rowTrashedCopy() demoRow {
 		}
 	}
 	d.settle()
-	return d.row(mode, caller, key, acceptlog.StateSent, 1)
+	return d.row(mode, caller, key, gmailrelay.StateSent, 1)
 }
 
 // rowLagTail: the response is dropped and Gmail takes 10 minutes to index
@@ -303,7 +303,7 @@ func (d *demo) rowLagTail() demoRow {
 	for range 4 {
 		d.settle()
 	}
-	return d.row(mode, caller, key, acceptlog.StateSent, 1)
+	return d.row(mode, caller, key, gmailrelay.StateSent, 1)
 }
 
 // rowRewrittenID: Gmail replaces the Message-ID of a send after the
@@ -317,11 +317,11 @@ func (d *demo) rowRewrittenID() demoRow {
 	caller := d.send(key, "").String()
 	d.emu.SetRewrite(gmailfake.RewritePolicy{})
 	d.settle()
-	r := d.row(mode, caller, key, acceptlog.StateSent, 1)
+	r := d.row(mode, caller, key, gmailrelay.StateSent, 1)
 	_, lines, _ := d.outcome(key)
 	rewritten := false
 	for _, l := range lines {
-		if l.Kind == acceptlog.KindHandle && l.Reason == acceptlog.ReasonHandleRewritten {
+		if l.Kind == gmailrelay.KindHandle && l.Reason == gmailrelay.ReasonHandleRewritten {
 			rewritten = true
 		}
 	}

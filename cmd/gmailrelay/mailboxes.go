@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/policy"
@@ -145,11 +145,11 @@ func (c *serveConfig) credentialsName(m policy.Mailbox, path string) string {
 // its quota (sharing its Gmail pauses through a shared log) and its probe.
 // wrap adds metrics to a client. A token that fails to refresh later only
 // makes that mailbox not ready.
-func (c *serveConfig) buildMailboxes(ctx context.Context, base gmailapi.Config, lg acceptlog.Store,
+func (c *serveConfig) buildMailboxes(ctx context.Context, base gmailapi.Config, lg gmailrelay.Store,
 	now func() time.Time, wrap func(relay.Provider, string) relay.Provider) (mailboxSet, error) {
 	set := mailboxSet{configs: map[string]relay.MailboxConfig{}, probes: map[string]func(context.Context) error{}}
-	mp, shared := lg.(acceptlog.MailboxPauses)
-	shared = shared && acceptlog.IsShared(lg)
+	mp, shared := lg.(gmailrelay.MailboxPauses)
+	shared = shared && gmailrelay.IsShared(lg)
 	for _, m := range c.policy.MailboxList() {
 		gm := c.gmail[m.Name]
 		if gm == nil {

@@ -11,16 +11,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/pglog"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
 // identity is the identity serve derives its Message-IDs with, which the
-// log must have (acceptlog.Identity). The Message-ID secret is not a
+// log must have (gmailrelay.Identity). The Message-ID secret is not a
 // setting yet: its fingerprint is empty.
-func (c serveConfig) identity() acceptlog.Identity {
-	return acceptlog.Identity{MsgIDDomain: c.policy.MsgIDDomain}
+func (c serveConfig) identity() gmailrelay.Identity {
+	return gmailrelay.Identity{MsgIDDomain: c.policy.MsgIDDomain}
 }
 
 // rekeyCommand is the gmailrelay rekey command line that records c's
@@ -99,16 +100,16 @@ func runRekey(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err := relay.ValidDomain(*domain); err != nil {
 		return fail(2, "--msgid-domain: %v", err)
 	}
-	next := acceptlog.Identity{MsgIDDomain: *domain}
+	next := gmailrelay.Identity{MsgIDDomain: *domain}
 	if *secretFile != "" {
 		secret, err := readSecretFile(*secretFile)
 		if err != nil {
 			return fail(2, "--msgid-secret-file: %v", err)
 		}
-		next.SecretFingerprint = acceptlog.SecretFingerprint(secret)
+		next.SecretFingerprint = gmailrelay.SecretFingerprint(secret)
 	}
 	var (
-		before  *acceptlog.IdentityRecord
+		before  *gmailrelay.IdentityRecord
 		changed bool
 		err     error
 		name    = *data
@@ -123,7 +124,7 @@ func runRekey(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	} else {
 		before, _, changed, err = acceptlog.Rekey(*data, next, now)
 	}
-	if errors.Is(err, acceptlog.ErrLocked) {
+	if errors.Is(err, gmailrelay.ErrLocked) {
 		return fail(1, "%v: a relay is running on this log; stop it (every replica), then rekey", err)
 	}
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 )
@@ -186,7 +187,7 @@ func TestServeReplicaWithAnotherDomainRefusedUntilRekey(t *testing.T) {
 func TestRekeyFlagsAndRefusals(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "r.db")
-	l, err := acceptlog.Open(path, acceptlog.Options{Identity: acceptlog.Identity{MsgIDDomain: "a.example"}})
+	l, err := acceptlog.Open(path, acceptlog.Options{Identity: gmailrelay.Identity{MsgIDDomain: "a.example"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +229,7 @@ func TestRekeyFlagsAndRefusals(t *testing.T) {
 	secret := filepath.Join(dir, "secret")
 	os.WriteFile(secret, []byte("0123456789abcdef0123\n"), 0o600)
 	code, out, errs := runRekeyOn("--data", path, "--msgid-domain", "b.example", "--msgid-secret-file", secret)
-	fp := acceptlog.SecretFingerprint([]byte("0123456789abcdef0123"))
+	fp := gmailrelay.SecretFingerprint([]byte("0123456789abcdef0123"))
 	if code != 0 || !strings.Contains(out, fp) || strings.Contains(out, "0123456789abcdef0123") {
 		t.Errorf("rekey with a secret: exit %d %q %q; want the fingerprint %s and not the secret", code, out, errs, fp)
 	}

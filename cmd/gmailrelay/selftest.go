@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
@@ -45,7 +46,7 @@ type selftestReport struct {
 	Searches    int
 	HandleKept  *bool // nil: not determined
 	QuotaUnits  int64
-	FinalState  acceptlog.State
+	FinalState  gmailrelay.State
 	Verdict     string
 	Trustworthy bool
 }
@@ -209,9 +210,9 @@ func selftest(ctx context.Context, o selftestOptions, w io.Writer) (selftestRepo
 		if err != nil {
 			return rep, err
 		}
-		if j.State != acceptlog.StateUnknown {
+		if j.State != gmailrelay.StateUnknown {
 			rep.FinalState = j.State
-			rep.Found = j.State == acceptlog.StateSent
+			rep.Found = j.State == gmailrelay.StateSent
 			rep.IndexLag = o.now().Sub(start)
 			break
 		}
@@ -224,10 +225,10 @@ func selftest(ctx context.Context, o selftestOptions, w io.Writer) (selftestRepo
 	} else {
 		fmt.Fprintf(w, "2. NOT found by rfc822msgid: within %s (state %s)\n", o.Window, rep.FinalState)
 		res, err := send("selftest:handle:"+nonce, "gmailrelay self-test (Message-ID check) "+nonce, faultmodes.Decision{})
-		if err == nil && res.Job.State == acceptlog.StateSent {
+		if err == nil && res.Job.State == gmailrelay.StateSent {
 			lines, _ := lg.JobLines(ctx, res.Job.MessageID)
 			for _, l := range lines {
-				if l.Kind == acceptlog.KindHandle && l.HandleKept != nil {
+				if l.Kind == gmailrelay.KindHandle && l.HandleKept != nil {
 					rep.HandleKept = l.HandleKept
 					fmt.Fprintf(w, "3. a normal send's Message-ID read back: ours %s, stored %s\n", res.Job.MessageID, l.StoredMessageID)
 				}

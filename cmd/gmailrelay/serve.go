@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/console"
@@ -44,7 +45,7 @@ type relayServer struct {
 	outbox       *outbox.Outbox
 	retention    *retention.Pass
 	svc          *relay.Service
-	log          acceptlog.Store
+	log          gmailrelay.Store
 	listener     net.Listener
 	served       chan error
 
@@ -106,7 +107,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	rs.log = lg
 	fopts := faultmodes.Options{Seed: c.FaultSeed, AllowCrash: c.AllowCrashFaults, Now: now}
 	metrics := api.NewMetrics()
-	if acceptlog.IsShared(lg) {
+	if gmailrelay.IsShared(lg) {
 		// Several replicas: fault rules and Gmail's pauses live in the
 		// database (the daily budget follows the log by itself).
 		if fs, ok := lg.(faultmodes.Store); ok {
@@ -291,7 +292,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	rs, err := startRelay(ctx, c, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "gmailrelay serve: %v\n", err)
-		if errors.Is(err, acceptlog.ErrIdentityMismatch) {
+		if errors.Is(err, gmailrelay.ErrIdentityMismatch) {
 			fmt.Fprintf(stderr, "gmailrelay serve: to move this log to the configured identity, with every relay on it stopped: %s\n", c.rekeyCommand())
 			return 2 // configuration
 		}
@@ -333,7 +334,7 @@ func serveUntil(ctx context.Context, rs *relayServer, logger zerolog.Logger, std
 // migrations applied first, safe when several replicas start at once),
 // otherwise the bbolt file --data. where names it for the logs, without a
 // password.
-func openLog(ctx context.Context, c serveConfig, now func() time.Time, logger zerolog.Logger) (lg acceptlog.Store, where string, err error) {
+func openLog(ctx context.Context, c serveConfig, now func() time.Time, logger zerolog.Logger) (lg gmailrelay.Store, where string, err error) {
 	if c.Database != "" {
 		u, _ := url.Parse(c.Database)
 		where = u.Redacted()

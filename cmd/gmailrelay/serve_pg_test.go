@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/pglog"
 	"github.com/gmailrelay/gmailrelay/pglog/pgtest"
@@ -94,7 +94,7 @@ func TestServeThreeReplicasOnePostgresOneDelivery(t *testing.T) {
 	}
 	defer lg.Close()
 	j, err := lg.Get(context.Background(), msgID)
-	if err != nil || j.State != acceptlog.StateSent || j.Attempts != 1 {
+	if err != nil || j.State != gmailrelay.StateSent || j.Attempts != 1 {
 		t.Errorf("job in the database: %+v, %v; want sent after 1 attempt", j, err)
 	}
 	st, err := lg.Stats(context.Background())

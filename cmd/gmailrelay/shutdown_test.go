@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // startTestRelay starts a relay on an OS-chosen port with its log in a
@@ -86,7 +86,7 @@ func TestShutdownOrder(t *testing.T) {
 }
 
 // failingClose is a log whose Close fails after closing the real one.
-type failingClose struct{ acceptlog.Store }
+type failingClose struct{ gmailrelay.Store }
 
 func (f failingClose) Close() error {
 	_ = f.Store.Close()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
@@ -155,7 +156,7 @@ func (e *Env) Restart() {
 }
 
 // Job reads a job from the log.
-func (e *Env) Job(messageID string) acceptlog.Job {
+func (e *Env) Job(messageID string) gmailrelay.Job {
 	e.T.Helper()
 	j, err := e.Log.Get(context.Background(), messageID)
 	if err != nil {
@@ -165,7 +166,7 @@ func (e *Env) Job(messageID string) acceptlog.Job {
 }
 
 // Lines reads a job's lines from the log.
-func (e *Env) Lines(messageID string) []acceptlog.Line {
+func (e *Env) Lines(messageID string) []gmailrelay.Line {
 	e.T.Helper()
 	lines, err := e.Log.JobLines(context.Background(), messageID)
 	if err != nil {
@@ -175,7 +176,7 @@ func (e *Env) Lines(messageID string) []acceptlog.Line {
 }
 
 // Count returns how many of lines are of kind k.
-func Count(lines []acceptlog.Line, k acceptlog.Kind) int {
+func Count(lines []gmailrelay.Line, k gmailrelay.Kind) int {
 	n := 0
 	for _, l := range lines {
 		if l.Kind == k {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -23,7 +23,7 @@ func TestEmulatorSendSurvivesRestart(t *testing.T) {
 	if _, err := e.Service.Send(ctx, p, relay.SendOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.Job(p.MessageID).State; got != acceptlog.StateSent {
+	if got := e.Job(p.MessageID).State; got != gmailrelay.StateSent {
 		t.Fatalf("state %s, want sent", got)
 	}
 	e.Restart()
@@ -34,7 +34,7 @@ func TestEmulatorSendSurvivesRestart(t *testing.T) {
 	if got := e.Emulator.Deliveries(p.MessageID); got != 1 {
 		t.Errorf("emulator deliveries %d, want 1", got)
 	}
-	if got := testenv.Count(e.Lines(p.MessageID), acceptlog.KindEffect); got != 1 {
+	if got := testenv.Count(e.Lines(p.MessageID), gmailrelay.KindEffect); got != 1 {
 		t.Errorf("effect lines %d, want 1", got)
 	}
 }

@@ -1,4 +1,4 @@
-package acceptlog
+package gmailrelay
 
 import (
 	"fmt"

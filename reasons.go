@@ -1,4 +1,4 @@
-package acceptlog
+package gmailrelay
 
 // Reason is the machine-readable why of a line (Line.Reason) and of a job's
 // last failure (Job.LastReason). Every reason the relay writes or reads is

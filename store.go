@@ -1,4 +1,4 @@
-package acceptlog
+package gmailrelay
 
 import (
 	"context"
@@ -71,8 +71,6 @@ type Store interface {
 // ErrUnsupported is wrapped by what a backend answers for an operation it
 // leaves to other tools (a backup of the PostgreSQL log is pg_dump's).
 var ErrUnsupported = errors.New("acceptlog: not supported by this backend")
-
-var _ Store = (*Log)(nil)
 
 // Shared is implemented by a Store several relay processes may use at once
 // (PostgreSQL). On such a log an attempt in flight may be another live
@@ -164,3 +162,21 @@ type MailboxPauses interface {
 	// PauseUntil sets the pause to until unless a later one is stored.
 	PauseUntil(ctx context.Context, mailbox string, until time.Time) error
 }
+
+// PageLimit is the page size List and Lines use for a requested limit n:
+// the default for n ≤ 0, at most the maximum. Every backend pages alike.
+func PageLimit(n int) int {
+	switch {
+	case n <= 0:
+		return defaultLimit
+	case n > maxLimit:
+		return maxLimit
+	}
+	return n
+}
+
+// Page sizes of List and Lines.
+const (
+	defaultLimit = 100
+	maxLimit     = 1000
+)

@@ -1,12 +1,4 @@
-// Package acceptlog is gmailrelay's durable acceptance log: an append-only,
-// globally ordered list of lines per job, and the job records whose state is
-// the fold of those lines. It is stored in one bbolt file. Every state change
-// and the lines that explain it are written in one bbolt transaction, fsynced
-// before the call that writes them returns.
-//
-// The package knows nothing about Gmail or HTTP: the relay decides what a
-// transition means and hands it to Mutate; the log makes it durable.
-package acceptlog
+package gmailrelay
 
 import (
 	"errors"

@@ -1,38 +1,38 @@
-package acceptlog_test
+package gmailrelay_test
 
 import (
 	"os"
 	"regexp"
 	"testing"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 )
 
-// docs/states.md's diagram draws exactly acceptlog.Transitions (plus
+// docs/states.md's diagram draws exactly gmailrelay.Transitions (plus
 // same-state loops and the terminal [*] edges, which are not transitions).
 func TestStatesDocDrawsTheTransitionTable(t *testing.T) {
-	b, err := os.ReadFile("../docs/states.md")
+	b, err := os.ReadFile("docs/states.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	edge := regexp.MustCompile(`(?m)^\s+(\[\*\]|[a-z]+) --> (\[\*\]|[a-z]+)`)
-	drawn := map[[2]acceptlog.State]bool{}
+	drawn := map[[2]gmailrelay.State]bool{}
 	for _, m := range edge.FindAllStringSubmatch(string(b), -1) {
-		from, to := acceptlog.State(m[1]), acceptlog.State(m[2])
+		from, to := gmailrelay.State(m[1]), gmailrelay.State(m[2])
 		if from == "[*]" {
 			from = ""
 		}
 		if to == "[*]" || from == to {
 			continue
 		}
-		if !acceptlog.Allowed(from, to) {
+		if !gmailrelay.Allowed(from, to) {
 			t.Errorf("docs/states.md draws %q → %s, which the table refuses", from, to)
 		}
-		drawn[[2]acceptlog.State{from, to}] = true
+		drawn[[2]gmailrelay.State{from, to}] = true
 	}
-	for from, tos := range acceptlog.Transitions {
+	for from, tos := range gmailrelay.Transitions {
 		for _, to := range tos {
-			if !drawn[[2]acceptlog.State{from, to}] {
+			if !drawn[[2]gmailrelay.State{from, to}] {
 				t.Errorf("the table allows %q → %s, but docs/states.md does not draw it", from, to)
 			}
 		}

@@ -1,9 +1,8 @@
-package acceptlog
+package gmailrelay
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -157,16 +156,6 @@ func Rekeyed(stored *IdentityRecord, next Identity, now time.Time) (_ IdentityRe
 }
 
 // decodeIdentity reads a stored record; nil for none.
-func decodeIdentity(v []byte) (*IdentityRecord, error) {
-	if v == nil {
-		return nil, nil
-	}
-	var r IdentityRecord
-	if err := json.Unmarshal(v, &r); err != nil {
-		return nil, fmt.Errorf("decode the log's identity: %w", err)
-	}
-	return &r, nil
-}
 
 // ErrLocked is wrapped by what Rekey answers for a log a relay is using
 // (the bbolt file's lock is held; on PostgreSQL, a relay is connected).
