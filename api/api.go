@@ -174,9 +174,8 @@ func New(cfg Config) *Server {
 	s.inflight.max = cmp.Or(cfg.MaxInflightBytes, DefaultMaxInflightBytes)
 	s.probes = newProbes(cfg.Probe, cfg.Probes)
 	r := chi.NewRouter()
-	// Outside the mux, the request scope (scope.go, s.handler below):
-	// logger with req_id, X-Request-Id, the access log, closeUnread's rule
-	// (guard.go) and chi's routing context, in one allocation.
+	// Outside the mux (scope.go, s.handler below): closeUnread's rule, the
+	// request's logger with req_id, X-Request-Id and the access log.
 	r.Use(middleware.Recoverer)
 	r.Use(routeEscaped, s.sameOrigin)
 
@@ -295,10 +294,7 @@ func (s *Server) authenticate(need role) func(http.Handler) http.Handler {
 				guardError(w, r, relay.Errorf(relay.CodeForbidden, "this needs the admin token"))
 				return
 			}
-			if sc := scopeOf(r); sc != nil {
-				sc.role = got
-			}
-			next.ServeHTTP(w, r)
+			next.ServeHTTP(w, withRole(r, got))
 		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -48,9 +49,60 @@ const maxSmallJSON = 1 << 20
 // body was read to the end (a refusal: 401, 403, 413, 415, 503) is ended:
 // the answer says Connection: close and the connection's read deadline is
 // set to now, so net/http does not read (up to 256 KB of) the rest of the
-// body first, at whatever pace the client chooses. The request scope
-// (scope.go, the outermost middleware, which has the server's own
-// ResponseWriter) applies it with eofBody and scopeWriter.
+// body first, at whatever pace the client chooses. It is the outermost
+// middleware (scope.go), so it has the server's own ResponseWriter.
+func closeUnread(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !hasBody(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		// A copy of the request: the server keeps the original, whose
+		// Body it inspects after the handler.
+		body := &eofBody{ReadCloser: r.Body}
+		r = r.WithContext(r.Context())
+		r.Body = body
+		next.ServeHTTP(&unreadWriter{ResponseWriter: w, body: body}, r)
+	})
+}
+
+// unreadWriter applies closeUnread's rule when the answer starts.
+type unreadWriter struct {
+	http.ResponseWriter
+	body    *eofBody
+	started bool
+}
+
+// WriteHeader implements http.ResponseWriter.
+func (w *unreadWriter) WriteHeader(status int) {
+	if !w.started && status >= 200 {
+		w.started = true
+		if !w.body.done() {
+			w.Header().Set("Connection", "close")
+			_ = http.NewResponseController(w.ResponseWriter).SetReadDeadline(time.Now())
+		}
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+// Write implements http.ResponseWriter.
+func (w *unreadWriter) Write(p []byte) (int, error) {
+	if !w.started {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Flush implements http.Flusher.
+func (w *unreadWriter) Flush() {
+	if !w.started {
+		w.WriteHeader(http.StatusOK)
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *unreadWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // eofBody is a request body that remembers whether it was read to EOF.
 type eofBody struct {

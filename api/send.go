@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/rs/zerolog/hlog"
@@ -108,32 +107,7 @@ func channelOf(r *http.Request) string {
 	if c := r.Header.Get("X-Relay-Channel"); c != "" {
 		return c
 	}
-	return queryValue(r.URL.RawQuery, "channel")
-}
-
-// queryValue is url.ParseQuery(rawQuery).Get(key) without building the
-// map: every send asks for ?channel=, and the Gmail-compatible path's query
-// (alt=json&prettyPrint=false) would cost four allocations a send. Pairs
-// that ParseQuery skips (a semicolon, a bad escape) are skipped here too
-// (FuzzQueryValue checks it against url.ParseQuery).
-func queryValue(rawQuery, key string) string {
-	for rawQuery != "" {
-		var pair string
-		pair, rawQuery, _ = strings.Cut(rawQuery, "&")
-		if pair == "" || strings.Contains(pair, ";") {
-			continue
-		}
-		k, v, _ := strings.Cut(pair, "=")
-		if k != key {
-			if uk, err := url.QueryUnescape(k); err != nil || uk != key {
-				continue
-			}
-		}
-		if uv, err := url.QueryUnescape(v); err == nil {
-			return uv
-		}
-	}
-	return ""
+	return r.URL.Query().Get("channel")
 }
 
 func readBody(r *http.Request, limit int64) ([]byte, error) {

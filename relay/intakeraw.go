@@ -354,13 +354,8 @@ func ReadMessageID(raw []byte) (string, error) {
 }
 
 // countAddresses checks a raw address header's value, named name, and
-// returns how many addresses it holds and the first one's addr-spec:
-// simpleAddressList when it can read the value, net/mail (parseAddresses)
-// when it cannot.
+// returns how many addresses it holds and the first one's addr-spec.
 func countAddresses(name string, v []byte) (int, []byte, error) {
-	if n, first, ok := simpleAddressList(v); ok {
-		return n, first, nil
-	}
 	addrs, err := parseAddresses("raw", []string{string(v)})
 	if err != nil {
 		return 0, nil, Invalid("raw", "raw %s header: %s", name, errMessage(err))
