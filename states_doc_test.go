@@ -3,6 +3,7 @@ package gmailrelay_test
 import (
 	"os"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/gmailrelay/gmailrelay"
@@ -35,6 +36,34 @@ func TestStatesDocDrawsTheTransitionTable(t *testing.T) {
 			if !drawn[[2]gmailrelay.State{from, to}] {
 				t.Errorf("the table allows %q → %s, but docs/states.md does not draw it", from, to)
 			}
+		}
+	}
+}
+
+// docs/states.md's table of states has one row for each of acceptlog.States
+// and none for a state the code does not have.
+func TestStatesDocTableListsEveryState(t *testing.T) {
+	b, err := os.ReadFile("../docs/states.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(b), "\n## States\n")
+	if !ok {
+		t.Fatal(`docs/states.md has no "## States" section`)
+	}
+	table, _, _ = strings.Cut(table, "\n## ")
+	row := regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\|")
+	rows := map[acceptlog.State]int{}
+	for _, m := range row.FindAllStringSubmatch(table, -1) {
+		s := acceptlog.State(m[1])
+		rows[s]++
+		if !s.Valid() {
+			t.Errorf("docs/states.md's table has a row for %q, which is not a state", s)
+		}
+	}
+	for _, s := range acceptlog.States {
+		if rows[s] != 1 {
+			t.Errorf("docs/states.md's table has %d rows for state %s, want 1", rows[s], s)
 		}
 	}
 }
