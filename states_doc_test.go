@@ -40,10 +40,10 @@ func TestStatesDocDrawsTheTransitionTable(t *testing.T) {
 	}
 }
 
-// docs/states.md's table of states has one row for each of acceptlog.States
+// docs/states.md's table of states has one row for each of gmailrelay.States
 // and none for a state the code does not have.
 func TestStatesDocTableListsEveryState(t *testing.T) {
-	b, err := os.ReadFile("../docs/states.md")
+	b, err := os.ReadFile("docs/states.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,15 +53,15 @@ func TestStatesDocTableListsEveryState(t *testing.T) {
 	}
 	table, _, _ = strings.Cut(table, "\n## ")
 	row := regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\|")
-	rows := map[acceptlog.State]int{}
+	rows := map[gmailrelay.State]int{}
 	for _, m := range row.FindAllStringSubmatch(table, -1) {
-		s := acceptlog.State(m[1])
+		s := gmailrelay.State(m[1])
 		rows[s]++
 		if !s.Valid() {
 			t.Errorf("docs/states.md's table has a row for %q, which is not a state", s)
 		}
 	}
-	for _, s := range acceptlog.States {
+	for _, s := range gmailrelay.States {
 		if rows[s] != 1 {
 			t.Errorf("docs/states.md's table has %d rows for state %s, want 1", rows[s], s)
 		}
