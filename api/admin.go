@@ -46,7 +46,7 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 		}
 		seen = *body.ExpectAttempts
 	}
-	res, err := s.svc.Resolve(r.Context(), id, body.Action, body.Note, actor, seen)
+	res, err := s.svc.Resolve(r.Context(), relay.ResolveRequest{ID: id, Action: body.Action, Note: body.Note, Actor: actor, Seen: seen})
 	if err != nil {
 		writeErrorFor(w, r, err, id, res.Job.State)
 		return
@@ -169,7 +169,7 @@ func (s *Server) sweep(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	out := sweepAnswer{Result: res, Retention: &retention.Result{}} // zero counts without a retention policy
+	out := sweepAnswer{SweepCounts: sweepCounts(res), Retention: &retention.Result{}} // zero counts without a retention policy
 	if s.cfg.Retention != nil && s.cfg.Retention.Enabled() {
 		rr, err := s.cfg.Retention.RunOnce(r.Context())
 		if err != nil {

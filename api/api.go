@@ -33,15 +33,17 @@ const MaxJSONBytes = 25 << 20
 
 // Config wires the HTTP API.
 type Config struct {
-	// Service is the send path: sends and resolves go through it.
-	Service *relay.Service
-	// The log readers, fault rules, quota, policy and clock the handlers
-	// use. Nil fields are taken from Service, so a relay process
-	// wires one Service; a test may hand in others.
-	Log     gmailrelay.Store
-	Faults  *faultmodes.Set
-	Quota   *relay.Quota
-	Policy  *policy.Policy
+	// Relay is the send path (relay.Service): sends, resolutions and
+	// cancellations go through it; it also gives the mailboxes and the
+	// clock fence.
+	Relay Relay
+	// Log is the acceptance log the handlers read.
+	Log gmailrelay.Store
+	// Policy gives the channels a fault rule may name.
+	Policy *policy.Policy
+	// Faults holds the runtime fault rules; nil: fault injection is off.
+	Faults *faultmodes.Set
+	// Now is the relay's clock; nil means time.Now.
 	Now     func() time.Time
 	Sweeper *sweeper.Sweeper // nil: /admin/sweep answers 503
 	Outbox  *outbox.Outbox   // nil: /admin/outbox answers 503
@@ -113,33 +115,49 @@ func (s *Server) timingStart() time.Time {
 	return time.Now()
 }
 
-// withDeps fills the dependencies c leaves nil from c.Service.
-func (c Config) withDeps() Config {
-	if c.Service == nil {
-		return c
-	}
-	if c.Log == nil {
-		c.Log = c.Service.Log()
-	}
-	if c.Faults == nil {
-		c.Faults = c.Service.Faults()
-	}
-	if c.Quota == nil {
-		c.Quota = c.Service.Quota()
-	}
-	if c.Policy == nil {
-		c.Policy = c.Service.Policy()
-	}
-	if c.Now == nil {
-		c.Now = c.Service.Now
-	}
-	return c
+// Sender admits and forwards a send (relay.Service.Send).
+type Sender interface {
+	Send(ctx context.Context, p relay.Prepared, o relay.SendOptions) (relay.Result, error)
+}
+
+// Resolver applies a human decision to a job (relay.Service.Resolve).
+type Resolver interface {
+	Resolve(ctx context.Context, r relay.ResolveRequest) (relay.Result, error)
+}
+
+// Canceller cancels a queued job (relay.Service.Cancel).
+type Canceller interface {
+	Cancel(ctx context.Context, id, actor string) (relay.Result, error)
+}
+
+// Mailboxes is the relay's set of mailboxes (relay.Service): the default
+// one first.
+type Mailboxes interface {
+	// MailboxOf returns the mailbox a job's Mailbox names.
+	MailboxOf(name string) (*relay.Mailbox, error)
+	// Mailboxes returns every mailbox.
+	Mailboxes() []*relay.Mailbox
+}
+
+// ClockFence reports this replica's clock against the other replicas'
+// (relay.Service.RecentClock).
+type ClockFence interface {
+	RecentClock(ctx context.Context) relay.ClockStatus
+}
+
+// Relay is the send path as the handlers use it; *relay.Service is one.
+type Relay interface {
+	Sender
+	Resolver
+	Canceller
+	Mailboxes
+	ClockFence
 }
 
 // Server is the HTTP handler.
 type Server struct {
 	cfg       Config
-	svc       *relay.Service
+	svc       Relay
 	apiHash   [32]byte
 	adminHash [32]byte
 	router    chi.Router
@@ -167,8 +185,10 @@ type route struct {
 
 // New builds the router.
 func New(cfg Config) *Server {
-	cfg = cfg.withDeps()
-	s := &Server{cfg: cfg, svc: cfg.Service}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Server{cfg: cfg, svc: cfg.Relay}
 	s.apiHash = sha256.Sum256([]byte(cfg.APIToken))
 	s.adminHash = sha256.Sum256([]byte(cfg.AdminToken))
 	s.inflight.max = cmp.Or(cfg.MaxInflightBytes, DefaultMaxInflightBytes)

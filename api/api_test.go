@@ -99,9 +99,9 @@ func newEnv(t *testing.T, o envOpts) *env {
 			c.Provider, c.Observer = metrics.Provider(c.Provider), metrics
 		}})
 	e := &env{Env: te, t: t}
-	e.sw = sweeper.New(sweeper.ConfigFor(e.Service))
+	e.sw = sweeper.New(e.SweeperConfig())
 	e.ret = retention.New(retention.Config{Log: e.Log, Retention: o.retention, Now: e.Clock.Now})
-	cfg := api.Config{Service: e.Service, Sweeper: e.sw, Retention: e.ret, APIToken: apiToken, AdminToken: adminToken,
+	cfg := api.Config{Relay: e.Service, Log: e.Log, Policy: e.Policy, Faults: e.Faults, Now: e.Clock.Now, Sweeper: e.sw, Retention: e.ret, APIToken: apiToken, AdminToken: adminToken,
 		MsgIDDomain: domain, FaultHeader: o.faultHeader, Mode: "sandbox", Metrics: metrics, Logger: logger}
 	if o.configure != nil {
 		o.configure(&cfg)

@@ -16,8 +16,34 @@ import (
 // sweepAnswer is the body of POST /admin/sweep: the sweep's counts, and the
 // retention pass's when retention is on.
 type sweepAnswer struct {
-	sweeper.Result
+	SweepCounts
 	Retention *retention.Result `json:"retention,omitempty"`
+}
+
+// SweepCounts is what sweeper passes did, as POST /admin/sweep (one pass)
+// and GET /v1/stats (every pass since start) answer it; docs/api.md
+// defines the fields.
+type SweepCounts struct {
+	Due         int           `json:"due"`
+	Checked     int           `json:"checked"`
+	Found       int           `json:"found"`
+	Duplicates  int           `json:"duplicates"`
+	Missed      int           `json:"missed"`
+	Resent      int           `json:"resent"`
+	Retried     int           `json:"retried"`
+	Reviewed    int           `json:"reviewed"`
+	Deferred    int           `json:"deferred"`
+	Verified    int           `json:"verified"`
+	Unwitnessed int           `json:"unwitnessed"`
+	Errors      int           `json:"errors"`
+	Wait        time.Duration `json:"wait"`
+}
+
+// sweepCounts is r as the API answers it.
+func sweepCounts(r sweeper.Result) SweepCounts {
+	return SweepCounts{Due: r.Due, Checked: r.Checked, Found: r.Found, Duplicates: r.Duplicates, Missed: r.Missed,
+		Resent: r.Resent, Retried: r.Retried, Reviewed: r.Reviewed, Deferred: r.Deferred, Verified: r.Verified,
+		Unwitnessed: r.Unwitnessed, Errors: r.Errors, Wait: r.Wait}
 }
 
 // backup serves GET /admin/backup: a consistent copy of the bbolt log from

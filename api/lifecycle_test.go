@@ -18,7 +18,7 @@ func TestTwoServersShareOneMetrics(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	m := api.NewMetrics()
 	for range 2 {
-		_ = api.New(api.Config{Service: e.Service, Sweeper: e.sw, APIToken: apiToken, AdminToken: adminToken,
+		_ = api.New(api.Config{Relay: e.Service, Log: e.Log, Policy: e.Policy, Faults: e.Faults, Now: e.Clock.Now, Sweeper: e.sw, APIToken: apiToken, AdminToken: adminToken,
 			MsgIDDomain: domain, Mode: "sandbox", Metrics: m, Logger: zerolog.Nop()})
 	}
 }
@@ -28,7 +28,7 @@ func TestTwoServersShareOneMetrics(t *testing.T) {
 func TestReadyzDoesNotCacheACallersCancellation(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	var calls atomic.Int32
-	srv := api.New(api.Config{Service: e.Service, Sweeper: e.sw, APIToken: apiToken, AdminToken: adminToken,
+	srv := api.New(api.Config{Relay: e.Service, Log: e.Log, Policy: e.Policy, Faults: e.Faults, Now: e.Clock.Now, Sweeper: e.sw, APIToken: apiToken, AdminToken: adminToken,
 		MsgIDDomain: domain, Mode: "sandbox", Metrics: api.NewMetrics(), Logger: zerolog.Nop(),
 		Probe: func(ctx context.Context) error {
 			calls.Add(1)

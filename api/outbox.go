@@ -31,7 +31,7 @@ func whenBusyHeader(r *http.Request, def bool) (bool, error) {
 
 // eta is a queued job's estimated delivery time (nil when unknown).
 func (s *Server) eta(ctx context.Context, id string) *time.Time {
-	_, etas, err := outbox.Estimate(ctx, s.svc)
+	_, etas, err := outbox.Estimate(ctx, s.cfg.Log, s.svc, s.cfg.Now())
 	if err != nil {
 		return nil
 	}
@@ -60,7 +60,7 @@ func (s *Server) withETAs(ctx context.Context, jobs []gmailrelay.Job) []listedJo
 			continue
 		}
 		if etas == nil {
-			if _, e, err := outbox.Estimate(ctx, s.svc); err == nil {
+			if _, e, err := outbox.Estimate(ctx, s.cfg.Log, s.svc, s.cfg.Now()); err == nil {
 				etas = e
 			}
 		}

@@ -81,7 +81,7 @@ func TestEmulatorBusyQueuesRejectRefusesAndCancel(t *testing.T) {
 func TestEmulatorGmailRateLimitOnTheAttemptQueues(t *testing.T) {
 	e := newEnv(t, envOpts{configure: func(c *api.Config) {
 		var err error
-		if c.Outbox, err = outbox.New(outbox.Config{Service: c.Service}); err != nil {
+		if c.Outbox, err = outbox.New(outbox.Config{Log: c.Log, Relay: c.Relay.(outbox.Relay), Now: c.Now}); err != nil {
 			t.Fatal(err)
 		}
 	}})

@@ -13,7 +13,6 @@ import (
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/outbox"
 	"github.com/gmailrelay/gmailrelay/relay"
-	"github.com/gmailrelay/gmailrelay/sweeper"
 )
 
 // listJobs answers GET /v1/jobs: the jobs of a state or channel, a page
@@ -169,7 +168,7 @@ type Stats struct {
 	OldestUnknownAge float64                 `json:"oldest_unknown_age_seconds"`
 	FaultsInjected   map[faultmodes.Mode]int `json:"faults_injected"`
 	QuotaUnitsSpent  int64                   `json:"quota_units_spent"`
-	Sweeper          *sweeper.Result         `json:"sweeper,omitempty"`
+	Sweeper          *SweepCounts            `json:"sweeper,omitempty"`
 	// LogBytes is the size of the acceptance log file.
 	LogBytes int64 `json:"log_bytes"`
 	// Pruned sums the retention passes since start (absent when retention
@@ -216,11 +215,10 @@ func (s *Server) collectStats(ctx context.Context, mailbox string) (Stats, error
 	out := Stats{Stats: st, EffectLines: st.ByKind[gmailrelay.KindEffect],
 		DuplicatesFound: st.ByReason[gmailrelay.KindReview][string(gmailrelay.ReasonDuplicate)] +
 			st.ByReason[gmailrelay.KindReview][string(gmailrelay.ReasonDuplicateDelivery)],
-		HandleRewrites:  st.ByReason[gmailrelay.KindHandle][string(gmailrelay.ReasonHandleRewritten)],
-		ReviewDepth:     st.ByState[gmailrelay.StateReview],
-		QuotaUnitsSpent: s.cfg.Quota.Spent(),
-		FaultsInjected:  map[faultmodes.Mode]int{},
-		Sandbox:         s.sandbox(),
+		HandleRewrites: st.ByReason[gmailrelay.KindHandle][string(gmailrelay.ReasonHandleRewritten)],
+		ReviewDepth:    st.ByState[gmailrelay.StateReview],
+		FaultsInjected: map[faultmodes.Mode]int{},
+		Sandbox:        s.sandbox(),
 	}
 	if !st.OldestUnknown.IsZero() {
 		out.OldestUnknownAge = s.cfg.Now().Sub(st.OldestUnknown).Seconds()
@@ -229,7 +227,7 @@ func (s *Server) collectStats(ctx context.Context, mailbox string) (Stats, error
 		out.FaultsInjected = f.Injected()
 	}
 	if s.cfg.Sweeper != nil {
-		t := s.cfg.Sweeper.Totals()
+		t := sweepCounts(s.cfg.Sweeper.Totals())
 		out.Sweeper = &t
 	}
 	if s.cfg.Retention != nil && s.cfg.Retention.Enabled() {
@@ -239,7 +237,7 @@ func (s *Server) collectStats(ctx context.Context, mailbox string) (Stats, error
 	if out.LogBytes, err = s.cfg.Log.Size(ctx); err != nil {
 		return Stats{}, err
 	}
-	if out.Outbox, _, err = outbox.Estimate(ctx, s.svc); err != nil {
+	if out.Outbox, _, err = outbox.Estimate(ctx, s.cfg.Log, s.svc, s.cfg.Now()); err != nil {
 		return Stats{}, err
 	}
 	if out.Mailboxes, err = s.mailboxStats(ctx, out.Outbox, mailbox); err != nil {
@@ -249,8 +247,7 @@ func (s *Server) collectStats(ctx context.Context, mailbox string) (Stats, error
 	case mailbox != "":
 		out.Outbox = narrow(out.Outbox, mailbox)
 		out.QuotaUnitsSpent = out.Mailboxes[mailbox].QuotaUnitsSpent
-	case len(out.Mailboxes) > 1: // the total over the mailboxes' own quotas
-		out.QuotaUnitsSpent = 0
+	default: // the total over the mailboxes' own quotas
 		for _, m := range out.Mailboxes {
 			out.QuotaUnitsSpent += m.QuotaUnitsSpent
 		}

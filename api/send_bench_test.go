@@ -56,13 +56,14 @@ func newBenchRelay(b *testing.B) *benchRelay {
 	pol.MsgIDDomain = "bench.example"
 	pol.VerifyHandle = policy.VerifyNever
 	pol.Mailboxes = map[string]policy.Mailbox{policy.DefaultMailbox: {Name: policy.DefaultMailbox, DailySendLimit: 1 << 30}}
+	faults := faultmodes.New(faultmodes.Options{Seed: 1})
 	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: metrics.Provider(gm), Policy: pol,
-		Faults: faultmodes.New(faultmodes.Options{Seed: 1}), Quota: relay.NewQuota(1<<30, nil),
+		Faults: faults, Quota: relay.NewQuota(1<<30, nil),
 		Logger: logger, Observer: metrics})
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := httptest.NewServer(New(Config{Service: svc, MsgIDDomain: "bench.example", Metrics: metrics, Logger: logger, Mode: "gmail"}))
+	srv := httptest.NewServer(New(Config{Relay: svc, Log: lg, Policy: pol, Faults: faults, MsgIDDomain: "bench.example", Metrics: metrics, Logger: logger, Mode: "gmail"}))
 	b.Cleanup(srv.Close)
 	return &benchRelay{emu: emu, emuURL: emuSrv.URL, url: srv.URL,
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}}

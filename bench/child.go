@@ -291,15 +291,16 @@ func newChildRelay(ctx context.Context, emulator, dir string) (*childRelay, erro
 	pol.MsgIDDomain = MsgIDDomain
 	pol.VerifyHandle = policy.VerifyNever
 	pol.Mailboxes = map[string]policy.Mailbox{policy.DefaultMailbox: {Name: policy.DefaultMailbox, DailySendLimit: unlimited}}
+	faults := faultmodes.New(faultmodes.Options{Seed: 1})
 	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: metrics.Provider(gm), Policy: pol,
-		Faults: faultmodes.New(faultmodes.Options{Seed: 1}), Quota: relay.NewQuota(unlimited, nil),
+		Faults: faults, Quota: relay.NewQuota(unlimited, nil),
 		Logger: logger, Observer: metrics})
 	if err != nil {
 		_ = lg.Close()
 		return nil, err
 	}
 	c := &childRelay{log: lg}
-	c.handler = api.New(api.Config{Service: svc, MsgIDDomain: MsgIDDomain, Metrics: metrics, Logger: logger, Mode: "gmail",
+	c.handler = api.New(api.Config{Relay: svc, Log: lg, Policy: pol, Faults: faults, MsgIDDomain: MsgIDDomain, Metrics: metrics, Logger: logger, Mode: "gmail",
 		OnSendTiming: func(t api.SendTiming) {
 			c.mu.Lock()
 			c.phases = append(c.phases, t)

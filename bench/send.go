@@ -228,7 +228,7 @@ func sendInProcess(ctx context.Context, cfg SendConfig) (Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	relaySrv := httptest.NewServer(api.New(api.Config{Service: svc, MsgIDDomain: MsgIDDomain, Logger: zerolog.Nop()}))
+	relaySrv := httptest.NewServer(api.New(api.Config{Relay: svc, Log: log, Policy: pol, MsgIDDomain: MsgIDDomain, Logger: zerolog.Nop()}))
 	defer relaySrv.Close()
 
 	direct, via, err := warmClients(ctx, emuSrv.URL, cfg.Concurrency, cfg.Preload, relaySrv.URL)

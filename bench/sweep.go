@@ -122,9 +122,7 @@ func Sweep(ctx context.Context, cfg SweepConfig) (Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	swcfg := sweeper.ConfigFor(svc)
-	swcfg.BatchSize = batch
-	sw := sweeper.New(swcfg)
+	sw := sweeper.New(sweeper.Config{Log: log, Policy: pol, Mailboxes: svc, Attempter: svc, Now: clock.Now, BatchSize: batch})
 
 	start, realStart := clock.Now(), time.Now()
 	passes, storms, prevRL := 0, 0, base.RateLimited

@@ -158,7 +158,7 @@ func BenchmarkPages(b *testing.B) {
 		b.Fatal(err)
 	}
 	newConsole := func() http.Handler {
-		return console.New(console.Config{Relay: console.FromService(svc, "sandbox"), APIToken: apiToken, AdminToken: adminToken})
+		return console.New(console.Config{Relay: console.Adapt(console.Backend{Log: lg, Policy: pol, SendPath: svc, Now: now, Mode: "sandbox"}), APIToken: apiToken, AdminToken: adminToken})
 	}
 	st, _ := lg.Stats(context.Background())
 	if st.Jobs != benchJobs {

@@ -38,7 +38,7 @@ const Actor = "ui"
 
 // Config wires a Console.
 type Config struct {
-	// Relay is what the console reads and acts on (see FromService).
+	// Relay is what the console reads and acts on (see Adapt).
 	Relay Relay
 	// APIToken may look; AdminToken may also resolve and change faults.
 	// With neither set, every sign-in is admin, as the API admits every

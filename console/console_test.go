@@ -173,7 +173,7 @@ func (e *env) wantUntouched(t *testing.T, id, what string) {
 	if r := resolvedLines(e.lines(id)); len(r) != 0 {
 		t.Errorf("resolved lines after %s POSTs: %+v", what, r)
 	}
-	if f := e.Service.Faults().List(); len(f) != 0 {
+	if f := e.Faults.List(); len(f) != 0 {
 		t.Errorf("fault rules after a %s POST: %+v", what, f)
 	}
 }
@@ -307,7 +307,7 @@ func TestOutsideValuesAreEscaped(t *testing.T) {
 	id := e.reviewJob(key, "Receipt "+scriptPayload+" "+imgPayload)
 	c := e.client()
 	c.mustSignIn(adminToken)
-	if _, err := e.Service.Faults().Add(faultmodes.Spec{Mode: faultmodes.FailBeforeForward, Key: key}); err != nil {
+	if _, err := e.Faults.Add(faultmodes.Spec{Mode: faultmodes.FailBeforeForward, Key: key}); err != nil {
 		t.Fatal(err)
 	}
 	for _, path := range []string{"/ui/review", jobPath(id), "/ui/faults", "/ui/log", "/ui/jobs?state=review"} {
@@ -386,7 +386,7 @@ func TestFaultsAddAndRemove(t *testing.T) {
 	if p.status != http.StatusSeeOther {
 		t.Fatalf("add: got %d:\n%s", p.status, p.body)
 	}
-	rules := e.Service.Faults().List()
+	rules := e.Faults.List()
 	if len(rules) != 1 || rules[0].Mode != faultmodes.ForwardThenDropResponse || rules[0].Channel != "billing" ||
 		*rules[0].Count != 2 || rules[0].TTL != "10m" || rules[0].Drop != "504" {
 		t.Fatalf("rules: %+v", rules)
@@ -397,7 +397,7 @@ func TestFaultsAddAndRemove(t *testing.T) {
 	if p := c.do(http.MethodPost, "/ui/faults/"+rules[0].ID+"/remove", url.Values{"csrf": {tok}}); p.status != http.StatusSeeOther {
 		t.Fatalf("remove: got %d", p.status)
 	}
-	if rules := e.Service.Faults().List(); len(rules) != 0 {
+	if rules := e.Faults.List(); len(rules) != 0 {
 		t.Errorf("rules after remove: %+v", rules)
 	}
 }

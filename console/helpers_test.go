@@ -63,14 +63,15 @@ func newEnv(t *testing.T, o envOpts) *env {
 	pol.MsgIDDomain = domain
 	te := testenv.New(t, testenv.Options{Policy: pol, Emulator: emu})
 	e := &env{Env: te, t: t}
-	e.sw = sweeper.New(sweeper.ConfigFor(e.Service))
+	e.sw = sweeper.New(e.SweeperConfig())
 	api1, admin1 := apiToken, adminToken
 	if o.noTokens {
 		api1, admin1 = "", ""
 	}
-	ui := console.New(console.Config{Relay: console.FromService(e.Service, "sandbox"),
+	ui := console.New(console.Config{Relay: console.Adapt(console.Backend{Log: e.Log, Policy: e.Policy, Faults: e.Faults,
+		SendPath: e.Service, Now: e.Clock.Now, Mode: "sandbox"}),
 		APIToken: api1, AdminToken: admin1, Now: e.Clock.Now, Logger: zerolog.Nop()})
-	srv := httptest.NewServer(api.New(api.Config{Service: e.Service, Sweeper: e.sw, APIToken: api1, AdminToken: admin1,
+	srv := httptest.NewServer(api.New(api.Config{Relay: e.Service, Log: e.Log, Policy: e.Policy, Faults: e.Faults, Now: e.Clock.Now, Sweeper: e.sw, APIToken: api1, AdminToken: admin1,
 		MsgIDDomain: domain, Mode: "sandbox", Console: ui, Logger: zerolog.Nop()}))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -37,14 +38,14 @@ type MailboxSnapshot struct {
 // job goes one send's worth of that mailbox's delivery quota (the
 // per-minute budget less reconciliation's share) after the one before, not
 // before its send_at, and the jobs beyond what the mailbox's daily budget
-// allows today wait for it to free up.
-func Estimate(ctx context.Context, svc *relay.Service) (Snapshot, map[string]time.Time, error) {
-	jobs, err := Queued(ctx, svc.Log())
+// allows today wait for it to free up. log holds the queued jobs; svc
+// gives their mailboxes; now is the relay's clock reading.
+func Estimate(ctx context.Context, log gmailrelay.Store, svc Mailboxes, now time.Time) (Snapshot, map[string]time.Time, error) {
+	jobs, err := Queued(ctx, log)
 	if err != nil {
 		return Snapshot{}, nil, err
 	}
 	held := heldMailboxes(svc, jobs)
-	now := svc.Now()
 	type line struct {
 		next       time.Time
 		step       time.Duration

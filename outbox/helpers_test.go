@@ -56,7 +56,7 @@ func (e *env) build() {
 	e.t.Helper()
 	e.log, e.svc = e.te.Log, e.te.Service
 	var err error
-	if e.box, err = outbox.New(outbox.Config{Service: e.svc, Logger: zerolog.Nop()}); err != nil {
+	if e.box, err = outbox.New(outbox.Config{Log: e.log, Relay: e.svc, Now: e.clock.Now, Logger: zerolog.Nop()}); err != nil {
 		e.t.Fatal(err)
 	}
 }

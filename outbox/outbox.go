@@ -24,10 +24,13 @@ import (
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
-// Config wires an Outbox. Service is required.
+// Config wires an Outbox. Log and Relay are required.
 type Config struct {
-	Service *relay.Service
-	// Now is the clock; nil means the Service's.
+	// Log is the acceptance log whose queued jobs are delivered.
+	Log gmailrelay.Store
+	// Relay is the send path that delivers them (relay.Service).
+	Relay Relay
+	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger receives one line per pass that delivered something (counts
 	// only: never recipients or bodies).
@@ -36,9 +39,28 @@ type Config struct {
 	Interval time.Duration
 }
 
+// Mailboxes is the relay's set of mailboxes as the outbox uses it
+// (relay.Service): each queued job goes through its own mailbox's quota
+// and daily budget.
+type Mailboxes interface {
+	// MailboxOf returns the mailbox a job's Mailbox names.
+	MailboxOf(name string) (*relay.Mailbox, error)
+	// Mailboxes returns every mailbox.
+	Mailboxes() []*relay.Mailbox
+}
+
+// Relay is the send path as the outbox uses it (relay.Service).
+type Relay interface {
+	Mailboxes
+	// Deliver makes the attempt of a queued job.
+	Deliver(ctx context.Context, id string) (relay.Result, error)
+	// ClockFenced returns the clock fence's error while it is closed.
+	ClockFenced() error
+}
+
 // Outbox is the delivery loop.
 type Outbox struct {
-	svc      *relay.Service
+	svc      Relay
 	log      gmailrelay.Store
 	now      func() time.Time
 	logger   zerolog.Logger
@@ -70,15 +92,15 @@ type Result struct {
 // pass held (on a shared log).
 const busyRetry = time.Second
 
-// New returns an Outbox for the Service.
+// New returns an Outbox over cfg.Log and cfg.Relay.
 func New(cfg Config) (*Outbox, error) {
-	if cfg.Service == nil {
-		return nil, fmt.Errorf("outbox: Service is required")
+	if cfg.Log == nil || cfg.Relay == nil {
+		return nil, fmt.Errorf("outbox: Log and Relay are required")
 	}
-	o := &Outbox{svc: cfg.Service, log: cfg.Service.Log(), now: cfg.Now, logger: cfg.Logger,
+	o := &Outbox{svc: cfg.Relay, log: cfg.Log, now: cfg.Now, logger: cfg.Logger,
 		interval: cfg.Interval, wake: make(chan struct{}, 1)}
 	if o.now == nil {
-		o.now = cfg.Service.Now
+		o.now = time.Now
 	}
 	if o.interval <= 0 {
 		o.interval = 30 * time.Second
@@ -261,7 +283,7 @@ func (o *Outbox) RunOnce(ctx context.Context) (Result, error) {
 // mailbox does, as it waits behind its head job. On a shared log the
 // queued jobs are a claimed mailbox's whole queue, read after the claim,
 // so a hold another replica's pass left is seen.
-func heldMailboxes(svc *relay.Service, queued []gmailrelay.Job) map[*relay.Mailbox]time.Time {
+func heldMailboxes(svc Mailboxes, queued []gmailrelay.Job) map[*relay.Mailbox]time.Time {
 	held := map[*relay.Mailbox]time.Time{}
 	for _, j := range queued {
 		t := relay.HeldUntil(j)

@@ -149,7 +149,7 @@ func TestEmulatorRequeuedAttemptsDoNotUseUpMaxAttempts(t *testing.T) {
 	if j := e.te.Job(p.MessageID); j.State != gmailrelay.StateUnknown || j.Attempts != 3 {
 		t.Fatalf("after the deliveries: %s after %d attempts; want unknown after 3", j.State, j.Attempts)
 	}
-	sw := sweeper.New(sweeper.ConfigFor(e.svc))
+	sw := sweeper.New(e.te.SweeperConfig())
 	j := e.te.Job(p.MessageID)
 	for i := 0; i < 100 && (j.State == gmailrelay.StateUnknown || j.State == gmailrelay.StateForwarding); i++ {
 		e.clock.Advance(time.Minute)

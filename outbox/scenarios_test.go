@@ -36,7 +36,7 @@ func TestEmulatorReconciliationKeepsItsShareWhileTheQueueIsFull(t *testing.T) {
 		queued = append(queued, e.prepare(i))
 		e.send(i)
 	}
-	sw := sweeper.New(sweeper.ConfigFor(e.svc))
+	sw := sweeper.New(e.te.SweeperConfig())
 	var resolvedAt time.Duration = -1
 	start := e.clock.Now()
 	var leftWhenResolved int

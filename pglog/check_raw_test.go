@@ -86,7 +86,7 @@ func TestCheckFullAfterSendsAndPrune(t *testing.T) {
 	send("check:1")
 	send("check:2")
 	s.clock.Advance(pol.Channels[policy.DefaultChannel].Grace + time.Second)
-	sw := sweeper.New(sweeper.ConfigFor(svc))
+	sw := sweeper.New(svc.sweeperConfig())
 	for range 2 { // the verify pass and its late look: done, prunable
 		if _, err := sw.RunOnce(ctx); err != nil {
 			t.Fatal(err)

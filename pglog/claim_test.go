@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
 	"github.com/gmailrelay/gmailrelay/api"
@@ -134,7 +132,7 @@ func TestTwoReplicasSweepersSearchEachDueJobOnce(t *testing.T) {
 	pol := policy.Default()
 	pol.MsgIDDomain = "claim.example"
 	pol.VerifyHandle = policy.VerifyNever
-	newService := func(f *faultmodes.Set) *relay.Service {
+	newService := func(f *faultmodes.Set) *pgRelay {
 		return s.replica(t, relay.Config{Provider: s.gm, Policy: pol, Faults: f})
 	}
 	faults := faultmodes.New(faultmodes.Options{Now: s.clock.Now})
@@ -142,7 +140,7 @@ func TestTwoReplicasSweepersSearchEachDueJobOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := newService(faults), newService(nil)
-	srv := httptest.NewServer(api.New(api.Config{Service: a, MsgIDDomain: pol.MsgIDDomain, Logger: zerolog.Nop()}))
+	srv := httptest.NewServer(api.New(a.apiConfig()))
 	defer srv.Close()
 	const n = 100
 	for i := range n {
@@ -152,13 +150,13 @@ func TestTwoReplicasSweepersSearchEachDueJobOnce(t *testing.T) {
 			resp.Body.Close()
 		}
 	}
-	if jobs, _ := a.Log().ByState(ctx, gmailrelay.StateUnknown, 0); len(jobs) != n {
+	if jobs, _ := a.log.ByState(ctx, gmailrelay.StateUnknown, 0); len(jobs) != n {
 		t.Fatalf("%d unknown jobs after dropped answers, want %d", len(jobs), n)
 	}
 	s.clock.Advance(pol.Channels[policy.DefaultChannel].Grace + time.Second)
 	sweepers := []*sweeper.Sweeper{}
-	for _, svc := range []*relay.Service{a, b} {
-		cfg := sweeper.ConfigFor(svc)
+	for _, svc := range []*pgRelay{a, b} {
+		cfg := svc.sweeperConfig()
 		cfg.Limit, cfg.BatchSize = 25, 5
 		sweepers = append(sweepers, sweeper.New(cfg))
 	}
@@ -175,13 +173,13 @@ func TestTwoReplicasSweepersSearchEachDueJobOnce(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		if due, _ := a.Log().ByState(ctx, gmailrelay.StateUnknown, 0); len(due) == 0 {
+		if due, _ := a.log.ByState(ctx, gmailrelay.StateUnknown, 0); len(due) == 0 {
 			break
 		}
 	}
 	searches := map[string]int{}
 	for after := uint64(0); ; {
-		lines, next, err := a.Log().Lines(ctx, after, 1000)
+		lines, next, err := a.log.Lines(ctx, after, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,18 +24,14 @@ import (
 // makes it, on the real clock moved by skew (PostgreSQL's clock is the
 // real one): its log and its quota read that clock, and the quota shares
 // Gmail's pauses through the log (as cmd/gmailrelay wires it).
-func skewedReplica(t *testing.T, url, schema string, skew time.Duration, cfg relay.Config) *relay.Service {
+func skewedReplica(t *testing.T, url, schema string, skew time.Duration, cfg relay.Config) *pgRelay {
 	t.Helper()
 	now := func() time.Time { return time.Now().Add(skew) }
 	lg := open(t, url, schema, now)
 	q := relay.NewQuota(1_000_000, now)
 	q.SharePauses(lg, policy.DefaultMailbox)
 	cfg.Log, cfg.Now, cfg.Quota, cfg.Logger = lg, now, q, zerolog.Nop()
-	svc, err := relay.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return svc
+	return buildRelay(t, cfg)
 }
 
 // skewSite is two replicas' ground on the real clock: a fresh schema and
@@ -87,7 +83,7 @@ func TestEmulatorClockSkewedReplicaPausesNobody(t *testing.T) {
 	if !errors.As(err, &re) || re.Code != relay.CodeUnavailable || re.RetryAfter <= 0 || !strings.Contains(re.Message, "ahead of") {
 		t.Errorf("send through the replica 2 h ahead: %s %s, %v; want refused unavailable naming the skew", res.Job.State, res.Job.LastReason, err)
 	}
-	if _, err := good.Log().Get(ctx, p.MessageID); !errors.Is(err, gmailrelay.ErrNotFound) {
+	if _, err := good.log.Get(ctx, p.MessageID); !errors.Is(err, gmailrelay.ErrNotFound) {
 		t.Errorf("job of the refused send: %v; want none logged", err)
 	}
 	if st := emu.Stats(); st.Calls[gmailfake.MethodSend] != 0 {
@@ -100,7 +96,7 @@ func TestEmulatorClockSkewedReplicaPausesNobody(t *testing.T) {
 	if err != nil || res.Job.State != gmailrelay.StateSent {
 		t.Fatalf("send through the replica on the right clock: %s, %v; want sent (no pause from the skewed one)", res.Job.State, err)
 	}
-	if d := good.Quota().PausedFor(); d > 0 {
+	if d := good.quota.PausedFor(); d > 0 {
 		t.Errorf("the right replica's mailbox is paused for %v, want not paused", d)
 	}
 	if got := emu.Deliveries(q.MessageID); got != 1 {
@@ -148,8 +144,8 @@ func TestEmulatorClockSkewedReplicaLeavesLiveLeasesAlone(t *testing.T) {
 			if n != 0 || (err != nil && relay.ErrorCode(err) != relay.CodeUnavailable) {
 				t.Errorf("RecoverExpired on the replica %v ahead: %d jobs, %v; want 0 (at most refused by the clock fence)", tc.skew, n, err)
 			}
-			_, _ = sweeper.New(sweeper.ConfigFor(ahead)).RunOnce(ctx)
-			if j, _ := owner.Log().Get(ctx, p.MessageID); j.State != gmailrelay.StateForwarding {
+			_, _ = sweeper.New(ahead.sweeperConfig()).RunOnce(ctx)
+			if j, _ := owner.log.Get(ctx, p.MessageID); j.State != gmailrelay.StateForwarding {
 				t.Errorf("owner's attempt in flight is %s %s, want still forwarding", j.State, j.LastReason)
 			}
 			close(gate.release)
@@ -158,7 +154,7 @@ func TestEmulatorClockSkewedReplicaLeavesLiveLeasesAlone(t *testing.T) {
 			if got.err != nil || got.res.Job.State != gmailrelay.StateSent {
 				t.Fatalf("owner's answer: %s, %v; want sent", got.res.Job.State, got.err)
 			}
-			if j, err := owner.Log().Get(ctx, p.MessageID); err != nil || j.State != gmailrelay.StateSent || j.Effects != 1 {
+			if j, err := owner.log.Get(ctx, p.MessageID); err != nil || j.State != gmailrelay.StateSent || j.Effects != 1 {
 				t.Errorf("job: %s, %d effects (%v); want sent with one effect", j.State, j.Effects, err)
 			}
 			if got := emu.Deliveries(p.MessageID); got != 1 {
@@ -198,7 +194,7 @@ func TestEmulatorReplicasThatAgreeOutvoteTheDatabasesClock(t *testing.T) {
 	pol := quietPolicy()
 	a := skewedReplica(t, url, schema, skew, relay.Config{Provider: gm, Policy: pol, SendTimeout: 10 * time.Second})
 	b := skewedReplica(t, url, schema, skew, relay.Config{Provider: gm, Policy: pol, SendTimeout: 10 * time.Second})
-	for i, svc := range []*relay.Service{a, b} {
+	for i, svc := range []*pgRelay{a, b} {
 		if err := svc.CheckClock(ctx); err != nil {
 			t.Errorf("replica %d: CheckClock: %v, want in step", i, err)
 		}

@@ -28,7 +28,7 @@ func TestEmulatorTwoSweepersShareTheMeasuredLag(t *testing.T) {
 	grace := pol.Channels[policy.DefaultChannel].Grace
 	a := s.replica(t, relay.Config{Provider: s.gm, Policy: pol})
 	b := s.replica(t, relay.Config{Provider: s.gm, Policy: pol})
-	swA, swB := sweeper.New(sweeper.ConfigFor(a)), sweeper.New(sweeper.ConfigFor(b))
+	swA, swB := sweeper.New(a.sweeperConfig()), sweeper.New(b.sweeperConfig())
 	sweep := func(sw *sweeper.Sweeper) {
 		t.Helper()
 		s.clock.Advance(grace)
@@ -37,7 +37,7 @@ func TestEmulatorTwoSweepersShareTheMeasuredLag(t *testing.T) {
 		}
 	}
 	keys := 0
-	send := func(svc *relay.Service) gmailrelay.Job {
+	send := func(svc *pgRelay) gmailrelay.Job {
 		t.Helper()
 		keys++
 		p, err := relay.Prepare(relay.SendRequest{Key: fmt.Sprintf("lag:%d", keys), To: relay.AddressList{"a@example.org"}, Subject: "s", Text: "b"},
@@ -58,7 +58,7 @@ func TestEmulatorTwoSweepersShareTheMeasuredLag(t *testing.T) {
 	if n != 1 || p99 < 8*time.Minute {
 		t.Fatalf("A measured p99 %s from %d samples, want at least 8m from 1", p99, n)
 	}
-	rec, err := b.Log().Mailbox(ctx, mb)
+	rec, err := b.log.Mailbox(ctx, mb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestEmulatorTwoSweepersShareTheMeasuredLag(t *testing.T) {
 	if got, _ := swB.IndexLag(mb, 0.99); got != p99 {
 		t.Errorf("B's first pass: p99 %s, want %s (A's, from the log)", got, p99)
 	}
-	first, err := b.Log().Get(ctx, j.MessageID)
+	first, err := b.log.Get(ctx, j.MessageID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestEmulatorTwoSweepersShareTheMeasuredLag(t *testing.T) {
 	if got := s.emu.Deliveries(j.MessageID); got != 1 {
 		t.Errorf("emulator result: %d deliveries of the ambiguous send, want 1 (a resend is a duplicate)", got)
 	}
-	end, err := a.Log().Get(ctx, j.MessageID)
+	end, err := a.log.Get(ctx, j.MessageID)
 	if err != nil {
 		t.Fatal(err)
 	}

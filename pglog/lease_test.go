@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
@@ -30,7 +28,7 @@ type answer struct {
 // sendInFlight starts svc.Send(p) and returns once stuck holds its Gmail
 // call in flight; the Send's answer comes on the channel when stuck is
 // released.
-func sendInFlight(ctx context.Context, svc *relay.Service, p relay.Prepared, stuck *stuckProvider) <-chan answer {
+func sendInFlight(ctx context.Context, svc *pgRelay, p relay.Prepared, stuck *stuckProvider) <-chan answer {
 	answered := make(chan answer, 1)
 	go func() {
 		res, err := svc.Send(ctx, p, relay.SendOptions{})
@@ -75,13 +73,13 @@ func TestReplicaKilledMidAttemptIsTakenOverAfterItsLease(t *testing.T) {
 	pol := policy.Default()
 	pol.MsgIDDomain = "lease.example"
 	pol.VerifyHandle = policy.VerifyNever
-	newService := func(p relay.Provider) *relay.Service {
+	newService := func(p relay.Provider) *pgRelay {
 		return newReplica(t, url, schema, clock, relay.Config{Provider: p, Policy: pol})
 	}
 
 	stuck := &stuckProvider{Provider: gm, forwarded: make(chan struct{}), release: make(chan struct{})}
 	a := newService(stuck)
-	srvA := httptest.NewServer(api.New(api.Config{Service: a, MsgIDDomain: pol.MsgIDDomain, Logger: zerolog.Nop()}))
+	srvA := httptest.NewServer(api.New(a.apiConfig()))
 	defer srvA.Close()
 	answered := make(chan struct{})
 	go func() {
@@ -96,16 +94,16 @@ func TestReplicaKilledMidAttemptIsTakenOverAfterItsLease(t *testing.T) {
 	<-stuck.forwarded
 
 	b := newService(gm)
-	jobs, err := b.Log().ByState(ctx, gmailrelay.StateForwarding, 0)
+	jobs, err := b.log.ByState(ctx, gmailrelay.StateForwarding, 0)
 	if err != nil || len(jobs) != 1 {
 		t.Fatalf("forwarding jobs after replica B started: %d (%v), want A's one, untouched", len(jobs), err)
 	}
 	id := jobs[0].MessageID
-	sw := sweeper.New(sweeper.ConfigFor(b))
+	sw := sweeper.New(b.sweeperConfig())
 	if _, err := sw.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if j, _ := b.Log().Get(ctx, id); j.State != gmailrelay.StateForwarding {
+	if j, _ := b.log.Get(ctx, id); j.State != gmailrelay.StateForwarding {
 		t.Fatalf("within the lease the job is %s, want still forwarding (A's)", j.State)
 	}
 
@@ -113,7 +111,7 @@ func TestReplicaKilledMidAttemptIsTakenOverAfterItsLease(t *testing.T) {
 	if _, err := sw.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	j, err := b.Log().Get(ctx, id)
+	j, err := b.log.Get(ctx, id)
 	if err != nil || j.State != gmailrelay.StateUnknown || j.LastReason != gmailrelay.ReasonLeaseExpired {
 		t.Fatalf("after the lease: %s %s (%v), want unknown lease_expired", j.State, j.LastReason, err)
 	}
@@ -122,7 +120,7 @@ func TestReplicaKilledMidAttemptIsTakenOverAfterItsLease(t *testing.T) {
 	if _, err := sw.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if j, _ := b.Log().Get(ctx, id); j.State != gmailrelay.StateSent {
+	if j, _ := b.log.Get(ctx, id); j.State != gmailrelay.StateSent {
 		t.Errorf("after B's search the job is %s, want sent", j.State)
 	}
 	if got := emu.Deliveries(id); got != 1 {
@@ -158,11 +156,11 @@ func TestEmulatorLeaseIsTheOwnersNotTheRecoverers(t *testing.T) {
 	if got.err != nil || got.res.Job.State != gmailrelay.StateSent {
 		t.Fatalf("A's answer: %s, %v; want sent", got.res.Job.State, got.err)
 	}
-	j, err := b.Log().Get(ctx, p.MessageID)
+	j, err := b.log.Get(ctx, p.MessageID)
 	if err != nil || j.State != gmailrelay.StateSent || j.Effects != 1 || !j.LeaseUntil.IsZero() {
 		t.Errorf("job: %s, %d effects, lease %v (%v); want sent with one effect and no lease", j.State, j.Effects, j.LeaseUntil, err)
 	}
-	if lines, _ := b.Log().JobLines(ctx, p.MessageID); testenv.Count(lines, gmailrelay.KindEffect) != 1 {
+	if lines, _ := b.log.JobLines(ctx, p.MessageID); testenv.Count(lines, gmailrelay.KindEffect) != 1 {
 		t.Errorf("effect lines = %d, want 1 (A's answer)", testenv.Count(lines, gmailrelay.KindEffect))
 	}
 }

@@ -66,10 +66,10 @@ func (g *gate) Send(ctx context.Context, mailbox string, raw []byte, threadID st
 }
 
 // replica is one relay on the shared log, with its outbox.
-func replica(t *testing.T, url, schema string, clock *testclock.Clock, p relay.Provider, pol *policy.Policy) (*relay.Service, *outbox.Outbox) {
+func replica(t *testing.T, url, schema string, clock *testclock.Clock, p relay.Provider, pol *policy.Policy) (*pgRelay, *outbox.Outbox) {
 	t.Helper()
 	svc := newReplica(t, url, schema, clock, relay.Config{Provider: p, Policy: pol})
-	ob, err := outbox.New(outbox.Config{Service: svc, Logger: zerolog.Nop()})
+	ob, err := outbox.New(outbox.Config{Log: svc.log, Relay: svc, Now: svc.now, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func replica(t *testing.T, url, schema string, clock *testclock.Clock, p relay.P
 
 // queueSend sends a new message through svc that is queued (its send_at
 // ahead, or its mailbox's queue not empty) and returns its Message-ID.
-func queueSend(t *testing.T, svc *relay.Service, clock *testclock.Clock, key, mailbox string, sendAt time.Time) string {
+func queueSend(t *testing.T, svc *pgRelay, clock *testclock.Clock, key, mailbox string, sendAt time.Time) string {
 	t.Helper()
 	p, err := relay.Prepare(relay.SendRequest{Key: key, Mailbox: mailbox, To: relay.AddressList{"a@example.org"},
 		Subject: "s", Text: key}, "", "order.example", clock.Now())
@@ -154,7 +154,7 @@ func TestOutboxKeepsMailboxOrderAcrossReplicas(t *testing.T) {
 		t.Errorf("Gmail got\n  %v\nwant the mailbox's acceptance order\n  %v", got, ids)
 	}
 	for i, id := range ids {
-		if j, err := a.Log().Get(ctx, id); err != nil || j.State != gmailrelay.StateSent {
+		if j, err := a.log.Get(ctx, id); err != nil || j.State != gmailrelay.StateSent {
 			t.Errorf("job %d: %s, %v; want sent", i+1, j.State, err)
 		}
 	}
@@ -200,7 +200,7 @@ func TestOutboxMailboxNotServedIsLeftToAnotherReplica(t *testing.T) {
 		}
 		clock.Advance(time.Second)
 	}
-	j, err := b.Log().Get(ctx, id)
+	j, err := b.log.Get(ctx, id)
 	if err != nil || j.State != gmailrelay.StateSent || emu.Deliveries(id) != 1 {
 		t.Errorf("billing job after three rounds of passes on A then B: %s, %d deliveries, %v; want sent once by B", j.State, emu.Deliveries(id), err)
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
+	"github.com/gmailrelay/gmailrelay/api"
+	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
@@ -18,6 +20,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/pglog/pgtest"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
+	"github.com/gmailrelay/gmailrelay/sweeper"
 )
 
 // databaseURL is the PostgreSQL test server (pgtest: skipped when none,
@@ -90,7 +93,7 @@ func poolOf(t testing.TB, url, schema string) *pgxpool.Pool {
 // makes it: cfg gives the Provider and Policy (and Faults, SendTimeout);
 // the log, the clock (a manual one: no clock fence), a quiet logger, a
 // quota the tests never exhaust and a 10 s send timeout are filled in.
-func newReplica(t testing.TB, url, schema string, clock *testclock.Clock, cfg relay.Config) *relay.Service {
+func newReplica(t testing.TB, url, schema string, clock *testclock.Clock, cfg relay.Config) *pgRelay {
 	t.Helper()
 	cfg.Log, cfg.Now, cfg.ManualClock, cfg.Logger = open(t, url, schema, clock.Now), clock.Now, true, zerolog.Nop()
 	if cfg.Quota == nil {
@@ -99,11 +102,44 @@ func newReplica(t testing.TB, url, schema string, clock *testclock.Clock, cfg re
 	if cfg.SendTimeout == 0 {
 		cfg.SendTimeout = 10 * time.Second
 	}
+	return buildRelay(t, cfg)
+}
+
+// pgRelay is one relay on the shared schema and what it was built with:
+// its log, policy, fault rules, clock and logger, which the tests hand to
+// the sweeper, the outbox and the API they put on it, as cmd/gmailrelay
+// does.
+type pgRelay struct {
+	*relay.Service
+	log    gmailrelay.Store
+	policy *policy.Policy
+	faults *faultmodes.Set
+	quota  *relay.Quota // the default mailbox's, when cfg gave it
+	now    func() time.Time
+	logger zerolog.Logger
+}
+
+// buildRelay makes the relay.Service of cfg.
+func buildRelay(t testing.TB, cfg relay.Config) *pgRelay {
+	t.Helper()
 	svc, err := relay.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return svc
+	return &pgRelay{Service: svc, log: cfg.Log, policy: cfg.Policy, faults: cfg.Faults, quota: cfg.Quota,
+		now: cfg.Now, logger: cfg.Logger}
+}
+
+// sweeperConfig is the relay's sweeper.Config as `serve --database` wires it.
+func (r *pgRelay) sweeperConfig() sweeper.Config {
+	return sweeper.Config{Log: r.log, Policy: r.policy, Mailboxes: r.Service, Attempter: r.Service, Replicas: r.Service,
+		Logger: &r.logger, Now: r.now}
+}
+
+// apiConfig is the relay's api.Config, without tokens.
+func (r *pgRelay) apiConfig() api.Config {
+	return api.Config{Relay: r.Service, Log: r.log, Policy: r.policy, Faults: r.faults, Now: r.now,
+		MsgIDDomain: r.policy.MsgIDDomain, Logger: zerolog.Nop()}
 }
 
 // site is the ground the replica tests share: a fresh schema on the test
@@ -133,7 +169,7 @@ func quietPolicy() *policy.Policy {
 }
 
 // replica is newReplica on the site's schema and clock.
-func (s site) replica(t testing.TB, cfg relay.Config) *relay.Service {
+func (s site) replica(t testing.TB, cfg relay.Config) *pgRelay {
 	t.Helper()
 	return newReplica(t, s.url, s.schema, s.clock, cfg)
 }

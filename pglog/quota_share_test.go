@@ -41,17 +41,14 @@ func TestEmulatorQuotaPerMinuteIsSharedByReplicas(t *testing.T) {
 	pol.VerifyHandle = policy.VerifyNever
 	pol.Mailboxes = map[string]policy.Mailbox{policy.DefaultMailbox: {Name: policy.DefaultMailbox, QuotaPerMinute: perMinute}}
 	type replica struct {
-		svc *relay.Service
+		svc *pgRelay
 		sw  *sweeper.Sweeper
 	}
 	var rs [2]replica
 	for i := range rs {
-		svc, err := relay.New(ctx, relay.Config{Log: open(t, url, schema, clock.Now), Provider: gm, Policy: pol,
+		svc := buildRelay(t, relay.Config{Log: open(t, url, schema, clock.Now), Provider: gm, Policy: pol,
 			Now: clock.Now, ManualClock: true, Logger: zerolog.Nop(), SendTimeout: 10 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rs[i] = replica{svc, sweeper.New(sweeper.ConfigFor(svc))}
+		rs[i] = replica{svc, sweeper.New(svc.sweeperConfig())}
 	}
 	pass := func(r replica) {
 		t.Helper()
@@ -60,7 +57,7 @@ func TestEmulatorQuotaPerMinuteIsSharedByReplicas(t *testing.T) {
 		}
 	}
 	n := 0
-	send := func(svc *relay.Service) bool {
+	send := func(svc *pgRelay) bool {
 		t.Helper()
 		n++
 		p, err := relay.Prepare(relay.SendRequest{Key: fmt.Sprintf("share:%d", n), To: relay.AddressList{"a@example.org"},
@@ -109,7 +106,7 @@ func TestEmulatorQuotaPerMinuteIsSharedByReplicas(t *testing.T) {
 		t.Fatalf("Gmail answered %d rate limits, want 0 (the replicas together took more than quota_per_minute)", st.RateLimited)
 	}
 
-	if err := rs[1].svc.Log().Close(); err != nil {
+	if err := rs[1].svc.log.Close(); err != nil {
 		t.Fatal(err)
 	}
 	pass(rs[0])

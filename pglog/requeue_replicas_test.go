@@ -28,7 +28,7 @@ func TestEmulatorGmailUnreachableHoldsTheMailboxOnEveryReplica(t *testing.T) {
 	ctx := context.Background()
 	prov := &testenv.Unreachable{Provider: s.gm}
 	pol := quietPolicy()
-	var svcs []*relay.Service
+	var svcs []*pgRelay
 	var boxes []*outbox.Outbox
 	for range 2 {
 		svc, ob := replica(t, s.url, s.schema, s.clock, prov, pol)
@@ -70,7 +70,7 @@ func TestEmulatorGmailUnreachableHoldsTheMailboxOnEveryReplica(t *testing.T) {
 		pass()
 	}
 	for _, id := range ids {
-		j, err := svcs[0].Log().Get(ctx, id)
+		j, err := svcs[0].log.Get(ctx, id)
 		if err != nil || j.State != gmailrelay.StateSent || s.emu.Deliveries(id) != 1 {
 			t.Errorf("%s: %s, %d deliveries, %v; want sent once", id, j.State, s.emu.Deliveries(id), err)
 		}

@@ -17,14 +17,14 @@ import (
 // between recording a job's last miss (a write, which ends its claim) and
 // its resend's transaction (the window list, the budget, the raw message).
 type heldAttempter struct {
-	svc         *relay.Service
+	svc         *pgRelay
 	in, release chan struct{}
 	once        sync.Once
 }
 
-func (h *heldAttempter) Attempt(ctx context.Context, id string, from []gmailrelay.State, seen int, reason gmailrelay.Reason, fg bool) (relay.Result, error) {
+func (h *heldAttempter) Attempt(ctx context.Context, r relay.AttemptRequest) (relay.Result, error) {
 	h.once.Do(func() { close(h.in); <-h.release })
-	return h.svc.Attempt(ctx, id, from, seen, reason, fg)
+	return h.svc.Attempt(ctx, r)
 }
 
 // Two replicas' sweepers never both resend one ambiguous send. Replica A
@@ -40,7 +40,7 @@ func TestEmulatorTwoSweepersNeverResendOneJobTwice(t *testing.T) {
 	ch := pol.Channels[policy.DefaultChannel]
 	ch.Checks = 1
 	pol.Channels[policy.DefaultChannel] = ch
-	svcs := [2]*relay.Service{s.replica(t, relay.Config{Provider: s.gm, Policy: pol}),
+	svcs := [2]*pgRelay{s.replica(t, relay.Config{Provider: s.gm, Policy: pol}),
 		s.replica(t, relay.Config{Provider: s.gm, Policy: pol})}
 	fault := func(action string) {
 		t.Helper()
@@ -62,9 +62,9 @@ func TestEmulatorTwoSweepersNeverResendOneJobTwice(t *testing.T) {
 	s.clock.Advance(ch.Grace + time.Second)
 
 	held := &heldAttempter{svc: svcs[0], in: make(chan struct{}), release: make(chan struct{})}
-	cfgA := sweeper.ConfigFor(svcs[0])
+	cfgA := svcs[0].sweeperConfig()
 	cfgA.Attempter, cfgA.DisableWitness = held, true // the miss counts without a witness
-	cfgB := sweeper.ConfigFor(svcs[1])
+	cfgB := svcs[1].sweeperConfig()
 	cfgB.DisableWitness = true
 	doneA := make(chan error, 1)
 	go func() {
@@ -76,7 +76,7 @@ func TestEmulatorTwoSweepersNeverResendOneJobTwice(t *testing.T) {
 	if _, err := sweeper.New(cfgB).RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mid, err := svcs[1].Log().Get(ctx, p.MessageID)
+	mid, err := svcs[1].log.Get(ctx, p.MessageID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestEmulatorTwoSweepersNeverResendOneJobTwice(t *testing.T) {
 	if got := s.emu.Deliveries(p.MessageID); got != 1 {
 		t.Errorf("deliveries = %d, want 1: A resent a job B had resent after A decided", got)
 	}
-	end, err := svcs[0].Log().Get(ctx, p.MessageID)
+	end, err := svcs[0].log.Get(ctx, p.MessageID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func TestEmulatorDailyLimit50The51stIsNotAttempted(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.open(e.emuURL)
-	if left := e.svc.Budget().Left(); left != 0 {
+	if left := e.budget().Left(); left != 0 {
 		t.Errorf("after restart: budget left %d, want 0", left)
 	}
 	res, err := e.svc.Send(ctx, p, relay.SendOptions{Queue: true})
@@ -70,7 +70,7 @@ func TestEmulatorDailyLimit50The51stIsNotAttempted(t *testing.T) {
 	}
 	// Once the first send left the window, one more fits.
 	e.clock.Advance(24*time.Hour - 50*time.Minute)
-	if left := e.svc.Budget().Left(); left != 1 {
+	if left := e.budget().Left(); left != 1 {
 		t.Errorf("a day after the first send: budget left %d, want 1", left)
 	}
 }
@@ -247,7 +247,7 @@ func TestConcurrentDuplicatesSpendQuotaAndFaultCountOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := e.prepare("dup-quota", "x")
-	q := e.svc.Quota()
+	q := e.te.Quota
 	before := q.Spent()
 	together(16, func(int) { _, _ = e.svc.Send(ctx, p, relay.SendOptions{}) })
 	lines := e.lines(p.MessageID)
@@ -271,7 +271,7 @@ func TestReplayWhileQuotaPausedTakesNothing(t *testing.T) {
 	if _, err := e.svc.Send(ctx, p, relay.SendOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	q := e.svc.Quota()
+	q := e.te.Quota
 	q.Pause(time.Hour)
 	before := q.Spent()
 	res, err := e.svc.Send(ctx, e.prepare("replay-paused", "x"), relay.SendOptions{})
@@ -302,8 +302,8 @@ func TestResolveRetryRefusedForQuotaWritesNoResolvedLine(t *testing.T) {
 	ctx := context.Background()
 	p := e.inReview(ctx, "resolve-quota")
 	before := len(e.lines(p.MessageID))
-	e.svc.Quota().Pause(time.Hour)
-	_, err := e.svc.Resolve(ctx, p.MessageID, relay.ActionRetry, "try again", "op", relay.AnyAttempts)
+	e.te.Quota.Pause(time.Hour)
+	_, err := e.svc.Resolve(ctx, relay.ResolveRequest{ID: p.MessageID, Action: relay.ActionRetry, Note: "try again", Actor: "op", Seen: relay.AnyAttempts})
 	if relay.ErrorCode(err) != relay.CodeRateLimited {
 		t.Fatalf("resolve retry with no quota: %v, want rate_limited", err)
 	}

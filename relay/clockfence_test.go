@@ -118,9 +118,10 @@ func TestClockFenceStopsAReplicaWhoseClockIsOff(t *testing.T) {
 	pol := policy.Default()
 	pol.VerifyHandle = policy.VerifyNever
 	logs := &testenv.LockedBuffer{}
+	logger := zerolog.New(logs)
 	newService := func(manual bool) *relay.Service {
 		svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: gm, Policy: pol, Now: clock.Now, ManualClock: manual,
-			Logger: zerolog.New(logs), SendTimeout: 2 * time.Second})
+			Logger: logger, SendTimeout: 2 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +153,7 @@ func TestClockFenceStopsAReplicaWhoseClockIsOff(t *testing.T) {
 		t.Errorf("fence ERROR lines naming the offset = %d, want 1 (once per change)\n%s", got, logs.String())
 	}
 
-	srv := httptest.NewServer(api.New(api.Config{Service: svc, MsgIDDomain: svcDomain, Logger: zerolog.Nop()}))
+	srv := httptest.NewServer(api.New(api.Config{Relay: svc, Log: lg, Policy: pol, Now: clock.Now, MsgIDDomain: svcDomain, Logger: zerolog.Nop()}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/readyz")
 	if err != nil {
@@ -178,10 +179,11 @@ func TestClockFenceStopsAReplicaWhoseClockIsOff(t *testing.T) {
 		t.Errorf("RecoverExpired while fenced: %d, %v; want 0 and the fence's error", n, err)
 	}
 	clock.Advance(time.Hour) // the unknown job is due
-	if _, err := sweeper.New(sweeper.ConfigFor(svc)).RunOnce(ctx); !errors.Is(err, relay.ErrClockSkew) {
+	swcfg := sweeper.Config{Log: lg, Policy: pol, Mailboxes: svc, Attempter: svc, Replicas: svc, Logger: &logger, Now: clock.Now}
+	if _, err := sweeper.New(swcfg).RunOnce(ctx); !errors.Is(err, relay.ErrClockSkew) {
 		t.Errorf("sweeper pass while fenced: %v; want the fence's error", err)
 	}
-	ob, err := outbox.New(outbox.Config{Service: svc})
+	ob, err := outbox.New(outbox.Config{Log: lg, Relay: svc, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,9 +229,19 @@ func TestClockFenceStopsAReplicaWhoseClockIsOff(t *testing.T) {
 	}
 }
 
+// fenceRelay is a Service, its policy, logger (collected in logs) and
+// Gmail client.
+type fenceRelay struct {
+	svc    *relay.Service
+	pol    *policy.Policy
+	logger zerolog.Logger
+	logs   *testenv.LockedBuffer
+	gm     *gmailapi.Client
+}
+
 // fenceService is a Service on lg (a bbolt log posing as a shared one) on
 // the real clock, its logs collected.
-func fenceService(t *testing.T, lg *fakeClockLog) (*relay.Service, *testenv.LockedBuffer, *gmailapi.Client) {
+func fenceService(t *testing.T, lg *fakeClockLog) fenceRelay {
 	t.Helper()
 	ctx := context.Background()
 	_, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{})
@@ -246,11 +258,12 @@ func fenceService(t *testing.T, lg *fakeClockLog) (*relay.Service, *testenv.Lock
 	pol := policy.Default()
 	pol.VerifyHandle = policy.VerifyNever
 	logs := &testenv.LockedBuffer{}
-	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: gm, Policy: pol, Logger: zerolog.New(logs), SendTimeout: 2 * time.Second})
+	logger := zerolog.New(logs)
+	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: gm, Policy: pol, Logger: logger, SendTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return svc, logs, gm
+	return fenceRelay{svc: svc, pol: pol, logger: logger, logs: logs, gm: gm}
 }
 
 // The fence's reference is the other replicas, not the log's (the
@@ -289,7 +302,8 @@ func TestClockFenceComparesWithTheOtherReplicas(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			lg := &fakeClockLog{}
 			lg.setPeers(tc.offset, time.Millisecond, nil, tc.peers...)
-			svc, logs, gm := fenceService(t, lg) // New measures
+			fr := fenceService(t, lg) // New measures
+			svc, logs, gm := fr.svc, fr.logs, fr.gm
 			if tc.gmail {
 				if _, err := gm.List(context.Background(), "me", "", nil, "", 1); err != nil {
 					t.Fatal(err)
@@ -324,8 +338,9 @@ func TestReadyzSharesOneClockMeasurement(t *testing.T) {
 	ctx := context.Background()
 	lg := &fakeClockLog{}
 	lg.set(0, time.Millisecond, nil)
-	svc, _, _ := fenceService(t, lg)
-	srv := httptest.NewServer(api.New(api.Config{Service: svc, MsgIDDomain: svcDomain, Logger: zerolog.Nop()}))
+	fr := fenceService(t, lg)
+	svc := fr.svc
+	srv := httptest.NewServer(api.New(api.Config{Relay: svc, Log: lg, Policy: fr.pol, MsgIDDomain: svcDomain, Logger: zerolog.Nop()}))
 	defer srv.Close()
 	counts := func() (calls, maxRunning int) {
 		lg.mu.Lock()
@@ -367,7 +382,8 @@ func TestReadyzSharesOneClockMeasurement(t *testing.T) {
 	<-lg.started
 	time.Sleep(100 * time.Millisecond) // the other /readyz calls are waiting too
 	t0 := time.Now()
-	if _, err := sweeper.New(sweeper.ConfigFor(svc)).RunOnce(ctx); err != nil {
+	swcfg := sweeper.Config{Log: lg, Policy: fr.pol, Mailboxes: svc, Attempter: svc, Replicas: svc, Logger: &fr.logger}
+	if _, err := sweeper.New(swcfg).RunOnce(ctx); err != nil {
 		t.Errorf("sweeper pass: %v", err)
 	}
 	took := time.Since(t0)

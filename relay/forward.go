@@ -282,30 +282,27 @@ func (s *Service) RecordHandle(ctx context.Context, id, stored string) error {
 	return nil
 }
 
-// AnyAttempts, as the seen argument of Attempt or Resolve, means the
-// caller decided without a count of the job's attempts: the call fences on
-// the count it reads itself when it starts.
+// AnyAttempts, as the Seen of an AttemptRequest or a ResolveRequest, means
+// the caller decided without a count of the job's attempts: the call fences
+// on the count it reads itself when it starts.
 const AnyAttempts = -1
 
 // Attempt makes a new attempt for an existing job with the same
-// Message-ID, through the same path as Send (fault rules apply). from lists
-// the states the job may be in; seen is the number of attempts the job had
-// made when the caller decided on this one (or AnyAttempts): when another
-// attempt has been made since, the call is refused with CodeConflict and
-// nothing is sent, so two deciders (two replicas' sweepers, a sweeper and a
-// human) never both resend one ambiguous send. reason is written on the
-// received line (for example "sweeper_resend" or "resolved_retry"). The
-// quota is taken as background work unless foreground is set. Like Send,
-// an attempt the transaction then refuses (the job moved on: CodeConflict)
-// gives back the units and the fault rule's count it took. While the
-// clock fence is closed (ClockFenced) every attempt, Deliver's and a
-// resolve retry's too, is refused with its CodeUnavailable.
-func (s *Service) Attempt(ctx context.Context, id string, from []gmailrelay.State, seen int, reason gmailrelay.Reason, foreground bool) (Result, error) {
+// Message-ID, through the same path as Send (fault rules apply). The job
+// must be in one of r.From and have made r.Seen attempts: when another
+// attempt has been made since the caller decided, the call is refused with
+// CodeConflict and nothing is sent, so two deciders (two replicas'
+// sweepers, a sweeper and a human) never both resend one ambiguous send.
+// Like Send, an attempt the transaction then refuses (the job moved on:
+// CodeConflict) gives back the units and the fault rule's count it took.
+// While the clock fence is closed (ClockFenced) every attempt, Deliver's
+// and a resolve retry's too, is refused with its CodeUnavailable.
+func (s *Service) Attempt(ctx context.Context, r AttemptRequest) (Result, error) {
 	mode := takeBackground
-	if foreground {
+	if r.Priority == Foreground {
 		mode = takeForeground
 	}
-	return s.attempt(ctx, id, from, seen, reason, mode, nil)
+	return s.attempt(ctx, r.ID, r.From, r.Seen, r.Reason, mode, nil)
 }
 
 // attempt is Attempt; before, when set, makes the lines to write first in
@@ -427,13 +424,13 @@ const (
 // failed): mark-sent records that the message was sent (an effect line with
 // source human when none exists yet), retry makes one forced resend with
 // the same Message-ID, abandon gives up. Every resolution is a resolved
-// line carrying actor and note. seen is the number of attempts the job had
-// made when the human looked (AnyAttempts: not known): a job that has made
-// another attempt since is refused, so a decision taken on a stale page
-// never resends a job a later attempt may have delivered. Errors:
-// CodeNotFound, CodeInvalid (action), CodeConflict (the job's state does
-// not allow it, or it changed since the human looked).
-func (s *Service) Resolve(ctx context.Context, id, action, note, actor string, seen int) (Result, error) {
+// line carrying the actor and the note. A job that has made another
+// attempt since the human looked (r.Seen) is refused, so a decision taken
+// on a stale page never resends a job a later attempt may have delivered.
+// Errors: CodeNotFound, CodeInvalid (action), CodeConflict (the job's
+// state does not allow it, or it changed since the human looked).
+func (s *Service) Resolve(ctx context.Context, r ResolveRequest) (Result, error) {
+	id, action, note, actor, seen := r.ID, r.Action, r.Note, r.Actor, r.Seen
 	resolvable := []gmailrelay.State{gmailrelay.StateReview, gmailrelay.StateUnknown, gmailrelay.StateFailed}
 	var target gmailrelay.State
 	switch action {

@@ -213,14 +213,6 @@ func (s *Service) jobMailbox(j gmailrelay.Job) (*Mailbox, error) {
 	return m, nil
 }
 
-// Quota returns the first mailbox's quota (the default mailbox's, the only
-// one a relay without a mailboxes policy has). With several mailboxes,
-// each has its own: see Mailboxes.
-func (s *Service) Quota() *Quota { return s.boxes[0].quota }
-
-// Budget returns the first mailbox's daily sending budget (see Quota).
-func (s *Service) Budget() *Budget { return s.boxes[0].budget }
-
 // legacyRecordKey is the Message-ID the record move of adoptLegacyRecord
 // runs under: no job ever has it (its domain is reserved), so the move
 // writes the mailbox record alone.

@@ -31,7 +31,7 @@ func TestEmulatorRetryOfAPrunedJobIsRefusedNotLeftForwarding(t *testing.T) {
 	if res, err := e.log.Prune(ctx, e.clock.Now(), 0); err != nil || res.Jobs != 1 {
 		t.Fatalf("prune: %+v, %v; want the failed job pruned", res, err)
 	}
-	_, err := e.svc.Resolve(ctx, p.MessageID, relay.ActionRetry, "try again", "test", relay.AnyAttempts)
+	_, err := e.svc.Resolve(ctx, relay.ResolveRequest{ID: p.MessageID, Action: relay.ActionRetry, Note: "try again", Actor: "test", Seen: relay.AnyAttempts})
 	if relay.ErrorCode(err) != relay.CodeConflict {
 		t.Fatalf("resolve retry of a pruned job: %v; want CodeConflict", err)
 	}
@@ -99,7 +99,7 @@ func TestEmulatorRetryRacingThePruneIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	pl.cutoff, pl.armed = te.Clock.Now(), true
-	_, err = te.Service.Resolve(ctx, p.MessageID, relay.ActionRetry, "try again", "test", relay.AnyAttempts)
+	_, err = te.Service.Resolve(ctx, relay.ResolveRequest{ID: p.MessageID, Action: relay.ActionRetry, Note: "try again", Actor: "test", Seen: relay.AnyAttempts})
 	if pl.pruned != 1 {
 		t.Fatalf("the pass between the read and the attempt pruned %d jobs, want 1", pl.pruned)
 	}

@@ -33,7 +33,7 @@ func (e *env) unknownFastJob(ctx context.Context) *sweeper.Sweeper {
 	e.t.Helper()
 	e.policy.VerifyHandle = policy.VerifyNever
 	e.policy.Channels["fast"] = policy.Channel{Name: "fast", OnUnknown: policy.Retry, Grace: time.Second, Checks: 1, MaxAttempts: 3}
-	sw := sweeper.New(sweeper.ConfigFor(e.svc))
+	sw := sweeper.New(e.te.SweeperConfig())
 	pu, err := relay.Prepare(relay.SendRequest{Key: "k-unknown", Channel: "fast", To: relay.AddressList{"customer@example.org"},
 		Subject: "Dropped", Text: "x"}, "", svcDomain, e.clock.Now())
 	if err != nil {
@@ -85,7 +85,7 @@ func TestEmulatorRateLimitTextOnlyPausesEveryGmailCall(t *testing.T) {
 			if wait < 10*time.Second {
 				t.Fatalf("Gmail's retry time is only %v away; the test needs a longer one", wait)
 			}
-			if got := e.svc.Quota().PausedFor(); got != wait {
+			if got := e.te.Quota.PausedFor(); got != wait {
 				t.Fatalf("the mailbox is paused for %v, want %v (Gmail's retry time from the text)", got, wait)
 			}
 			if res.RetryIn < wait || res.RetryIn > wait+time.Second {
@@ -154,7 +154,7 @@ func TestEmulatorRateLimitWithoutRetryTimeBacksOff(t *testing.T) {
 		if err != nil || res.Job.LastReason != gmailrelay.ReasonRateLimited {
 			t.Fatalf("send %d: %v %v, want rate_limited", i+1, res.Job.LastReason, err)
 		}
-		d := e.svc.Quota().PausedFor()
+		d := e.te.Quota.PausedFor()
 		if d < want || d > want+want/4 {
 			t.Fatalf("send %d: pause %v, want in [%v, %v]", i+1, d, want, want+want/4)
 		}
@@ -182,7 +182,7 @@ func TestEmulatorRateLimitWithoutRetryTimeBacksOff(t *testing.T) {
 	if _, err := e.svc.Send(ctx, e.prepare("k-after", "x"), relay.SendOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if d := e.svc.Quota().PausedFor(); d < time.Second || d > time.Second+time.Second/4 {
+	if d := e.te.Quota.PausedFor(); d < time.Second || d > time.Second+time.Second/4 {
 		t.Errorf("after a send Gmail answered, the next pause is %v, want in [1s, 1.25s]", d)
 	}
 }
@@ -206,11 +206,11 @@ func TestEmulatorRateLimitedSearchPausesSends(t *testing.T) {
 	// Gmail's retry time (the text only): the bucket refills 100 units a
 	// minute, so about 59 s from now, far past the sweeper's first 1 s
 	// backoff step.
-	if paused := e.svc.Quota().PausedFor(); paused < 55*time.Second {
+	if paused := e.te.Quota.PausedFor(); paused < 55*time.Second {
 		t.Fatalf("the mailbox is paused for %v, want at least Gmail's retry time (~59s)", paused)
 	}
 	before := gmailCalls(e.emu)
-	for i := 0; e.svc.Quota().PausedFor() > 0; i++ {
+	for i := 0; e.te.Quota.PausedFor() > 0; i++ {
 		if _, err := e.svc.Send(ctx, e.prepare(fmt.Sprintf("k-during-%d", i), "x"), relay.SendOptions{}); relay.ErrorCode(err) != relay.CodeRateLimited {
 			t.Fatalf("send %v into the search's pause: err %v, want rate_limited", time.Duration(i)*5*time.Second, err)
 		}

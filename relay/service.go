@@ -315,15 +315,6 @@ func (s *Service) RecoverExpired(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// Log returns the acceptance log.
-func (s *Service) Log() gmailrelay.Store { return s.log }
-
-// Policy returns the channel policy.
-func (s *Service) Policy() *policy.Policy { return s.policy }
-
-// Now returns the service's clock reading.
-func (s *Service) Now() time.Time { return s.now() }
-
 // tieWindow bounds how far acceptedAt moves a stamp past the clock.
 const tieWindow = time.Millisecond
 
@@ -347,12 +338,6 @@ func (s *Service) acceptedAt() time.Time {
 		}
 	}
 }
-
-// Logger returns the service's logger.
-func (s *Service) Logger() *zerolog.Logger { return &s.logger }
-
-// Faults returns the fault rule set (nil when faults are disabled).
-func (s *Service) Faults() *faultmodes.Set { return s.faults }
 
 // Wait blocks until every Gmail call in progress has been recorded.
 func (s *Service) Wait() { s.inflight.Wait() }

@@ -49,6 +49,16 @@ func (e *env) open(endpoint string) {
 	e.log, e.svc = e.te.Log, e.te.Service
 }
 
+// budget is the default mailbox's daily sending budget.
+func (e *env) budget() *relay.Budget {
+	e.t.Helper()
+	m, err := e.svc.MailboxOf(policy.DefaultMailbox)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return m.Budget()
+}
+
 func (e *env) prepare(key, text string) relay.Prepared {
 	e.t.Helper()
 	p, err := relay.Prepare(relay.SendRequest{Key: key, To: relay.AddressList{"customer@example.org"},
@@ -342,14 +352,14 @@ func TestEmulatorResolveReview(t *testing.T) {
 	e := newEnv(t, gmailfake.Options{})
 	ctx := context.Background()
 	p := e.inReview(ctx, "resolve-me")
-	if _, err := e.svc.Resolve(ctx, p.MessageID, "frobnicate", "", "op", relay.AnyAttempts); relay.ErrorCode(err) != relay.CodeInvalid {
+	if _, err := e.svc.Resolve(ctx, relay.ResolveRequest{ID: p.MessageID, Action: "frobnicate", Actor: "op", Seen: relay.AnyAttempts}); relay.ErrorCode(err) != relay.CodeInvalid {
 		t.Errorf("bad action: %v, want invalid_argument", err)
 	}
-	res, err := e.svc.Resolve(ctx, p.MessageID, relay.ActionMarkSent, "found it in Sent", "op", relay.AnyAttempts)
+	res, err := e.svc.Resolve(ctx, relay.ResolveRequest{ID: p.MessageID, Action: relay.ActionMarkSent, Note: "found it in Sent", Actor: "op", Seen: relay.AnyAttempts})
 	if err != nil || res.Job.State != gmailrelay.StateSent || res.Job.Effects != 1 {
 		t.Fatalf("mark-sent: %+v %v", res.Job, err)
 	}
-	if _, err := e.svc.Resolve(ctx, p.MessageID, relay.ActionAbandon, "", "op", relay.AnyAttempts); relay.ErrorCode(err) != relay.CodeConflict {
+	if _, err := e.svc.Resolve(ctx, relay.ResolveRequest{ID: p.MessageID, Action: relay.ActionAbandon, Actor: "op", Seen: relay.AnyAttempts}); relay.ErrorCode(err) != relay.CodeConflict {
 		t.Errorf("resolving a sent job: %v, want conflict", err)
 	}
 	if got := e.emu.Deliveries(p.MessageID); got != 1 {

@@ -69,13 +69,14 @@ func newStepRig(t *testing.T, set rigSetup) *stepRig {
 		prov = set.wrap(prov)
 	}
 	faults := faultmodes.New(faultmodes.Options{Seed: 1, Now: host.Now})
-	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: prov, Policy: testPolicy(), Faults: faults, Now: host.Now,
-		Logger: zerolog.Nop(), SendTimeout: 60 * time.Second, Quota: relay.NewQuota(1<<30, host.Now)})
+	pol, logger := testPolicy(), zerolog.Nop()
+	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: prov, Policy: pol, Faults: faults, Now: host.Now,
+		Logger: logger, SendTimeout: 60 * time.Second, Quota: relay.NewQuota(1<<30, host.Now)})
 	if err != nil {
 		t.Fatalf("relay.New: %v", err)
 	}
-	cfg := sweeper.ConfigFor(svc)
-	cfg.Interval = time.Hour
+	cfg := sweeper.Config{Log: lg, Policy: pol, Mailboxes: svc, Attempter: svc, Replicas: svc, Logger: &logger, Now: host.Now,
+		Interval: time.Hour}
 	if set.logger != nil {
 		cfg.Logger = set.logger
 	}

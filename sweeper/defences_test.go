@@ -172,7 +172,7 @@ func TestSentDedupeForcedResendIsDuplicateDelivery(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("to review: %v", err)
 	}
-	res2, err := h.svc.Attempt(h.ctx, id, []gmailrelay.State{gmailrelay.StateReview}, relay.AnyAttempts, gmailrelay.ReasonResolvedRetry, true)
+	res2, err := h.svc.Attempt(h.ctx, relay.AttemptRequest{ID: id, From: []gmailrelay.State{gmailrelay.StateReview}, Seen: relay.AnyAttempts, Reason: gmailrelay.ReasonResolvedRetry, Priority: relay.Foreground})
 	if err != nil {
 		t.Fatalf("forced resend: %v", err)
 	}
@@ -185,7 +185,7 @@ func TestSentDedupeForcedResendIsDuplicateDelivery(t *testing.T) {
 	h.clock.Advance(grace)
 	wantResult(t, h.sweep(), sweeper.Result{})
 	// The human marks it sent: no second review for the same duplicate.
-	if _, err := h.svc.Resolve(h.ctx, id, relay.ActionMarkSent, "told the customer", "ops@example.com", relay.AnyAttempts); err != nil {
+	if _, err := h.svc.Resolve(h.ctx, relay.ResolveRequest{ID: id, Action: relay.ActionMarkSent, Note: "told the customer", Actor: "ops@example.com", Seen: relay.AnyAttempts}); err != nil {
 		t.Fatalf("mark sent: %v", err)
 	}
 	h.clock.Advance(grace)
@@ -444,7 +444,7 @@ func TestFoundAgainCopyIsNotASecondEffect(t *testing.T) {
 	h.clock.Advance(grace)
 	h.sweep()
 	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionError, Status: 500, Count: 1})
-	if _, err := h.svc.Resolve(h.ctx, id, relay.ActionRetry, "", "ops@example.com", relay.AnyAttempts); err != nil {
+	if _, err := h.svc.Resolve(h.ctx, relay.ResolveRequest{ID: id, Action: relay.ActionRetry, Actor: "ops@example.com", Seen: relay.AnyAttempts}); err != nil {
 		t.Fatalf("resolve retry: %v", err)
 	}
 	h.clock.Advance(grace)

@@ -92,7 +92,7 @@ func (h *harness) build(perMinute int) {
 	h.te.Log, h.te.Provider = h.log, h.prov
 	h.te.Build(perMinute)
 	h.svc = h.te.Service
-	cfg := sweeper.ConfigFor(h.svc)
+	cfg := h.te.SweeperConfig()
 	cfg.BatchSize, cfg.Limit, cfg.Interval = h.set.batchSize, h.set.limit, time.Hour
 	h.sw = sweeper.New(cfg)
 }

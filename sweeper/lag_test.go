@@ -34,7 +34,7 @@ func runLag(t *testing.T, order gmailfake.IndexOrder, disableWitness bool) lagRu
 	h := newHarness(t, setup{emulatorQuota: 1 << 30, seed: 13})
 	h.srv.SetIndexLagDistribution(gmailfake.LagDistribution{P50: 5 * time.Second, P99: 10 * time.Minute, Max: 30 * time.Minute}, order)
 	if disableWitness {
-		cfg := sweeper.ConfigFor(h.svc)
+		cfg := h.te.SweeperConfig()
 		cfg.DisableWitness = true
 		h.sw = sweeper.New(cfg)
 	}

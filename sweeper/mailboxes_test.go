@@ -55,11 +55,11 @@ func newThreeBoxes(t *testing.T, em gmailfake.Options, billingLimit int) *threeB
 
 // build makes the sweeper and the outbox over the current Service.
 func (tb *threeBoxes) build() {
-	cfg := sweeper.ConfigFor(tb.te.Service)
+	cfg := tb.te.SweeperConfig()
 	cfg.Interval = time.Hour
 	tb.sw = sweeper.New(cfg)
 	var err error
-	if tb.box, err = outbox.New(outbox.Config{Service: tb.te.Service}); err != nil {
+	if tb.box, err = outbox.New(outbox.Config{Log: tb.te.Log, Relay: tb.te.Service, Now: tb.te.Clock.Now}); err != nil {
 		tb.t.Fatal(err)
 	}
 }
@@ -352,7 +352,7 @@ func TestEmulatorPausedMailboxDoesNotCrowdOutTheOthersDueJobs(t *testing.T) {
 	}
 	tb.te.Clock.Advance(30 * time.Second)
 	res := tb.mustSend(supportAddr, "", ambiguous) // due after billing's nine
-	cfg := sweeper.ConfigFor(tb.te.Service)
+	cfg := tb.te.SweeperConfig()
 	cfg.Interval, cfg.Limit = time.Hour, 5
 	sw := sweeper.New(cfg)
 	tb.te.Clock.Advance(grace + time.Second)

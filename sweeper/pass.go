@@ -424,7 +424,7 @@ func (p *pass) attempt(ctx context.Context, j gmailrelay.Job, from gmailrelay.St
 	if p.halted() {
 		return false, nil
 	}
-	res, err := p.s.deps.Attempter.Attempt(ctx, j.MessageID, []gmailrelay.State{from}, j.Attempts, reason, false)
+	res, err := p.s.deps.Attempter.Attempt(ctx, relay.AttemptRequest{ID: j.MessageID, From: []gmailrelay.State{from}, Seen: j.Attempts, Reason: reason})
 	var rerr *relay.Error
 	switch {
 	case errors.As(err, &rerr) && rerr.Code == relay.CodeRateLimited:

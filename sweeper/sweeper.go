@@ -66,7 +66,9 @@ const errorDelay = 30 * time.Second
 // maxHeaders bounds the cache of Message-IDs read back from Gmail.
 const maxHeaders = 10000
 
-// Config wires a Sweeper. Service is required.
+// Config wires a Sweeper: Log, Mailboxes, Policy and Attempter are
+// required; a relay process sets them, and Replicas, from the relay.Service
+// and the log it built.
 type Config struct {
 	// Log is the acceptance log whose due jobs the sweeper settles.
 	Log gmailrelay.Store
@@ -79,7 +81,11 @@ type Config struct {
 	// Attempter makes the sweeper's resends and retries through the normal
 	// send path.
 	Attempter Attempter
-	// Logger receives the sweeper's decisions and errors.
+	// Replicas, on a Log several relays share (gmailrelay.IsShared), is
+	// the send path's side of sharing it: New sets Fence and Expire from
+	// it when they are nil. On a log of one relay it is not used.
+	Replicas Replicas
+	// Logger receives the sweeper's decisions and errors; nil means none.
 	Logger *zerolog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -97,16 +103,15 @@ type Config struct {
 	// Limit is how many due jobs one pass takes (default 500).
 	Limit int
 	// Expire, when set, runs first in every pass: it turns unknown the
-	// attempts whose lease ran out (relay.Service.RecoverExpired; set by
-	// ConfigFor on a log several replicas share, after
-	// relay.Service.RefreshQuotaShares).
+	// attempts whose lease ran out. On a shared log New sets it from
+	// Replicas: RefreshQuotaShares, then RecoverExpired.
 	Expire func(ctx context.Context) (int, error)
 	// Fence, when set, runs before every pass: when it returns an error
 	// the pass reads and changes nothing (no lease expiry, no search, no
-	// decision) and RunOnce returns that error. ConfigFor sets it on a
-	// shared log to relay.Service.CheckClock, the clock fence: a replica
-	// whose clock is off must not judge others' leases nor decide by its
-	// clock. The loop does not log relay.ErrClockSkew (the fence has).
+	// decision) and RunOnce returns that error. On a shared log New sets
+	// it to Replicas.CheckClock, the clock fence: a replica whose clock is
+	// off must not judge others' leases nor decide by its clock. The loop
+	// does not log relay.ErrClockSkew (the fence has).
 	Fence func(ctx context.Context) error
 	// DisableWitness turns the witness rule off: every search miss counts,
 	// as before issue 13 (no witness in the query, no companion after:
@@ -117,11 +122,11 @@ type Config struct {
 }
 
 // Attempter is the send path as the sweeper uses it: a new attempt of a
-// job that is in one of the from states and has made exactly seen attempts
-// (relay.Service.Attempt): the sweeper decides on the job as it read it,
-// and a job another replica resent meanwhile is not resent again.
+// job (relay.Service.Attempt) fenced on the states and the attempt count
+// the sweeper read, so that a job another replica resent meanwhile is not
+// resent again.
 type Attempter interface {
-	Attempt(ctx context.Context, id string, from []gmailrelay.State, seen int, reason gmailrelay.Reason, foreground bool) (relay.Result, error)
+	Attempt(ctx context.Context, r relay.AttemptRequest) (relay.Result, error)
 }
 
 // Mailboxes is the relay's set of mailboxes as the sweeper uses it
@@ -133,21 +138,38 @@ type Mailboxes interface {
 	Mailboxes() []*relay.Mailbox
 }
 
-// ConfigFor returns a Config whose dependencies are svc's (its log,
-// mailboxes, policy, logger, clock and Attempt): the wiring a relay
-// process uses.
-func ConfigFor(svc *relay.Service) Config {
-	c := Config{Log: svc.Log(), Mailboxes: svc, Policy: svc.Policy(),
-		Attempter: svc, Logger: svc.Logger(), Now: svc.Now}
-	if gmailrelay.IsShared(c.Log) {
-		c.Fence = svc.CheckClock
+// Replicas is the send path's side of a log several relays share
+// (relay.Service), as the sweeper uses it on every pass.
+type Replicas interface {
+	// CheckClock measures this replica's clock against the others' (the
+	// clock fence) and returns relay.ErrClockSkew while it is off.
+	CheckClock(ctx context.Context) error
+	// RefreshQuotaShares divides each mailbox's quota between the
+	// replicas alive now.
+	RefreshQuotaShares(ctx context.Context) error
+	// RecoverExpired turns unknown the attempts whose lease ran out.
+	RecoverExpired(ctx context.Context) (int, error)
+}
+
+// withReplicas sets c's Fence and Expire from c.Replicas when the log is
+// shared and they are not set.
+func (c Config) withReplicas() Config {
+	r := c.Replicas
+	if r == nil || !gmailrelay.IsShared(c.Log) {
+		return c
+	}
+	if c.Fence == nil {
+		c.Fence = r.CheckClock
+	}
+	if c.Expire == nil {
+		logger := c.Logger
 		c.Expire = func(ctx context.Context) (int, error) {
 			// Each pass also divides the quota again between the
 			// replicas alive now; a failed count keeps the last shares.
-			if err := svc.RefreshQuotaShares(ctx); err != nil && ctx.Err() == nil {
-				svc.Logger().Warn().Err(err).Msg("quota shares: the replicas could not be counted; keeping the last shares")
+			if err := r.RefreshQuotaShares(ctx); err != nil && ctx.Err() == nil {
+				logger.Warn().Err(err).Msg("quota shares: the replicas could not be counted; keeping the last shares")
 			}
-			return svc.RecoverExpired(ctx)
+			return r.RecoverExpired(ctx)
 		}
 	}
 	return c
@@ -259,6 +281,11 @@ type Sweeper struct {
 
 // New returns a Sweeper for cfg. It does not start the loop (see Start).
 func New(cfg Config) *Sweeper {
+	if cfg.Logger == nil {
+		nop := zerolog.Nop()
+		cfg.Logger = &nop
+	}
+	cfg = cfg.withReplicas()
 	s := &Sweeper{
 		deps: cfg, log: cfg.Log, now: cfg.Now,
 		batch: cfg.BatchSize, limit: cfg.Limit, interval: cfg.Interval,
@@ -271,10 +298,6 @@ func New(cfg Config) *Sweeper {
 	}
 	if s.now == nil {
 		s.now = time.Now
-	}
-	if s.deps.Logger == nil {
-		nop := zerolog.Nop()
-		s.deps.Logger = &nop
 	}
 	if s.batch <= 0 {
 		s.batch = DefaultBatchSize

@@ -119,7 +119,7 @@ func TestReviewChannelNeverResends(t *testing.T) {
 			t.Errorf("send calls: %d, want 1 (never a second forward)", got)
 		}
 
-		res, err := h.svc.Resolve(h.ctx, id, relay.ActionMarkSent, "found it in the mailbox", "ops@example.com", relay.AnyAttempts)
+		res, err := h.svc.Resolve(h.ctx, relay.ResolveRequest{ID: id, Action: relay.ActionMarkSent, Note: "found it in the mailbox", Actor: "ops@example.com", Seen: relay.AnyAttempts})
 		if err != nil {
 			t.Fatalf("resolve mark-sent: %v", err)
 		}
@@ -139,7 +139,7 @@ func TestReviewChannelNeverResends(t *testing.T) {
 		id := h.sendAmbiguous(reviewChannel)
 		h.clock.Advance(grace)
 		wantResult(t, h.sweep(), sweeper.Result{Checked: 1, Found: 1, Reviewed: 1})
-		res, err := h.svc.Resolve(h.ctx, id, relay.ActionRetry, "", "ops@example.com", relay.AnyAttempts)
+		res, err := h.svc.Resolve(h.ctx, relay.ResolveRequest{ID: id, Action: relay.ActionRetry, Actor: "ops@example.com", Seen: relay.AnyAttempts})
 		if err != nil {
 			t.Fatalf("resolve retry: %v", err)
 		}
@@ -608,7 +608,7 @@ func TestQuota(t *testing.T) {
 			}
 			// The relay's budget spends exactly what Gmail charged: asking
 			// whether a search fits takes nothing (a peek, not a take).
-			if got, want := h.svc.Quota().Spent(), int64(st.QuotaUnits-unitsBefore); tt.relayQuota <= tt.emulatorQuota && got != want {
+			if got, want := h.te.Quota.Spent(), int64(st.QuotaUnits-unitsBefore); tt.relayQuota <= tt.emulatorQuota && got != want {
 				t.Errorf("the relay's quota spent %d units, Gmail charged %d for the same calls", got, want)
 			}
 			t.Logf("%d passes, %v of fake time, emulator %+v, sweeper totals %+v", pass, h.clock.Now().Sub(testclock.New().Now()), st, totals)

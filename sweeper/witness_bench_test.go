@@ -62,7 +62,7 @@ func witnessQuotaScenario(tb testing.TB, disableWitness bool) quotaRun {
 		IndexLagDistribution: gmailfake.LagDistribution{P50: 5 * time.Second, P99: 10 * time.Minute, Max: 30 * time.Minute},
 		IndexOrder:           gmailfake.IndexFIFO}})
 	clock, srv, svc, faults, log := e.Clock, e.Emulator, e.Service, e.Faults, e.Log
-	cfg := sweeper.ConfigFor(svc)
+	cfg := e.SweeperConfig()
 	cfg.Interval, cfg.DisableWitness = time.Hour, disableWitness
 	sw := sweeper.New(cfg)
 	sweep := func() {

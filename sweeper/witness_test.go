@@ -72,7 +72,7 @@ func TestSilentlyUnmatchedQueryOldRuleResends(t *testing.T) {
 	h := newHarness(t, setup{})
 	h.prov = blindGmail{h.prov}
 	h.build(0)
-	cfg := sweeper.ConfigFor(h.svc)
+	cfg := h.te.SweeperConfig()
 	cfg.DisableWitness = true
 	h.sw = sweeper.New(cfg)
 	id := h.sendAmbiguous(retryChannel) // Gmail has it

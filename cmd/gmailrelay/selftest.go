@@ -172,12 +172,13 @@ func selftest(ctx context.Context, o selftestOptions, w io.Writer) (selftestRepo
 	pol := &policy.Policy{MsgIDDomain: o.MsgIDDomain, VerifyHandle: policy.VerifyAlways, Channels: map[string]policy.Channel{
 		"selftest": {Name: "selftest", OnUnknown: policy.Retry, Grace: o.Poll, Checks: checks, MaxAttempts: 1},
 	}}
+	quota := relay.NewQuota(6000, o.now)
 	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: gm, Policy: pol, UserID: o.Mailbox, Now: o.now,
-		Logger: zerolog.Nop(), Quota: relay.NewQuota(6000, o.now)})
+		Logger: zerolog.Nop(), Quota: quota})
 	if err != nil {
 		return rep, err
 	}
-	sw := sweeper.New(sweeper.ConfigFor(svc))
+	sw := sweeper.New(sweeper.Config{Log: lg, Policy: pol, Mailboxes: svc, Attempter: svc, Now: o.now})
 	nonce := o.now().UTC().Format("20060102T150405.000000000")
 	send := func(key, subject string, fault faultmodes.Decision) (relay.Result, error) {
 		p, err := relay.Prepare(relay.SendRequest{Key: key, To: relay.AddressList{addr.Address}, Channel: "selftest",
@@ -235,7 +236,7 @@ func selftest(ctx context.Context, o selftestOptions, w io.Writer) (selftestRepo
 			}
 		}
 	}
-	rep.QuotaUnits = svc.Quota().Spent()
+	rep.QuotaUnits = quota.Spent()
 	switch {
 	case rep.Found:
 		rep.Trustworthy = true

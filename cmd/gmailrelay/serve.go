@@ -44,6 +44,7 @@ type relayServer struct {
 	sweeper      *sweeper.Sweeper
 	outbox       *outbox.Outbox
 	retention    *retention.Pass
+	ui           *console.Console
 	svc          *relay.Service
 	log          gmailrelay.Store
 	listener     net.Listener
@@ -105,6 +106,40 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		return nil, err
 	}
 	rs.log = lg
+	faults, handler, err := rs.build(ctx, c, relayClock{now: now, advance: advance}, gcfg, mode)
+	if err != nil {
+		return nil, err
+	}
+	rs.http = newHTTPServer(handler, serverTimeouts(c.SendTimeout))
+	go func() { rs.served <- rs.http.Serve(rs.listener) }()
+	rs.sweeper.Start(context.WithoutCancel(ctx))
+	rs.outbox.Start(context.WithoutCancel(ctx))
+	rs.retention.Start(context.WithoutCancel(ctx))
+	go rs.ui.Warm(ctx) // the console's chart reads the last hour once, off the request path
+	logger.Info().Str("url", rs.URL).Str("mode", mode).Str("data", where).Int64("fault_seed", faults.Seed()).
+		Msg("gmailrelay listening")
+	if mode == "sandbox" {
+		logger.Warn().Str("emulator", rs.EmulatorURL).Str("grace", defaultGrace(c.policy)).
+			Msg("SANDBOX MODE: no Gmail credentials, sends go to the embedded Gmail emulator; nothing reaches a real mailbox; " +
+				"an ambiguous send is looked for after its channel's grace (" + defaultGrace(c.policy) + ")")
+	}
+	ok = true
+	return rs, nil
+}
+
+// relayClock is the relay's clock: now, and advance for a manual clock
+// (a no-op on the host's).
+type relayClock struct {
+	now     func() time.Time
+	advance func(time.Duration)
+}
+
+// build makes every service of the relay over rs.log and wires each with
+// the dependencies it needs: the fault rules, the send path
+// (relay.Service), the sweeper, the outbox, the retention pass, the
+// console and the API handler it returns. Nothing runs yet.
+func (rs *relayServer) build(ctx context.Context, c serveConfig, clock relayClock, gcfg gmailapi.Config, mode string) (*faultmodes.Set, http.Handler, error) {
+	lg, now, logger := rs.log, clock.now, rs.logger
 	fopts := faultmodes.Options{Seed: c.FaultSeed, AllowCrash: c.AllowCrashFaults, Now: now}
 	metrics := api.NewMetrics()
 	if gmailrelay.IsShared(lg) {
@@ -116,7 +151,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	}
 	boxes, err := c.buildMailboxes(ctx, gcfg, lg, now, metrics.MailboxProvider)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	faults := faultmodes.New(fopts)
 	var box atomic.Pointer[outbox.Outbox] // set below; OnQueued wakes it
@@ -134,52 +169,38 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		CrashPoint: c.crashPoint,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rs.svc = svc
-	swcfg := sweeper.ConfigFor(svc)
-	swcfg.Interval = c.SweepInterval
-	rs.sweeper = sweeper.New(swcfg)
-	if rs.outbox, err = outbox.New(outbox.Config{Service: svc, Logger: logger}); err != nil {
-		return nil, err
+	rs.sweeper = sweeper.New(sweeper.Config{Log: lg, Policy: c.policy, Mailboxes: svc, Attempter: svc, Replicas: svc,
+		Logger: &rs.logger, Now: now, Interval: c.SweepInterval})
+	if rs.outbox, err = outbox.New(outbox.Config{Log: lg, Relay: svc, Now: now, Logger: logger}); err != nil {
+		return nil, nil, err
 	}
 	box.Store(rs.outbox)
 	if err := metrics.Register(rs.sweeper.LagCollector()); err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
+		return nil, nil, fmt.Errorf("metrics: %w", err)
 	}
 	rs.retention = retention.New(retention.Config{Log: lg, Retention: c.policy.Retention, Now: now, Logger: logger})
 	var clockAdvance func(time.Duration)
 	if c.Clock == "manual" {
 		clockAdvance = func(d time.Duration) {
-			advance(d)
+			clock.advance(d)
 			rs.outbox.Wake() // its timer runs on real time
 		}
 		logger.Warn().Msg("MANUAL CLOCK: time moves only through POST /admin/clock (testing mode)")
 	}
-	ui := console.New(console.Config{Relay: console.FromService(svc, mode),
-		APIToken: c.APIToken, AdminToken: c.AdminToken, Logger: logger})
+	rs.ui = console.New(console.Config{Relay: console.Adapt(console.Backend{Log: lg, Policy: c.policy, Faults: faults,
+		SendPath: svc, Now: now, Mode: mode}), APIToken: c.APIToken, AdminToken: c.AdminToken, Logger: logger})
 	handler := api.New(api.Config{
-		Service: svc, Sweeper: rs.sweeper, Outbox: rs.outbox, Retention: rs.retention, APIToken: c.APIToken, AdminToken: c.AdminToken, Console: ui,
+		Relay: svc, Log: lg, Policy: c.policy, Faults: faults, Now: now,
+		Sweeper: rs.sweeper, Outbox: rs.outbox, Retention: rs.retention, APIToken: c.APIToken, AdminToken: c.AdminToken, Console: rs.ui,
 		MsgIDDomain: c.policy.MsgIDDomain, FaultHeader: c.FaultHeader, Mode: mode, SandboxEmulator: rs.EmulatorURL,
 		Metrics: metrics, Logger: logger,
 		AdvanceClock: clockAdvance, MaxInflightBytes: c.MaxInflightBytes,
 		Probes: boxes.probes,
 	})
-	rs.http = newHTTPServer(handler, serverTimeouts(c.SendTimeout))
-	go func() { rs.served <- rs.http.Serve(rs.listener) }()
-	rs.sweeper.Start(context.WithoutCancel(ctx))
-	rs.outbox.Start(context.WithoutCancel(ctx))
-	rs.retention.Start(context.WithoutCancel(ctx))
-	go ui.Warm(ctx) // the console's chart reads the last hour once, off the request path
-	logger.Info().Str("url", rs.URL).Str("mode", mode).Str("data", where).Int64("fault_seed", faults.Seed()).
-		Msg("gmailrelay listening")
-	if mode == "sandbox" {
-		logger.Warn().Str("emulator", rs.EmulatorURL).Str("grace", defaultGrace(c.policy)).
-			Msg("SANDBOX MODE: no Gmail credentials, sends go to the embedded Gmail emulator; nothing reaches a real mailbox; " +
-				"an ambiguous send is looked for after its channel's grace (" + defaultGrace(c.policy) + ")")
-	}
-	ok = true
-	return rs, nil
+	return faults, handler, nil
 }
 
 // defaultGrace says the default channel's grace for the start-up lines:

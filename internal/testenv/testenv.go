@@ -4,7 +4,9 @@
 // invariants when the test ends, see acceptlogtest) and builds a
 // relay.Service that reaches the emulator through Google's real client,
 // everything on one injected manual clock. Packages' tests add what they
-// test on top (a sweeper, an outbox, the api, the console).
+// test on top (a sweeper, an outbox, the api, the console), wired from the
+// Env's fields as cmd/gmailrelay wires a relay process: nothing is asked
+// of the Service but its own work.
 package testenv
 
 import (
@@ -25,6 +27,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
+	"github.com/gmailrelay/gmailrelay/sweeper"
 )
 
 // Options configure an Env; the zero value is a working relay.
@@ -59,7 +62,12 @@ type Env struct {
 	Faults   *faultmodes.Set
 	Log      *acceptlog.Log
 	Provider relay.Provider
-	Service  *relay.Service
+	// Logger is the relay's logger (Options.Logger, or none).
+	Logger zerolog.Logger
+	// Quota is the default mailbox's Gmail quota budget as Build made it
+	// (or Options.Configure replaced it).
+	Quota   *relay.Quota
+	Service *relay.Service
 
 	opts     Options
 	endpoint string
@@ -85,6 +93,10 @@ func New(t testing.TB, o Options) *Env {
 		e.Policy = DefaultPolicy()
 	}
 	e.Faults = faultmodes.New(faultmodes.Options{Seed: 1, Now: e.Clock.Now})
+	e.Logger = zerolog.Nop()
+	if o.Logger != nil {
+		e.Logger = *o.Logger
+	}
 	e.Open(e.EmulatorURL)
 	return e
 }
@@ -130,19 +142,24 @@ func (e *Env) Build(perMinute int) {
 	if timeout == 0 {
 		timeout = 5 * time.Second
 	}
-	logger := zerolog.Nop()
-	if e.opts.Logger != nil {
-		logger = *e.opts.Logger
-	}
 	cfg := relay.Config{Log: e.Log, Provider: e.Provider, Policy: e.Policy, Faults: e.Faults, Now: e.Clock.Now,
-		Logger: logger, SendTimeout: timeout, Quota: relay.NewQuota(perMinute, e.Clock.Now)}
+		Logger: e.Logger, SendTimeout: timeout, Quota: relay.NewQuota(perMinute, e.Clock.Now)}
 	if e.opts.Configure != nil {
 		e.opts.Configure(&cfg)
 	}
+	e.Quota = cfg.Quota
 	var err error
 	if e.Service, err = relay.New(context.Background(), cfg); err != nil {
 		e.T.Fatalf("relay.New: %v", err)
 	}
+}
+
+// SweeperConfig is a relay process's sweeper.Config over the Env: its
+// log, policy, clock and logger, and its Service as mailboxes and send
+// path. Call it again after Open or Restart.
+func (e *Env) SweeperConfig() sweeper.Config {
+	return sweeper.Config{Log: e.Log, Policy: e.Policy, Mailboxes: e.Service, Attempter: e.Service, Replicas: e.Service,
+		Logger: &e.Logger, Now: e.Clock.Now}
 }
 
 // Restart closes the log and opens everything again on the same file and
