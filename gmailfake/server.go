@@ -142,11 +142,7 @@ type Options struct {
 	// must carry one of them (401 authError otherwise) and may only reach
 	// its own account. The control API is never authenticated.
 	Tokens map[string]string
-	// SendAs are the accounts' send-as aliases (verified unless Pending):
-	// users.settings.sendAs.list names them after the account's own
-	// address, and a sent message keeps a From that is one of them.
-	// A From that is neither is replaced by the account's address, as
-	// Gmail does, and the send still answers 200.
+	// SendAs are the accounts' send-as aliases (see Alias and AddSendAs).
 	SendAs []Alias
 }
 
