@@ -62,6 +62,8 @@ type envOpts struct {
 	// wrapMailbox, when set, wraps a mailbox's Gmail client (a broken
 	// credential, for one).
 	wrapMailbox func(name string, p relay.Provider) relay.MailboxConfig
+	// policy, when set, changes the policy before the relay starts.
+	policy func(*policy.Policy)
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -78,6 +80,9 @@ func newEnv(t *testing.T, o envOpts) *env {
 		}
 	}
 	pol.MsgIDDomain = domain
+	if o.policy != nil {
+		o.policy(pol)
+	}
 	metrics := api.NewMetrics()
 	logger := zerolog.Nop()
 	if o.logs != nil {

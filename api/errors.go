@@ -32,6 +32,7 @@ var statusOf = map[relay.Code]int{
 	relay.CodeInternal:         http.StatusInternalServerError,
 
 	relay.CodeReservedMessageID: http.StatusConflict,
+	relay.CodeFromNotVerified:   http.StatusBadRequest,
 }
 
 type errorBody struct {

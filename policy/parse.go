@@ -361,6 +361,20 @@ func atLeastOne(e entry) (int, error) {
 	return i, nil
 }
 
+// between reads a whole number from lo to hi.
+func between(lo, hi int) func(entry) (int, error) {
+	return func(e entry) (int, error) {
+		i, err := integer(e.value, e.path)
+		if err != nil {
+			return 0, err
+		}
+		if i < lo || i > hi {
+			return 0, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("must be from %d to %d, got %d", lo, hi, i)}
+		}
+		return i, nil
+	}
+}
+
 // ParseRetention reads a retention period: a number of days ("90d") or a Go
 // duration ("2160h"), at least MinRetention.
 func ParseRetention(s string) (time.Duration, error) {

@@ -30,6 +30,11 @@ const (
 // namespace without the key that derives it (CheckReservedMessageID).
 const CodeReservedMessageID Code = "reserved_message_id"
 
+// CodeFromNotVerified (400, field from): the From is not a verified
+// send-as address of the mailbox, which Gmail would silently replace with
+// the mailbox's default address (Mailbox.checkFrom).
+const CodeFromNotVerified Code = "from_not_verified"
+
 // Error is the one error type the relay hands to its callers. Message is
 // safe to show to a client; Field names the offending input field, if any.
 type Error struct {

@@ -109,6 +109,7 @@ func prepareRaw(raw []byte, key, claim, channel, domain string) (Prepared, error
 	if n := countAddrSpecs(once[hTo].value) + countAddrSpecs(once[hCc].value) + countAddrSpecs(once[hBcc].value); n > MaxRecipients {
 		return Prepared{}, errTooManyRawRecipients(n)
 	}
+	var counts [3]int // To, Cc, Bcc
 	recipients, from := 0, ""
 	for _, i := range [...]int{hTo, hCc, hBcc, hReplyTo, hFrom, hSender} {
 		if !once[i].present {
@@ -128,6 +129,7 @@ func prepareRaw(raw []byte, key, claim, channel, domain string) (Prepared, error
 			}
 		case hTo, hCc, hBcc:
 			recipients += n
+			counts[i-hTo] = n // hTo, hCc, hBcc are consecutive
 		}
 	}
 	if recipients == 0 {
@@ -136,7 +138,7 @@ func prepareRaw(raw []byte, key, claim, channel, domain string) (Prepared, error
 	if recipients > MaxRecipients {
 		return Prepared{}, errTooManyRawRecipients(recipients)
 	}
-	p := Prepared{Key: key, Channel: channel, From: from}
+	p := Prepared{Key: key, Channel: channel, From: from, Recipients: counts, recipientsField: "raw"}
 	if once[hMessageID].present {
 		value := string(once[hMessageID].value)
 		if err := CheckMessageIDShape(strings.TrimSpace(value)); err != nil {

@@ -107,6 +107,10 @@ func (s *Service) enqueue(ctx context.Context, box *Mailbox, p Prepared, o SendO
 			front, frontErr = &res, err
 			return gmailrelay.Change{}, nil
 		}
+		if err := box.checkLimits(&p); err != nil {
+			front, frontErr = &Result{}, err
+			return acceptlog.Change{}, nil
+		}
 		now := s.now()
 		reason := gmailrelay.ReasonBudgetSpent
 		if p.SendAt.After(now) {

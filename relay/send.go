@@ -24,7 +24,10 @@ const (
 // new job or a retryable failure is attempted; anything else replays or
 // reports the job. Request-level refusals are *Error: CodeInvalid (unknown
 // channel; a ThreadID CheckThreadID refuses, which Prepare and the api's
-// Gmail-compatible path refuse first, naming their field), CodeMismatch
+// Gmail-compatible path refuse first, naming their field; more recipients
+// than the mailbox's max_recipients), CodeFromNotVerified (a From Gmail
+// would replace: see Mailbox.checkFrom; both only for a new job or a new
+// attempt, never for a job the front door answers), CodeMismatch
 // (same key, other content), CodeInFlight, CodeRateLimited (the relay's
 // quota budget is spent; nothing was sent), CodeUnavailable (on a shared
 // log, the clock fence is closed: see ClockFenced; nothing was logged or
@@ -85,6 +88,11 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 		return s.enqueue(ctx, box, p, o) // answers an existing job as the front door does
 	}
 	if s.shared {
+		// frontDoorRead found a new attempt due: refuse it before units
+		// are taken (the transaction checks again, as on a log of its own).
+		if err := box.checkLimits(&p); err != nil {
+			return Result{}, err
+		}
 		d, err := s.admitAttempt(box, o.Fault, p.Channel, p.Key, p.MessageID, takeForeground)
 		if err != nil {
 			if o.Queue && IsRateLimited(err) {
@@ -210,6 +218,12 @@ func (a *admitTx) change(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 			a.adm, a.res, a.err = admitReplay, res, err
 			return gmailrelay.Change{}, nil
 		}
+	}
+	// Only a new attempt is held to Gmail's limits: a job the front door
+	// answers is answered whatever they say now.
+	if err := a.box.checkLimits(p); err != nil {
+		a.adm, a.err = admitRefused, err
+		return acceptlog.Change{}, nil
 	}
 	if !a.took {
 		d, err := s.admitAttempt(a.box, a.forced, p.Channel, p.Key, p.MessageID, takeForeground)

@@ -165,6 +165,15 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		AdvanceClock: clockAdvance, MaxInflightBytes: c.MaxInflightBytes,
 		Probes: boxes.probes,
 	})
+	// Each mailbox's send-as list is read before the first request is
+	// served (bounded: a Gmail that does not answer leaves From unchecked
+	// until a later read succeeds), then every hour.
+	sctx, cancel := context.WithTimeout(ctx, sendAsStartTimeout)
+	if _, err := svc.RefreshSendAs(sctx); err != nil {
+		logger.Warn().Err(err).Msg("send-as lists: not all read at start; retried every minute")
+	}
+	cancel()
+	svc.WatchSendAs(context.WithoutCancel(ctx), time.Minute)
 	rs.http = newHTTPServer(handler, serverTimeouts(c.SendTimeout))
 	go func() { rs.served <- rs.http.Serve(rs.listener) }()
 	rs.sweeper.Start(context.WithoutCancel(ctx))
@@ -181,6 +190,9 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	ok = true
 	return rs, nil
 }
+
+// sendAsStartTimeout bounds the start's read of the send-as lists.
+const sendAsStartTimeout = 10 * time.Second
 
 // defaultGrace says the default channel's grace for the start-up lines:
 // "default channel 10s", or that there is no default channel.
@@ -218,6 +230,7 @@ const (
 	stepSweeper   = "stop sweeper"
 	stepOutbox    = "stop outbox"
 	stepRetention = "stop retention"
+	stepSendAs    = "stop send-as reads"
 	stepInflight  = "wait for in-flight"
 	stepEmulator  = "stop emulator"
 	stepLog       = "close log"
@@ -244,6 +257,7 @@ func (rs *relayServer) shutdownSteps() []shutdownStep {
 	add(stepSweeper, rs.sweeper != nil, stop(func() { rs.sweeper.Stop() }))
 	add(stepOutbox, rs.outbox != nil, stop(func() { rs.outbox.Stop() }))
 	add(stepRetention, rs.retention != nil, stop(func() { rs.retention.Stop() }))
+	add(stepSendAs, rs.svc != nil, stop(func() { rs.svc.StopSendAs() }))
 	add(stepInflight, rs.svc != nil, stop(func() { rs.svc.Wait() }))
 	add(stepEmulator, rs.stopEmulator != nil, stop(func() { rs.stopEmulator() }))
 	add(stepLog, rs.log != nil, func(context.Context) error {
