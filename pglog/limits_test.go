@@ -7,7 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
@@ -58,7 +58,7 @@ func TestEmulatorSharedLogEnforcesGmailLimits(t *testing.T) {
 	if relay.ErrorCode(err) != relay.CodeFromNotVerified {
 		t.Errorf("from ceo@example.com: %v, want from_not_verified", err)
 	}
-	jobs, _, err := lg.List(ctx, acceptlog.ListOptions{})
+	jobs, _, err := lg.List(ctx, gmailrelay.ListOptions{})
 	if err != nil || len(jobs) != 0 {
 		t.Errorf("the log holds %d jobs (%v) after refused sends", len(jobs), err)
 	}

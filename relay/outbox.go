@@ -109,7 +109,7 @@ func (s *Service) enqueue(ctx context.Context, box *Mailbox, p Prepared, o SendO
 		}
 		if err := box.checkLimits(&p); err != nil {
 			front, frontErr = &Result{}, err
-			return acceptlog.Change{}, nil
+			return gmailrelay.Change{}, nil
 		}
 		now := s.now()
 		reason := gmailrelay.ReasonBudgetSpent

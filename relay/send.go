@@ -223,7 +223,7 @@ func (a *admitTx) change(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 	// answers is answered whatever they say now.
 	if err := a.box.checkLimits(p); err != nil {
 		a.adm, a.err = admitRefused, err
-		return acceptlog.Change{}, nil
+		return gmailrelay.Change{}, nil
 	}
 	if !a.took {
 		d, err := s.admitAttempt(a.box, a.forced, p.Channel, p.Key, p.MessageID, takeForeground)
