@@ -211,8 +211,8 @@ func (l *Log) Mutate(ctx context.Context, messageID string, fn func(cur *Job) (C
 //
 // A transaction whose writes were all made but whose commit failed (the
 // disk is full, an I/O error) is a refused write: its error wraps
-// ErrWritesRefused, WritesRefused reports it until a commit succeeds, and
-// the file is reopened before the next transaction (see reopen).
+// ErrWritesRefused, WritesRefused reports it until a ProbeWrite succeeds,
+// and the file is reopened before the next transaction (see reopen).
 func (l *Log) commit(fn func(w *writeTx) error) error {
 	db, err := l.hold()
 	if err != nil {
@@ -239,12 +239,7 @@ func (l *Log) commit(fn func(w *writeTx) error) error {
 		made = true
 		return nil
 	})
-	switch {
-	case err == nil:
-		if l.refused.Swap(nil) != nil {
-			l.logf("acceptlog: %s: writes succeed again", l.path)
-		}
-	case made && !errors.Is(err, berrors.ErrDatabaseNotOpen):
+	if err != nil && made && !errors.Is(err, berrors.ErrDatabaseNotOpen) {
 		return l.refuse(err)
 	}
 	return err

@@ -24,13 +24,15 @@ var ErrWritesRefused = errors.New("the acceptance log refuses writes")
 // answers sends with 503 while WritesRefused says so, and retries the
 // storage with ProbeWrite until it takes writes again.
 type WriteHealth interface {
-	// WritesRefused returns the error of the last write the storage
-	// refused, while no write has succeeded since; nil otherwise.
+	// WritesRefused returns why the storage refused the last write (its
+	// error, without ErrWritesRefused), while no write has succeeded
+	// since; nil otherwise.
 	WritesRefused() error
 	// ProbeWrite makes a small write that tells whether the storage
-	// takes writes again; its success (like any write's) ends the
-	// refusal. A refused probe returns an error wrapping
-	// ErrWritesRefused.
+	// takes writes again; its success, and only that, ends the refusal
+	// (on a full disk other writes may still fit in room the log already
+	// holds, and the next one would not). A refused probe returns an
+	// error wrapping ErrWritesRefused.
 	ProbeWrite(ctx context.Context) error
 }
 
@@ -49,8 +51,8 @@ var _ WriteHealth = (*Log)(nil)
 type refusal struct{ err error }
 
 // WritesRefused implements WriteHealth: the error of the last commit the
-// file refused (or of the reopen after it), while no commit has
-// succeeded since.
+// file refused (or of the reopen after it, or of a probe), until a
+// ProbeWrite succeeds.
 func (l *Log) WritesRefused() error {
 	if r := l.refused.Load(); r != nil {
 		return r.err
@@ -69,9 +71,8 @@ func (l *Log) refuse(err error) error {
 // setRefused records err as the reason writes are refused and returns it
 // wrapping ErrWritesRefused.
 func (l *Log) setRefused(err error) error {
-	err = fmt.Errorf("%w: %w", ErrWritesRefused, err)
 	l.refused.Store(&refusal{err: err})
-	return err
+	return fmt.Errorf("%w: %w", ErrWritesRefused, err)
 }
 
 // hold returns the open bbolt database with l.mu held for reading: the
@@ -88,7 +89,11 @@ func (l *Log) hold() (*bolt.DB, error) {
 		if l.closed.Load() {
 			return nil, ErrClosed
 		}
-		return nil, l.WritesRefused()
+		why := l.WritesRefused()
+		if why == nil {
+			why = errors.New("the file is not open")
+		}
+		return nil, fmt.Errorf("%w: %w", ErrWritesRefused, why)
 	}
 	return l.db, nil
 }
@@ -137,9 +142,9 @@ const probeReserve = 1 << 20
 // where the system has it; the file's size and content stay as they
 // are): a disk without that much room refuses the probe without a
 // commit, and a bbolt commit, which could reuse the file's free pages,
-// would not tell. Then it commits a rewrite of the file's format record,
-// which ends the refusal. The reserved space is kept: the next commits
-// write into it.
+// would not tell. Then it commits a rewrite of the file's format record;
+// its success ends the refusal. The reserved space is kept: the next
+// commits write into it.
 func (l *Log) ProbeWrite(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("probe write: %w", err)
@@ -163,6 +168,9 @@ func (l *Log) ProbeWrite(ctx context.Context) error {
 	format := []byte(strconv.Itoa(formatVersion))
 	if err := l.commit(func(w *writeTx) error { return putMetaValue(w.tx, metaFormat, format) }); err != nil {
 		return fmt.Errorf("probe write: %w", err)
+	}
+	if l.refused.Swap(nil) != nil {
+		l.logf("acceptlog: %s: a probe write succeeded: the log takes writes again", l.path)
 	}
 	return nil
 }

@@ -47,8 +47,14 @@ func TestRefusedCommitReopensTheFile(t *testing.T) {
 	if err := putTestJob(l, "<c@x>"); err != nil {
 		t.Fatalf("write after a refused commit: %v (the file was not reopened)", err)
 	}
+	if l.WritesRefused() == nil {
+		t.Error("WritesRefused = nil after a write succeeded: only a probe ends a refusal")
+	}
+	if err := l.ProbeWrite(ctx); err != nil {
+		t.Fatalf("ProbeWrite after the reopen: %v", err)
+	}
 	if err := l.WritesRefused(); err != nil {
-		t.Errorf("WritesRefused after a write succeeded = %v, want nil", err)
+		t.Errorf("WritesRefused after a probe succeeded = %v, want nil", err)
 	}
 	for id, want := range map[string]bool{"<a@x>": true, "<b@x>": false, "<c@x>": true} {
 		_, err := l.Get(ctx, id)

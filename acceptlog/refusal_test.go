@@ -27,7 +27,8 @@ func putSent(l *acceptlog.Log, id string, n int) error {
 // TestDiskFullRefusesWritesUntilRoomComesBack fills a real tmpfs under the
 // log: the write that finds no room is refused (ErrWritesRefused, and
 // WritesRefused says so), probes are refused while the disk is full, and
-// once room comes back a probe ends the refusal, without reopening the
+// once room comes back a probe (and only a probe) ends the refusal,
+// without reopening the
 // Log by hand, and the next writes land. Every write acknowledged before
 // is intact and the refused ones are absent, through a Close and an Open
 // too.
@@ -70,6 +71,14 @@ func TestDiskFullRefusesWritesUntilRoomComesBack(t *testing.T) {
 	}
 	if _, err := l.Stats(ctx); err != nil {
 		t.Fatalf("reads on a full disk: %v", err)
+	}
+	// A write that fits in room the file already holds does not end the
+	// refusal: the next one may not fit.
+	if err := putSent(l, "<job-small@x>", 0); err == nil {
+		acked = append(acked, "<job-small@x>")
+		if l.WritesRefused() == nil {
+			t.Fatal("a write that fit ended the refusal on a full disk")
+		}
 	}
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
