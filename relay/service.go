@@ -112,6 +112,9 @@ type Service struct {
 	shared bool
 	// clock is the clock fence of a replica on a shared log (clockfence.go).
 	clock clockFence
+	// unlogged are the attempts whose record the log refused, for the
+	// LogWatch to settle (logwatch.go).
+	unlogged unlogged
 }
 
 // SendOptions adjust one Send.
