@@ -92,25 +92,6 @@ func (s *Service) forward(ctx context.Context, box *Mailbox, job acceptlog.Job, 
 	return Result{Job: j, Fault: d, RetryIn: retryIn}, nil
 }
 
-// outcomeUnlogged handles err, the failure to record the outcome of job's
-// attempt after Gmail was called: the job stays in forwarding with
-// nothing in flight, so the attempt is remembered for the LogWatch, which
-// makes it unknown once the log takes writes (recovery at the next start
-// does, if the process ends first). A refusal by the log answers 503 (see
-// errOutcomeRefused); any other error is returned as it is.
-func (s *Service) outcomeUnlogged(job acceptlog.Job, err error) error {
-	if errors.Is(err, errStale) {
-		return err
-	}
-	s.unlogged.add(job.MessageID, job.Attempts, true)
-	s.logger.Error().Err(err).Str("message_id", job.MessageID).
-		Msg("record outcome: the job stays forwarding until the log takes writes again, then becomes unknown for the sweeper to look for")
-	if errors.Is(err, acceptlog.ErrWritesRefused) {
-		return errOutcomeRefused(err)
-	}
-	return err
-}
-
 // noteRateLimit tells the mailbox's quota what Gmail's answer says of its
 // rate limit: a rate limit pauses sends and searches until Gmail's retry
 // time (or the next backoff step); any other answer from Gmail resets the

@@ -42,6 +42,51 @@ func (s *Service) logWritable() error {
 	return nil
 }
 
+// admissionRefused is the error of an admission transaction that failed
+// with err. When the log refused it (acceptlog.ErrWritesRefused) after a
+// forwarding record was written into it, the attempt is remembered for
+// the LogWatch (the record may be stored all the same, and then nothing
+// is in flight), and the caller gets LogRefused: Gmail was not called.
+func (s *Service) admissionRefused(id string, attempt int, adm admission, err error) error {
+	if !errors.Is(err, acceptlog.ErrWritesRefused) {
+		return err
+	}
+	if adm == admitForward {
+		s.unlogged.add(id, attempt, false)
+	}
+	return LogRefused(err)
+}
+
+// logRefusal turns an error wrapping acceptlog.ErrWritesRefused that is
+// not already an *Error (a read of the log that found its storage lost)
+// into LogRefused.
+func logRefusal(err error) error {
+	var re *Error
+	if err == nil || errors.As(err, &re) || !errors.Is(err, acceptlog.ErrWritesRefused) {
+		return err
+	}
+	return LogRefused(err)
+}
+
+// outcomeUnlogged handles err, the failure to record the outcome of job's
+// attempt after Gmail was called: the job stays in forwarding with
+// nothing in flight, so the attempt is remembered for the LogWatch, which
+// makes it unknown once the log takes writes (recovery at the next start
+// does, if the process ends first). A refusal by the log answers 503 (see
+// errOutcomeRefused); any other error is returned as it is.
+func (s *Service) outcomeUnlogged(job acceptlog.Job, err error) error {
+	if errors.Is(err, errStale) {
+		return err
+	}
+	s.unlogged.add(job.MessageID, job.Attempts, true)
+	s.logger.Error().Err(err).Str("message_id", job.MessageID).
+		Msg("record outcome: the job stays forwarding until the log takes writes again, then becomes unknown for the sweeper to look for")
+	if errors.Is(err, acceptlog.ErrWritesRefused) {
+		return errOutcomeRefused(err)
+	}
+	return err
+}
+
 // maxUnlogged bounds the attempts a Service remembers for the LogWatch
 // to settle; more are left to the recovery at the next start (every job
 // left in forwarding becomes unknown then).

@@ -353,29 +353,3 @@ func (s *Service) observeFault(d faultmodes.Decision) {
 		s.obs.Faulted(d.Mode)
 	}
 }
-
-// admissionRefused is the error of an admission transaction that failed
-// with err. When the log refused it (acceptlog.ErrWritesRefused) after a
-// forwarding record was written into it, the attempt is remembered for
-// the LogWatch (the record may be stored all the same, and then nothing
-// is in flight), and the caller gets LogRefused: Gmail was not called.
-func (s *Service) admissionRefused(id string, attempt int, adm admission, err error) error {
-	if !errors.Is(err, acceptlog.ErrWritesRefused) {
-		return err
-	}
-	if adm == admitForward {
-		s.unlogged.add(id, attempt, false)
-	}
-	return LogRefused(err)
-}
-
-// logRefusal turns an error wrapping acceptlog.ErrWritesRefused that is
-// not already an *Error (a read of the log that found its storage lost)
-// into LogRefused.
-func logRefusal(err error) error {
-	var re *Error
-	if err == nil || errors.As(err, &re) || !errors.Is(err, acceptlog.ErrWritesRefused) {
-		return err
-	}
-	return LogRefused(err)
-}
