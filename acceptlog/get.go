@@ -16,7 +16,12 @@ func (l *Log) get(ctx context.Context, id string) (Job, error) {
 	if l.closed.Load() {
 		return Job{}, fmt.Errorf("get %s: %w", id, ErrClosed)
 	}
-	tx, err := l.db.Begin(false)
+	db, err := l.hold()
+	if err != nil {
+		return Job{}, l.wrapErr("get "+id, err)
+	}
+	defer l.mu.RUnlock()
+	tx, err := db.Begin(false)
 	if err != nil {
 		return Job{}, l.wrapErr("get "+id, err)
 	}

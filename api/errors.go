@@ -57,6 +57,9 @@ func asRelayError(err error) *relay.Error {
 	if errors.As(err, &fe) {
 		return relay.Invalid(fe.Field, "%s", fe.Message)
 	}
+	if errors.Is(err, acceptlog.ErrWritesRefused) {
+		return relay.LogRefused(err)
+	}
 	if errors.Is(err, acceptlog.ErrNotFound) {
 		return relay.Errorf(relay.CodeNotFound, "no job with that Message-ID")
 	}

@@ -59,6 +59,9 @@ type Log struct {
 	watermark atomic.Uint64
 	// sweepHolds counts held sends, to drop stale holds now and then.
 	sweepHolds atomic.Uint64
+	// refused is why the database was last found lost (refusal.go); nil
+	// once a probe write commits.
+	refused atomic.Pointer[refusal]
 }
 
 var _ acceptlog.Store = (*Log)(nil)
@@ -258,12 +261,17 @@ func retryable(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
 }
 
+// wrapErr adds what to err, marks it closed after Close, and otherwise
+// records a lost database (refuse: err then wraps
+// acceptlog.ErrWritesRefused).
 func (l *Log) wrapErr(what string, err error) error {
 	if err == nil {
 		return nil
 	}
 	if l.closed.Load() {
 		err = fmt.Errorf("%w: %w", acceptlog.ErrClosed, err)
+	} else {
+		err = l.refuse(err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

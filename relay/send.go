@@ -46,7 +46,8 @@ const (
 // 422 or a replay) or fails. Either way, once Send has returned only
 // attempts that were made have spent units or counts, and a replay is
 // answered whatever the budget.
-func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, error) {
+func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (_ Result, err error) {
+	defer func() { err = logRefusal(err) }()
 	var start time.Time
 	if o.Timing != nil {
 		start = time.Now()
@@ -61,6 +62,9 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 		return Result{}, &Error{Code: CodeInvalid, Field: "channel", Message: err.Error()}
 	}
 	p.Channel = ch.Name
+	if err := s.logWritable(); err != nil {
+		return Result{}, err
+	}
 	if p, err = s.byKey(ctx, p); err != nil {
 		return Result{}, err
 	}
@@ -116,7 +120,7 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 		s.giveBack(box, o.Fault, a.d, true)
 	}
 	if err != nil {
-		return Result{}, err
+		return Result{}, s.admissionRefused(p.MessageID, a.attempt, a.adm, err)
 	}
 	if a.adm == admitRefused && o.Queue && IsRateLimited(a.err) {
 		return s.enqueue(ctx, box, p, o)
@@ -196,10 +200,12 @@ type admitTx struct {
 	// runs of the transaction, so a run again does not take twice.
 	d    faultmodes.Decision
 	took bool
-	// What the transaction decided; reset on every run.
-	adm admission
-	res Result
-	err error
+	// What the transaction decided; reset on every run. attempt is the
+	// number of the attempt it wrote (0: none).
+	adm     admission
+	res     Result
+	err     error
+	attempt int
 }
 
 // newRecord is a new attempt's job record and the lines it writes (a
@@ -212,7 +218,7 @@ type newRecord struct {
 
 func (a *admitTx) change(cur *acceptlog.Job) (acceptlog.Change, error) {
 	s, p := a.s, &a.p
-	a.adm, a.res, a.err = admitForward, Result{}, nil
+	a.adm, a.res, a.err, a.attempt = admitForward, Result{}, nil, 0
 	if cur != nil {
 		if res, done, err := s.frontDoor(cur, *p); done {
 			a.adm, a.res, a.err = admitReplay, res, err
@@ -247,6 +253,7 @@ func (a *admitTx) change(cur *acceptlog.Job) (acceptlog.Change, error) {
 	j.Attempts++
 	lines := append(rec.lines[:0], acceptlog.Line{Kind: acceptlog.KindReceived, Attempt: j.Attempts, Channel: p.Channel})
 	lines, a.adm = s.startAttempt(j, lines, a.d, now)
+	a.attempt = j.Attempts
 	return acceptlog.Change{Job: j, Lines: lines, Raw: raw}, nil
 }
 

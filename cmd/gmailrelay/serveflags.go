@@ -59,6 +59,8 @@ type serveConfig struct {
 	clock      *testclock.Clock   // the manual clock to use (with Clock "manual")
 	emulator   *gmailfake.Server  // the sandbox emulator to reuse across restarts
 	crashPoint func(point string) // CrashPoint hook
+	// logWatchInterval is the LogWatch's (0: its default).
+	logWatchInterval time.Duration
 }
 
 // parseServeFlags reads defaults, then the policy file, then GMAILRELAY_*
