@@ -255,7 +255,7 @@ func (s *Server) gmailSendRaw(w http.ResponseWriter, r *http.Request, start time
 	}
 	// Idempotency-Key only claims a Message-ID of the relay's own shape
 	// (PrepareRawClaim); otherwise the key is the message's Message-ID.
-	p, err := relay.PrepareRawClaim(raw, r.Header.Get("Idempotency-Key"), channelOf(r), s.cfg.MsgIDDomain)
+	p, err := s.ids.PrepareRawClaim(raw, r.Header.Get("Idempotency-Key"), channelOf(r))
 	if err != nil {
 		writeGmailError(w, r, err)
 		return
