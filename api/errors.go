@@ -32,6 +32,7 @@ var statusOf = map[relay.Code]int{
 	relay.CodeInternal:         http.StatusInternalServerError,
 
 	relay.CodeReservedMessageID: http.StatusConflict,
+	relay.CodeMessageIDConflict: http.StatusConflict,
 }
 
 type errorBody struct {
@@ -78,6 +79,10 @@ const (
 // set, are added to the relay's shape (a 409 names the job it is about).
 func answerError(w http.ResponseWriter, r *http.Request, err error, shape errorShape, messageID string, state acceptlog.State) {
 	re := asRelayError(err)
+	if ce := (*acceptlog.CaseTwinError)(nil); errors.As(err, &ce) {
+		// message_id_conflict names the job that has the Message-ID.
+		messageID = ce.Existing
+	}
 	status, ok := statusOf[re.Code]
 	if !ok {
 		status = http.StatusInternalServerError

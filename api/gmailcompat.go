@@ -37,7 +37,7 @@ var gmailStatus = map[int]string{
 
 var gmailReason = map[relay.Code]string{
 	relay.CodeInvalid: "invalidArgument", relay.CodeUnauthorized: "authError", relay.CodeForbidden: "forbidden",
-	relay.CodeNotFound: "notFound", relay.CodeInFlight: "conflict", relay.CodeConflict: "conflict", relay.CodeReservedMessageID: "conflict",
+	relay.CodeNotFound: "notFound", relay.CodeInFlight: "conflict", relay.CodeConflict: "conflict", relay.CodeReservedMessageID: "conflict", relay.CodeMessageIDConflict: "conflict",
 	relay.CodeTooLarge: "invalidArgument", codeUnsupportedType: "badContent", relay.CodeMismatch: "failedPrecondition",
 	relay.CodeRateLimited: "rateLimitExceeded", relay.CodeProviderRejected: "backendError",
 	relay.CodeUnavailable: "backendError", relay.CodeFaultDropped: "backendError", relay.CodeInternal: "backendError",

@@ -25,7 +25,8 @@ const (
 // reports the job. Request-level refusals are *Error: CodeInvalid (unknown
 // channel; a ThreadID CheckThreadID refuses, which Prepare and the api's
 // Gmail-compatible path refuse first, naming their field), CodeMismatch
-// (same key, other content), CodeInFlight, CodeRateLimited (the relay's
+// (same key, other content), CodeMessageIDConflict (a new job whose
+// Message-ID differs from an existing job's only in case), CodeInFlight, CodeRateLimited (the relay's
 // quota budget is spent; nothing was sent), CodeUnavailable (on a shared
 // log, the clock fence is closed: see ClockFenced; nothing was logged or
 // sent, while a request the front door answers from the job is answered).
@@ -108,7 +109,7 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 		s.giveBack(box, o.Fault, a.d, true)
 	}
 	if err != nil {
-		return Result{}, err
+		return Result{}, caseConflict(err)
 	}
 	if a.adm == admitRefused && o.Queue && IsRateLimited(a.err) {
 		return s.enqueue(ctx, box, p, o)
