@@ -43,7 +43,7 @@ var (
 var allBuckets = [][]byte{
 	bucketJobs, bucketLines, bucketState, bucketDue,
 	bucketUnknown, bucketBodies, bucketMailboxes, bucketCounters, bucketPrunable,
-	bucketSends, bucketKeys,
+	bucketSends, bucketKeys, bucketFolds,
 }
 
 // maxMessageIDLen bounds a Message-ID so every derived key stays far below

@@ -169,7 +169,9 @@ func (l *Log) Commits() uint64 { return l.commits.Load() }
 //
 // When fn returns an error, nothing is written and Mutate returns that error
 // unchanged. A Change breaking the log's invariants is an error wrapping
-// ErrInvalidChange and nothing is written. Lines get the next global Seq
+// ErrInvalidChange and nothing is written. A Change that creates a job
+// whose Message-ID differs from an existing job's only in ASCII case is a
+// *CaseTwinError (ErrCaseTwin) naming that job, and nothing is written. Lines get the next global Seq
 // (whatever Seq they carried), Time = Options.Now() when zero and MessageID
 // = messageID when empty.
 //
@@ -257,6 +259,16 @@ func (l *Log) apply(w *writeTx, id string, fn func(*Job) (Change, error)) (_ Job
 	p, err := Prepare(id, cur, l.now, fn)
 	if err != nil {
 		return Job{}, nil, err, nil
+	}
+	if cur == nil && p.Job != nil && !skipFoldIndex {
+		// A new job: refused, before anything is written, when another
+		// job's Message-ID differs from id only in case.
+		if err := caseTwin(w, id); err != nil {
+			if errors.Is(err, ErrCaseTwin) {
+				return Job{}, nil, err, nil
+			}
+			return Job{}, nil, nil, err
+		}
 	}
 	counts := map[string]int64{}
 	// The job's record lists the seqs of its lines: the new lines' seqs

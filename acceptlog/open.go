@@ -94,7 +94,8 @@ func (l *Log) open(opts Options) error {
 		rec, err = l.checkIdentity(tx)
 		return err
 	})
-	if err == nil && (rec != nil || !rep.sealed) {
+	upgrade := rep.sealed && rep.format < formatVersion
+	if err == nil && (rec != nil || !rep.sealed || upgrade) {
 		var notes []string
 		err = db.Update(func(tx *bolt.Tx) error {
 			if !rep.sealed {
@@ -102,6 +103,13 @@ func (l *Log) open(opts Options) error {
 				if notes, err = migrateLegacy(tx, l.now()); err != nil {
 					return fmt.Errorf("convert the file from an older gmailrelay: %w", err)
 				}
+			}
+			if upgrade {
+				note, err := upgradeToFolds(tx)
+				if err != nil {
+					return fmt.Errorf("upgrade the file to format %d: %w", formatVersion, err)
+				}
+				notes = append(notes, note)
 			}
 			if rec == nil {
 				return nil
@@ -264,8 +272,14 @@ func verifyLogFile(f *os.File) (*fileReport, error) {
 		}
 		return nil, fmt.Errorf("%w (a bbolt file without the log's buckets)", ErrNotALog)
 	}
+	if rep.sealed && rep.format > formatVersion {
+		return nil, fmt.Errorf("the log's format is %d, this gmailrelay reads formats 1 to %d: a newer gmailrelay wrote it (use that version)", rep.format, formatVersion)
+	}
 	if err := rep.err(); err != nil {
 		return nil, withCheckHint(err)
+	}
+	if rep.sealed && rep.format < 2 {
+		return nil, withCheckHint(&DamageError{What: describeRecord(bucketMeta, metaFormat), Err: errors.New("missing or not a format number")})
 	}
 	return rep, nil
 }

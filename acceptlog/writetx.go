@@ -21,6 +21,7 @@ const (
 	wCounters
 	wSends
 	wKeys
+	wFolds
 	numWriteBuckets
 )
 
@@ -28,7 +29,7 @@ var writeBucketNames = [numWriteBuckets][]byte{
 	wJobs: bucketJobs, wLines: bucketLines,
 	wState: bucketState, wDue: bucketDue, wUnknown: bucketUnknown, wPrunable: bucketPrunable,
 	wBodies: bucketBodies, wMailboxes: bucketMailboxes, wCounters: bucketCounters, wSends: bucketSends,
-	wKeys: bucketKeys,
+	wKeys: bucketKeys, wFolds: bucketFolds,
 }
 
 // writeTx is one writer's view of a write transaction: every write of the
@@ -180,6 +181,11 @@ func putJob(w *writeTx, cur *Job, old []byte, j *Job, seqs []byte, counts map[st
 		counts[counterJobs]++
 		if err := indexKey(w, j); err != nil {
 			return err
+		}
+		if !skipFoldIndex {
+			if err := indexFold(w, j); err != nil {
+				return err
+			}
 		}
 	}
 	if cur == nil || cur.State != j.State || cur.Channel != j.Channel {

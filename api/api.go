@@ -54,6 +54,10 @@ type Config struct {
 	APIToken, AdminToken string
 	// MsgIDDomain is the right side of derived Message-IDs.
 	MsgIDDomain string
+	// MsgIDSecret is the relay's Message-ID secret (nil: none, the
+	// default sha256(key) scheme): every Message-ID the API derives from a
+	// key is relay.NewIDScheme(MsgIDDomain, MsgIDSecret)'s. Never shown.
+	MsgIDSecret []byte
 	// FaultHeader honours X-Relay-Fault on admin-token requests.
 	FaultHeader bool
 	// Mode is "sandbox" (embedded emulator) or "gmail"; shown on /readyz.
@@ -140,6 +144,7 @@ func (c Config) withDeps() Config {
 type Server struct {
 	cfg       Config
 	svc       *relay.Service
+	ids       relay.IDScheme // Message-IDs derived from keys
 	apiHash   [32]byte
 	adminHash [32]byte
 	router    chi.Router
@@ -168,7 +173,7 @@ type route struct {
 // New builds the router.
 func New(cfg Config) *Server {
 	cfg = cfg.withDeps()
-	s := &Server{cfg: cfg, svc: cfg.Service}
+	s := &Server{cfg: cfg, svc: cfg.Service, ids: relay.NewIDScheme(cfg.MsgIDDomain, cfg.MsgIDSecret)}
 	s.apiHash = sha256.Sum256([]byte(cfg.APIToken))
 	s.adminHash = sha256.Sum256([]byte(cfg.AdminToken))
 	s.inflight.max = cmp.Or(cfg.MaxInflightBytes, DefaultMaxInflightBytes)

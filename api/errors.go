@@ -33,6 +33,7 @@ var statusOf = map[relay.Code]int{
 
 	relay.CodeReservedMessageID: http.StatusConflict,
 	relay.CodeFromNotVerified:   http.StatusBadRequest,
+	relay.CodeMessageIDConflict: http.StatusConflict,
 }
 
 type errorBody struct {
@@ -82,6 +83,10 @@ const (
 // set, are added to the relay's shape (a 409 names the job it is about).
 func answerError(w http.ResponseWriter, r *http.Request, err error, shape errorShape, messageID string, state acceptlog.State) {
 	re := asRelayError(err)
+	if ce := (*acceptlog.CaseTwinError)(nil); errors.As(err, &ce) {
+		// message_id_conflict names the job that has the Message-ID.
+		messageID = ce.Existing
+	}
 	status, ok := statusOf[re.Code]
 	if !ok {
 		status = http.StatusInternalServerError

@@ -37,7 +37,7 @@ var gmailStatus = map[int]string{
 
 var gmailReason = map[relay.Code]string{
 	relay.CodeInvalid: "invalidArgument", relay.CodeUnauthorized: "authError", relay.CodeForbidden: "forbidden",
-	relay.CodeNotFound: "notFound", relay.CodeInFlight: "conflict", relay.CodeConflict: "conflict", relay.CodeReservedMessageID: "conflict",
+	relay.CodeNotFound: "notFound", relay.CodeInFlight: "conflict", relay.CodeConflict: "conflict", relay.CodeReservedMessageID: "conflict", relay.CodeMessageIDConflict: "conflict",
 	relay.CodeTooLarge: "invalidArgument", codeUnsupportedType: "badContent", relay.CodeMismatch: "failedPrecondition",
 	relay.CodeFromNotVerified: "invalidArgument", relay.CodeRateLimited: "rateLimitExceeded", relay.CodeProviderRejected: "backendError",
 	relay.CodeUnavailable: "backendError", relay.CodeFaultDropped: "backendError", relay.CodeInternal: "backendError",
@@ -255,7 +255,7 @@ func (s *Server) gmailSendRaw(w http.ResponseWriter, r *http.Request, start time
 	}
 	// Idempotency-Key only claims a Message-ID of the relay's own shape
 	// (PrepareRawClaim); otherwise the key is the message's Message-ID.
-	p, err := relay.PrepareRawClaim(raw, r.Header.Get("Idempotency-Key"), channelOf(r), s.cfg.MsgIDDomain)
+	p, err := s.ids.PrepareRawClaim(raw, r.Header.Get("Idempotency-Key"), channelOf(r))
 	if err != nil {
 		writeGmailError(w, r, err)
 		return

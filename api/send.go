@@ -78,7 +78,7 @@ func (s *Server) prepare(r *http.Request) (_ relay.Prepared, queue bool, _ error
 		if err != nil {
 			return relay.Prepared{}, false, err
 		}
-		p, err := relay.PrepareRaw(body, key, channelOf(r), s.cfg.MsgIDDomain)
+		p, err := s.ids.PrepareRaw(body, key, channelOf(r))
 		return p, queue, err
 	case "application/json", "":
 		body, err := readBody(r, MaxJSONBytes)
@@ -96,7 +96,7 @@ func (s *Server) prepare(r *http.Request) (_ relay.Prepared, queue bool, _ error
 		if err != nil {
 			return relay.Prepared{}, false, err
 		}
-		p, err := relay.Prepare(req, key, s.cfg.MsgIDDomain, s.cfg.Now())
+		p, err := s.ids.Prepare(req, key, s.cfg.Now())
 		p.SendAt = sendAt
 		return p, queue, err
 	default:

@@ -125,7 +125,7 @@ func (s *Service) enqueue(ctx context.Context, box *Mailbox, p Prepared, o SendO
 		return acceptlog.Change{Job: &j, Lines: lines, Raw: p.Raw}, nil
 	})
 	if err != nil {
-		return Result{}, err
+		return Result{}, caseConflict(err)
 	}
 	if front != nil {
 		return *front, frontErr

@@ -28,7 +28,9 @@ const (
 // than the mailbox's max_recipients), CodeFromNotVerified (a From Gmail
 // would replace: see Mailbox.checkFrom; both only for a new job or a new
 // attempt, never for a job the front door answers), CodeMismatch
-// (same key, other content), CodeInFlight, CodeRateLimited (the relay's
+// (same key, other content), CodeMessageIDConflict (a new job whose
+// Message-ID differs from an existing job's only in case), CodeInFlight,
+// CodeRateLimited (the relay's
 // quota budget is spent; nothing was sent), CodeUnavailable (on a shared
 // log, the clock fence is closed: see ClockFenced; nothing was logged or
 // sent, while a request the front door answers from the job is answered).
@@ -120,7 +122,7 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (_ Result
 		s.giveBack(box, o.Fault, a.d, true)
 	}
 	if err != nil {
-		return Result{}, s.admissionRefused(p.MessageID, a.attempt, a.adm, err)
+		return Result{}, s.admissionRefused(p.MessageID, a.attempt, a.adm, caseConflict(err))
 	}
 	if a.adm == admitRefused && o.Queue && IsRateLimited(a.err) {
 		return s.enqueue(ctx, box, p, o)

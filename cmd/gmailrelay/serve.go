@@ -161,7 +161,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		APIToken: c.APIToken, AdminToken: c.AdminToken, Logger: logger})
 	handler := api.New(api.Config{
 		Service: svc, Sweeper: rs.sweeper, Outbox: rs.outbox, Retention: rs.retention, APIToken: c.APIToken, AdminToken: c.AdminToken, Console: ui,
-		MsgIDDomain: c.policy.MsgIDDomain, FaultHeader: c.FaultHeader, Mode: mode, SandboxEmulator: rs.EmulatorURL,
+		MsgIDDomain: c.policy.MsgIDDomain, MsgIDSecret: c.msgidSecret, FaultHeader: c.FaultHeader, Mode: mode, SandboxEmulator: rs.EmulatorURL,
 		Metrics: metrics, Logger: logger,
 		AdvanceClock: clockAdvance, MaxInflightBytes: c.MaxInflightBytes,
 		Probes: boxes.probes,

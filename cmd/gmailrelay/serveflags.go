@@ -32,6 +32,7 @@ type serveConfig struct {
 	Mailbox          string
 	PolicyPath       string
 	MsgIDDomain      string
+	MsgIDSecretFile  string
 	APIToken         string
 	AdminToken       string
 	Sandbox          bool
@@ -48,6 +49,9 @@ type serveConfig struct {
 	ClockStart       string
 
 	policy *policy.Policy
+	// msgidSecret is the Message-ID secret read from MsgIDSecretFile (or
+	// the policy's msgid_secret_file) by validate, once; nil for none.
+	msgidSecret []byte
 	// gmail holds the Gmail client of each mailbox that has credentials,
 	// built by validate (which reads and parses each credentials file
 	// there, once); nil in sandbox mode. buildMailboxes uses them.
@@ -78,6 +82,7 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	fs.StringVar(&c.Mailbox, "mailbox", "me", "Gmail userId to send as")
 	fs.StringVar(&c.PolicyPath, "policy", "", "channel policy file (YAML)")
 	fs.StringVar(&c.MsgIDDomain, "msgid-domain", "", "domain part of derived Message-IDs (overrides the policy's msgid_domain)")
+	fs.StringVar(&c.MsgIDSecretFile, "msgid-secret-file", "", "file holding the Message-ID secret: Message-IDs become HMAC-SHA256(secret, key), which nobody without it can predict (overrides the policy's msgid_secret_file)")
 	fs.StringVar(&c.APIToken, "api-token", "", "bearer token that may send and read")
 	fs.StringVar(&c.AdminToken, "admin-token", "", "bearer token that may also change faults, resolve jobs and sweep")
 	fs.BoolVar(&c.Sandbox, "sandbox", false, "send to the embedded Gmail emulator even if credentials are given")
@@ -129,6 +134,9 @@ func (c *serveConfig) validate() error {
 			return fmt.Errorf("--msgid-domain: %w", err)
 		}
 		c.policy.MsgIDDomain = c.MsgIDDomain
+	}
+	if err := c.loadMsgIDSecret(); err != nil {
+		return err
 	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		return fmt.Errorf("--addr: %w", err)
@@ -216,6 +224,31 @@ func (c *serveConfig) validate() error {
 		c.policy.Channels[policy.DefaultChannel] = ch
 	}
 	return c.loadGmailClients()
+}
+
+// loadMsgIDSecret reads the Message-ID secret, once: --msgid-secret-file
+// (or GMAILRELAY_MSGID_SECRET_FILE), else the policy's msgid_secret_file.
+// A missing, unreadable, empty or short file is an error naming the
+// setting and the file.
+func (c *serveConfig) loadMsgIDSecret() error {
+	path, setting := c.MsgIDSecretFile, "--msgid-secret-file"
+	if path == "" {
+		path, setting = c.policy.MsgIDSecretFile, "--policy: msgid_secret_file"
+	}
+	if path == "" {
+		return nil
+	}
+	secret, err := readSecretFile(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", setting, err)
+	}
+	c.MsgIDSecretFile, c.msgidSecret = path, secret
+	return nil
+}
+
+// ids is the scheme serve derives Message-IDs with.
+func (c *serveConfig) ids() relay.IDScheme {
+	return relay.NewIDScheme(c.policy.MsgIDDomain, c.msgidSecret)
 }
 
 // sandboxGrace is the default channel's grace in sandbox mode when no
