@@ -62,6 +62,9 @@ type envOpts struct {
 	// wrapMailbox, when set, wraps a mailbox's Gmail client (a broken
 	// credential, for one).
 	wrapMailbox func(name string, p relay.Provider) relay.MailboxConfig
+	// bodyRead, when set, sees every request body's running total after
+	// each read (api.SetOnBodyRead).
+	bodyRead func(int64)
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -106,7 +109,11 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if o.configure != nil {
 		o.configure(&cfg)
 	}
-	srv := httptest.NewServer(api.New(cfg))
+	h := api.New(cfg)
+	if o.bodyRead != nil {
+		api.SetOnBodyRead(h, o.bodyRead)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e

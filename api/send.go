@@ -137,7 +137,11 @@ func queryValue(rawQuery, key string) string {
 }
 
 func readBody(r *http.Request, limit int64) ([]byte, error) {
-	body, err := readAllSized(http.MaxBytesReader(nil, r.Body, limit), r.ContentLength, limit)
+	var oldest func() bool
+	if sc := scopeOf(r); sc != nil && sc.meter != nil {
+		oldest = sc.meter.oldest
+	}
+	body, err := readAllSized(http.MaxBytesReader(nil, r.Body, limit), r.ContentLength, limit, oldest)
 	if err != nil {
 		return nil, bodyError(err, limit)
 	}
@@ -151,17 +155,28 @@ func bodyError(err error, limit int64) error {
 	if errors.As(err, &mbe) {
 		return &relay.Error{Code: relay.CodeTooLarge, Field: fieldRequest, Message: "request body larger than " + strconv.FormatInt(limit, 10) + " bytes"}
 	}
+	var re *relay.Error // the body meter's 503 (budget) or 408 (rate)
+	if errors.As(err, &re) {
+		return re
+	}
 	return relay.Invalid(fieldRequest, "read request body: %v", err)
 }
 
-// readAllSized is io.ReadAll with the buffer sized from the request's
-// Content-Length n (when known and within limit), so a body is read into
-// one allocation instead of a doubling series from 512 bytes.
-func readAllSized(rd io.Reader, n, limit int64) ([]byte, error) {
+// readAllSized is io.ReadAll with the buffer grown towards the request's
+// Content-Length n (when known and within limit), so a body is read in a
+// few allocations instead of a series from 512 bytes. It starts at
+// firstBodyBuffer and, each time the body fills it, doubles it (at most to
+// n+1), so memory follows the bytes that arrived (at most twice them), never
+// a declared length alone; except that the oldest body being read (oldest
+// reports it; it is the one the in-flight budget lets finish, see
+// bodymeter.go) grows straight to n+1, sparing a large message its series
+// of copies. That takes one body's declared length, at most, beyond twice
+// the bytes received.
+func readAllSized(rd io.Reader, n, limit int64, oldest func() bool) ([]byte, error) {
 	if n < 0 || n > limit {
 		return io.ReadAll(rd)
 	}
-	b := make([]byte, 0, n+1) // +1: room for the read that finds EOF
+	b := make([]byte, 0, min(n+1, firstBodyBuffer)) // +1: room for the read that finds EOF
 	for {
 		m, err := rd.Read(b[len(b):cap(b)])
 		b = b[:len(b)+m]
@@ -172,7 +187,17 @@ func readAllSized(rd io.Reader, n, limit int64) ([]byte, error) {
 			return b, err
 		}
 		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)] // a body longer than it said: grow
+			if int64(cap(b)) > n {
+				b = append(b, 0)[:len(b)] // a body longer than it said: grow
+				continue
+			}
+			next := min(int64(cap(b))*2, n+1)
+			if oldest != nil && oldest() {
+				next = n + 1
+			}
+			nb := make([]byte, len(b), next)
+			copy(nb, b)
+			b = nb
 		}
 	}
 }
@@ -285,3 +310,6 @@ func failureError(j acceptlog.Job, res relay.Result) *relay.Error {
 		return &relay.Error{Code: relay.CodeProviderRejected, Message: msg}
 	}
 }
+
+// firstBodyBuffer is readAllSized's first buffer for a body of known length.
+const firstBodyBuffer = 64 << 10

@@ -161,7 +161,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		Service: svc, Sweeper: rs.sweeper, Outbox: rs.outbox, Retention: rs.retention, APIToken: c.APIToken, AdminToken: c.AdminToken, Console: ui,
 		MsgIDDomain: c.policy.MsgIDDomain, FaultHeader: c.FaultHeader, Mode: mode, SandboxEmulator: rs.EmulatorURL,
 		Metrics: metrics, Logger: logger,
-		AdvanceClock: clockAdvance, MaxInflightBytes: c.MaxInflightBytes,
+		AdvanceClock: clockAdvance, MaxInflightBytes: c.MaxInflightBytes, MinBodyRate: c.minBodyRate(),
 		Probes: boxes.probes,
 	})
 	rs.http = newHTTPServer(handler, serverTimeouts(c.SendTimeout))

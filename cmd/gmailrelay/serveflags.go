@@ -37,6 +37,7 @@ type serveConfig struct {
 	Sandbox          bool
 	AllowCrashFaults bool
 	MaxInflightBytes int64
+	MinBodyRate      int64
 	FaultHeader      bool
 	FaultSeed        int64
 	LogLevel         string
@@ -86,6 +87,7 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	fs.StringVar(&c.LogFormat, "log-format", "json", "json or console")
 	fs.IntVar(&c.QuotaPerMinute, "quota-per-minute", 6000, "the relay's Gmail quota budget per mailbox, in Gmail units per minute")
 	fs.Int64Var(&c.MaxInflightBytes, "max-inflight-bytes", api.DefaultMaxInflightBytes, "request body bytes handled at once; a request that does not fit is answered 503 + Retry-After")
+	fs.Int64Var(&c.MinBodyRate, "min-body-rate", api.DefaultMinBodyRate, "slowest request body accepted, in bytes per second after its first 10s; a slower one is cut with 408 (0: no minimum)")
 	fs.DurationVar(&c.SweepInterval, "sweep-interval", 5*time.Second, "how often the sweeper looks for due jobs")
 	fs.DurationVar(&c.SendTimeout, "send-timeout", 60*time.Second, "deadline of each Gmail call")
 	fs.StringVar(&c.Clock, "clock", "real", "real, or manual (for tests: time moves only through POST /admin/clock)")
@@ -147,6 +149,9 @@ func (c *serveConfig) validate() error {
 	}
 	if err := validateInflight(c.MaxInflightBytes); err != nil { // httpserver.go
 		return err
+	}
+	if c.MinBodyRate < 0 {
+		return fmt.Errorf("--min-body-rate must be 0 (no minimum) or a number of bytes per second, got %d", c.MinBodyRate)
 	}
 	if c.Data == "" && c.Database == "" {
 		return errors.New("--data: a file path is required")
