@@ -33,8 +33,8 @@ import (
 )
 
 const (
-	apiToken   = "api-secret"
-	adminToken = "admin-secret"
+	apiToken   = "api-secret-token-0123"
+	adminToken = "admin-secret-token-0123"
 	domain     = "inbound.example.com"
 )
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 
@@ -136,12 +137,12 @@ func (c *serveConfig) validate() error {
 	if !loopback(c.Addr) && c.APIToken == "" {
 		return fmt.Errorf("--addr %s is not a loopback address: set --api-token (and --admin-token) first", c.Addr)
 	}
-	if !loopback(c.Addr) {
-		// Beyond loopback a guessable token is an open mail gateway.
-		for _, t := range []struct{ flag, v string }{{"api-token", c.APIToken}, {"admin-token", c.AdminToken}} {
-			if t.v != "" && len(t.v) < minPublicToken {
-				return fmt.Errorf("--%s: %d characters is too short for a non-loopback --addr; use at least %d (e.g. openssl rand -hex 16)", t.flag, len(t.v), minPublicToken)
-			}
+	// A guessable token is an open mail gateway, on loopback too: any local
+	// process, or a page a browser was tricked into, could guess it.
+	for _, t := range []struct{ flag, v string }{{"api-token", c.APIToken}, {"admin-token", c.AdminToken}} {
+		if n := utf8.RuneCountInString(t.v); t.v != "" && n < minToken {
+			return fmt.Errorf("--%s (or GMAILRELAY_%s): %d characters is too short; use at least %d (e.g. openssl rand -hex 16)",
+				t.flag, strings.ToUpper(strings.ReplaceAll(t.flag, "-", "_")), n, minToken)
 		}
 	}
 	if c.APIToken != "" && c.APIToken == c.AdminToken {
@@ -256,9 +257,8 @@ func (c *serveConfig) sandbox() bool {
 	return c.Sandbox || (c.Credentials == "" && c.GmailEndpoint == "" && !c.policyCredentials())
 }
 
-// minPublicToken is the shortest token accepted when the relay listens
-// beyond loopback.
-const minPublicToken = 16
+// minToken is the shortest token serve accepts, on every address.
+const minToken = 16
 
 func loopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
