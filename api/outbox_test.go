@@ -135,3 +135,64 @@ func TestEmulatorGmailRateLimitOnTheAttemptQueues(t *testing.T) {
 		t.Errorf("Gmail path job: %s retryable %v, want failed, retryable, not delivered", j.State, j.Retryable)
 	}
 }
+
+// X-Relay-When-Busy: reject used to be ignored on a JSON /v1/send: under
+// Gmail's own 429 to the attempt the send answered 202 queued, while the
+// body's when_busy "reject" answered 429. The header now does what the
+// field does, on every path: 429 + Retry-After, the job failed and
+// retryable, nothing delivered (emulator ground truth), nothing queued.
+func TestEmulatorWhenBusyRejectHeaderUnderGmail429(t *testing.T) {
+	e := newEnv(t, envOpts{configure: func(c *api.Config) {
+		var err error
+		if c.Outbox, err = outbox.New(outbox.Config{Service: c.Service}); err != nil {
+			t.Fatal(err)
+		}
+	}})
+	limitNextSend := func() {
+		t.Helper()
+		if _, err := e.Emulator.AddFault(gmailfake.Fault{Method: "send", Action: "error", Status: 429}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rawMsg := func(id string) string {
+		return "From: a@example.com\r\nTo: b@example.org\r\nMessage-ID: " + id + "\r\nSubject: x\r\n\r\nhi\r\n"
+	}
+	field := sendBody("wb-field")
+	field["when_busy"] = "reject"
+	cases := []struct {
+		name string
+		id   string
+		send func() reply
+	}{
+		{"JSON /v1/send, body when_busy reject", relay.MessageID("wb-field", domain), func() reply {
+			return e.must("POST", "/v1/send", apiToken, field)
+		}},
+		{"JSON /v1/send, X-Relay-When-Busy: reject", relay.MessageID("wb-json", domain), func() reply {
+			return e.must("POST", "/v1/send", apiToken, sendBody("wb-json"), "X-Relay-When-Busy", "reject")
+		}},
+		{"raw /v1/send, X-Relay-When-Busy: reject", relay.MessageID("wb-raw", domain), func() reply {
+			return e.must("POST", "/v1/send", apiToken, []byte("From: a@example.com\r\nTo: b@example.org\r\nSubject: x\r\n\r\nhi\r\n"),
+				"Idempotency-Key", "wb-raw", "X-Relay-When-Busy", "reject")
+		}},
+		{"Gmail path, X-Relay-When-Busy: reject", "<wb-gmail@example.com>", func() reply {
+			return e.must("POST", "/gmail/v1/users/me/messages/send", apiToken,
+				map[string]any{"raw": base64.RawURLEncoding.EncodeToString([]byte(rawMsg("<wb-gmail@example.com>")))},
+				"X-Relay-When-Busy", "reject")
+		}},
+	}
+	for _, c := range cases {
+		e.Clock.Advance(time.Hour) // past the pause the previous 429 set
+		limitNextSend()
+		r := c.send()
+		if r.status != 429 {
+			t.Errorf("%s under Gmail's 429: %d %s, want 429", c.name, r.status, r.raw)
+			continue
+		}
+		if j, _ := e.job(c.id); j.State != acceptlog.StateFailed || !j.Retryable || e.Emulator.Deliveries(c.id) != 0 {
+			t.Errorf("%s: job %s retryable %v, %d deliveries; want failed, retryable, none", c.name, j.State, j.Retryable, e.Emulator.Deliveries(c.id))
+		}
+	}
+	if q := e.must("GET", "/v1/jobs?state=queued", apiToken, nil); len(q.body["jobs"].([]any)) != 0 {
+		t.Errorf("queued jobs after rejects: %s, want none", q.raw)
+	}
+}

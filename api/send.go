@@ -96,6 +96,11 @@ func (s *Server) prepare(r *http.Request) (_ relay.Prepared, queue bool, _ error
 		if err != nil {
 			return relay.Prepared{}, false, err
 		}
+		if req.WhenBusy == "" { // the body's when_busy wins; without it, the header decides
+			if queue, err = whenBusyHeader(r, true); err != nil {
+				return relay.Prepared{}, false, err
+			}
+		}
 		p, err := relay.Prepare(req, key, s.cfg.MsgIDDomain, s.cfg.Now())
 		p.SendAt = sendAt
 		return p, queue, err
