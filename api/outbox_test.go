@@ -3,6 +3,7 @@ package api_test
 import (
 	"encoding/base64"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,5 +195,39 @@ func TestEmulatorWhenBusyRejectHeaderUnderGmail429(t *testing.T) {
 	}
 	if q := e.must("GET", "/v1/jobs?state=queued", apiToken, nil); len(q.body["jobs"].([]any)) != 0 {
 		t.Errorf("queued jobs after rejects: %s, want none", q.raw)
+	}
+}
+
+// A queued job cancelled with the API token used to answer its key with "an
+// operator abandoned this job". The resolved line now names the token
+// (actor "api", or "api:NAME" with ?actor=, which can no longer pass for
+// the console's "ui"), and the answer to the key says an API caller
+// cancelled it; a job an operator abandons still says so.
+func TestCancelledJobSaysAnAPICallerCancelledIt(t *testing.T) {
+	e := newEnv(t, envOpts{quota: 100}) // one send a minute
+	if r := e.must("POST", "/v1/send", apiToken, sendBody("c0")); r.status != 200 {
+		t.Fatalf("first: %d %s", r.status, r.raw)
+	}
+	for _, c := range []struct{ key, query, token, actor, who string }{
+		{"c1", "", apiToken, "api", "an API caller"},
+		{"c2", "?actor=ui", apiToken, "api:ui", "an API caller"},
+		{"c3", "", adminToken, "admin", "an operator with the admin token"},
+	} {
+		if r := e.must("POST", "/v1/send", apiToken, sendBody(c.key)); r.status != 202 {
+			t.Fatalf("%s: %d %s, want 202 queued", c.key, r.status, r.raw)
+		}
+		id := relay.MessageID(c.key, domain)
+		if r := e.must("DELETE", "/v1/jobs/"+url.PathEscape(id)+c.query, c.token, nil); r.status != 200 {
+			t.Fatalf("cancel %s: %d %s", c.key, r.status, r.raw)
+		}
+		_, lines := e.job(id)
+		if last := lines[len(lines)-1]; last.Reason != acceptlog.ReasonCancelled || last.Actor != c.actor {
+			t.Errorf("%s: resolved line %+v; want reason cancelled, actor %q", c.key, last, c.actor)
+		}
+		r := e.must("POST", "/v1/send", apiToken, sendBody(c.key))
+		msg, _ := r.body["error"].(map[string]any)["message"].(string)
+		if r.status != 409 || !strings.Contains(msg, "cancelled while queued by "+c.who) || strings.Contains(msg, "an operator abandoned") {
+			t.Errorf("%s again: %d %q; want 409 saying it was cancelled while queued by %s", c.key, r.status, msg, c.who)
+		}
 	}
 }
