@@ -24,9 +24,11 @@ import (
 // When a body's bytes no longer fit, the oldest body still being read goes
 // on and the younger ones give way: a younger body is answered 503 +
 // Retry-After, and when the oldest is the one that does not fit, the
-// youngest bodies still being read are cut (503) to make room for it. So
-// bodies that arrive together finish one after another instead of each
-// being cut part-way, and memory follows the budget.
+// youngest bodies still being read are cut (503) to make room for it; the
+// younger bodies together may hold at most a quarter of the budget, so the
+// oldest keeps room to finish and bodies that are likely to be cut hold
+// little. So bodies that arrive together finish one after another instead
+// of each being cut part-way, and memory follows the budget.
 
 // DefaultMinBodyRate is Config.MinBodyRate when it is zero: 16 KiB/s.
 const DefaultMinBodyRate = 16 << 10
@@ -82,8 +84,8 @@ func (b *inflight) charge(m *meteredBody, n int64) bool {
 		}
 	}
 	oldest := len(b.reading) > 0 && b.reading[0] == m
-	if !oldest && younger+n > b.max/2 {
-		return false // the oldest body keeps room to finish in
+	if !oldest && younger+n > b.max/4 {
+		return false // the oldest body keeps room to finish in (see above)
 	}
 	if b.used+n <= b.max {
 		b.used += n
@@ -238,11 +240,13 @@ func (m *meteredBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// fail refuses the body with err from now on.
+// fail refuses the body with err from now on. Its bytes leave the budget
+// now, as an evicted body's do: its handler is about to drop them, and an
+// older body must not be refused for room that is already let go.
 func (m *meteredBody) fail(err error) (int, error) {
 	m.err = err
 	m.stop()
-	m.budget.done(m)
+	m.budget.release(m)
 	return 0, err
 }
 

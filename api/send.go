@@ -167,20 +167,23 @@ func bodyError(err error, limit int64) error {
 	return relay.Invalid(fieldRequest, "read request body: %v", err)
 }
 
-// readAllSized is io.ReadAll with the buffer grown towards the request's
-// Content-Length n (when known and within limit), so a body is read in a
-// few allocations instead of a series from 512 bytes. It starts at
-// firstBodyBuffer and, each time the body fills it, doubles it (at most to
-// n+1), so memory follows the bytes that arrived (at most twice them), never
-// a declared length alone; except that the oldest body being read (oldest
-// reports it; it is the one the in-flight budget lets finish, see
-// bodymeter.go) grows straight to n+1, sparing a large message its series
-// of copies. That takes one body's declared length, at most, beyond twice
-// the bytes received.
+// readAllSized is io.ReadAll for a body of known length n (when within
+// limit) in few allocations, with memory that follows the bytes that
+// arrived, never a declared length alone: it reads into chunks (from
+// firstBodyBuffer, doubling up to maxBodyChunk) and joins them at the end,
+// except that the oldest body being read (oldest reports it; it is the one
+// the in-flight budget lets finish, see bodymeter.go) moves into one buffer
+// of exactly n+1 bytes as soon as it fills its first chunk. So a body the
+// budget may yet cut holds little more than it received (and leaves no
+// series of copies behind), and a large message that goes on is copied
+// once. That takes one body's declared length, at most, beyond the bytes
+// received.
 func readAllSized(rd io.Reader, n, limit int64, oldest func() bool) ([]byte, error) {
 	if n < 0 || n > limit {
 		return io.ReadAll(rd)
 	}
+	var chunks [][]byte                             // full chunks, while the body is not the oldest
+	var held int64                                  // their bytes
 	b := make([]byte, 0, min(n+1, firstBodyBuffer)) // +1: room for the read that finds EOF
 	for {
 		m, err := rd.Read(b[len(b):cap(b)])
@@ -189,23 +192,49 @@ func readAllSized(rd io.Reader, n, limit int64, oldest func() bool) ([]byte, err
 			if err == io.EOF {
 				err = nil
 			}
+			if chunks != nil {
+				b = joinChunks(chunks, b, held)
+			}
 			return b, err
 		}
-		if len(b) == cap(b) {
-			if int64(cap(b)) > n {
-				b = append(b, 0)[:len(b)] // a body longer than it said: grow
-				continue
+		if len(b) < cap(b) {
+			continue
+		}
+		switch {
+		case held+int64(len(b)) > n: // a body longer than it said: grow
+			if chunks != nil {
+				b, chunks, held = joinChunks(chunks, b, held), nil, 0
 			}
-			next := min(int64(cap(b))*2, n+1)
-			if oldest != nil && oldest() {
-				next = n + 1
+			b = append(b, 0)[:len(b)]
+		case oldest != nil && oldest():
+			nb := make([]byte, 0, n+1)
+			for _, c := range chunks {
+				nb = append(nb, c...)
 			}
-			nb := make([]byte, len(b), next)
-			copy(nb, b)
-			b = nb
+			b, chunks, held = append(nb, b...), nil, 0
+		default:
+			chunks = append(chunks, b)
+			held += int64(len(b))
+			b = make([]byte, 0, min(n+1-held, int64(min(2*cap(b), maxBodyChunk))))
 		}
 	}
 }
+
+// joinChunks is chunks then last in one buffer.
+func joinChunks(chunks [][]byte, last []byte, held int64) []byte {
+	b := make([]byte, 0, held+int64(len(last))+1)
+	for _, c := range chunks {
+		b = append(b, c...)
+	}
+	return append(b, last...)
+}
+
+// firstBodyBuffer is readAllSized's first buffer for a body of known
+// length, and maxBodyChunk the largest chunk it reads into.
+const (
+	firstBodyBuffer = 64 << 10
+	maxBodyChunk    = 1 << 20
+)
 
 // run sends p and answers through write, which sees every outcome that is
 // not a refusal (answered by fail) or a dropped response; a replay's answer
@@ -315,6 +344,3 @@ func failureError(j acceptlog.Job, res relay.Result) *relay.Error {
 		return &relay.Error{Code: relay.CodeProviderRejected, Message: msg}
 	}
 }
-
-// firstBodyBuffer is readAllSized's first buffer for a body of known length.
-const firstBodyBuffer = 64 << 10
