@@ -23,6 +23,7 @@ var statusOf = map[relay.Code]int{
 	relay.CodeConflict:         http.StatusConflict,
 	relay.CodeTooLarge:         http.StatusRequestEntityTooLarge,
 	codeUnsupportedType:        http.StatusUnsupportedMediaType,
+	codeBodyTimeout:            http.StatusRequestTimeout,
 	codeMethodNotAllowed:       http.StatusMethodNotAllowed,
 	relay.CodeMismatch:         http.StatusUnprocessableEntity,
 	relay.CodeRateLimited:      http.StatusTooManyRequests,

@@ -31,7 +31,7 @@ type gmailMessage struct {
 
 var gmailStatus = map[int]string{
 	400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
-	405: "UNIMPLEMENTED", 409: "ABORTED", 413: "INVALID_ARGUMENT", 415: "INVALID_ARGUMENT", 422: "FAILED_PRECONDITION", 429: "RESOURCE_EXHAUSTED",
+	405: "UNIMPLEMENTED", 408: "DEADLINE_EXCEEDED", 409: "ABORTED", 413: "INVALID_ARGUMENT", 415: "INVALID_ARGUMENT", 422: "FAILED_PRECONDITION", 429: "RESOURCE_EXHAUSTED",
 	500: "INTERNAL", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED",
 }
 
@@ -41,7 +41,7 @@ var gmailReason = map[relay.Code]string{
 	relay.CodeTooLarge: "invalidArgument", codeUnsupportedType: "badContent", relay.CodeMismatch: "failedPrecondition",
 	relay.CodeFromNotVerified: "invalidArgument", relay.CodeRateLimited: "rateLimitExceeded", relay.CodeProviderRejected: "backendError",
 	relay.CodeUnavailable: "backendError", relay.CodeFaultDropped: "backendError", relay.CodeInternal: "backendError",
-	codeMethodNotAllowed: "httpMethodNotAllowed",
+	codeMethodNotAllowed: "httpMethodNotAllowed", codeBodyTimeout: "requestTimeout",
 }
 
 // writeGmailError answers in Gmail's error JSON, so Google's client

@@ -41,6 +41,7 @@ type reqScope struct {
 	role    role
 	w       scopeWriter
 	body    eofBody
+	meter   *meteredBody // the body guard's (bodymeter.go); nil without a body
 	// idHeader backs the X-Request-Id header's value slice.
 	idHeader [1]string
 }

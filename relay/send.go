@@ -328,11 +328,20 @@ func (s *Service) frontDoor(cur *acceptlog.Job, p Prepared) (Result, bool, error
 			return Result{}, false, nil
 		}
 	case acceptlog.StateAbandoned:
-		return Result{}, true, &Error{Code: CodeConflict, Field: "key",
-			Message: "an operator abandoned this job; it will not be sent"}
+		return Result{}, true, &Error{Code: CodeConflict, Field: "key", Message: abandonedBy(cur) + "; it will not be sent"}
 	}
 	// sent, unknown, review, failed-not-retryable: report the job as it is.
 	return Result{Job: *cur, Replayed: true}, true, nil
+}
+
+// abandonedBy says who abandoned job j: an API caller (or an operator with
+// the admin token) who cancelled it while it was queued, or an operator's
+// decision.
+func abandonedBy(j *acceptlog.Job) string {
+	if j.LastReason == acceptlog.ReasonCancelled && j.LastError != "" {
+		return "this job was " + j.LastError
+	}
+	return "an operator abandoned this job"
 }
 
 // startAttempt appends the fault and forwarding (or not_sent) lines of a

@@ -163,7 +163,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		Service: svc, Sweeper: rs.sweeper, Outbox: rs.outbox, Retention: rs.retention, APIToken: c.APIToken, AdminToken: c.AdminToken, Console: ui,
 		MsgIDDomain: c.policy.MsgIDDomain, MsgIDSecret: c.msgidSecret, FaultHeader: c.FaultHeader, Mode: mode, SandboxEmulator: rs.EmulatorURL,
 		Metrics: metrics, Logger: logger,
-		AdvanceClock: clockAdvance, MaxInflightBytes: c.MaxInflightBytes,
+		AdvanceClock: clockAdvance, MaxInflightBytes: c.MaxInflightBytes, MinBodyRate: c.minBodyRate(),
 		Probes: boxes.probes,
 	})
 	// Each mailbox's send-as list is read before the first request is

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 
@@ -38,6 +39,7 @@ type serveConfig struct {
 	Sandbox          bool
 	AllowCrashFaults bool
 	MaxInflightBytes int64
+	MinBodyRate      int64
 	FaultHeader      bool
 	FaultSeed        int64
 	LogLevel         string
@@ -93,6 +95,7 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	fs.StringVar(&c.LogFormat, "log-format", "json", "json or console")
 	fs.IntVar(&c.QuotaPerMinute, "quota-per-minute", 6000, "the relay's Gmail quota budget per mailbox, in Gmail units per minute")
 	fs.Int64Var(&c.MaxInflightBytes, "max-inflight-bytes", api.DefaultMaxInflightBytes, "request body bytes handled at once; a request that does not fit is answered 503 + Retry-After")
+	fs.Int64Var(&c.MinBodyRate, "min-body-rate", api.DefaultMinBodyRate, "slowest request body accepted, in bytes per second after its first 10s; a slower one is cut with 408 (0: no minimum)")
 	fs.DurationVar(&c.SweepInterval, "sweep-interval", 5*time.Second, "how often the sweeper looks for due jobs")
 	fs.DurationVar(&c.SendTimeout, "send-timeout", 60*time.Second, "deadline of each Gmail call")
 	fs.StringVar(&c.Clock, "clock", "real", "real, or manual (for tests: time moves only through POST /admin/clock)")
@@ -144,12 +147,12 @@ func (c *serveConfig) validate() error {
 	if !loopback(c.Addr) && c.APIToken == "" {
 		return fmt.Errorf("--addr %s is not a loopback address: set --api-token (and --admin-token) first", c.Addr)
 	}
-	if !loopback(c.Addr) {
-		// Beyond loopback a guessable token is an open mail gateway.
-		for _, t := range []struct{ flag, v string }{{"api-token", c.APIToken}, {"admin-token", c.AdminToken}} {
-			if t.v != "" && len(t.v) < minPublicToken {
-				return fmt.Errorf("--%s: %d characters is too short for a non-loopback --addr; use at least %d (e.g. openssl rand -hex 16)", t.flag, len(t.v), minPublicToken)
-			}
+	// A guessable token is an open mail gateway, on loopback too: any local
+	// process, or a page a browser was tricked into, could guess it.
+	for _, t := range []struct{ flag, v string }{{"api-token", c.APIToken}, {"admin-token", c.AdminToken}} {
+		if n := utf8.RuneCountInString(t.v); t.v != "" && n < minToken {
+			return fmt.Errorf("--%s (or GMAILRELAY_%s): %d characters is too short; use at least %d (e.g. openssl rand -hex 16)",
+				t.flag, strings.ToUpper(strings.ReplaceAll(t.flag, "-", "_")), n, minToken)
 		}
 	}
 	if c.APIToken != "" && c.APIToken == c.AdminToken {
@@ -157,6 +160,9 @@ func (c *serveConfig) validate() error {
 	}
 	if err := validateInflight(c.MaxInflightBytes); err != nil { // httpserver.go
 		return err
+	}
+	if c.MinBodyRate < 0 {
+		return fmt.Errorf("--min-body-rate must be 0 (no minimum) or a number of bytes per second, got %d", c.MinBodyRate)
 	}
 	if c.Data == "" && c.Database == "" {
 		return errors.New("--data: a file path is required")
@@ -286,9 +292,8 @@ func (c *serveConfig) sandbox() bool {
 	return c.Sandbox || (c.Credentials == "" && c.GmailEndpoint == "" && !c.policyCredentials())
 }
 
-// minPublicToken is the shortest token accepted when the relay listens
-// beyond loopback.
-const minPublicToken = 16
+// minToken is the shortest token serve accepts, on every address.
+const minToken = 16
 
 func loopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
