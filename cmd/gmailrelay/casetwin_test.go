@@ -44,7 +44,8 @@ func sendRaw(t *testing.T, rs *relayServer, id string) (int, string, string) {
 func TestCaseTwinRefusedOnBothBackends(t *testing.T) {
 	for _, backend := range []string{"bbolt", "postgres"} {
 		t.Run(backend, func(t *testing.T) {
-			_, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{})
+			// The From sendRaw writes is the account: a verified send-as.
+			_, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{Account: "shop@example.com"})
 			var a, b *relayServer
 			if backend == "bbolt" {
 				a = startOn(t, emuURL, "a.example", "--data", filepath.Join(t.TempDir(), "r.db"))
