@@ -175,6 +175,14 @@ func checkFilePath(s string) string {
 	return ""
 }
 
+// checkSecretPath returns why s cannot be msgid_secret_file's path, or "".
+func checkSecretPath(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return "must name the file holding the Message-ID secret"
+	}
+	return checkFilePath(s)
+}
+
 // address reads one bare e-mail address (no display name), lower-case.
 func address(n *yaml.Node, path string) (string, error) {
 	s, err := str(n, path)

@@ -58,11 +58,12 @@ func Parse(data []byte) (*Policy, error) {
 		return nil, err
 	}
 	err = parseFields(entries, fieldParsers{
-		"msgid_domain":  into(&p.MsgIDDomain, checked(checkDomain)),
-		"verify_handle": into(&p.VerifyHandle, enum[Verify](verifyMessage)),
-		"retention":     into(&p.Retention, retention),
-		"mailboxes":     into(&p.Mailboxes, ofNode(mailboxes)),
-		"channels":      into(&p.Channels, ofNode(channels)),
+		"msgid_domain":      into(&p.MsgIDDomain, checked(checkDomain)),
+		"msgid_secret_file": into(&p.MsgIDSecretFile, checked(checkSecretPath)),
+		"verify_handle":     into(&p.VerifyHandle, enum[Verify](verifyMessage)),
+		"retention":         into(&p.Retention, retention),
+		"mailboxes":         into(&p.Mailboxes, ofNode(mailboxes)),
+		"channels":          into(&p.Channels, ofNode(channels)),
 	})
 	if err != nil {
 		return nil, err

@@ -144,8 +144,19 @@ type Prepared struct {
 //
 // Every input error is a CodeInvalid *Error naming the field; a message
 // over MaxMessageBytes is CodeTooLarge.
+//
+// Prepare derives Message-IDs with the default scheme (no secret): it is
+// NewIDScheme(domain, nil).Prepare. A relay derives them with its own
+// IDScheme.
 func Prepare(req SendRequest, headerKey, domain string, now time.Time) (Prepared, error) {
-	if err := checkDomain(domain); err != nil {
+	return NewIDScheme(domain, nil).Prepare(req, headerKey, now)
+}
+
+// Prepare is the package's Prepare with the Message-IDs of s: a key's
+// Message-ID is s.MessageID(key), and a raw message is checked as
+// s.PrepareRaw checks it.
+func (s IDScheme) Prepare(req SendRequest, headerKey string, now time.Time) (Prepared, error) {
+	if err := checkDomain(s.domain); err != nil {
 		return Prepared{}, err
 	}
 	channel, err := checkChannel(req.Channel)
@@ -168,7 +179,7 @@ func Prepare(req SendRequest, headerKey, domain string, now time.Time) (Prepared
 		if err != nil {
 			return Prepared{}, err
 		}
-		p, err := PrepareRaw(raw, key, channel, domain)
+		p, err := s.PrepareRaw(raw, key, channel)
 		if err != nil {
 			return Prepared{}, err
 		}
@@ -189,7 +200,7 @@ func Prepare(req SendRequest, headerKey, domain string, now time.Time) (Prepared
 		From: req.From, To: req.To, Cc: req.Cc, Bcc: req.Bcc, ReplyTo: req.ReplyTo,
 		Subject: req.Subject, Text: text, HTML: req.HTML, Headers: req.Headers,
 	}
-	id := MessageID(key, domain)
+	id := s.MessageID(key)
 	raw, v, err := buildMIME(m, id, now)
 	if err != nil {
 		return Prepared{}, err

@@ -115,6 +115,9 @@ type Service struct {
 	clock clockFence
 	// sendAsLoop runs WatchSendAs.
 	sendAsLoop lifecycle.Loop
+	// unlogged are the attempts whose record the log refused, for the
+	// LogWatch to settle (logwatch.go).
+	unlogged unlogged
 }
 
 // SendOptions adjust one Send.
