@@ -15,7 +15,7 @@ import (
 // decideUnknown records the search of an unknown job and acts on it. It
 // returns false when the job is left for a later pass (its resend waits for
 // quota).
-func (p *pass) decideUnknown(ctx context.Context, j gmailrelay.Job, q string, hits []hit, witness string) (bool, error) {
+func (p *pass) decideUnknown(ctx context.Context, b *boxPass, j gmailrelay.Job, q string, hits []hit, witness string) (bool, error) {
 	ch := p.channel(j.Channel)
 	check := j.Checks + 1
 	search := searchLine(j, q, hits, check)
@@ -121,7 +121,7 @@ func (p *pass) decideUnknown(ctx context.Context, j gmailrelay.Job, q string, hi
 		p.count(written, &p.res.Checked)
 		return true, err
 	}
-	return p.missThen(ctx, j, search, p.resend)
+	return p.missThen(ctx, b, j, search, p.resend)
 }
 
 // missThen records the miss search (its check becomes the job's Checks)
@@ -130,8 +130,8 @@ func (p *pass) decideUnknown(ctx context.Context, j gmailrelay.Job, q string, hi
 // go now, the job stays due with its checks done, and a later pass makes
 // it without searching while the miss is fresh (see missFresh), after a
 // new search otherwise.
-func (p *pass) missThen(ctx context.Context, j gmailrelay.Job, search gmailrelay.Line,
-	act func(ctx context.Context, j gmailrelay.Job, redo int) (bool, error)) (bool, error) {
+func (p *pass) missThen(ctx context.Context, b *boxPass, j gmailrelay.Job, search gmailrelay.Line,
+	act func(ctx context.Context, b *boxPass, j gmailrelay.Job, redo int) (bool, error)) (bool, error) {
 	written, err := p.mutate(ctx, j, func(n *gmailrelay.Job) []gmailrelay.Line {
 		n.Checks = search.Check
 		return []gmailrelay.Line{search}
@@ -141,12 +141,12 @@ func (p *pass) missThen(ctx context.Context, j gmailrelay.Job, search gmailrelay
 		return true, err
 	}
 	j.Checks = search.Check
-	return act(ctx, j, p.searchCost)
+	return act(ctx, b, j, p.searchCost)
 }
 
 // resend gives an unknown job whose checks all missed a new attempt with
 // the same Message-ID, or hands it to a human when it has none left.
-func (p *pass) resend(ctx context.Context, j gmailrelay.Job, redo int) (bool, error) {
+func (p *pass) resend(ctx context.Context, b *boxPass, j gmailrelay.Job, redo int) (bool, error) {
 	spent, err := p.attemptsSpent(ctx, j, func(used, allowed int) string {
 		return fmt.Sprintf("not in the mailbox after %d checks and %d attempts; the channel allows %d", j.Checks, used, allowed)
 	})
@@ -154,7 +154,7 @@ func (p *pass) resend(ctx context.Context, j gmailrelay.Job, redo int) (bool, er
 		return spent, err
 	}
 	if !p.s.deps.DisableWitness {
-		suspect, note, done, err := p.storedUnderGmailID(ctx, j)
+		suspect, note, done, err := p.storedUnderGmailID(ctx, b, j)
 		switch {
 		case err != nil:
 			p.res.Errors++
@@ -169,7 +169,7 @@ func (p *pass) resend(ctx context.Context, j gmailrelay.Job, redo int) (bool, er
 			return true, err
 		}
 	}
-	return p.attempt(ctx, j, gmailrelay.StateUnknown, ReasonResend, redo, &p.res.Resent)
+	return p.attempt(ctx, b, j, gmailrelay.StateUnknown, ReasonResend, redo, &p.res.Resent)
 }
 
 // foundOnce records a search that found exactly one copy of an ambiguous
@@ -234,7 +234,7 @@ func foundEffect(n *gmailrelay.Job, h hit) (line gmailrelay.Line, effect bool) {
 // needs no witness: it repeats a miss that counted, later, when the index
 // can only have caught up further. In a mailbox whose handle is untrusted
 // a miss proves nothing: review.
-func (p *pass) decideFailed(ctx context.Context, j gmailrelay.Job, q string, hits []hit) (bool, error) {
+func (p *pass) decideFailed(ctx context.Context, b *boxPass, j gmailrelay.Job, q string, hits []hit) (bool, error) {
 	ch := p.channel(j.Channel)
 	check := j.Checks + 1
 	search := searchLine(j, q, hits, check)
@@ -251,11 +251,11 @@ func (p *pass) decideFailed(ctx context.Context, j gmailrelay.Job, q string, hit
 		p.count(written, &p.res.Checked)
 		return true, err
 	}
-	return p.missThen(ctx, j, search, p.retry)
+	return p.missThen(ctx, b, j, search, p.retry)
 }
 
 // decideVerify records the verify search of a sent job and acts on it.
-func (p *pass) decideVerify(ctx context.Context, j gmailrelay.Job, q string, hits []hit) (bool, error) {
+func (p *pass) decideVerify(ctx context.Context, b *boxPass, j gmailrelay.Job, q string, hits []hit) (bool, error) {
 	ch := p.channel(j.Channel)
 	check := j.Checks + 1
 	search := searchLine(j, q, hits, check)
@@ -293,7 +293,7 @@ func (p *pass) decideVerify(ctx context.Context, j gmailrelay.Job, q string, hit
 	case j.GmailID != "":
 		// A suspect handle: one messages.get decides rewritten, deleted or
 		// index behind.
-		done, settled, err := p.checkHandle(ctx, j, search)
+		done, settled, err := p.checkHandle(ctx, b, j, search)
 		if err != nil || settled || !done {
 			return done, err
 		}

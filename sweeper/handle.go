@@ -29,30 +29,30 @@ const (
 // done is false when the pass had to stop first (quota, rate limit);
 // settled is true when the job's verification ended here (rewritten or
 // deleted), with the search line and the handle line written together.
-func (p *pass) checkHandle(ctx context.Context, j gmailrelay.Job, search gmailrelay.Line) (done, settled bool, err error) {
-	if !p.take(relay.UnitsGet, 0) {
+func (p *pass) checkHandle(ctx context.Context, b *boxPass, j gmailrelay.Job, search gmailrelay.Line) (done, settled bool, err error) {
+	if !b.take(relay.UnitsGet, 0) {
 		return false, false, nil
 	}
-	prov, user := p.gmail()
+	prov, user := b.gmail()
 	h, gerr := prov.GetHeader(ctx, user, j.GmailID)
 	var handle gmailrelay.Line
 	switch {
 	case errors.Is(gerr, relay.ErrMessageNotFound):
-		p.cur.answered = true
+		b.answered = true
 		handle = gmailrelay.Line{Kind: gmailrelay.KindHandle, Attempt: j.Attempts, Reason: ReasonHandleDeleted, GmailID: j.GmailID,
 			Note: "the message Gmail answered with is gone (404): the send cannot be verified; this is not a rewrite"}
 	case gerr != nil:
-		if errors.Is(p.gmailErr(gerr), errStopped) {
+		if errors.Is(p.gmailErr(b, gerr), errStopped) {
 			return false, false, nil
 		}
 		p.res.Errors++
 		p.s.deps.Logger.Warn().Err(gerr).Msg("read a sent message's Message-ID back; checked again on the next verify")
 		return true, false, nil
 	case h.MessageID == j.MessageID:
-		p.cur.answered = true
+		b.answered = true
 		return true, false, nil // the index is behind
 	default:
-		p.cur.answered = true
+		b.answered = true
 		kept := false
 		handle = gmailrelay.Line{Kind: gmailrelay.KindHandle, Attempt: j.Attempts, Reason: ReasonHandleRewritten, GmailID: j.GmailID,
 			StoredMessageID: h.MessageID, HandleKept: &kept}
@@ -63,7 +63,7 @@ func (p *pass) checkHandle(ctx context.Context, j gmailrelay.Job, search gmailre
 	var dup *gmailrelay.Line
 	if rewritten {
 		var done bool
-		if dup, done = p.rewrittenCopies(ctx, j, h.MessageID, handle); !done {
+		if dup, done = p.rewrittenCopies(ctx, b, j, h.MessageID, handle); !done {
 			return false, false, nil
 		}
 	}
@@ -137,25 +137,25 @@ func (p *pass) checkHandle(ctx context.Context, j gmailrelay.Job, search gmailre
 // handle line; fewer (or an id that cannot be searched safely) return nil.
 // done is false when the pass had to stop first (quota, rate limit); a
 // failed search is counted and settles nothing more than before.
-func (p *pass) rewrittenCopies(ctx context.Context, j gmailrelay.Job, stored string, handle gmailrelay.Line) (dup *gmailrelay.Line, done bool) {
+func (p *pass) rewrittenCopies(ctx context.Context, b *boxPass, j gmailrelay.Job, stored string, handle gmailrelay.Line) (dup *gmailrelay.Line, done bool) {
 	q, err := searchQuery([]string{stored})
 	if err != nil {
 		return nil, true
 	}
-	if !p.take(relay.UnitsList, 0) {
+	if !b.take(relay.UnitsList, 0) {
 		return nil, false
 	}
-	prov, user := p.gmail()
+	prov, user := b.gmail()
 	page, err := prov.List(ctx, user, q, []string{sentLabel}, "", maxPageSize)
 	if err != nil {
-		if errors.Is(p.gmailErr(err), errStopped) {
+		if errors.Is(p.gmailErr(b, err), errStopped) {
 			return nil, false
 		}
 		p.res.Errors++
 		p.s.deps.Logger.Warn().Err(err).Msg("search the Message-ID Gmail gave; the job stays sent")
 		return nil, true
 	}
-	p.cur.answered = true
+	b.answered = true
 	if len(page.IDs) < 2 {
 		return nil, true
 	}

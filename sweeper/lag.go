@@ -88,7 +88,7 @@ func (p *pass) keepLag(mailbox string, e *lagEdit) {
 // replicas share, whose samples any of them adds. Samples of a mailbox
 // the relay no longer serves are read when a pass measures one.
 func (s *Sweeper) loadLags(ctx context.Context) error {
-	if s.lags.loaded && !gmailrelay.IsShared(s.log) {
+	if s.lags.loaded && !s.shared {
 		return nil // this relay alone writes the records, and its book follows them
 	}
 	for _, m := range s.deps.Mailboxes.Mailboxes() {

@@ -18,11 +18,10 @@ type pass struct {
 	now       time.Time
 	res       Result
 	mailboxes map[string]gmailrelay.Mailbox
-	// boxes: each mailbox's state in this pass, by the name jobs carry;
-	// cur is the one of the job or batch being dealt with (every Gmail
-	// call and quota take of the pass goes through it).
+	// boxes: each mailbox's state in this pass, by the name jobs carry.
+	// Every Gmail call and quota take of the pass goes through the one of
+	// the job or batch it is for, passed explicitly.
 	boxes map[string]*boxPass
-	cur   *boxPass
 	// searchCost is the quota the last search spent.
 	searchCost int
 	// companions: the companion after: query's answer per mailbox.
@@ -31,7 +30,8 @@ type pass struct {
 
 // boxPass is one mailbox's state in a pass.
 type boxPass struct {
-	m *relay.Mailbox
+	name string // the mailbox's name as jobs carry it
+	m    *relay.Mailbox
 	// stopped: the mailbox's quota or Gmail asked to wait; nothing more
 	// that costs its quota is tried in this pass (other mailboxes carry
 	// on). wait is how long.
@@ -44,11 +44,11 @@ type boxPass struct {
 	err error
 }
 
-// use makes the mailbox a job names the pass's current one.
-func (p *pass) use(name string) *boxPass {
+// box returns the pass's state of the mailbox a job names.
+func (p *pass) box(name string) *boxPass {
 	b, ok := p.boxes[name]
 	if !ok {
-		b = &boxPass{}
+		b = &boxPass{name: name}
 		b.m, b.err = p.s.deps.Mailboxes.MailboxOf(name)
 		if b.err != nil {
 			p.s.deps.Logger.Error().Err(b.err).Str("mailbox", name).
@@ -56,15 +56,14 @@ func (p *pass) use(name string) *boxPass {
 		}
 		p.boxes[name] = b
 	}
-	p.cur = b
 	return b
 }
 
-// halted says whether the current mailbox can do nothing more this pass.
-func (p *pass) halted() bool { return p.cur == nil || p.cur.stopped || p.cur.err != nil }
+// halted says whether the mailbox can do nothing more this pass.
+func (b *boxPass) halted() bool { return b == nil || b.stopped || b.err != nil }
 
-// gmail returns the current mailbox's Gmail client and userId.
-func (p *pass) gmail() (relay.Provider, string) { return p.cur.m.Provider(), p.cur.m.UserID() }
+// gmail returns the mailbox's Gmail client and userId.
+func (b *boxPass) gmail() (relay.Provider, string) { return b.m.Provider(), b.m.UserID() }
 
 // finish sets the pass result's wait from the mailboxes that stopped: the
 // shortest, and partial when some mailbox did not have to wait.
@@ -136,15 +135,17 @@ func (p *pass) run(ctx context.Context) error {
 	flush := func(mailbox string) error {
 		b := batches[mailbox]
 		batches[mailbox] = nil
-		if p.use(mailbox); p.halted() {
+		box := p.box(mailbox)
+		if box.halted() {
 			return nil
 		}
-		n, err := p.searchBatch(ctx, mailbox, b)
+		n, err := p.searchBatch(ctx, box, b)
 		handled += n
 		return err
 	}
 	for _, j := range jobs {
-		if p.use(j.Mailbox); p.halted() {
+		box := p.box(j.Mailbox)
+		if box.halted() {
 			continue
 		}
 		act, err := p.classify(ctx, j)
@@ -156,7 +157,7 @@ func (p *pass) run(ctx context.Context) error {
 			// Gmail rate-limited) goes alone, at once: a one-id query
 			// needs no header reads, so it never waits behind a batch
 			// whose reads the quota keeps refusing.
-			n, err := p.searchBatch(ctx, j.Mailbox, []gmailrelay.Job{j})
+			n, err := p.searchBatch(ctx, box, []gmailrelay.Job{j})
 			handled += n
 			if err != nil {
 				return err
@@ -175,7 +176,7 @@ func (p *pass) run(ctx context.Context) error {
 			}
 			continue
 		}
-		done, err := p.handle(ctx, j, act)
+		done, err := p.handle(ctx, box, j, act)
 		if err != nil {
 			return err
 		}
@@ -340,7 +341,7 @@ func (p *pass) channel(name string) policy.Channel {
 
 // handle deals with a job that needs no search. done is false when the
 // pass stopped before the job could be decided.
-func (p *pass) handle(ctx context.Context, j gmailrelay.Job, act action) (done bool, err error) {
+func (p *pass) handle(ctx context.Context, b *boxPass, j gmailrelay.Job, act action) (done bool, err error) {
 	switch act {
 	case actUntrust:
 		line := gmailrelay.Line{Kind: gmailrelay.KindReview, Attempt: j.Attempts,
@@ -348,9 +349,9 @@ func (p *pass) handle(ctx context.Context, j gmailrelay.Job, act action) (done b
 		_, err := p.toReview(ctx, j, line)
 		return true, err
 	case actRetry:
-		return p.retry(ctx, j, 0)
+		return p.retry(ctx, b, j, 0)
 	case actResend:
-		return p.resend(ctx, j, 0)
+		return p.resend(ctx, b, j, 0)
 	case actDuplicateDelivery:
 		return p.duplicateDelivery(ctx, j)
 	}
@@ -367,14 +368,14 @@ func (p *pass) handle(ctx context.Context, j gmailrelay.Job, act action) (done b
 // job was ambiguous: then classify has the job searched first (see
 // decideFailed) when the miss behind the resend is not fresh. redo is as
 // for attempt.
-func (p *pass) retry(ctx context.Context, j gmailrelay.Job, redo int) (bool, error) {
+func (p *pass) retry(ctx context.Context, b *boxPass, j gmailrelay.Job, redo int) (bool, error) {
 	spent, err := p.attemptsSpent(ctx, j, func(used, allowed int) string {
 		return fmt.Sprintf("%d attempts, none sent; the channel allows %d", used, allowed)
 	})
 	if spent || err != nil {
 		return spent, err
 	}
-	return p.attempt(ctx, j, gmailrelay.StateFailed, ReasonRetry, redo, &p.res.Retried)
+	return p.attempt(ctx, b, j, gmailrelay.StateFailed, ReasonRetry, redo, &p.res.Retried)
 }
 
 // attemptsSpent hands j to a human (true) when its channel's attempts are
@@ -420,28 +421,28 @@ func (p *pass) attemptsUsed(ctx context.Context, j gmailrelay.Job, ch policy.Cha
 // the quota the next pass spends again before it gets back to this attempt
 // (the search that led to it): the wait reported covers it too, or a pass
 // would spend the refill on the search and find the send refused again.
-func (p *pass) attempt(ctx context.Context, j gmailrelay.Job, from gmailrelay.State, reason gmailrelay.Reason, redo int, made *int) (done bool, err error) {
-	if p.halted() {
+func (p *pass) attempt(ctx context.Context, b *boxPass, j gmailrelay.Job, from gmailrelay.State, reason gmailrelay.Reason, redo int, made *int) (done bool, err error) {
+	if b.halted() {
 		return false, nil
 	}
 	res, err := p.s.deps.Attempter.Attempt(ctx, j.MessageID, []gmailrelay.State{from}, j.Attempts, reason, false)
 	var rerr *relay.Error
 	switch {
 	case errors.As(err, &rerr) && rerr.Code == relay.CodeRateLimited:
-		if frees, spent := p.budgetSpent(); spent {
+		if frees, spent := b.budgetSpent(); spent {
 			return p.deferToBudget(ctx, j, reason, frees)
 		}
 		wait := time.Duration(max(rerr.RetryAfter, 1)) * time.Second
 		// How long until send and search both fit (takes nothing).
-		if ok, w := p.cur.m.Quota().Available(relay.UnitsSend+redo, true); !ok {
+		if ok, w := b.m.Quota().Available(relay.UnitsSend+redo, true); !ok {
 			wait = max(wait, w)
 		}
-		p.stop(wait)
+		b.stop(wait)
 		return false, nil
 	case errors.As(err, &rerr) && rerr.Code == relay.CodeConflict:
 		return false, nil // someone else moved the job: theirs stands
 	case errors.Is(err, relay.ErrClockSkew):
-		p.stop(p.s.interval) // the clock fence closed during the pass: nothing was sent
+		b.stop(p.s.interval) // the clock fence closed during the pass: nothing was sent
 		return false, nil
 	case err != nil:
 		p.res.Errors++
@@ -452,25 +453,25 @@ func (p *pass) attempt(ctx context.Context, j gmailrelay.Job, from gmailrelay.St
 	p.s.deps.Logger.Info().Str("message_id", j.MessageID).Str("reason", string(reason)).Int("attempt", res.Job.Attempts).
 		Str("state", string(res.Job.State)).Msg("sweeper made a new attempt with the same Message-ID")
 	if res.Job.State == gmailrelay.StateFailed && res.Job.LastReason == gmailrelay.ReasonRateLimited {
-		p.rateLimited(0) // Gmail said 429 to the send: nothing more this pass
+		p.rateLimited(b, 0) // Gmail said 429 to the send: nothing more this pass
 	} else {
-		p.cur.answered = true
+		b.answered = true
 	}
 	*made++
 	return true, nil
 }
 
-// budgetSpent tells a refusal by the current mailbox's daily sending
+// budgetSpent tells a refusal by the mailbox's daily sending
 // budget from one by the per-minute quota or a Gmail rate-limit pause
 // (all three are relay.CodeRateLimited): the send path asks the budget
 // first, so a budget that has no room now refused the attempt. frees is
 // how long until it has room.
-func (p *pass) budgetSpent() (frees time.Duration, spent bool) {
-	b := p.cur.m.Budget()
-	if b == nil {
+func (b *boxPass) budgetSpent() (frees time.Duration, spent bool) {
+	budget := b.m.Budget()
+	if budget == nil {
 		return 0, false
 	}
-	ok, in := b.Available()
+	ok, in := budget.Available()
 	return in, !ok
 }
 

@@ -220,8 +220,12 @@ const passesBuffer = 64
 // Sweeper is the reconciler. Its methods are safe for concurrent use;
 // passes never overlap.
 type Sweeper struct {
-	deps     Config // the dependencies New was given
-	log      gmailrelay.Store
+	deps Config // the dependencies New was given
+	log  gmailrelay.Store
+	// shared: several replicas write the log (gmailrelay.IsShared), so
+	// the mailboxes' records can change under this relay between passes.
+	// Decided once, here, like ConfigFor's Fence and Expire.
+	shared   bool
 	now      func() time.Time
 	batch    int
 	limit    int
@@ -260,7 +264,7 @@ type Sweeper struct {
 // New returns a Sweeper for cfg. It does not start the loop (see Start).
 func New(cfg Config) *Sweeper {
 	s := &Sweeper{
-		deps: cfg, log: cfg.Log, now: cfg.Now,
+		deps: cfg, log: cfg.Log, now: cfg.Now, shared: gmailrelay.IsShared(cfg.Log),
 		batch: cfg.BatchSize, limit: cfg.Limit, interval: cfg.Interval,
 		passes:   make(chan Result, passesBuffer),
 		headers:  map[string]string{},
