@@ -70,7 +70,7 @@ func (p *pass) searchable(ctx context.Context, jobs []gmailrelay.Job) ([]gmailre
 		line := gmailrelay.Line{Kind: gmailrelay.KindReview, Attempt: j.Attempts,
 			Reason: ReasonUnsearchable,
 			Note:   "this Message-ID cannot be searched safely (" + errMessage(err) + "); nothing was searched, a human decides"}
-		if _, err := p.toReview(ctx, j, line); err != nil {
+		if _, err := p.apply(ctx, j, review(j, line)); err != nil {
 			return nil, handled, err
 		}
 		handled++
@@ -106,7 +106,7 @@ func (p *pass) refused(ctx context.Context, b *boxPass, jobs []gmailrelay.Job, q
 	line := gmailrelay.Line{Kind: gmailrelay.KindReview, Attempt: j.Attempts,
 		Reason: ReasonQueryRefused, Query: q,
 		Note: "Gmail refused the search for this Message-ID: " + clipNote(gerr.Error()) + "; nothing is known about the send, a human decides"}
-	if _, err := p.toReview(ctx, j, line); err != nil {
+	if _, err := p.apply(ctx, j, review(j, line)); err != nil {
 		return 0, err
 	}
 	return 1, nil

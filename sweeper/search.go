@@ -48,10 +48,7 @@ func (p *pass) search(ctx context.Context, b *boxPass, jobs []gmailrelay.Job) (i
 		p.s.deps.Logger.Warn().Err(err).Int("jobs", len(jobs)).Msg("mailbox search; the jobs are checked again shortly")
 		for _, j := range jobs {
 			grace := p.channel(j.Channel).Grace
-			if _, err := p.mutate(ctx, j, func(n *gmailrelay.Job) []gmailrelay.Line {
-				n.NextCheckAt = p.now.Add(min(errorDelay, grace))
-				return nil
-			}); err != nil {
+			if _, err := p.apply(ctx, j, recheck(j, p.now.Add(min(errorDelay, grace)))); err != nil {
 				return 0, err
 			}
 		}
@@ -67,15 +64,7 @@ func (p *pass) search(ctx context.Context, b *boxPass, jobs []gmailrelay.Job) (i
 			if (j.State == gmailrelay.StateSent) != sent || witness[j.MessageID] == witnessUnasked {
 				continue
 			}
-			var ok bool
-			switch j.State {
-			case gmailrelay.StateSent:
-				ok, err = p.decideVerify(ctx, b, j, q, hits[j.MessageID])
-			case gmailrelay.StateFailed:
-				ok, err = p.decideFailed(ctx, b, j, q, hits[j.MessageID])
-			default:
-				ok, err = p.decideUnknown(ctx, b, j, q, hits[j.MessageID], witness[j.MessageID])
-			}
+			ok, err := p.judge(ctx, b, j, q, hits[j.MessageID], witness[j.MessageID])
 			if err != nil {
 				return done, err
 			}
