@@ -23,6 +23,7 @@ const (
 	ReasonFaultInjectedDrop     Reason = "fault_injected_drop"     // forward-then-drop-response or crash-after-forward
 	ReasonRecoveredAfterRestart Reason = "recovered_after_restart" // a restart found the attempt in flight
 	ReasonLeaseExpired          Reason = "lease_expired"           // a shared log's attempt outlived its lease (its replica died)
+	ReasonOutcomeNotLogged      Reason = "outcome_not_logged"      // Gmail was called, but the log refused to record its answer
 )
 
 // Reasons of received lines of attempts the caller did not make.

@@ -16,6 +16,8 @@ type Store interface {
 	// Mutate reads the job messageID, calls fn with a copy of it (nil when
 	// there is none) and writes the Change fn returns, in one transaction
 	// with the job locked against every other writer (see Log.Mutate).
+	// Creating a job whose Message-ID differs from an existing job's only
+	// in ASCII case is refused with a *CaseTwinError, nothing written.
 	Mutate(ctx context.Context, messageID string, fn func(cur *Job) (Change, error)) (Job, []Line, error)
 	// Get returns the job messageID, or an error wrapping ErrNotFound.
 	Get(ctx context.Context, messageID string) (Job, error)

@@ -31,6 +31,9 @@ import (
 //     before it was pruned (the steps between them are gone);
 //   - a pruned job has no raw message, and every raw message belongs to a
 //     job;
+//   - the fold index holds, for every Message-ID folded to lower case
+//     (FoldMessageID), the first job (bytewise) with that fold, and
+//     nothing else;
 //   - the counters equal a recount.
 //
 // It returns nil when all hold, otherwise an error saying how many
@@ -307,6 +310,9 @@ func check(tx *bolt.Tx, v *violations, needRaw bool) error {
 		return fmt.Sprintf("job %s prunable since %s", k[min(8, len(k)):], timeIDKeyTime(k))
 	})
 
+	if err := checkFolds(tx, v); err != nil {
+		return err
+	}
 	got, err := readCounters(tx)
 	if err != nil {
 		v.add("counters: %v", err)

@@ -55,3 +55,47 @@ func ToFormat1(path string) error {
 	}
 	return err
 }
+
+// SetSkipFoldIndex sets whether Mutate neither checks nor keeps the fold
+// index, as a gmailrelay of format 2 did, and returns the previous
+// setting. For tests that write the case twins such a version let through.
+func SetSkipFoldIndex(v bool) bool {
+	old := skipFoldIndex
+	skipFoldIndex = v
+	return old
+}
+
+// ToFormat2 rewrites the closed log at path as a gmailrelay of format 2
+// left it: no fold index, its record count gone, format 2.
+func ToFormat2(path string) error {
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		return err
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		if err := tx.DeleteBucket(bucketFolds); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketMeta).Delete(recordCountKey(bucketFolds)); err != nil {
+			return err
+		}
+		return putMetaValue(tx, metaFormat, []byte("2"))
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// SetFormat records format as the closed log's at path.
+func SetFormat(path string, format string) error {
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		return err
+	}
+	err = db.Update(func(tx *bolt.Tx) error { return putMetaValue(tx, metaFormat, []byte(format)) })
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

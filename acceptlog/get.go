@@ -18,7 +18,12 @@ func (l *Log) get(ctx context.Context, id string) (gmailrelay.Job, error) {
 	if l.closed.Load() {
 		return gmailrelay.Job{}, fmt.Errorf("get %s: %w", id, gmailrelay.ErrClosed)
 	}
-	tx, err := l.db.Begin(false)
+	db, err := l.hold()
+	if err != nil {
+		return gmailrelay.Job{}, l.wrapErr("get "+id, err)
+	}
+	defer l.mu.RUnlock()
+	tx, err := db.Begin(false)
 	if err != nil {
 		return gmailrelay.Job{}, l.wrapErr("get "+id, err)
 	}

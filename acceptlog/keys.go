@@ -45,7 +45,7 @@ var (
 var allBuckets = [][]byte{
 	bucketJobs, bucketLines, bucketState, bucketDue,
 	bucketUnknown, bucketBodies, bucketMailboxes, bucketCounters, bucketPrunable,
-	bucketSends, bucketKeys,
+	bucketSends, bucketKeys, bucketFolds,
 }
 
 func seqKey(seq uint64) []byte {

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,7 +51,20 @@ const lockTimeout = time.Second
 // Concurrent writes share a transaction through bbolt's Batch (group
 // commit): one commit, and its two syncs, for all of them.
 type Log struct {
-	db   *bolt.DB
+	// mu guards db and file: every transaction holds it for reading,
+	// reopen (after a refused commit) and Close for writing.
+	mu sync.RWMutex
+	db *bolt.DB
+	// file is the open file db uses (nil for OpenReadOnly's Log).
+	file *os.File
+	// groupWait is db's MaxBatchDelay, kept for a reopen.
+	groupWait time.Duration
+	// stale: a commit failed, so the file is reopened before the next
+	// transaction (see reopen). refused is the error WritesRefused
+	// returns; nil once a commit succeeds.
+	stale   atomic.Bool
+	refused atomic.Pointer[refusal]
+
 	path string
 	now  func() time.Time
 	logf func(format string, args ...any)
@@ -89,7 +103,9 @@ func (l *Log) Commits() uint64 { return l.commits.Load() }
 //
 // When fn returns an error, nothing is written and Mutate returns that error
 // unchanged. A Change breaking the log's invariants is an error wrapping
-// ErrInvalidChange and nothing is written. Lines get the next global Seq
+// ErrInvalidChange and nothing is written. A Change that creates a job
+// whose Message-ID differs from an existing job's only in ASCII case is a
+// *CaseTwinError (ErrCaseTwin) naming that job, and nothing is written. Lines get the next global Seq
 // (whatever Seq they carried), Time = Options.Now() when zero and MessageID
 // = messageID when empty.
 //
@@ -128,8 +144,23 @@ func (l *Log) Mutate(ctx context.Context, messageID string, fn func(cur *gmailre
 // commit runs fn in a write transaction shared with the writes in flight
 // (bbolt's Batch) and returns once the transaction is durable. fn's
 // record counts are flushed after it.
+//
+// A transaction whose writes were all made but whose commit failed (the
+// disk is full, an I/O error) is a refused write: its error wraps
+// ErrWritesRefused, WritesRefused reports it until a ProbeWrite succeeds,
+// and the file is reopened before the next transaction (see reopen).
 func (l *Log) commit(fn func(w *writeTx) error) error {
-	return l.db.Batch(func(tx *bolt.Tx) error {
+	db, err := l.hold()
+	if err != nil {
+		return err
+	}
+	defer l.mu.RUnlock()
+	// made: the last run of fn made all its writes (bbolt runs it again
+	// when another write batched with it fails), so an error is the
+	// commit's.
+	made := false
+	err = db.Batch(func(tx *bolt.Tx) error {
+		made = false
 		if l.lastTx != tx {
 			l.lastTx = tx
 			tx.OnCommit(func() { l.commits.Add(1) })
@@ -138,8 +169,16 @@ func (l *Log) commit(fn func(w *writeTx) error) error {
 		if err := fn(w); err != nil {
 			return err
 		}
-		return w.flush()
+		if err := w.flush(); err != nil {
+			return err
+		}
+		made = true
+		return nil
 	})
+	if err != nil && made && !errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return l.refuse(err)
+	}
+	return err
 }
 
 // apply is one run of a Mutate inside w's transaction. fnErr is the
@@ -154,6 +193,16 @@ func (l *Log) apply(w *writeTx, id string, fn func(*gmailrelay.Job) (gmailrelay.
 	p, err := gmailrelay.Prepare(id, cur, l.now, fn)
 	if err != nil {
 		return gmailrelay.Job{}, nil, err, nil
+	}
+	if cur == nil && p.Job != nil && !skipFoldIndex {
+		// A new job: refused, before anything is written, when another
+		// job's Message-ID differs from id only in case.
+		if err := caseTwin(w, id); err != nil {
+			if errors.Is(err, gmailrelay.ErrCaseTwin) {
+				return gmailrelay.Job{}, nil, err, nil
+			}
+			return gmailrelay.Job{}, nil, nil, err
+		}
 	}
 	counts := map[string]int64{}
 	// The job's record lists the seqs of its lines: the new lines' seqs

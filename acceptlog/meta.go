@@ -16,9 +16,12 @@ import (
 var bucketMeta = []byte("meta")
 
 // formatVersion is the file format this gmailrelay writes: every record
-// sealed with its checksum, and the meta bucket. A file without a meta
-// bucket is older (format 1) and is converted at Open (migrate.go).
-const formatVersion = 2
+// sealed with its checksum, and the meta bucket (format 2), and the fold
+// index (format 3, folds.go). A file without a meta bucket is older
+// (format 1) and is converted at Open (migrate.go); one of format 2 gets
+// its fold index at Open (upgradeToFolds). A file of a later format is
+// refused: this version would not keep its newer indexes.
+const formatVersion = formatFolds
 
 var metaFormat = []byte("format")
 

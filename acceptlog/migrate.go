@@ -145,6 +145,7 @@ func migrateLegacy(tx *bolt.Tx, now time.Time) ([]string, error) {
 	backfill := tx.Bucket(bucketPrunable) == nil
 	backfillSends := tx.Bucket(bucketSends) == nil
 	backfillKeyIndex := tx.Bucket(bucketKeys) == nil
+	backfillFolds := tx.Bucket(bucketFolds) == nil
 	for _, name := range allBuckets {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return nil, fmt.Errorf("create bucket %s: %w", name, err)
@@ -170,6 +171,13 @@ func migrateLegacy(tx *bolt.Tx, now time.Time) ([]string, error) {
 			return nil, fmt.Errorf("fill the key index: %w", err)
 		}
 		notes = append(notes, fmt.Sprintf("the key index was created and filled with the keys of %d jobs", n))
+	}
+	if backfillFolds {
+		n, err := fillFolds(tx, false)
+		if err != nil {
+			return nil, fmt.Errorf("fill the fold index: %w", err)
+		}
+		notes = append(notes, fmt.Sprintf("the fold index (job identity ignores case in Message-IDs) was created with %d entries", n))
 	}
 	n, err := migrateJobLines(tx)
 	if err != nil {

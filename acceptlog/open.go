@@ -77,20 +77,16 @@ func (l *Log) open(opts Options) error {
 	if f, err = l.replayLegacyJournal(f); err != nil {
 		return err
 	}
-	rep, err := verifyLogFile(f)
+	l.groupWait = opts.GroupWait
+	if l.groupWait <= 0 {
+		l.groupWait = DefaultGroupWait
+	}
+	handed = true // openFile's from here
+	rep, db, err := l.openFile(f)
 	if err != nil {
 		return err
 	}
-	db, err := openBolt(l.path, &bolt.Options{Timeout: lockTimeout, NoFreelistSync: noFreelistSync,
-		OpenFile: func(string, int, os.FileMode) (*os.File, error) { handed = true; return f, nil }})
-	if err != nil {
-		return err
-	}
-	db.MaxBatchDelay = opts.GroupWait
-	if db.MaxBatchDelay <= 0 {
-		db.MaxBatchDelay = DefaultGroupWait
-	}
-	l.db = db
+	l.db, l.file = db, f
 	// The identity is checked before anything is written: a relay
 	// configured otherwise leaves the file as it was.
 	var rec *gmailrelay.IdentityRecord
@@ -99,7 +95,8 @@ func (l *Log) open(opts Options) error {
 		rec, err = l.checkIdentity(tx)
 		return err
 	})
-	if err == nil && (rec != nil || !rep.sealed) {
+	upgrade := rep.sealed && rep.format < formatVersion
+	if err == nil && (rec != nil || !rep.sealed || upgrade) {
 		var notes []string
 		err = db.Update(func(tx *bolt.Tx) error {
 			if !rep.sealed {
@@ -107,6 +104,13 @@ func (l *Log) open(opts Options) error {
 				if notes, err = migrateLegacy(tx, l.now()); err != nil {
 					return fmt.Errorf("convert the file from an older gmailrelay: %w", err)
 				}
+			}
+			if upgrade {
+				note, err := upgradeToFolds(tx)
+				if err != nil {
+					return fmt.Errorf("upgrade the file to format %d: %w", formatVersion, err)
+				}
+				notes = append(notes, note)
 			}
 			if rec == nil {
 				return nil
@@ -125,6 +129,33 @@ func (l *Log) open(opts Options) error {
 		return err
 	}
 	return nil
+}
+
+// openVerified opens the log file f (locked) with bbolt after verifying
+// it (verifyLogFile). The database owns f; on failure f is closed.
+func (l *Log) openVerified(f *os.File) (*bolt.DB, error) {
+	_, db, err := l.openFile(f)
+	return db, err
+}
+
+// openFile is openVerified, also returning the verification's report.
+func (l *Log) openFile(f *os.File) (*fileReport, *bolt.DB, error) {
+	rep, err := verifyLogFile(f)
+	if err != nil {
+		_ = f.Close()
+		return nil, nil, err
+	}
+	handed := false
+	db, err := openBolt(l.path, &bolt.Options{Timeout: lockTimeout, NoFreelistSync: noFreelistSync,
+		OpenFile: func(string, int, os.FileMode) (*os.File, error) { handed = true; return f, nil }})
+	if err != nil {
+		if !handed {
+			_ = f.Close() // bbolt closes the file it was handed
+		}
+		return nil, nil, err
+	}
+	db.MaxBatchDelay = l.groupWait
+	return rep, db, nil
 }
 
 // lockedFile opens path with flag and takes its flock (see lockFile).
@@ -242,8 +273,14 @@ func verifyLogFile(f *os.File) (*fileReport, error) {
 		}
 		return nil, fmt.Errorf("%w (a bbolt file without the log's buckets)", ErrNotALog)
 	}
+	if rep.sealed && rep.format > formatVersion {
+		return nil, fmt.Errorf("the log's format is %d, this gmailrelay reads formats 1 to %d: a newer gmailrelay wrote it (use that version)", rep.format, formatVersion)
+	}
 	if err := rep.err(); err != nil {
 		return nil, withCheckHint(err)
+	}
+	if rep.sealed && rep.format < 2 {
+		return nil, withCheckHint(&DamageError{What: describeRecord(bucketMeta, metaFormat), Err: errors.New("missing or not a format number")})
 	}
 	return rep, nil
 }
@@ -279,6 +316,11 @@ func (l *Log) Close() error {
 	var err error
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.db == nil {
+			return // a failed reopen closed it
+		}
 		if cerr := l.db.Close(); cerr != nil {
 			err = fmt.Errorf("close log %s: %w", l.path, cerr)
 		}

@@ -20,7 +20,12 @@ func (l *Log) view(ctx context.Context, what string, fn func(tx *bolt.Tx) error)
 	if l.closed.Load() {
 		return fmt.Errorf("%s: %w", what, gmailrelay.ErrClosed)
 	}
-	return l.wrapErr(what, l.db.View(fn))
+	db, err := l.hold()
+	if err != nil {
+		return l.wrapErr(what, err)
+	}
+	defer l.mu.RUnlock()
+	return l.wrapErr(what, db.View(fn))
 }
 
 // Get returns the job messageID, or an error wrapping ErrNotFound.

@@ -81,7 +81,7 @@ func TestOpenReadOnlyRefusesWhatIsNotALog(t *testing.T) {
 		{"truncated log", func(t *testing.T, path string) {
 			b := readFile(t, logWithJobs(t, 40))
 			write(t, path, b[:3*4096])
-		}, "the meta page counts 19 pages of 4096 bytes, the file has 12288 bytes (truncated?)"},
+		}, "pages of 4096 bytes, the file has 12288 bytes (truncated?)"},
 		{"older log", func(t *testing.T, path string) {
 			write(t, path, readFile(t, logWithJobs(t, 1)))
 			if err := acceptlog.ToFormat1(path); err != nil {

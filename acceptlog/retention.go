@@ -3,8 +3,10 @@ package acceptlog
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -161,8 +163,9 @@ func (l *Log) Size(ctx context.Context) (int64, error) {
 }
 
 // BackupFile copies the log file at src, which no relay has open, to dst
-// (mode 0600) through a read transaction, writing dst.tmp, syncing it and
-// renaming it into place, so dst is never a partial copy. dst must not exist.
+// (mode 0600) through a read transaction, writing a temporary file of its
+// own beside dst, syncing it and putting it in place (WriteFileAtomic), so
+// dst is never a partial copy. dst must not exist.
 func BackupFile(src, dst string) (int64, error) {
 	o, err := openOffline(src)
 	if err != nil {
@@ -193,9 +196,13 @@ func Compact(src, dst string) (before, after int64, err error) {
 	}
 	defer func() { _ = o.close() }()
 	sdb := o.db
-	tmp := dst + ".tmp"
+	tmp, err := tempBeside(dst) // its own name: a killed run's left-over never blocks this one
+	if err != nil {
+		return 0, 0, fmt.Errorf("compact to %s: %w", dst, err)
+	}
 	ddb, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: lockTimeout})
 	if err != nil {
+		_ = os.Remove(tmp)
 		return 0, 0, fmt.Errorf("compact to %s: %w", dst, err)
 	}
 	if err := guard("compact "+src, func() error { return bolt.Compact(ddb, sdb, 64<<20) }); err != nil {
@@ -207,7 +214,8 @@ func Compact(src, dst string) (before, after int64, err error) {
 		_ = os.Remove(tmp)
 		return 0, 0, fmt.Errorf("compact to %s: %w", dst, err)
 	}
-	if err := os.Rename(tmp, dst); err != nil {
+	if err := placeNew(tmp, dst); err != nil {
+		_ = os.Remove(tmp)
 		return 0, 0, fmt.Errorf("compact to %s: %w", dst, err)
 	}
 	si, err := os.Stat(src)
@@ -221,22 +229,32 @@ func Compact(src, dst string) (before, after int64, err error) {
 	return si.Size(), di.Size(), nil
 }
 
-// WriteFileAtomic writes path through write: into path.tmp (mode 0600),
-// synced, then renamed to path and the directory synced. path must not
-// exist; on any error nothing is left at path.
+// WriteFileAtomic writes path through write: into a temporary file of its
+// own beside path (path.NNN.tmp, created with O_EXCL, mode 0600), synced,
+// then put in place without replacing anything (placeNew) and the
+// directory synced. path must not exist; on any error nothing is left at
+// path and the temporary file is removed.
+//
+// The temporary name is unique to this run, so a run killed mid-way, which
+// leaves its .tmp behind, never blocks a later one, and a run never touches
+// a temporary file another run may still be writing: a left-over
+// path.*.tmp is only litter, safe to delete when no backup is running.
 func WriteFileAtomic(path string, write func(io.Writer) error) error {
 	if _, err := os.Stat(path); err == nil {
 		return fmt.Errorf("write %s: file exists", path)
 	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
+	tmp := f.Name()
 	fail := func(err error) error {
 		_ = f.Close()
 		_ = os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Chmod(0o600); err != nil {
+		return fail(err)
 	}
 	if err := write(f); err != nil {
 		return fail(err)
@@ -248,7 +266,7 @@ func WriteFileAtomic(path string, write func(io.Writer) error) error {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := placeNew(tmp, path); err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
@@ -257,4 +275,37 @@ func WriteFileAtomic(path string, write func(io.Writer) error) error {
 		_ = d.Close()
 	}
 	return nil
+}
+
+// placeNew moves the finished file tmp to path, which must not exist: a
+// hard link fails rather than replace a file that appeared meanwhile (a
+// concurrent run's), then tmp goes. Where the file system has no hard
+// links it falls back to a rename after checking path is still free.
+func placeNew(tmp, path string) error {
+	err := os.Link(tmp, path)
+	if err == nil {
+		return os.Remove(tmp)
+	}
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("file exists (written meanwhile by another run)")
+	}
+	if _, serr := os.Stat(path); serr == nil {
+		return fmt.Errorf("file exists (written meanwhile by another run)")
+	}
+	return os.Rename(tmp, path)
+}
+
+// tempBeside reserves a new, empty temporary file beside path
+// (path.NNN.tmp, O_EXCL) and returns its name.
+func tempBeside(path string) (string, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return "", err
+	}
+	name := f.Name()
+	if err := f.Close(); err != nil {
+		_ = os.Remove(name)
+		return "", err
+	}
+	return name, nil
 }

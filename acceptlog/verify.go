@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 )
 
 // verifyFile reads a bbolt file through r (size bytes), page by page, as
@@ -87,6 +88,8 @@ type fileReport struct {
 	buckets map[string]*bucketReport // the top-level buckets, by name
 	// metaCounts are the record counts stored in the meta bucket.
 	metaCounts map[string]int64
+	// format is the meta bucket's format (0 when it has none).
+	format int
 	// damaged are the records that fail their checksum and the counts
 	// that differ, each a DamageError.
 	damaged []error
@@ -116,6 +119,9 @@ func (r *fileReport) compareCounts() {
 	}
 	for _, name := range countedBuckets {
 		b := r.buckets[string(name)]
+		if bytes.Equal(name, bucketFolds) && r.format < formatFolds {
+			continue // built when Open upgrades the file
+		}
 		if b == nil {
 			r.damaged = append(r.damaged, &DamageError{What: "bucket " + string(name), Err: errors.New("missing")})
 			continue
@@ -285,6 +291,9 @@ func (v *verifier) record(bucket, key, value []byte) {
 	}
 	if !bytes.Equal(bucket, bucketMeta) {
 		return
+	}
+	if bytes.Equal(key, metaFormat) {
+		v.rep.format, _ = strconv.Atoi(string(body))
 	}
 	if name, ok := bytes.CutPrefix(key, []byte("records/")); ok && len(body) == 8 {
 		if v.rep.metaCounts == nil {

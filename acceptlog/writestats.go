@@ -1,6 +1,10 @@
 package acceptlog
 
-import "os"
+import (
+	"os"
+
+	bolt "go.etcd.io/bbolt"
+)
 
 // WriteStats are what the log's write transactions did to the file since
 // Open, from bbolt's own counters: for benchmarks that explain the cost of
@@ -22,7 +26,11 @@ type WriteStats struct {
 
 // WriteStats returns the log's write counters (see WriteStats).
 func (l *Log) WriteStats() WriteStats {
-	st := l.db.Stats()
+	var st bolt.Stats
+	if db, err := l.hold(); err == nil {
+		st = db.Stats()
+		l.mu.RUnlock()
+	}
 	ws := WriteStats{Commits: l.commits.Load(),
 		Writes: st.TxStats.GetWrite(), PagesAllocated: st.TxStats.GetPageCount()}
 	if fi, err := os.Stat(l.path); err == nil {

@@ -22,6 +22,7 @@ const (
 	wCounters
 	wSends
 	wKeys
+	wFolds
 	numWriteBuckets
 )
 
@@ -29,7 +30,7 @@ var writeBucketNames = [numWriteBuckets][]byte{
 	wJobs: bucketJobs, wLines: bucketLines,
 	wState: bucketState, wDue: bucketDue, wUnknown: bucketUnknown, wPrunable: bucketPrunable,
 	wBodies: bucketBodies, wMailboxes: bucketMailboxes, wCounters: bucketCounters, wSends: bucketSends,
-	wKeys: bucketKeys,
+	wKeys: bucketKeys, wFolds: bucketFolds,
 }
 
 // writeTx is one writer's view of a write transaction: every write of the
@@ -181,6 +182,11 @@ func putJob(w *writeTx, cur *gmailrelay.Job, old []byte, j *gmailrelay.Job, seqs
 		counts[counterJobs]++
 		if err := indexKey(w, j); err != nil {
 			return err
+		}
+		if !skipFoldIndex {
+			if err := indexFold(w, j); err != nil {
+				return err
+			}
 		}
 	}
 	if cur == nil || cur.State != j.State || cur.Channel != j.Channel {

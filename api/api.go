@@ -54,6 +54,10 @@ type Config struct {
 	APIToken, AdminToken string
 	// MsgIDDomain is the right side of derived Message-IDs.
 	MsgIDDomain string
+	// MsgIDSecret is the relay's Message-ID secret (nil: none, the
+	// default sha256(key) scheme): every Message-ID the API derives from a
+	// key is relay.NewIDScheme(MsgIDDomain, MsgIDSecret)'s. Never shown.
+	MsgIDSecret []byte
 	// FaultHeader honours X-Relay-Fault on admin-token requests.
 	FaultHeader bool
 	// Mode is "sandbox" (embedded emulator) or "gmail"; shown on /readyz.
@@ -80,11 +84,20 @@ type Config struct {
 	Console http.Handler
 	Logger  zerolog.Logger
 
-	// MaxInflightBytes bounds the request bodies handled at once (by their
-	// Content-Length, or their endpoint's limit when they have none); a
-	// request that does not fit is answered 503 + Retry-After before its
-	// body is read. 0: DefaultMaxInflightBytes.
+	// MaxInflightBytes bounds the request body bytes held at once, counted
+	// as they arrive: a request whose Content-Length (or endpoint's limit,
+	// without one) does not fit beside what other bodies have delivered is
+	// answered 503 + Retry-After before its body is read, and one whose
+	// bytes stop fitting while it is read is cut with the same answer.
+	// 0: DefaultMaxInflightBytes.
 	MaxInflightBytes int64
+	// MinBodyRate is the slowest a request body may arrive, in bytes per
+	// second, once MinBodyGrace has passed since its headers; a slower one
+	// is cut and answered 408. 0: DefaultMinBodyRate; negative: no minimum.
+	MinBodyRate int64
+	// MinBodyGrace is the time a body has before MinBodyRate applies.
+	// 0: DefaultMinBodyGrace.
+	MinBodyGrace time.Duration
 
 	// OnSendTiming, when set, is called after every send request that
 	// reached the send path (POST /v1/send and the Gmail-compatible
@@ -140,12 +153,18 @@ func (c Config) withDeps() Config {
 type Server struct {
 	cfg       Config
 	svc       *relay.Service
+	ids       relay.IDScheme // Message-IDs derived from keys
 	apiHash   [32]byte
 	adminHash [32]byte
 	router    chi.Router
 	handler   http.Handler // router inside the request scope
 	inflight  inflight     // request bytes in flight (guard.go)
-	probes    []*probe     // readyz.go
+	// minBodyRate and minBodyGrace are the body meter's (bodymeter.go);
+	// onBodyRead, set by tests only, sees each body's running total.
+	minBodyRate  int64
+	minBodyGrace time.Duration
+	onBodyRead   func(int64)
+	probes       []*probe // readyz.go
 }
 
 type role int
@@ -168,10 +187,12 @@ type route struct {
 // New builds the router.
 func New(cfg Config) *Server {
 	cfg = cfg.withDeps()
-	s := &Server{cfg: cfg, svc: cfg.Service}
+	s := &Server{cfg: cfg, svc: cfg.Service, ids: relay.NewIDScheme(cfg.MsgIDDomain, cfg.MsgIDSecret)}
 	s.apiHash = sha256.Sum256([]byte(cfg.APIToken))
 	s.adminHash = sha256.Sum256([]byte(cfg.AdminToken))
 	s.inflight.max = cmp.Or(cfg.MaxInflightBytes, DefaultMaxInflightBytes)
+	s.minBodyRate = cmp.Or(cfg.MinBodyRate, DefaultMinBodyRate)
+	s.minBodyGrace = cmp.Or(cfg.MinBodyGrace, DefaultMinBodyGrace)
 	s.probes = newProbes(cfg.Probe, cfg.Probes)
 	r := chi.NewRouter()
 	// Outside the mux (scope.go, s.handler below): closeUnread's rule, the

@@ -33,8 +33,8 @@ import (
 )
 
 const (
-	apiToken   = "api-secret"
-	adminToken = "admin-secret"
+	apiToken   = "api-secret-token-0123"
+	adminToken = "admin-secret-token-0123"
 	domain     = "inbound.example.com"
 )
 
@@ -62,6 +62,11 @@ type envOpts struct {
 	// wrapMailbox, when set, wraps a mailbox's Gmail client (a broken
 	// credential, for one).
 	wrapMailbox func(name string, p relay.Provider) relay.MailboxConfig
+	// policy, when set, changes the policy before the relay starts.
+	policy func(*policy.Policy)
+	// bodyRead, when set, sees every request body's running total after
+	// each read (api.SetOnBodyRead).
+	bodyRead func(int64)
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -78,6 +83,9 @@ func newEnv(t *testing.T, o envOpts) *env {
 		}
 	}
 	pol.MsgIDDomain = domain
+	if o.policy != nil {
+		o.policy(pol)
+	}
 	metrics := api.NewMetrics()
 	logger := zerolog.Nop()
 	if o.logs != nil {
@@ -106,7 +114,11 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if o.configure != nil {
 		o.configure(&cfg)
 	}
-	srv := httptest.NewServer(api.New(cfg))
+	h := api.New(cfg)
+	if o.bodyRead != nil {
+		api.SetOnBodyRead(h, o.bodyRead)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e

@@ -23,6 +23,7 @@ var statusOf = map[relay.Code]int{
 	relay.CodeConflict:         http.StatusConflict,
 	relay.CodeTooLarge:         http.StatusRequestEntityTooLarge,
 	codeUnsupportedType:        http.StatusUnsupportedMediaType,
+	codeBodyTimeout:            http.StatusRequestTimeout,
 	codeMethodNotAllowed:       http.StatusMethodNotAllowed,
 	relay.CodeMismatch:         http.StatusUnprocessableEntity,
 	relay.CodeRateLimited:      http.StatusTooManyRequests,
@@ -32,6 +33,8 @@ var statusOf = map[relay.Code]int{
 	relay.CodeInternal:         http.StatusInternalServerError,
 
 	relay.CodeReservedMessageID: http.StatusConflict,
+	relay.CodeFromNotVerified:   http.StatusBadRequest,
+	relay.CodeMessageIDConflict: http.StatusConflict,
 }
 
 type errorBody struct {
@@ -56,6 +59,9 @@ func asRelayError(err error) *relay.Error {
 	if errors.As(err, &fe) {
 		return relay.Invalid(fe.Field, "%s", fe.Message)
 	}
+	if errors.Is(err, gmailrelay.ErrWritesRefused) {
+		return relay.LogRefused(err)
+	}
 	if errors.Is(err, gmailrelay.ErrNotFound) {
 		return relay.Errorf(relay.CodeNotFound, "no job with that Message-ID")
 	}
@@ -78,6 +84,10 @@ const (
 // set, are added to the relay's shape (a 409 names the job it is about).
 func answerError(w http.ResponseWriter, r *http.Request, err error, shape errorShape, messageID string, state gmailrelay.State) {
 	re := asRelayError(err)
+	if ce := (*gmailrelay.CaseTwinError)(nil); errors.As(err, &ce) {
+		// message_id_conflict names the job that has the Message-ID.
+		messageID = ce.Existing
+	}
 	status, ok := statusOf[re.Code]
 	if !ok {
 		status = http.StatusInternalServerError

@@ -31,17 +31,17 @@ type gmailMessage struct {
 
 var gmailStatus = map[int]string{
 	400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
-	405: "UNIMPLEMENTED", 409: "ABORTED", 413: "INVALID_ARGUMENT", 415: "INVALID_ARGUMENT", 422: "FAILED_PRECONDITION", 429: "RESOURCE_EXHAUSTED",
+	405: "UNIMPLEMENTED", 408: "DEADLINE_EXCEEDED", 409: "ABORTED", 413: "INVALID_ARGUMENT", 415: "INVALID_ARGUMENT", 422: "FAILED_PRECONDITION", 429: "RESOURCE_EXHAUSTED",
 	500: "INTERNAL", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED",
 }
 
 var gmailReason = map[relay.Code]string{
 	relay.CodeInvalid: "invalidArgument", relay.CodeUnauthorized: "authError", relay.CodeForbidden: "forbidden",
-	relay.CodeNotFound: "notFound", relay.CodeInFlight: "conflict", relay.CodeConflict: "conflict", relay.CodeReservedMessageID: "conflict",
+	relay.CodeNotFound: "notFound", relay.CodeInFlight: "conflict", relay.CodeConflict: "conflict", relay.CodeReservedMessageID: "conflict", relay.CodeMessageIDConflict: "conflict",
 	relay.CodeTooLarge: "invalidArgument", codeUnsupportedType: "badContent", relay.CodeMismatch: "failedPrecondition",
-	relay.CodeRateLimited: "rateLimitExceeded", relay.CodeProviderRejected: "backendError",
+	relay.CodeFromNotVerified: "invalidArgument", relay.CodeRateLimited: "rateLimitExceeded", relay.CodeProviderRejected: "backendError",
 	relay.CodeUnavailable: "backendError", relay.CodeFaultDropped: "backendError", relay.CodeInternal: "backendError",
-	codeMethodNotAllowed: "httpMethodNotAllowed",
+	codeMethodNotAllowed: "httpMethodNotAllowed", codeBodyTimeout: "requestTimeout",
 }
 
 // writeGmailError answers in Gmail's error JSON, so Google's client
@@ -255,7 +255,7 @@ func (s *Server) gmailSendRaw(w http.ResponseWriter, r *http.Request, start time
 	}
 	// Idempotency-Key only claims a Message-ID of the relay's own shape
 	// (PrepareRawClaim); otherwise the key is the message's Message-ID.
-	p, err := relay.PrepareRawClaim(raw, r.Header.Get("Idempotency-Key"), channelOf(r), s.cfg.MsgIDDomain)
+	p, err := s.ids.PrepareRawClaim(raw, r.Header.Get("Idempotency-Key"), channelOf(r))
 	if err != nil {
 		writeGmailError(w, r, err)
 		return

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"io"
 	"mime"
 	"net"
@@ -27,7 +28,10 @@ import (
 //     that is not a loopback name (DNS rebinding).
 //  4. authenticate (api.go): the token, from the headers only.
 //  5. bodyGuard: the Content-Type the endpoint takes (415), the size from
-//     Content-Length (413) and a share of the bytes in flight (503).
+//     Content-Length (413) and room for it among the bytes in flight (503);
+//     then the body meter (bodymeter.go) charges the bytes as they arrive
+//     (503 when they no longer fit) and cuts a body slower than
+//     --min-body-rate (408).
 
 // codeUnsupportedType answers 415: a body of a Content-Type the endpoint
 // does not take.
@@ -291,8 +295,9 @@ func hasBody(r *http.Request) bool {
 
 // bodyGuard checks a request's body from its headers alone, before anything
 // reads it: the endpoint's Content-Type (415), its size limit against
-// Content-Length (413), and a share of the bytes in flight (503 +
-// Retry-After when the relay holds as many request bytes as it allows).
+// Content-Length (413), and room for it among the bytes in flight now (503
+// + Retry-After when the bytes other bodies have delivered leave too little).
+// It then meters the body as it is read (bodymeter.go).
 func (s *Server) bodyGuard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !hasBody(r) {
@@ -323,42 +328,16 @@ func (s *Server) bodyGuard(next http.Handler) http.Handler {
 		if weight < 0 {
 			weight = rule.limit
 		}
-		if !s.inflight.acquire(weight) {
-			guardError(w, r, &relay.Error{Code: relay.CodeUnavailable, RetryAfter: 2,
-				Message: "the relay is handling as many request bytes as it allows (--max-inflight-bytes); nothing was sent, retry shortly"})
+		if !s.inflight.fits(weight) {
+			guardError(w, r, errInflightFull)
 			return
 		}
-		defer s.inflight.release(weight)
-		r.Body = http.MaxBytesReader(w, r.Body, rule.limit)
+		body := s.meterBody(w, r)
+		defer body.finish()
+		r = r.WithContext(context.WithValue(r.Context(), meterKey{}, body))
+		r.Body = http.MaxBytesReader(w, body, rule.limit)
 		next.ServeHTTP(w, r)
 	})
-}
-
-// inflight is a counting semaphore over request bytes that never waits:
-// a request that does not fit now is refused.
-type inflight struct {
-	mu   sync.Mutex
-	max  int64
-	used int64
-}
-
-// acquire takes n bytes (at most the whole budget, so a request larger than
-// the budget runs alone) or reports false.
-func (b *inflight) acquire(n int64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n = min(n, b.max)
-	if b.used+n > b.max {
-		return false
-	}
-	b.used += n
-	return true
-}
-
-func (b *inflight) release(n int64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.used -= min(n, b.max)
 }
 
 // guardError answers a request refused before its handler (a guard, the

@@ -325,21 +325,26 @@ func TestOversizeContentLengthIs413BeforeReading(t *testing.T) {
 	wantAnswerThenClose(t, rd, http.StatusRequestEntityTooLarge)
 }
 
-// Request bytes in flight are bounded: a request that does not fit is
-// refused with 503 + Retry-After, before its body is read; requests without
-// a body are never held back.
+// Request bytes in flight are bounded by what bodies have delivered: a
+// request that does not fit beside them is refused with 503 + Retry-After,
+// before its body is read; requests without a body are never held back.
 func TestRequestBytesInFlightAreBounded(t *testing.T) {
-	e := newEnv(t, envOpts{configure: func(c *api.Config) { c.MaxInflightBytes = 1 << 20 }})
+	reads := newBodyReads()
+	e := newEnv(t, envOpts{bodyRead: reads.hook, configure: func(c *api.Config) { c.MaxInflightBytes = 1 << 20 }})
 	big := sendJSON("k-big")
 	big = big[:len(big)-1] + `,"html":"` + strings.Repeat("x", 800<<10) + `"}`
 	conn, rd := e.rawConn(fmt.Sprintf("POST /v1/send HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"+
 		"Content-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n", apiToken, len(big)))
-	// 100 Continue comes when the handler reads the body: past the guard,
-	// holding its 800 KB.
+	// 100 Continue comes when the handler reads the body: past the guard.
 	resp, err := http.ReadResponse(rd, nil)
 	if err != nil || resp.StatusCode != http.StatusContinue {
 		t.Fatalf("first request: %v %v; want 100 Continue", resp, err)
 	}
+	// All but its last byte: the relay holds 800 KB of it.
+	if _, err := io.WriteString(conn, big[:len(big)-1]); err != nil {
+		t.Fatal(err)
+	}
+	reads.reached(t, int64(len(big)-1), 1)
 	second := sendJSON("k-second")
 	second = second[:len(second)-1] + `,"html":"` + strings.Repeat("y", 400<<10) + `"}`
 	r := e.call(call{method: "POST", path: "/v1/send", token: apiToken, ct: "application/json", body: second})
@@ -349,7 +354,7 @@ func TestRequestBytesInFlightAreBounded(t *testing.T) {
 	if r := e.call(call{method: "GET", path: "/v1/stats", token: apiToken}); r.status != 200 {
 		t.Fatalf("a request without a body was held back: %d", r.status)
 	}
-	if _, err := io.WriteString(conn, big); err != nil {
+	if _, err := io.WriteString(conn, big[len(big)-1:]); err != nil {
 		t.Fatal(err)
 	}
 	if resp, err = http.ReadResponse(rd, nil); err != nil || resp.StatusCode != 200 {

@@ -114,9 +114,10 @@ func TestRawHeaderLineBreaksRefused(t *testing.T) {
 }
 
 // D: at most relay.MaxRecipients addresses in to, cc and bcc together, on
-// both paths; and a header section of at most relay.MaxHeaderBytes.
+// both paths, for a mailbox whose max_recipients allows that many; and a
+// header section of at most relay.MaxHeaderBytes.
 func TestRecipientAndHeaderCaps(t *testing.T) {
-	e := newEnv(t, envOpts{})
+	e := newEnv(t, envOpts{policy: maxRecipients(relay.MaxRecipients)})
 	svc := e.gmailClient()
 	all := make([]string, relay.MaxRecipients+1)
 	for i := range all {

@@ -48,6 +48,14 @@ type MailboxStats struct {
 	Ready bool `json:"ready"`
 	// NotReady says why Ready is false.
 	NotReady string `json:"not_ready,omitempty"`
+	// MaxRecipients is the mailbox's recipients a message (max_recipients).
+	MaxRecipients int `json:"max_recipients"`
+	// SendAs holds the verified send-as addresses the relay last read
+	// from Gmail, and SendAsChecked says a read succeeded: while it is
+	// false a send's From is not checked (Gmail would replace an
+	// unverified one).
+	SendAs        []string `json:"send_as_verified,omitempty"`
+	SendAsChecked bool     `json:"send_as_checked"`
 }
 
 // mailboxParam reads ?mailbox=: "" for every mailbox, or the name of one
@@ -183,7 +191,9 @@ func (s *Server) mailboxStats(ctx context.Context, snap outbox.Snapshot, mailbox
 		ms := MailboxStats{HandleTrusted: !rec.HandleUntrusted, HandleUntrusted: rec.HandleUntrusted,
 			HandleChecked: rec.HandleChecked, Rewrites: rec.Rewrites,
 			QuotaPerMinute: q.PerMinute(), QuotaUnitsSpent: q.Spent(), PausedFor: q.PausedFor().Seconds(),
-			Depth: ob.Depth, OldestAge: ob.OldestAge, BudgetLeft: ob.BudgetLeft, DailyLimit: ob.DailyLimit}
+			Depth: ob.Depth, OldestAge: ob.OldestAge, BudgetLeft: ob.BudgetLeft, DailyLimit: ob.DailyLimit,
+			MaxRecipients: m.MaxRecipients()}
+		ms.SendAs, _, ms.SendAsChecked = m.SendAs()
 		if addrs := m.Addresses(); len(addrs) > 0 {
 			ms.Address = addrs[0]
 		}

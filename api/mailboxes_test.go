@@ -365,6 +365,10 @@ func (brokenProvider) GetHeader(context.Context, string, string) (relay.StoredHe
 	return relay.StoredHeader{}, errBroken
 }
 
+func (brokenProvider) SendAs(context.Context, string) ([]relay.SendAsAddress, error) {
+	return nil, errBroken
+}
+
 // A broken credential in billing: its sends are 503 naming billing,
 // nothing reaches the emulator; support and shop send; stats, metrics and
 // /readyz say billing is the one not ready.

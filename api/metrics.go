@@ -113,6 +113,13 @@ func (t *timedProvider) GetHeader(ctx context.Context, mailbox, id string) (rela
 	return r, err
 }
 
+func (t *timedProvider) SendAs(ctx context.Context, mailbox string) ([]relay.SendAsAddress, error) {
+	start := time.Now()
+	r, err := t.p.SendAs(ctx, mailbox)
+	t.observe("send_as_list", start, err)
+	return r, err
+}
+
 // statsCollector turns /v1/stats into gauges at scrape time.
 type statsCollector struct{ m *Metrics }
 
@@ -136,12 +143,13 @@ var (
 	descMailboxQuota     = prometheus.NewDesc("gmailrelay_mailbox_quota_units_spent_total", "Gmail quota units the relay has spent in the mailbox.", []string{"mailbox"}, nil)
 	descMailboxUntrusted = prometheus.NewDesc("gmailrelay_mailbox_handle_untrusted", "1 when Gmail was seen replacing our Message-ID in the mailbox (a search miss proves nothing there), else 0.", []string{"mailbox"}, nil)
 	descMailboxPaused    = prometheus.NewDesc("gmailrelay_mailbox_paused_seconds", "How long the mailbox's sends and searches stay paused after a Gmail rate-limit answer (0: not paused).", []string{"mailbox"}, nil)
+	descMailboxSendAs    = prometheus.NewDesc("gmailrelay_mailbox_send_as_checked", "1 when the mailbox's send-as list was read from Gmail and a send's From is checked against it, 0 while no read has succeeded (From not checked).", []string{"mailbox"}, nil)
 	descMailboxReady     = prometheus.NewDesc("gmailrelay_mailbox_ready", "1 when the mailbox's credentials refresh and its last readiness probe answered, else 0.", []string{"mailbox"}, nil)
 )
 
 func (c statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descJobs, descReview, descOldest, descQuota, descEffects, descDups, descRewrites, descFaults, descSweeper, descLogBytes, descPruned, descQueueDepth, descQueueOldest, descBudgetLeft,
-		descMailboxQuota, descMailboxUntrusted, descMailboxPaused, descMailboxReady} {
+		descMailboxQuota, descMailboxUntrusted, descMailboxPaused, descMailboxReady, descMailboxSendAs} {
 		ch <- d
 	}
 }
@@ -170,6 +178,7 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descMailboxUntrusted, prometheus.GaugeValue, boolGauge(mb.HandleUntrusted), name)
 		ch <- prometheus.MustNewConstMetric(descMailboxPaused, prometheus.GaugeValue, mb.PausedFor, name)
 		ch <- prometheus.MustNewConstMetric(descMailboxReady, prometheus.GaugeValue, boolGauge(mb.Ready), name)
+		ch <- prometheus.MustNewConstMetric(descMailboxSendAs, prometheus.GaugeValue, boolGauge(mb.SendAsChecked), name)
 	}
 	ch <- prometheus.MustNewConstMetric(descQuota, prometheus.CounterValue, float64(st.QuotaUnitsSpent))
 	ch <- prometheus.MustNewConstMetric(descEffects, prometheus.CounterValue, float64(st.EffectLines))

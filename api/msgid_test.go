@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -104,5 +105,61 @@ func TestMsgIDBadKey(t *testing.T) {
 	}
 	if r := e.must(http.MethodGet, "/v1/msgid?key=k", "", nil); r.status != http.StatusUnauthorized {
 		t.Errorf("no token: %d, want 401", r.status)
+	}
+}
+
+// TestMsgIDWithSecretAllPathsAgree: with a Message-ID secret, GET
+// /v1/msgid answers HMAC-SHA256(secret, key) (scheme hmac-sha256), not
+// sha256(key); /v1/send logs and sends the job under that Message-ID, and
+// the raw path accepts it with its key; a relay with another secret
+// derives another one. Emulator results.
+func TestMsgIDWithSecretAllPathsAgree(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	e := newEnv(t, envOpts{configure: func(c *api.Config) { c.MsgIDSecret = secret }})
+	const key = "cus_123:order.shipped:ord_456"
+	want := relay.NewIDScheme(domain, secret).MessageID(key)
+	if want == relay.MessageID(key, domain) {
+		t.Fatal("the secret changes nothing")
+	}
+	r := e.must(http.MethodGet, "/v1/msgid?key="+url.QueryEscape(key), apiToken, nil)
+	if r.status != http.StatusOK || r.body["message_id"] != want || r.body["scheme"] != "hmac-sha256" {
+		t.Fatalf("msgid: %d %s, want message_id %s, scheme hmac-sha256", r.status, r.raw, want)
+	}
+	if strings.Contains(string(r.raw), string(secret)) {
+		t.Fatalf("the answer shows the secret: %s", r.raw)
+	}
+	sent := e.must(http.MethodPost, "/v1/send", apiToken, map[string]any{
+		"key": key, "to": "a@example.com", "subject": "shipped", "text": "hello"})
+	if sent.status != http.StatusOK || sent.body["message_id"] != want {
+		t.Fatalf("/v1/send: %d %s, want message_id %s", sent.status, sent.raw, want)
+	}
+	if j, _ := e.job(want); j.Key != key || j.State != "sent" {
+		t.Fatalf("log: job %s has key %q, state %s; want %s, sent", want, j.Key, j.State, key)
+	}
+	if got := e.Emulator.Deliveries(want); got != 1 {
+		t.Fatalf("emulator results: %d deliveries of %s, want 1", got, want)
+	}
+	if got := e.Emulator.Deliveries(relay.MessageID(key, domain)); got != 0 {
+		t.Fatalf("emulator results: the sha256 Message-ID was sent %d times", got)
+	}
+
+	const key2 = "cus_123:order.shipped:ord_789"
+	id2 := relay.NewIDScheme(domain, secret).MessageID(key2)
+	raw := "From: shop@example.com\r\nTo: a@example.com\r\nSubject: shipped\r\nMessage-ID: " + id2 +
+		"\r\nDate: Thu, 03 Dec 2026 10:00:00 +0000\r\n\r\nhello\r\n"
+	g := e.must(http.MethodPost, "/gmail/v1/users/me/messages/send", apiToken,
+		map[string]string{"raw": base64.RawURLEncoding.EncodeToString([]byte(raw))}, "Idempotency-Key", key2)
+	if g.status != http.StatusOK || e.Emulator.Deliveries(id2) != 1 {
+		t.Fatalf("raw path with the keyed Message-ID: %d %s; emulator deliveries %d", g.status, g.raw, e.Emulator.Deliveries(id2))
+	}
+
+	other := newEnv(t, envOpts{configure: func(c *api.Config) { c.MsgIDSecret = []byte("another-secret-of-32-bytes-00000") }})
+	r = other.must(http.MethodGet, "/v1/msgid?key="+url.QueryEscape(key), apiToken, nil)
+	if got, _ := r.body["message_id"].(string); got == want || got == relay.MessageID(key, domain) || !strings.HasPrefix(got, "<job-") {
+		t.Fatalf("another secret answered %q (first secret's: %s)", got, want)
+	}
+	plain := newEnv(t, envOpts{})
+	if r := plain.must(http.MethodGet, "/v1/msgid?key=k", apiToken, nil); r.body["scheme"] != "sha256" {
+		t.Fatalf("no secret: scheme %v, want sha256", r.body["scheme"])
 	}
 }

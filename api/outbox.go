@@ -89,13 +89,19 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 		Channel: j.Channel, URL: jobURL(j.MessageID)})
 }
 
-// actor names who cancelled: the actor query parameter (at most 200
-// bytes), else "api".
+// actor names who cancelled: the token's role ("api" or "admin"), then
+// ":" and the actor query parameter when one is given (at most 200 bytes),
+// so the line always says which token did it and a caller's own name can
+// never pass for the console's or an operator's.
 func (s *Server) actor(r *http.Request) string {
-	if a := r.URL.Query().Get("actor"); a != "" && len(a) <= 200 {
-		return a
+	who := "api"
+	if roleOfRequest(r) == roleAdmin {
+		who = "admin"
 	}
-	return "api"
+	if a := r.URL.Query().Get("actor"); a != "" && len(a) <= 200 {
+		return who + ":" + a
+	}
+	return who
 }
 
 // outboxPass is POST /admin/outbox: one delivery pass now, its counts in

@@ -3,6 +3,7 @@ package api_test
 import (
 	"encoding/base64"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,5 +134,100 @@ func TestEmulatorGmailRateLimitOnTheAttemptQueues(t *testing.T) {
 	}
 	if j, _ := e.job("<rl3@example.com>"); j.State != gmailrelay.StateFailed || !j.Retryable || e.Emulator.Deliveries("<rl3@example.com>") != 0 {
 		t.Errorf("Gmail path job: %s retryable %v, want failed, retryable, not delivered", j.State, j.Retryable)
+	}
+}
+
+// X-Relay-When-Busy: reject used to be ignored on a JSON /v1/send: under
+// Gmail's own 429 to the attempt the send answered 202 queued, while the
+// body's when_busy "reject" answered 429. The header now does what the
+// field does, on every path: 429 + Retry-After, the job failed and
+// retryable, nothing delivered (emulator ground truth), nothing queued.
+func TestEmulatorWhenBusyRejectHeaderUnderGmail429(t *testing.T) {
+	e := newEnv(t, envOpts{configure: func(c *api.Config) {
+		var err error
+		if c.Outbox, err = outbox.New(outbox.Config{Service: c.Service}); err != nil {
+			t.Fatal(err)
+		}
+	}})
+	limitNextSend := func() {
+		t.Helper()
+		if _, err := e.Emulator.AddFault(gmailfake.Fault{Method: "send", Action: "error", Status: 429}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rawMsg := func(id string) string {
+		return "From: a@example.com\r\nTo: b@example.org\r\nMessage-ID: " + id + "\r\nSubject: x\r\n\r\nhi\r\n"
+	}
+	field := sendBody("wb-field")
+	field["when_busy"] = "reject"
+	cases := []struct {
+		name string
+		id   string
+		send func() reply
+	}{
+		{"JSON /v1/send, body when_busy reject", relay.MessageID("wb-field", domain), func() reply {
+			return e.must("POST", "/v1/send", apiToken, field)
+		}},
+		{"JSON /v1/send, X-Relay-When-Busy: reject", relay.MessageID("wb-json", domain), func() reply {
+			return e.must("POST", "/v1/send", apiToken, sendBody("wb-json"), "X-Relay-When-Busy", "reject")
+		}},
+		{"raw /v1/send, X-Relay-When-Busy: reject", relay.MessageID("wb-raw", domain), func() reply {
+			return e.must("POST", "/v1/send", apiToken, []byte("From: a@example.com\r\nTo: b@example.org\r\nSubject: x\r\n\r\nhi\r\n"),
+				"Idempotency-Key", "wb-raw", "X-Relay-When-Busy", "reject")
+		}},
+		{"Gmail path, X-Relay-When-Busy: reject", "<wb-gmail@example.com>", func() reply {
+			return e.must("POST", "/gmail/v1/users/me/messages/send", apiToken,
+				map[string]any{"raw": base64.RawURLEncoding.EncodeToString([]byte(rawMsg("<wb-gmail@example.com>")))},
+				"X-Relay-When-Busy", "reject")
+		}},
+	}
+	for _, c := range cases {
+		e.Clock.Advance(time.Hour) // past the pause the previous 429 set
+		limitNextSend()
+		r := c.send()
+		if r.status != 429 {
+			t.Errorf("%s under Gmail's 429: %d %s, want 429", c.name, r.status, r.raw)
+			continue
+		}
+		if j, _ := e.job(c.id); j.State != gmailrelay.StateFailed || !j.Retryable || e.Emulator.Deliveries(c.id) != 0 {
+			t.Errorf("%s: job %s retryable %v, %d deliveries; want failed, retryable, none", c.name, j.State, j.Retryable, e.Emulator.Deliveries(c.id))
+		}
+	}
+	if q := e.must("GET", "/v1/jobs?state=queued", apiToken, nil); len(q.body["jobs"].([]any)) != 0 {
+		t.Errorf("queued jobs after rejects: %s, want none", q.raw)
+	}
+}
+
+// A queued job cancelled with the API token used to answer its key with "an
+// operator abandoned this job". The resolved line now names the token
+// (actor "api", or "api:NAME" with ?actor=, which can no longer pass for
+// the console's "ui"), and the answer to the key says an API caller
+// cancelled it; a job an operator abandons still says so.
+func TestCancelledJobSaysAnAPICallerCancelledIt(t *testing.T) {
+	e := newEnv(t, envOpts{quota: 100}) // one send a minute
+	if r := e.must("POST", "/v1/send", apiToken, sendBody("c0")); r.status != 200 {
+		t.Fatalf("first: %d %s", r.status, r.raw)
+	}
+	for _, c := range []struct{ key, query, token, actor, who string }{
+		{"c1", "", apiToken, "api", "an API caller"},
+		{"c2", "?actor=ui", apiToken, "api:ui", "an API caller"},
+		{"c3", "", adminToken, "admin", "an operator with the admin token"},
+	} {
+		if r := e.must("POST", "/v1/send", apiToken, sendBody(c.key)); r.status != 202 {
+			t.Fatalf("%s: %d %s, want 202 queued", c.key, r.status, r.raw)
+		}
+		id := relay.MessageID(c.key, domain)
+		if r := e.must("DELETE", "/v1/jobs/"+url.PathEscape(id)+c.query, c.token, nil); r.status != 200 {
+			t.Fatalf("cancel %s: %d %s", c.key, r.status, r.raw)
+		}
+		_, lines := e.job(id)
+		if last := lines[len(lines)-1]; last.Reason != gmailrelay.ReasonCancelled || last.Actor != c.actor {
+			t.Errorf("%s: resolved line %+v; want reason cancelled, actor %q", c.key, last, c.actor)
+		}
+		r := e.must("POST", "/v1/send", apiToken, sendBody(c.key))
+		msg, _ := r.body["error"].(map[string]any)["message"].(string)
+		if r.status != 409 || !strings.Contains(msg, "cancelled while queued by "+c.who) || strings.Contains(msg, "an operator abandoned") {
+			t.Errorf("%s again: %d %q; want 409 saying it was cancelled while queued by %s", c.key, r.status, msg, c.who)
+		}
 	}
 }

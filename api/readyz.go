@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/policy"
 )
 
@@ -74,7 +75,8 @@ func (p *probe) check(ctx context.Context) error {
 	return err
 }
 
-// readyz answers whether the relay can serve: its log answers, Gmail
+// readyz answers whether the relay can serve: its log answers and takes
+// writes ("writes refused: …" while it does not), Gmail
 // does, and on a shared log its clock agrees with the other replicas' (see
 // clockReady). With several mailboxes, "mailboxes" says which are ready
 // (each with the reason it is not); the relay is ready while the log is
@@ -89,7 +91,12 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		body["sandbox"] = sb
 	}
 	ok := true
-	if _, err := s.cfg.Log.Stats(r.Context()); err != nil {
+	if err := gmailrelay.WritesRefused(s.cfg.Log); err != nil {
+		// Sends answer 503 until the relay's LogWatch finds the log
+		// taking writes again.
+		ok = false
+		body["log"] = "writes refused: " + err.Error()
+	} else if _, err := s.cfg.Log.Stats(r.Context()); err != nil {
 		ok = false
 		body["log"] = err.Error()
 	} else {

@@ -77,7 +77,7 @@ func (s *Server) prepare(r *http.Request) (_ relay.Prepared, queue bool, _ error
 		if err != nil {
 			return relay.Prepared{}, false, err
 		}
-		p, err := relay.PrepareRaw(body, key, channelOf(r), s.cfg.MsgIDDomain)
+		p, err := s.ids.PrepareRaw(body, key, channelOf(r))
 		return p, queue, err
 	case "application/json", "":
 		body, err := readBody(r, MaxJSONBytes)
@@ -95,7 +95,12 @@ func (s *Server) prepare(r *http.Request) (_ relay.Prepared, queue bool, _ error
 		if err != nil {
 			return relay.Prepared{}, false, err
 		}
-		p, err := relay.Prepare(req, key, s.cfg.MsgIDDomain, s.cfg.Now())
+		if req.WhenBusy == "" { // the body's when_busy wins; without it, the header decides
+			if queue, err = whenBusyHeader(r, true); err != nil {
+				return relay.Prepared{}, false, err
+			}
+		}
+		p, err := s.ids.Prepare(req, key, s.cfg.Now())
 		p.SendAt = sendAt
 		return p, queue, err
 	default:
@@ -111,7 +116,11 @@ func channelOf(r *http.Request) string {
 }
 
 func readBody(r *http.Request, limit int64) ([]byte, error) {
-	body, err := readAllSized(http.MaxBytesReader(nil, r.Body, limit), r.ContentLength, limit)
+	var oldest func() bool
+	if m, ok := r.Context().Value(meterKey{}).(*meteredBody); ok {
+		oldest = m.oldest
+	}
+	body, err := readAllSized(http.MaxBytesReader(nil, r.Body, limit), r.ContentLength, limit, oldest)
 	if err != nil {
 		return nil, bodyError(err, limit)
 	}
@@ -125,17 +134,31 @@ func bodyError(err error, limit int64) error {
 	if errors.As(err, &mbe) {
 		return &relay.Error{Code: relay.CodeTooLarge, Field: fieldRequest, Message: "request body larger than " + strconv.FormatInt(limit, 10) + " bytes"}
 	}
+	var re *relay.Error // the body meter's 503 (budget) or 408 (rate)
+	if errors.As(err, &re) {
+		return re
+	}
 	return relay.Invalid(fieldRequest, "read request body: %v", err)
 }
 
-// readAllSized is io.ReadAll with the buffer sized from the request's
-// Content-Length n (when known and within limit), so a body is read into
-// one allocation instead of a doubling series from 512 bytes.
-func readAllSized(rd io.Reader, n, limit int64) ([]byte, error) {
+// readAllSized is io.ReadAll for a body of known length n (when within
+// limit) in few allocations, with memory that follows the bytes that
+// arrived, never a declared length alone: it reads into chunks (from
+// firstBodyBuffer, doubling up to maxBodyChunk) and joins them at the end,
+// except that the oldest body being read (oldest reports it; it is the one
+// the in-flight budget lets finish, see bodymeter.go) moves into one buffer
+// of exactly n+1 bytes as soon as it fills its first chunk. So a body the
+// budget may yet cut holds little more than it received (and leaves no
+// series of copies behind), and a large message that goes on is copied
+// once. That takes one body's declared length, at most, beyond the bytes
+// received.
+func readAllSized(rd io.Reader, n, limit int64, oldest func() bool) ([]byte, error) {
 	if n < 0 || n > limit {
 		return io.ReadAll(rd)
 	}
-	b := make([]byte, 0, n+1) // +1: room for the read that finds EOF
+	var chunks [][]byte                             // full chunks, while the body is not the oldest
+	var held int64                                  // their bytes
+	b := make([]byte, 0, min(n+1, firstBodyBuffer)) // +1: room for the read that finds EOF
 	for {
 		m, err := rd.Read(b[len(b):cap(b)])
 		b = b[:len(b)+m]
@@ -143,13 +166,49 @@ func readAllSized(rd io.Reader, n, limit int64) ([]byte, error) {
 			if err == io.EOF {
 				err = nil
 			}
+			if chunks != nil {
+				b = joinChunks(chunks, b, held)
+			}
 			return b, err
 		}
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)] // a body longer than it said: grow
+		if len(b) < cap(b) {
+			continue
+		}
+		switch {
+		case held+int64(len(b)) > n: // a body longer than it said: grow
+			if chunks != nil {
+				b, chunks, held = joinChunks(chunks, b, held), nil, 0
+			}
+			b = append(b, 0)[:len(b)]
+		case oldest != nil && oldest():
+			nb := make([]byte, 0, n+1)
+			for _, c := range chunks {
+				nb = append(nb, c...)
+			}
+			b, chunks, held = append(nb, b...), nil, 0
+		default:
+			chunks = append(chunks, b)
+			held += int64(len(b))
+			b = make([]byte, 0, min(n+1-held, int64(min(2*cap(b), maxBodyChunk))))
 		}
 	}
 }
+
+// joinChunks is chunks then last in one buffer.
+func joinChunks(chunks [][]byte, last []byte, held int64) []byte {
+	b := make([]byte, 0, held+int64(len(last))+1)
+	for _, c := range chunks {
+		b = append(b, c...)
+	}
+	return append(b, last...)
+}
+
+// firstBodyBuffer is readAllSized's first buffer for a body of known
+// length, and maxBodyChunk the largest chunk it reads into.
+const (
+	firstBodyBuffer = 64 << 10
+	maxBodyChunk    = 1 << 20
+)
 
 // run sends p and answers through write, which sees every outcome that is
 // not a refusal (answered by fail) or a dropped response; a replay's answer

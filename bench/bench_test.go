@@ -16,16 +16,19 @@ import (
 	"github.com/gmailrelay/gmailrelay/bench"
 )
 
-// Sizes. The documented run (bench/run.sh) passes -bench.lines=1000000; the
-// default keeps a plain `go test -bench .` short on a 2-core machine.
+// Sizes. The documented run (bench/run.sh) passes -bench.jobs=1000000 and
+// -bench.growth=100000; the defaults keep a plain `go test -bench .` short
+// on a 2-core machine.
 var (
-	flagLines   = flag.Int("bench.lines", 200_000, "lines of the big log in BenchmarkLogScale (10 a job; the documented figure is 1000000)")
+	flagJobs    = flag.Int("bench.jobs", 100_000, "jobs of the big log in BenchmarkLogScale (the documented figure is 1000000)")
+	flagRaw     = flag.Bool("bench.raw", true, "every job of BenchmarkLogScale's logs keeps its raw message (false: none does, as after retention)")
 	flagSends   = flag.Int("bench.sends", 1000, "sends per half of each path at 0 ms emulator latency in BenchmarkSendOverhead (each path sends two halves)")
 	flagRounds  = flag.Int("bench.rounds", 8, "rounds of sends per half of each path at 150 ms latency (sends = concurrency × rounds)")
 	flagPreload = flag.Int("bench.preload", 0, "messages stored in the emulator before BenchmarkSendOverhead measures (its state's effect on its CPU)")
 	flagEmuProc = flag.Int("bench.emuprocs", 0, "GOMAXPROCS of BenchmarkSendOverhead's emulator process (0: the default)")
 	flagDurable = flag.Int("bench.durable", 2000, "Mutates per concurrency level in BenchmarkDurableLog")
 	flagSweep   = flag.Int("bench.sweepjobs", 10_000, "unknown jobs in BenchmarkSweeper")
+	flagGrowth  = flag.Int("bench.growth", 20_000, "plain sends written in BenchmarkGrowth (each kept, then pruned)")
 )
 
 // childEnv names the log a child process opens for BenchmarkLogScale.
@@ -101,21 +104,35 @@ func BenchmarkSweeper(b *testing.B) {
 	report(b, m)
 }
 
-// BenchmarkLogScale: a big log (-bench.lines lines, 10 a job, 100 jobs left
-// forwarding, 10 in review) opened and recovered in a fresh process, and
-// its review queue listed next to that of a log with a tenth of the jobs.
+// BenchmarkGrowth: the log file's bytes per plain send, kept and after
+// the retention pass (Growth).
+func BenchmarkGrowth(b *testing.B) {
+	var m bench.Metrics
+	for b.Loop() {
+		var err error
+		if m, err = bench.Growth(context.Background(), b.TempDir(), *flagGrowth); err != nil {
+			b.Fatal(err)
+		}
+	}
+	report(b, m)
+}
+
+// BenchmarkLogScale: a big log (-bench.jobs plain sends, 100 left
+// forwarding, 10 in review, see bench.ScaleConfig) opened and recovered in
+// a fresh process, and its review queue listed next to that of a log with
+// a tenth of the jobs.
 func BenchmarkLogScale(b *testing.B) {
 	ctx := context.Background()
-	const perJob, review = 10, 10
-	jobs := *flagLines / perJob
+	const forwarding, review = 100, 10
+	jobs := *flagJobs
 	dir := b.TempDir()
 	big, small := filepath.Join(dir, "big.db"), filepath.Join(dir, "small.db")
 	t0 := time.Now()
-	if err := bench.BuildLog(ctx, big, bench.ScaleConfig{Jobs: jobs, LinesPerJob: perJob, Forwarding: 100, Review: review}); err != nil {
+	if err := bench.BuildLog(ctx, big, bench.ScaleConfig{Jobs: jobs, Forwarding: forwarding, Review: review, Raw: *flagRaw}); err != nil {
 		b.Fatal(err)
 	}
 	built := time.Since(t0)
-	if err := bench.BuildLog(ctx, small, bench.ScaleConfig{Jobs: jobs / 10, LinesPerJob: perJob, Review: review}); err != nil {
+	if err := bench.BuildLog(ctx, small, bench.ScaleConfig{Jobs: jobs / 10, Review: review, Raw: *flagRaw}); err != nil {
 		b.Fatal(err)
 	}
 	var m bench.Metrics
@@ -140,7 +157,11 @@ func BenchmarkLogScale(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	m["lines"], m["jobs"], m["build_s"], m["file_mb"] = float64(jobs*perJob), float64(jobs), built.Seconds(), float64(st.Size())/(1<<20)
+	m["jobs"], m["build_s"], m["file_mb"] = float64(jobs), built.Seconds(), float64(st.Size())/(1<<20)
+	m["raw"] = 0
+	if *flagRaw {
+		m["raw"] = 1
+	}
 	report(b, m)
 }
 

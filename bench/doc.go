@@ -13,6 +13,8 @@
 //     emulator's per-user quota on an injected clock (Sweep).
 //  4. The log's scale: open-and-recover time, memory and the review queue
 //     over a large log (BuildLog, OpenAndRecover, ReviewQueue).
+//  5. The log's growth: file bytes per plain send, kept and after the
+//     retention pass (Growth).
 //
 // The scenarios are plain functions returning their figures, so that the
 // benchmarks in bench_test.go (which report them with b.ReportMetric) and a

@@ -195,7 +195,7 @@ func (hs halves) metrics(processes bool) Metrics {
 	addPrefixed(m, "relay_", rm)
 	m["ratio"] = rm["sends/s"] / dm["sends/s"]
 	m["added_p50_ms"] = rm["p50_ms"] - dm["p50_ms"]
-	m["fsyncs/send"] = float64(r.hop.Commits) / float64(r.sends)
+	m["commits/send"] = float64(r.hop.Commits) / float64(r.sends)
 	type part struct {
 		name string
 		s    sample

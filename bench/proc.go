@@ -85,31 +85,49 @@ func Mallocs() uint64 {
 	return ms.Mallocs
 }
 
-// RSS returns the process's resident set size (VmRSS of /proc/self/status)
-// in bytes.
-func RSS() (int64, error) {
+// RSS is the process's resident set size in bytes (/proc/self/status):
+// Total (VmRSS) and its parts Anon (RssAnon: the process's own memory) and
+// File (RssFile: pages of mapped files, such as a bbolt file, which the
+// kernel can drop and read again).
+type RSS struct {
+	Total, Anon, File int64
+}
+
+// ReadRSS returns the process's RSS.
+func ReadRSS() (RSS, error) {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
-		return 0, fmt.Errorf("read rss: %w", err)
+		return RSS{}, fmt.Errorf("read rss: %w", err)
 	}
 	defer f.Close()
+	var r RSS
+	fields := map[string]*int64{"VmRSS:": &r.Total, "RssAnon:": &r.Anon, "RssFile:": &r.File}
+	found := 0
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:")
+		name, rest, _ := strings.Cut(sc.Text(), "\t")
+		dst, ok := fields[name]
 		if !ok {
 			continue
 		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 {
-			break
+		v := strings.Fields(rest)
+		if len(v) == 0 {
+			return RSS{}, fmt.Errorf("read rss: empty %s line", name)
 		}
-		kb, err := strconv.ParseInt(fields[0], 10, 64)
+		kb, err := strconv.ParseInt(v[0], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("parse VmRSS %q: %w", rest, err)
+			return RSS{}, fmt.Errorf("parse %s %q: %w", name, rest, err)
 		}
-		return kb << 10, nil
+		*dst = kb << 10
+		found++
 	}
-	return 0, fmt.Errorf("read rss: no VmRSS line in /proc/self/status")
+	if err := sc.Err(); err != nil {
+		return RSS{}, fmt.Errorf("read rss: %w", err)
+	}
+	if found != len(fields) {
+		return RSS{}, fmt.Errorf("read rss: /proc/self/status lacks VmRSS, RssAnon or RssFile")
+	}
+	return r, nil
 }
 
 // Percentile returns the p-th percentile (0 < p <= 100, nearest rank) of

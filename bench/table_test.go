@@ -50,8 +50,9 @@ func TestTinyRun(t *testing.T) {
 			if lat == 0 && conc == 1 {
 				m, err := bench.SendOverhead(ctx, bench.SendConfig{Concurrency: 2, Sends: 10, Dir: t.TempDir(), Processes: true})
 				add(name, m, err)
-				if got := m["fsyncs/send"]; got <= 0 {
-					t.Errorf("fsyncs/send = %v, want > 0: every relay send is logged durably", got)
+				if got := m["fsyncs/send"]; got <= 0 || got != 2*m["commits/send"] {
+					t.Errorf("fsyncs/send = %v, want > 0 and twice commits/send (%v): every relay send is logged durably, a bbolt commit syncs twice",
+						got, m["commits/send"])
 				}
 				for _, k := range []string{"direct1_sends/s", "relay1_sends/s", "relay2_sends/s", "direct2_sends/s",
 					"paced_sends/s", "paced_emu_cpu_us/send", "relay1_proc_cpu_us/send", "emu_drift", "emu_ratio_first", "emu_ratio_paced",
@@ -92,12 +93,24 @@ func TestTinyRun(t *testing.T) {
 		t.Errorf("sweep: wrong %v, resolved %v, storms %v; want 0, 40, 0", m["wrong"], m["resolved"], m["storms"])
 	}
 
+	m, err = bench.Growth(ctx, t.TempDir(), 30)
+	add("BenchmarkGrowth", m, err)
+	if m["pruned_jobs"] != 30 || m["raw_bytes"] != float64(len(bench.PlainRaw)) {
+		t.Errorf("growth: %v jobs pruned, raw %v bytes; want 30 and %d", m["pruned_jobs"], m["raw_bytes"], len(bench.PlainRaw))
+	}
+	// Kept jobs hold their raw message, pruned ones do not: even at this
+	// size, where the file's fixed pages weigh most, the pruned file uses
+	// fewer pages.
+	if m["kept_used_bytes/job"] <= m["pruned_used_bytes/job"] || m["pruned_used_bytes/job"] <= 0 || m["kept_file_bytes/job"] <= 0 {
+		t.Errorf("growth: pages in use per job kept %v, pruned %v; want kept > pruned > 0", m["kept_used_bytes/job"], m["pruned_used_bytes/job"])
+	}
+
 	dir := t.TempDir()
 	big, small := filepath.Join(dir, "big.db"), filepath.Join(dir, "small.db")
-	if err := bench.BuildLog(ctx, big, bench.ScaleConfig{Jobs: 200, LinesPerJob: 10, Forwarding: 5, Review: 3}); err != nil {
+	if err := bench.BuildLog(ctx, big, bench.ScaleConfig{Jobs: 200, Forwarding: 5, Review: 3, Raw: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := bench.BuildLog(ctx, small, bench.ScaleConfig{Jobs: 20, LinesPerJob: 10, Review: 3}); err != nil {
+	if err := bench.BuildLog(ctx, small, bench.ScaleConfig{Jobs: 20, Review: 3}); err != nil {
 		t.Fatal(err)
 	}
 	st, err := bench.ReviewQueue(ctx, small, 3, 5)
@@ -112,8 +125,15 @@ func TestTinyRun(t *testing.T) {
 	if err == nil && m["recovered"] != 5 {
 		t.Errorf("recovered = %v, want 5", m["recovered"])
 	}
+	if err == nil && (m["verify_ms"] <= 0 || m["rss_anon_mb"] <= 0 || m["rss_file_mb"] <= 0 || m["rss_anon_mb"]+m["rss_file_mb"] > m["rss_mb"]) {
+		t.Errorf("verify %v ms, rss %v MiB (anon %v, file %v): want a verify time and RSS parts within the total",
+			m["verify_ms"], m["rss_mb"], m["rss_anon_mb"], m["rss_file_mb"])
+	}
 	if err == nil {
 		m["review_ratio"], m["review_big_us"], m["review_small_us"] = float64(bt)/float64(st), float64(bt/time.Microsecond), float64(st/time.Microsecond)
+	}
+	if err == nil {
+		m["jobs"], m["build_s"], m["file_mb"], m["raw"] = 200, 0.1, 1, 1
 	}
 	add("BenchmarkLogScale", m, err)
 
@@ -147,6 +167,10 @@ func TestRowsTargets(t *testing.T) {
 	send := func(ratio, added, fsyncs float64) bench.Metrics {
 		return bench.Metrics{"ratio": ratio, "added_p50_ms": added, "fsyncs/send": fsyncs}
 	}
+	growth := func(kept, pruned float64) bench.Metrics {
+		return bench.Metrics{"jobs": 10, "raw_bytes": 1600, "kept_file_bytes/job": kept, "pruned_file_bytes/job": pruned}
+	}
+	const growthLabel = "log file, 10 plain sends (1600-byte raw message; received, forwarding; effect; verify search)"
 	tests := []struct {
 		name   string
 		result bench.Result
@@ -183,12 +207,32 @@ func TestRowsTargets(t *testing.T) {
 			"send, latency 0 ms, concurrency 64: bare reverse proxy (httputil) per request, and relay ÷ proxy", bench.StatusNotRun},
 		{"in-process run has no relay process figures", bench.Result{Name: "BenchmarkSendOverhead/latency=0ms/conc=64", Metrics: send(0.6, 1, 0.4)},
 			"send, latency 0 ms, concurrency 64: relay process CPU and allocs per send", bench.StatusNotRun},
+		{"fsyncs at concurrency 1 met", bench.Result{Name: "BenchmarkSendOverhead/latency=150ms/conc=1", Metrics: send(0.98, 1, 4)},
+			"send, latency 150 ms, concurrency 1: fsyncs/send", bench.StatusPass},
+		{"fsyncs at concurrency 1 missed", bench.Result{Name: "BenchmarkSendOverhead/latency=0ms/conc=1", Metrics: send(0.98, 1, 4.2)},
+			"send, latency 0 ms, concurrency 1: fsyncs/send", bench.StatusMiss},
+		{"fsyncs at concurrency 64 missed at 150 ms", bench.Result{Name: "BenchmarkSendOverhead/latency=150ms/conc=64", Metrics: send(0.98, 1, 0.6)},
+			"send, latency 150 ms, concurrency 64: fsyncs/send", bench.StatusMiss},
+		{"fsyncs at concurrency 16 are for the record", bench.Result{Name: "BenchmarkSendOverhead/latency=0ms/conc=16", Metrics: send(0.98, 1, 9)},
+			"send, latency 0 ms, concurrency 16: fsyncs/send", bench.StatusInfo},
+		{"bytes per kept job met", bench.Result{Name: "BenchmarkGrowth", Metrics: growth(3<<10+1600, 100)},
+			growthLabel + ": file bytes per job, kept (compacted file ÷ jobs)", bench.StatusPass},
+		{"bytes per kept job missed", bench.Result{Name: "BenchmarkGrowth", Metrics: growth(3<<10+1601, 100)},
+			growthLabel + ": file bytes per job, kept (compacted file ÷ jobs)", bench.StatusMiss},
+		{"bytes per pruned job met", bench.Result{Name: "BenchmarkGrowth", Metrics: growth(100, 1536)},
+			growthLabel + ": file bytes per job after the retention pass (compacted file ÷ jobs)", bench.StatusPass},
+		{"bytes per pruned job missed", bench.Result{Name: "BenchmarkGrowth", Metrics: growth(100, 1537)},
+			growthLabel + ": file bytes per job after the retention pass (compacted file ÷ jobs)", bench.StatusMiss},
+		{"open + recover met", bench.Result{Name: "BenchmarkLogScale", Metrics: bench.Metrics{"jobs": 10, "open_ms": 1500, "recover_ms": 500}},
+			"log scale, 10 jobs (no raw messages): open + recover (100 forwarding jobs), fresh process", bench.StatusPass},
+		{"open + recover missed", bench.Result{Name: "BenchmarkLogScale", Metrics: bench.Metrics{"jobs": 10, "raw": 1, "open_ms": 1500, "recover_ms": 501}},
+			"log scale, 10 jobs (every raw message kept): open + recover (100 forwarding jobs), fresh process", bench.StatusMiss},
 		{"durable missed", bench.Result{Name: "BenchmarkDurableLog/conc=1", Metrics: bench.Metrics{"ratio_vs_raw": 0.3}},
 			"durable log, concurrency 1: appends ÷ raw fsyncs", bench.StatusMiss},
 		{"sweeper wrong", bench.Result{Name: "BenchmarkSweeper", Metrics: bench.Metrics{"jobs": 10, "wrong": 1}},
 			"sweeper, 10 unknown jobs (half sent), quota 15000/min: jobs wrongly resolved", bench.StatusMiss},
-		{"review grows", bench.Result{Name: "BenchmarkLogScale", Metrics: bench.Metrics{"lines": 10, "jobs": 1, "review_ratio": 3}},
-			"log scale, 10 lines / 1 jobs: review queue, 10 among all jobs vs among a tenth", bench.StatusMiss},
+		{"review grows", bench.Result{Name: "BenchmarkLogScale", Metrics: bench.Metrics{"jobs": 1, "review_ratio": 3}},
+			"log scale, 1 jobs (no raw messages): review queue, 10 among all jobs vs among a tenth", bench.StatusMiss},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -46,7 +46,8 @@ type Config struct {
 	APIToken, AdminToken string
 	// SessionTTL is how long a sign-in lasts (default DefaultSessionTTL).
 	SessionTTL time.Duration
-	// Now is the clock of session expiry (default time.Now).
+	// Now is the clock of session expiry and of the sign-in throttle
+	// (default time.Now).
 	Now    func() time.Time
 	Logger zerolog.Logger
 }
@@ -56,6 +57,7 @@ type Console struct {
 	relay    Relay
 	tokens   tokens
 	sessions *sessions
+	throttle *throttle // failed sign-ins per client address (throttle.go)
 	pages    map[string]*template.Template
 	chart    *chartCache
 	logger   zerolog.Logger
@@ -72,7 +74,7 @@ func New(cfg Config) *Console {
 		cfg.Now = time.Now
 	}
 	c := &Console{relay: cfg.Relay, tokens: newTokens(cfg.APIToken, cfg.AdminToken),
-		sessions: newSessions(cfg.SessionTTL, cfg.Now), pages: parsePages(), chart: &chartCache{},
+		sessions: newSessions(cfg.SessionTTL, cfg.Now), throttle: newThrottle(cfg.Now), pages: parsePages(), chart: &chartCache{},
 		logger: cfg.Logger}
 	m := http.NewServeMux()
 	static, _ := fs.Sub(staticFS, "static")

@@ -35,6 +35,15 @@ func (c *Console) showLogin(w http.ResponseWriter, r *http.Request, status int, 
 }
 
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
+	addr := clientAddr(r)
+	if wait := c.throttle.blocked(addr); wait > 0 {
+		secs := int((wait + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		c.logger.Warn().Str("remote", r.RemoteAddr).Int("retry_after", secs).Msg("console sign-in throttled: too many wrong tokens")
+		c.showLogin(w, r, http.StatusTooManyRequests, "Too many wrong sign-ins from your address: try again in "+
+			(time.Duration(secs)*time.Second).String()+". Nothing was checked.")
+		return
+	}
 	if err := parseForm(w, r); err != nil {
 		c.fail(w, r, nil, err)
 		return
@@ -45,10 +54,12 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	ro := c.tokens.roleOf(r.PostForm.Get("token"))
 	if ro == roleNone {
+		c.throttle.failed(addr)
 		c.logger.Warn().Str("remote", r.RemoteAddr).Msg("console sign-in refused: wrong token")
 		c.showLogin(w, r, http.StatusUnauthorized, "That token is neither the relay's API token nor its admin token.")
 		return
 	}
+	c.throttle.succeeded(addr)
 	id, _ := c.sessions.create(ro)
 	setCookie(w, r, loginCookie, "", "/ui/login", -1)
 	setCookie(w, r, sessionCookie, id, "/ui/", int(c.sessions.ttl/time.Second))

@@ -24,7 +24,9 @@ const (
 const DefaultSessionTTL = 12 * time.Hour
 
 // maxSessions bounds the store; only a correct token creates a session, so
-// this is a guard against a runaway script, not against strangers.
+// this is a guard against a runaway script, not against strangers. At the
+// bound the session used least recently is ended, never a random one (a
+// script signing in over and over must not sign out the admin at work).
 const maxSessions = 10000
 
 // role is what a signed-in person may do; the order matters (admin > viewer).
@@ -52,14 +54,18 @@ type session struct {
 	role    role
 	csrf    string
 	expires time.Time
+	// used orders sessions by their last use (creation or get): a counter,
+	// so the order is exact even when the clock stands still.
+	used uint64
 }
 
 // sessions is the in-memory session store: a restart signs everyone out.
 type sessions struct {
-	mu  sync.Mutex
-	m   map[[32]byte]*session
-	ttl time.Duration
-	now func() time.Time
+	mu   sync.Mutex
+	m    map[[32]byte]*session
+	ttl  time.Duration
+	now  func() time.Time
+	uses uint64 // the last session.used handed out
 }
 
 func newSessions(ttl time.Duration, now func() time.Time) *sessions {
@@ -80,11 +86,22 @@ func (s *sessions) create(r role) (string, *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	for k, v := range s.m {
-		if !now.Before(v.expires) || len(s.m) >= maxSessions {
-			delete(s.m, k)
+	if len(s.m) >= maxSessions {
+		var lru [32]byte
+		var lruUsed uint64
+		for k, v := range s.m {
+			if !now.Before(v.expires) {
+				delete(s.m, k)
+			} else if lruUsed == 0 || v.used < lruUsed {
+				lru, lruUsed = k, v.used
+			}
+		}
+		if len(s.m) >= maxSessions {
+			delete(s.m, lru)
 		}
 	}
+	s.uses++
+	ss.used = s.uses
 	s.m[sha256.Sum256([]byte(id))] = ss
 	return id, ss
 }
@@ -105,6 +122,8 @@ func (s *sessions) get(id string) *session {
 		delete(s.m, k)
 		return nil
 	}
+	s.uses++
+	ss.used = s.uses
 	return ss
 }
 

@@ -4,8 +4,6 @@ import (
 	"html/template"
 	"net/url"
 	"time"
-
-	"github.com/gmailrelay/gmailrelay"
 )
 
 // pageNames are the templates under templates/, each rendered inside
@@ -25,7 +23,7 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05 UTC")
 	},
-	"stateText": func(s gmailrelay.State) string { return stateText[s] },
+	"stateText": jobStateText,
 	// legend is the glossary's entries for the terms a page shows,
 	// rendered by the "legend" template.
 	"legend": legend,

@@ -44,6 +44,16 @@ var stateText = map[gmailrelay.State]string{
 	"queued":                   "accepted, waiting for the mailbox's budget or its send time",
 }
 
+// jobStateText explains j's state in a few words: an abandoned job that
+// was cancelled while queued says who cancelled it (an API caller, or an
+// operator with the admin token), not that a human decided.
+func jobStateText(j gmailrelay.Job) string {
+	if j.State == gmailrelay.StateAbandoned && j.LastReason == gmailrelay.ReasonCancelled && j.LastError != "" {
+		return j.LastError + ": it will not be sent"
+	}
+	return stateText[j.State]
+}
+
 // detail is one labelled fact of a log line.
 type detail struct{ Label, Value string }
 

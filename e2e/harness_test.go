@@ -72,8 +72,8 @@ func buildRelay(out string, tags ...string) (string, error) {
 const (
 	msgidDomain = "e2e.example.com"
 	grace       = time.Minute
-	apiToken    = "e2e-api-token"
-	adminToken  = "e2e-admin-token"
+	apiToken    = "e2e-api-token-0123456789"
+	adminToken  = "e2e-admin-token-0123456789"
 	testPolicy  = `msgid_domain: ` + msgidDomain + `
 verify_handle: first
 # The soak makes thousands of attempts in emulated minutes: the daily

@@ -403,3 +403,18 @@ func (g *Client) GetHeader(ctx context.Context, mailbox, id string) (relay.Store
 	}
 	return h, nil
 }
+
+// SendAs implements relay.Provider: users.settings.sendAs.list (1 quota
+// unit; the gmail.readonly scope the relay asks for allows it).
+func (g *Client) SendAs(ctx context.Context, mailbox string) ([]relay.SendAsAddress, error) {
+	ctx, tr := g.traced(ctx)
+	r, err := g.svc.Users.Settings.SendAs.List(mailbox).Context(ctx).Do()
+	if err != nil {
+		return nil, tr.mark(err)
+	}
+	out := make([]relay.SendAsAddress, 0, len(r.SendAs))
+	for _, a := range r.SendAs {
+		out = append(out, relay.SendAsAddress{Email: a.SendAsEmail, Primary: a.IsPrimary, Default: a.IsDefault, Status: a.VerificationStatus})
+	}
+	return out, nil
+}

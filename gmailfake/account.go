@@ -18,6 +18,7 @@ type account struct {
 	tokens      float64
 	refilled    time.Time
 	counters    counters
+	sendAs      []Alias // its send-as aliases (not reset: settings, not mail)
 }
 
 // delivery is one accepted send: recipients got a message whose client

@@ -192,11 +192,13 @@ func DefaultCosts() map[string]int {
 	return map[string]int{
 		MethodSend: CostSend, MethodList: CostList, MethodGet: CostGet,
 		MethodTrash: CostTrash, MethodUntrash: CostUntrash, MethodDelete: CostDelete,
+		MethodSendAs: CostSendAs,
 	}
 }
 
 // ParseCosts reads --cost: method=units pairs separated by commas, e.g.
-// get=20,list=5. Methods are send, list, get, trash, untrash and delete.
+// get=20,list=5. Methods are send, list, get, trash, untrash, delete and
+// sendas (users.settings.sendAs.list).
 func ParseCosts(s string) (map[string]int, error) {
 	out := map[string]int{}
 	known := DefaultCosts()

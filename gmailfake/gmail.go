@@ -38,6 +38,7 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc(msgs+"/{id}", s.gmailCall(route{http.MethodGet: {MethodGet, s.get}, http.MethodDelete: {MethodDelete, s.delete}}))
 	mux.HandleFunc(msgs+"/{id}/trash", s.gmailCall(route{http.MethodPost: {MethodTrash, s.trash}}))
 	mux.HandleFunc(msgs+"/{id}/untrash", s.gmailCall(route{http.MethodPost: {MethodUntrash, s.untrash}}))
+	mux.HandleFunc("/gmail/v1/users/{userId}/settings/sendAs", s.gmailCall(route{http.MethodGet: {MethodSendAs, s.sendAsList}}))
 	s.controlRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, &apiError{code: http.StatusNotFound, reason: "notFound", domain: "global",

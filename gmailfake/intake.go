@@ -104,7 +104,8 @@ func (s *Server) rewriteLocked(a *account, clientID string) bool {
 }
 
 // storeMessage applies Gmail's intake rules to raw for account a (daily
-// limit, recipients required, From rewritten to the account, Message-ID
+// limit, recipients required, a From that is neither the account nor a
+// verified alias rewritten to the account, Message-ID
 // added or rewritten, Date added, Sent-copy folding) and stores it, twice
 // when duplicate is set.
 func (s *Server) storeMessage(a *account, raw []byte, threadID string, duplicate bool) (sendResult, *apiError) {
@@ -124,11 +125,7 @@ func (s *Server) storeMessage(a *account, raw []byte, threadID string, duplicate
 		return sendResult{}, dailyLimited(now, wait, s.header)
 	}
 	changed := false
-	if from, err := mail.ParseAddress(m.get("From")); err != nil || !strings.EqualFold(from.Address, a.addr) {
-		name := ""
-		if err == nil {
-			name = from.Name
-		}
+	if name, keep := a.keepsFromLocked(m.get("From")); !keep {
 		m.set("From", (&mail.Address{Name: name, Address: a.addr}).String())
 		changed = true
 	}

@@ -1,16 +1,18 @@
 // Package gmailfake is an emulator of the part of Gmail's REST API that
 // gmailrelay uses: users.messages.send (metadata and upload paths),
 // users.messages.list (with the rfc822msgid:, OR, {…}, in:, label:, after:
-// and before: search subset), users.messages.get, and users.messages.trash,
-// untrash and delete, at Gmail's own paths, with Gmail's JSON shapes, error
-// JSON and quota costs, so that Google's Go client
-// (google.golang.org/api/gmail/v1) talks to it unchanged.
+// and before: search subset), users.messages.get, users.messages.trash,
+// untrash and delete, and users.settings.sendAs.list, at Gmail's own
+// paths, with Gmail's JSON shapes, error JSON and quota costs, so that
+// Google's Go client (google.golang.org/api/gmail/v1) talks to it
+// unchanged.
 //
 // Its defaults are Gmail's unkind habits, each from Google's docs or a
 // public report: malformed Message-IDs are replaced, messages.list hides
 // trash and spam, a query it cannot match answers an empty list, the search
 // index may lag (with a long tail), quota answers carry the retry time only
-// in their message text, and there may be a daily sending limit. Options
+// in their message text, a From that is not a verified send-as address is
+// silently replaced, and there may be a daily sending limit. Options
 // switch each behaviour; the provider's ground truth (stored copies and
 // deliveries) is exposed through a control API under /_emulator/ and through
 // Go methods.
@@ -127,8 +129,8 @@ type Options struct {
 	Seed int64
 	// Account is the primary mailbox address; "" means Accounts[0], or
 	// DefaultAccount. userId "me" is the primary account unless a token
-	// says otherwise, and a From with another address is rewritten to the
-	// sending account.
+	// says otherwise, and a From with another address (not a verified
+	// alias: SendAs) is rewritten to the sending account.
 	Account string
 	// Accounts are further mailboxes the emulator serves; each has its own
 	// messages, quota, daily limit and index.
@@ -140,6 +142,8 @@ type Options struct {
 	// must carry one of them (401 authError otherwise) and may only reach
 	// its own account. The control API is never authenticated.
 	Tokens map[string]string
+	// SendAs are the accounts' send-as aliases (see Alias and AddSendAs).
+	SendAs []Alias
 }
 
 // Message is one stored message: the provider's truth.
@@ -173,7 +177,7 @@ type Truth struct {
 
 // Fault is a provider-side fault for the next Count calls of Method.
 type Fault struct {
-	Method  string        // MethodSend, MethodList, MethodGet, MethodTrash, MethodUntrash or MethodDelete
+	Method  string        // MethodSend, MethodList, MethodGet, MethodTrash, MethodUntrash, MethodDelete or MethodSendAs
 	Action  string        // ActionError, ActionAcceptThenError, ActionLatency or ActionDuplicate
 	Status  int           // answer status for error and accept-then-error; 0 means 500
 	Count   int           // calls it applies to; 0 means 1, -1 means until cleared
@@ -279,6 +283,9 @@ func New(opts Options) *Server {
 		s.tokens[tok] = s.addAccount(addr)
 	}
 	s.authOn = len(s.tokens) > 0
+	for _, al := range opts.SendAs {
+		s.addSendAsLocked(al)
+	}
 	s.setQuotaLocked(opts.QuotaPerMinute)
 	return s
 }

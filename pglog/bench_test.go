@@ -40,7 +40,7 @@ func BenchmarkSendPostgresVsBbolt(b *testing.B) {
 		b.ReportMetric(pm["added_p50_ms"], "pg_added_p50_ms")
 		b.ReportMetric(bm["relay_p50_ms"], "bbolt_p50_ms")
 		b.ReportMetric(pm["relay_p50_ms"], "pg_p50_ms")
-		b.ReportMetric(pm["fsyncs/send"], "pg_commits/send")
-		b.ReportMetric(bm["fsyncs/send"], "bbolt_commits/send")
+		b.ReportMetric(pm["commits/send"], "pg_commits/send")
+		b.ReportMetric(bm["commits/send"], "bbolt_commits/send")
 	}
 }

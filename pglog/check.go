@@ -13,9 +13,10 @@ import (
 
 // Check implements gmailrelay.Store: every job against its lines (the checks
 // gmailrelay.CheckJob shares with the bbolt log), its indexed columns against
-// its record, a pruned job without its raw message, and no line or raw
+// its record, a pruned job without its raw message, no line or raw
 // message without its job (the foreign keys hold that, it is re-checked all
-// the same). It reads one snapshot.
+// the same), and each Message-ID folded to lower case held by exactly one
+// job that is not a case twin. It reads one snapshot.
 func (l *Log) Check(ctx context.Context) error { return l.check(ctx, false) }
 
 // CheckFull is Check plus the rule acceptlog.Log.CheckFull adds: every job
@@ -82,6 +83,15 @@ func (l *Log) check(ctx context.Context, needRaw bool) error {
 		}
 		if orphans > 0 {
 			found = append(found, fmt.Sprintf("%d lines or raw messages without their job", orphans))
+		}
+		var folds int
+		err = tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT id_fold FROM jobs GROUP BY id_fold
+			HAVING count(*) FILTER (WHERE NOT case_twin) <> 1) f`).Scan(&folds)
+		if err != nil {
+			return err
+		}
+		if folds > 0 {
+			found = append(found, fmt.Sprintf("%d Message-IDs folded to lower case are held by no job or by several (case_twin)", folds))
 		}
 		var off int
 		err = tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM (

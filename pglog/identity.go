@@ -14,7 +14,9 @@ import (
 )
 
 // The log's identity (gmailrelay.Identity) and key index in PostgreSQL:
-// migration 0009's identity table and jobs.job_key column.
+// migration 0009's identity table and jobs.job_key column, and the fold
+// index of migration 0010 (jobs.id_fold, case_twin), through which job
+// identity ignores ASCII case in the Message-ID.
 
 // checkIdentity is Open's comparison of the replica's identity with the
 // log's (gmailrelay.CheckIdentity): the first replica with one records it
@@ -163,4 +165,21 @@ func Rekey(ctx context.Context, url string, next gmailrelay.Identity, now time.T
 		return nil, gmailrelay.IdentityRecord{}, false, fmt.Errorf("rekey: %w", err)
 	}
 	return before, after, changed, nil
+}
+
+// caseTwin returns the refusal of a new job id (an *gmailrelay.CaseTwinError)
+// when a stored job's Message-ID differs from id only in ASCII case, nil
+// when none does. Of case twins stored before the fold index existed it
+// names the one that sorts first, which holds the fold.
+func caseTwin(ctx context.Context, tx pgx.Tx, id string) (*gmailrelay.CaseTwinError, error) {
+	var other string
+	err := tx.QueryRow(ctx, `SELECT message_id FROM jobs WHERE id_fold = $1 AND message_id <> $2
+		ORDER BY message_id LIMIT 1`, gmailrelay.FoldMessageID(id), id).Scan(&other)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("look for a case twin: %w", err)
+	}
+	return &gmailrelay.CaseTwinError{MessageID: id, Existing: other}, nil
 }

@@ -59,6 +59,9 @@ type Log struct {
 	watermark atomic.Uint64
 	// sweepHolds counts held sends, to drop stale holds now and then.
 	sweepHolds atomic.Uint64
+	// refused is why the database was last found lost (refusal.go); nil
+	// once a probe write commits.
+	refused atomic.Pointer[refusal]
 }
 
 var _ gmailrelay.Store = (*Log)(nil)
@@ -258,12 +261,17 @@ func retryable(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
 }
 
+// wrapErr adds what to err, marks it closed after Close, and otherwise
+// records a lost database (refuse: err then wraps
+// gmailrelay.ErrWritesRefused).
 func (l *Log) wrapErr(what string, err error) error {
 	if err == nil {
 		return nil
 	}
 	if l.closed.Load() {
 		err = fmt.Errorf("%w: %w", gmailrelay.ErrClosed, err)
+	} else {
+		err = l.refuse(err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
@@ -286,13 +294,22 @@ func (l *Log) mutateTx(ctx context.Context, tx pgx.Tx, id string, fn func(*gmail
 			return p, nil, err
 		}
 		if cur == nil {
+			// ON CONFLICT without a target: the Message-ID's key and the
+			// unique fold (jobs_id_fold) both leave the insert undone.
 			tag, err := tx.Exec(ctx, `INSERT INTO jobs (message_id, state, channel, next_check_ns, unknown_ns, prunable_ns, data, job_key)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (message_id) DO NOTHING`,
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING`,
 				id, c.state, c.channel, c.nextCheck, c.unknown, c.prunable, c.data, jobKey(p.Job))
 			if err != nil {
 				return p, nil, fmt.Errorf("insert job: %w", err)
 			}
 			if tag.RowsAffected() == 0 {
+				twin, err := caseTwin(ctx, tx, id)
+				if err != nil {
+					return p, nil, err
+				}
+				if twin != nil {
+					return p, twin, nil
+				}
 				return p, nil, errRetry // another writer created it first
 			}
 		} else if err := updateJob(ctx, tx, id, c); err != nil {

@@ -18,6 +18,17 @@ const DefaultMailbox = "default"
 // sets none: Workspace's 2000 sends per rolling 24 h.
 const DefaultDailySendLimit = 2000
 
+// DefaultMaxRecipients is a mailbox's recipients a message (To, Cc and Bcc
+// together) when the policy sets no max_recipients: Google Workspace's
+// limit for messages sent through the Gmail API ("Gmail sending limits in
+// Google Workspace", support.google.com/a/answer/166852).
+const DefaultMaxRecipients = 100
+
+// MaxRecipientsCeiling is the largest max_recipients a mailbox may set:
+// Workspace's recipients a message for mail sent from Gmail itself, and
+// the relay's bound on what one request may cost it.
+const MaxRecipientsCeiling = 2000
+
 // Mailbox is the policy of one mailbox (file key mailboxes.<name>).
 type Mailbox struct {
 	// Name is the map key: what a send's "mailbox" field, the log's jobs,
@@ -43,6 +54,9 @@ type Mailbox struct {
 	// DailySendLimit is the number of attempts handed to Gmail per rolling
 	// 24 h (resends count).
 	DailySendLimit int
+	// MaxRecipients is the most addresses a message sent as this mailbox
+	// may carry in To, Cc and Bcc together (1..MaxRecipientsCeiling).
+	MaxRecipients int
 }
 
 // Addresses returns the From addresses that pick the mailbox: its address
@@ -63,12 +77,21 @@ func (p *Policy) DailySendLimit(name string) int {
 	return DefaultDailySendLimit
 }
 
+// MaxRecipients returns the named mailbox's recipients a message
+// (DefaultMaxRecipients when the policy sets none).
+func (p *Policy) MaxRecipients(name string) int {
+	if m, ok := p.Mailboxes[name]; ok && m.MaxRecipients > 0 {
+		return m.MaxRecipients
+	}
+	return DefaultMaxRecipients
+}
+
 // MailboxList returns the policy's mailboxes, the default one first and the
 // others by name. A policy without mailboxes has one: the default, with no
 // address, no credentials of its own and the default limits.
 func (p *Policy) MailboxList() []Mailbox {
 	if len(p.Mailboxes) == 0 {
-		return []Mailbox{{Name: DefaultMailbox, DailySendLimit: DefaultDailySendLimit}}
+		return []Mailbox{{Name: DefaultMailbox, DailySendLimit: DefaultDailySendLimit, MaxRecipients: DefaultMaxRecipients}}
 	}
 	out := make([]Mailbox, 0, len(p.Mailboxes))
 	for _, m := range p.Mailboxes {
@@ -120,7 +143,7 @@ func mailboxes(n *yaml.Node, path string) (map[string]Mailbox, error) {
 
 // mailbox parses one mailbox's mapping.
 func mailbox(mb entry) (Mailbox, error) {
-	m := Mailbox{Name: mb.name, DailySendLimit: DefaultDailySendLimit}
+	m := Mailbox{Name: mb.name, DailySendLimit: DefaultDailySendLimit, MaxRecipients: DefaultMaxRecipients}
 	fields, err := mapping(mb.value, mb.path+".")
 	if err != nil {
 		return m, err
@@ -132,6 +155,7 @@ func mailbox(mb entry) (Mailbox, error) {
 		"credentials":      into(&m.Credentials, checked(checkFilePath)),
 		"quota_per_minute": into(&m.QuotaPerMinute, atLeastOne),
 		"daily_send_limit": into(&m.DailySendLimit, atLeastOne),
+		"max_recipients":   into(&m.MaxRecipients, between(1, MaxRecipientsCeiling)),
 	})
 	if err != nil {
 		return m, err
@@ -149,6 +173,14 @@ func checkFilePath(s string) string {
 		return "must be a file path"
 	}
 	return ""
+}
+
+// checkSecretPath returns why s cannot be msgid_secret_file's path, or "".
+func checkSecretPath(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return "must name the file holding the Message-ID secret"
+	}
+	return checkFilePath(s)
 }
 
 // address reads one bare e-mail address (no display name), lower-case.

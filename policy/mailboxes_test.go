@@ -12,7 +12,7 @@ import (
 const threeMailboxes = `
 mailboxes:
   support: {address: Support@Example.com, send_as: [help@example.com], credentials: /secrets/support.json, quota_per_minute: 600}
-  billing: {address: billing@example.com, subject: billing@example.com, daily_send_limit: 50}
+  billing: {address: billing@example.com, subject: billing@example.com, daily_send_limit: 50, max_recipients: 2000}
   default: {daily_send_limit: 7}
 channels:
   default: {on_unknown: retry}
@@ -24,10 +24,10 @@ func TestParseMailboxes(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []policy.Mailbox{
-		{Name: "default", DailySendLimit: 7},
-		{Name: "billing", Address: "billing@example.com", Subject: "billing@example.com", DailySendLimit: 50},
+		{Name: "default", DailySendLimit: 7, MaxRecipients: policy.DefaultMaxRecipients},
+		{Name: "billing", Address: "billing@example.com", Subject: "billing@example.com", DailySendLimit: 50, MaxRecipients: 2000},
 		{Name: "support", Address: "support@example.com", SendAs: []string{"help@example.com"}, Credentials: "/secrets/support.json",
-			QuotaPerMinute: 600, DailySendLimit: policy.DefaultDailySendLimit},
+			QuotaPerMinute: 600, DailySendLimit: policy.DefaultDailySendLimit, MaxRecipients: policy.DefaultMaxRecipients},
 	}
 	if got := p.MailboxList(); !reflect.DeepEqual(got, want) {
 		t.Errorf("MailboxList() =\n%+v\nwant\n%+v", got, want)
@@ -38,7 +38,13 @@ func TestParseMailboxes(t *testing.T) {
 	if got := p.Mailboxes["support"].Addresses(); !reflect.DeepEqual(got, []string{"support@example.com", "help@example.com"}) {
 		t.Errorf("support's addresses = %v", got)
 	}
+	if got, def := p.MaxRecipients("billing"), p.MaxRecipients("support"); got != 2000 || def != 100 {
+		t.Errorf("max recipients: billing %d, support %d; want 2000 and the default 100", got, def)
+	}
 	def := policy.Default()
+	if got := def.MaxRecipients(policy.DefaultMailbox); got != policy.DefaultMaxRecipients {
+		t.Errorf("default policy's max recipients = %d, want %d", got, policy.DefaultMaxRecipients)
+	}
 	if got := def.DailySendLimit(policy.DefaultMailbox); got != policy.DefaultDailySendLimit {
 		t.Errorf("default policy's daily limit = %d, want %d", got, policy.DefaultDailySendLimit)
 	}
@@ -53,6 +59,9 @@ func TestParseMailboxesRefusesBadFields(t *testing.T) {
 		"default: {send_as: [a@x.com]}":                                      "mailboxes.default.address",
 		"default: {daily_send_limit: 0}":                                     "mailboxes.default.daily_send_limit",
 		"default: {quota_per_minute: -1}":                                    "mailboxes.default.quota_per_minute",
+		"default: {max_recipients: 0}":                                       "mailboxes.default.max_recipients",
+		"default: {max_recipients: 2001}":                                    "mailboxes.default.max_recipients",
+		"default: {max_recipients: ten}":                                     "mailboxes.default.max_recipients",
 		"default: {quota: 5}":                                                "mailboxes.default.quota",
 		"Support: {address: a@x.com}":                                        "mailboxes.Support",
 		"a: {address: 'A <a@x.com>'}":                                        "mailboxes.a.address",

@@ -58,11 +58,12 @@ func Parse(data []byte) (*Policy, error) {
 		return nil, err
 	}
 	err = parseFields(entries, fieldParsers{
-		"msgid_domain":  into(&p.MsgIDDomain, checked(checkDomain)),
-		"verify_handle": into(&p.VerifyHandle, enum[Verify](verifyMessage)),
-		"retention":     into(&p.Retention, retention),
-		"mailboxes":     into(&p.Mailboxes, ofNode(mailboxes)),
-		"channels":      into(&p.Channels, ofNode(channels)),
+		"msgid_domain":      into(&p.MsgIDDomain, checked(checkDomain)),
+		"msgid_secret_file": into(&p.MsgIDSecretFile, checked(checkSecretPath)),
+		"verify_handle":     into(&p.VerifyHandle, enum[Verify](verifyMessage)),
+		"retention":         into(&p.Retention, retention),
+		"mailboxes":         into(&p.Mailboxes, ofNode(mailboxes)),
+		"channels":          into(&p.Channels, ofNode(channels)),
 	})
 	if err != nil {
 		return nil, err
@@ -359,6 +360,20 @@ func atLeastOne(e entry) (int, error) {
 		return 0, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("must be at least 1, got %d", i)}
 	}
 	return i, nil
+}
+
+// between reads a whole number from lo to hi.
+func between(lo, hi int) func(entry) (int, error) {
+	return func(e entry) (int, error) {
+		i, err := integer(e.value, e.path)
+		if err != nil {
+			return 0, err
+		}
+		if i < lo || i > hi {
+			return 0, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("must be from %d to %d, got %d", lo, hi, i)}
+		}
+		return i, nil
+	}
 }
 
 // ParseRetention reads a retention period: a number of days ("90d") or a Go

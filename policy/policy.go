@@ -102,8 +102,12 @@ func (c Channel) Unwitnessed() time.Duration {
 // Policy is the whole policy file.
 type Policy struct {
 	// MsgIDDomain is the domain part of every derived Message-ID.
-	MsgIDDomain  string
-	VerifyHandle Verify
+	MsgIDDomain string
+	// MsgIDSecretFile (file key msgid_secret_file) is the file holding
+	// the Message-ID secret; "" for none (Message-IDs are sha256(key)).
+	// The policy names the file only: serve reads it once at start.
+	MsgIDSecretFile string
+	VerifyHandle    Verify
 	// Channels maps each channel name to its policy; Channel.Name equals
 	// the key.
 	Channels map[string]Channel

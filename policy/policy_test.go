@@ -99,6 +99,13 @@ channels:
 `, &policy.Policy{MsgIDDomain: "gmailrelay.local", VerifyHandle: policy.VerifyFirst, Channels: map[string]policy.Channel{
 			"receipts_v2": {Name: "receipts_v2", OnUnknown: policy.Retry, Grace: 3 * time.Minute, Checks: 2, MaxAttempts: 3},
 		}}},
+		{"msgid_secret_file names the secret's file", `
+msgid_secret_file: /etc/gmailrelay/msgid.secret
+channels:
+  default: {on_unknown: retry}
+`, &policy.Policy{MsgIDDomain: "gmailrelay.local", MsgIDSecretFile: "/etc/gmailrelay/msgid.secret", VerifyHandle: policy.VerifyFirst, Channels: map[string]policy.Channel{
+			"default": {Name: "default", OnUnknown: policy.Retry, Grace: 3 * time.Minute, Checks: 2, MaxAttempts: 3},
+		}}},
 		{"verify never, anchors and quoted duration", `
 verify_handle: never
 channels:
@@ -137,6 +144,7 @@ func TestParseErrors(t *testing.T) {
 		{"two documents", "channels: {default: {on_unknown: retry}}\n---\nchannels: {}\n", "", 2, "more than one"},
 		{"top level not a mapping", "- a\n- b\n", "", 1, "mapping"},
 		{"unknown top-level key", "channels: {default: {on_unknown: retry}}\nmsgid_domian: x.com\n", "msgid_domian", 2, "unknown key"},
+		{"blank msgid_secret_file", "msgid_secret_file: ' '\nchannels: {d: {on_unknown: retry}}\n", "msgid_secret_file", 1, "must name"},
 		{"duplicate top-level key", "verify_handle: first\nverify_handle: never\nchannels: {d: {on_unknown: retry}}\n", "verify_handle", 2, "duplicate"},
 		{"unknown channel key", "channels:\n  billing:\n    on_unknown: review\n    graze: 3m\n", "channels.billing.graze", 4, "unknown key"},
 		{"duplicate channel", "channels:\n  a: {on_unknown: retry}\n  a: {on_unknown: review}\n", "channels.a", 3, "duplicate"},

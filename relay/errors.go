@@ -3,6 +3,8 @@ package relay
 import (
 	"errors"
 	"fmt"
+
+	"github.com/gmailrelay/gmailrelay"
 )
 
 // Code classifies an Error; the api package maps each code to one HTTP
@@ -29,6 +31,29 @@ const (
 // CodeReservedMessageID (409): a caller's Message-ID in the relay's own
 // namespace without the key that derives it (CheckReservedMessageID).
 const CodeReservedMessageID Code = "reserved_message_id"
+
+// CodeFromNotVerified (400, field from): the From is not a verified
+// send-as address of the mailbox, which Gmail would silently replace with
+// the mailbox's default address (Mailbox.checkFrom).
+const CodeFromNotVerified Code = "from_not_verified"
+
+// CodeMessageIDConflict (409): a new job's Message-ID differs from an
+// existing job's only in ASCII case (job identity ignores case, as
+// Gmail's search does); nothing was logged or sent. The *Error wraps the
+// log's *gmailrelay.CaseTwinError, which names the existing job.
+const CodeMessageIDConflict Code = "message_id_conflict"
+
+// caseConflict turns the log's refusal of a case twin into a
+// CodeMessageIDConflict *Error; other errors pass unchanged.
+func caseConflict(err error) error {
+	var ce *gmailrelay.CaseTwinError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	return &Error{Code: CodeMessageIDConflict, Field: "message_id", Err: err,
+		Message: "Message-ID " + clip(ce.MessageID, 120) + " differs from that of job " + clip(ce.Existing, 120) +
+			" only in case: job identity ignores case, as Gmail's search does; nothing was logged or sent"}
+}
 
 // Error is the one error type the relay hands to its callers. Message is
 // safe to show to a client; Field names the offending input field, if any.

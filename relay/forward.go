@@ -49,7 +49,10 @@ func (s *Service) forward(ctx context.Context, box *Mailbox, job gmailrelay.Job,
 		fallthrough
 	case faultmodes.ForwardThenDropResponse:
 		j, err := s.markUnknown(rec, job.MessageID, job.Attempts, Outcome{Verdict: Unknown, Reason: gmailrelay.ReasonFaultInjectedDrop}, d.RuleID)
-		return Result{Job: j, Fault: d, Dropped: true}, err
+		if err != nil {
+			return Result{}, s.outcomeUnlogged(job, err)
+		}
+		return Result{Job: j, Fault: d, Dropped: true}, nil
 	}
 	var j gmailrelay.Job
 	var retryIn time.Duration
@@ -83,8 +86,7 @@ func (s *Service) forward(ctx context.Context, box *Mailbox, job gmailrelay.Job,
 		j, err = s.markUnknown(rec, job.MessageID, job.Attempts, out, "")
 	}
 	if err != nil {
-		s.logger.Error().Err(err).Str("message_id", job.MessageID).Msg("record outcome; the job stays forwarding and recovery will make it unknown")
-		return Result{}, err
+		return Result{}, s.outcomeUnlogged(job, err)
 	}
 	s.point(CrashAfterOutcomeLogged)
 	return Result{Job: j, Fault: d, RetryIn: retryIn}, nil
@@ -311,9 +313,13 @@ func (s *Service) Attempt(ctx context.Context, id string, from []gmailrelay.Stat
 // attempt is Attempt; before, when set, makes the lines to write first in
 // the same transaction (a resolve retry's resolved line), so that they are
 // written exactly when the attempt starts.
-func (s *Service) attempt(ctx context.Context, id string, from []gmailrelay.State, seen int, reason gmailrelay.Reason, mode takeMode, before func(j *gmailrelay.Job) []gmailrelay.Line) (Result, error) {
+func (s *Service) attempt(ctx context.Context, id string, from []gmailrelay.State, seen int, reason gmailrelay.Reason, mode takeMode, before func(j *gmailrelay.Job) []gmailrelay.Line) (_ Result, err error) {
+	defer func() { err = logRefusal(err) }()
 	if err := s.ClockFenced(); err != nil {
 		return Result{}, err // its lease would mislead the other replicas
+	}
+	if err := s.logWritable(); err != nil {
+		return Result{}, err
 	}
 	cur, err := s.log.Get(ctx, id)
 	if err != nil {
@@ -349,8 +355,12 @@ func (s *Service) attempt(ctx context.Context, id string, from []gmailrelay.Stat
 		}
 		return Result{}, fmt.Errorf("read stored message %s: %w", id, err)
 	}
-	var adm admission
+	var (
+		adm  admission
+		made int // the attempt the transaction wrote
+	)
 	job, _, err := s.log.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+		made = 0
 		if cur == nil {
 			return gmailrelay.Change{}, gmailrelay.ErrNotFound
 		}
@@ -371,12 +381,13 @@ func (s *Service) attempt(ctx context.Context, id string, from []gmailrelay.Stat
 		lines = append(lines, gmailrelay.Line{Kind: gmailrelay.KindReceived, Attempt: j.Attempts, Channel: j.Channel, Reason: reason})
 		var change gmailrelay.Change
 		lines, adm = s.startAttempt(&j, lines, d, s.now())
+		made = j.Attempts
 		change.Job, change.Lines = &j, lines
 		return change, nil
 	})
 	if err != nil {
 		s.giveBack(box, faultmodes.Decision{}, d, true)
-		return Result{}, err
+		return Result{}, s.admissionRefused(id, made, adm, err)
 	}
 	s.observeFault(d)
 	if adm == admitFailed {

@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/gmailrelay/gmailrelay/policy"
 )
 
 // MaxMessageBytes is the largest raw message the relay accepts: Gmail's
@@ -26,12 +28,17 @@ const MaxMessageBytes = 35 << 20
 const MaxHeaderBytes = 1 << 20
 
 // MaxRecipients bounds the addresses of To, Cc and Bcc together, on every
-// path. It is Google's figure for a message's recipients in "Gmail sending
-// limits in Google Workspace" (support.google.com/a/answer/166852), which
-// allows only 100 to messages sent through the Gmail API: the relay caps
-// at 2,000 to bound the memory a request costs, not to second-guess Gmail,
-// which answers for itself. More is a CodeInvalid error naming the field.
-const MaxRecipients = 2000
+// path, before the mailbox is known: it bounds the memory a request costs
+// and is the most a mailbox's max_recipients may allow. More is a
+// CodeInvalid error naming the field.
+const MaxRecipients = policy.MaxRecipientsCeiling
+
+// DefaultMaxRecipients is the recipients a message a mailbox takes when
+// its policy sets no max_recipients: Workspace's limit for messages sent
+// through the Gmail API ("Gmail sending limits in Google Workspace",
+// support.google.com/a/answer/166852). Service.Send holds every new job
+// to its mailbox's limit (checkLimits).
+const DefaultMaxRecipients = policy.DefaultMaxRecipients
 
 // DefaultChannel is the channel of a request that names none.
 const DefaultChannel = "default"
@@ -115,6 +122,12 @@ type Prepared struct {
 	// Mailbox is the mailbox the caller named (SendRequest.Mailbox), ""
 	// for none; Service.Send picks the mailbox from it or from From.
 	Mailbox string
+	// Recipients counts the addresses in To, Cc and Bcc, in that order:
+	// Service.Send holds them to the mailbox's max_recipients.
+	Recipients [3]int
+	// recipientsField is the field a refusal of Recipients names: "" for
+	// the to, cc and bcc fields themselves, "raw" for a raw message.
+	recipientsField string
 }
 
 // Prepare validates a send request and builds the message it asks for.
@@ -131,8 +144,19 @@ type Prepared struct {
 //
 // Every input error is a CodeInvalid *Error naming the field; a message
 // over MaxMessageBytes is CodeTooLarge.
+//
+// Prepare derives Message-IDs with the default scheme (no secret): it is
+// NewIDScheme(domain, nil).Prepare. A relay derives them with its own
+// IDScheme.
 func Prepare(req SendRequest, headerKey, domain string, now time.Time) (Prepared, error) {
-	if err := checkDomain(domain); err != nil {
+	return NewIDScheme(domain, nil).Prepare(req, headerKey, now)
+}
+
+// Prepare is the package's Prepare with the Message-IDs of s: a key's
+// Message-ID is s.MessageID(key), and a raw message is checked as
+// s.PrepareRaw checks it.
+func (s IDScheme) Prepare(req SendRequest, headerKey string, now time.Time) (Prepared, error) {
+	if err := checkDomain(s.domain); err != nil {
 		return Prepared{}, err
 	}
 	channel, err := checkChannel(req.Channel)
@@ -155,7 +179,7 @@ func Prepare(req SendRequest, headerKey, domain string, now time.Time) (Prepared
 		if err != nil {
 			return Prepared{}, err
 		}
-		p, err := PrepareRaw(raw, key, channel, domain)
+		p, err := s.PrepareRaw(raw, key, channel)
 		if err != nil {
 			return Prepared{}, err
 		}
@@ -176,7 +200,7 @@ func Prepare(req SendRequest, headerKey, domain string, now time.Time) (Prepared
 		From: req.From, To: req.To, Cc: req.Cc, Bcc: req.Bcc, ReplyTo: req.ReplyTo,
 		Subject: req.Subject, Text: text, HTML: req.HTML, Headers: req.Headers,
 	}
-	id := MessageID(key, domain)
+	id := s.MessageID(key)
 	raw, v, err := buildMIME(m, id, now)
 	if err != nil {
 		return Prepared{}, err
@@ -193,6 +217,7 @@ func Prepare(req SendRequest, headerKey, domain string, now time.Time) (Prepared
 		Fingerprint: structuredFingerprint(v, channel, threadID),
 		From:        bareAddress(v.from),
 		Mailbox:     req.Mailbox,
+		Recipients:  [3]int{len(v.to), len(v.cc), len(v.bcc)},
 	}, nil
 }
 

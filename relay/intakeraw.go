@@ -37,8 +37,17 @@ import (
 // change raw afterwards. A key or channel that is not valid is an error naming that
 // field. Over MaxMessageBytes is CodeTooLarge. A bad domain is a
 // CodeInternal error.
+//
+// PrepareRaw derives Message-IDs with the default scheme (no secret): it
+// is NewIDScheme(domain, nil).PrepareRaw.
 func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
-	return prepareRaw(raw, key, "", channel, domain)
+	return NewIDScheme(domain, nil).PrepareRaw(raw, key, channel)
+}
+
+// PrepareRaw is the package's PrepareRaw with the Message-IDs of s: a
+// key's Message-ID is s.MessageID(key).
+func (s IDScheme) PrepareRaw(raw []byte, key, channel string) (Prepared, error) {
+	return s.prepareRaw(raw, key, "", channel)
 }
 
 // PrepareRawClaim is PrepareRaw(raw, "", channel, domain), the
@@ -47,19 +56,28 @@ func PrepareRaw(raw []byte, key, channel, domain string) (Prepared, error) {
 // accepted only when claim, the request's Idempotency-Key, derives it, and
 // claim is then the job's key, the same job a send with that key makes.
 // Otherwise claim is not used. A reserved Message-ID without its key is a
-// CodeReservedMessageID *Error with field message_id.
+// CodeReservedMessageID *Error with field message_id. It derives
+// Message-IDs with the default scheme: NewIDScheme(domain,
+// nil).PrepareRawClaim.
 func PrepareRawClaim(raw []byte, claim, channel, domain string) (Prepared, error) {
+	return NewIDScheme(domain, nil).PrepareRawClaim(raw, claim, channel)
+}
+
+// PrepareRawClaim is the package's PrepareRawClaim with the Message-IDs
+// of s: claim derives a reserved Message-ID when s.MessageID(claim) is it.
+func (s IDScheme) PrepareRawClaim(raw []byte, claim, channel string) (Prepared, error) {
 	if claim != "" {
 		if err := validKey("Idempotency-Key", claim); err != nil {
 			return Prepared{}, err
 		}
 	}
-	return prepareRaw(raw, "", claim, channel, domain)
+	return s.prepareRaw(raw, "", claim, channel)
 }
 
 // prepareRaw is PrepareRaw with PrepareRawClaim's claim (used only when
 // key is empty).
-func prepareRaw(raw []byte, key, claim, channel, domain string) (Prepared, error) {
+func (s IDScheme) prepareRaw(raw []byte, key, claim, channel string) (Prepared, error) {
+	domain := s.domain
 	if err := checkDomain(domain); err != nil {
 		return Prepared{}, err
 	}
@@ -109,6 +127,7 @@ func prepareRaw(raw []byte, key, claim, channel, domain string) (Prepared, error
 	if n := countAddrSpecs(once[hTo].value) + countAddrSpecs(once[hCc].value) + countAddrSpecs(once[hBcc].value); n > MaxRecipients {
 		return Prepared{}, errTooManyRawRecipients(n)
 	}
+	var counts [3]int // To, Cc, Bcc
 	recipients, from := 0, ""
 	for _, i := range [...]int{hTo, hCc, hBcc, hReplyTo, hFrom, hSender} {
 		if !once[i].present {
@@ -128,6 +147,7 @@ func prepareRaw(raw []byte, key, claim, channel, domain string) (Prepared, error
 			}
 		case hTo, hCc, hBcc:
 			recipients += n
+			counts[i-hTo] = n // hTo, hCc, hBcc are consecutive
 		}
 	}
 	if recipients == 0 {
@@ -136,7 +156,7 @@ func prepareRaw(raw []byte, key, claim, channel, domain string) (Prepared, error
 	if recipients > MaxRecipients {
 		return Prepared{}, errTooManyRawRecipients(recipients)
 	}
-	p := Prepared{Key: key, Channel: channel, From: from}
+	p := Prepared{Key: key, Channel: channel, From: from, Recipients: counts, recipientsField: "raw"}
 	if once[hMessageID].present {
 		value := string(once[hMessageID].value)
 		if err := CheckMessageIDShape(strings.TrimSpace(value)); err != nil {
@@ -148,14 +168,14 @@ func prepareRaw(raw []byte, key, claim, channel, domain string) (Prepared, error
 		}
 		switch {
 		case key != "":
-			if err := CheckReservedMessageID(id, key, domain); err != nil {
+			if err := s.CheckReserved(id, key); err != nil {
 				return Prepared{}, err
 			}
-			if want := MessageID(key, domain); !equalFoldASCII(id, want) {
+			if want := s.MessageID(key); !equalFoldASCII(id, want) {
 				return Prepared{}, Invalid("raw", "Message-ID mismatch: raw carries %s but the key gives %s", id, want)
 			}
 		case reservedShape(id, domain):
-			if err := CheckReservedMessageID(id, claim, domain); err != nil {
+			if err := s.CheckReserved(id, claim); err != nil {
 				return Prepared{}, err
 			}
 			p.Key = claim
@@ -167,7 +187,7 @@ func prepareRaw(raw []byte, key, claim, channel, domain string) (Prepared, error
 		if key == "" {
 			return Prepared{}, Invalid("raw", "raw has no Message-ID and no key was given")
 		}
-		p.MessageID = MessageID(key, domain)
+		p.MessageID = s.MessageID(key)
 		injected := make([]byte, 0, len(norm)+len(p.MessageID)+14)
 		injected = append(injected, "Message-ID: "+p.MessageID+"\r\n"...)
 		norm = append(injected, norm...)

@@ -25,6 +25,10 @@ type Mailbox struct {
 	quota    *Quota
 	budget   *Budget
 	health   func() error
+	// maxRecipients is the policy's max_recipients (checkLimits).
+	maxRecipients int
+	// sendAs is the last read of the mailbox's send-as list (sendas.go).
+	sendAs atomic.Pointer[sendAsState]
 
 	// handleChecked: the mailbox's Message-ID was read back since this
 	// Service started (verify_handle: first checks once per mailbox per
@@ -90,7 +94,8 @@ func (s *Service) buildMailboxes(ctx context.Context, cfg Config) error {
 	for _, pm := range s.policy.MailboxList() {
 		mc := cfg.Mailboxes[pm.Name]
 		m := &Mailbox{name: pm.Name, userID: mc.UserID, addrs: pm.Addresses(), provider: mc.Provider,
-			quota: mc.Quota, budget: mc.Budget, health: mc.Health}
+			quota: mc.Quota, budget: mc.Budget, health: mc.Health,
+			maxRecipients: cmp.Or(pm.MaxRecipients, DefaultMaxRecipients)}
 		def := pm.Name == policy.DefaultMailbox
 		if m.userID == "" {
 			m.userID = pm.Address

@@ -277,16 +277,22 @@ func validate(m Message, messageID string) (validated, error) {
 // capRecipients refuses more than MaxRecipients addresses in to, cc and
 // bcc together, given their counts, naming the list that passes the cap.
 func capRecipients(to, cc, bcc int) error {
-	total := 0
-	for _, l := range [...]struct {
-		field string
-		n     int
-	}{{"to", to}, {"cc", cc}, {"bcc", bcc}} {
-		if total += l.n; total > MaxRecipients {
-			return Invalid(l.field, "%s brings the addresses in to, cc and bcc to %d; at most %d recipients are accepted", l.field, total, MaxRecipients)
-		}
+	if field, total := overRecipients([3]int{to, cc, bcc}, MaxRecipients); field != "" {
+		return Invalid(field, "%s brings the addresses in to, cc and bcc to %d; at most %d recipients are accepted", field, total, MaxRecipients)
 	}
 	return nil
+}
+
+// overRecipients names the first of to, cc and bcc (counts n) that brings
+// their addresses together over limit, with that running total; "" when
+// they stay within it.
+func overRecipients(n [3]int, limit int) (field string, total int) {
+	for i, f := range [...]string{"to", "cc", "bcc"} {
+		if total += n[i]; total > limit {
+			return f, total
+		}
+	}
+	return "", total
 }
 
 // countListAddrSpecs is countAddrSpecs over every string of list.

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
@@ -17,14 +18,77 @@ const maxMessageIDLen = 900
 // log and shown to people.
 const maxKeyLen = 1024
 
-// MessageID derives the deterministic Message-ID of a job key:
+// MessageID derives the deterministic Message-ID of a job key under the
+// default scheme (no Message-ID secret):
 // "<job-" + the first 32 hex digits of sha256(key) + "@" + domain + ">".
 // It is the same computation as the n8n Code node recipe, so both sides can
 // compute it. MessageID does not validate its inputs: check the domain once
-// with ValidDomain and the key with JobKey or Prepare.
+// with ValidDomain and the key with JobKey or Prepare. A relay configured
+// with a secret derives its Message-IDs through its IDScheme instead.
 func MessageID(key, domain string) string {
-	sum := sha256.Sum256([]byte(key))
-	return "<job-" + hex.EncodeToString(sum[:])[:32] + "@" + domain + ">"
+	return NewIDScheme(domain, nil).MessageID(key)
+}
+
+// IDScheme is how a relay derives a job's Message-ID from its key: the
+// Message-ID domain and, when the relay has one, the Message-ID secret.
+// Without a secret the local part is "job-" + the first 32 hex digits of
+// sha256(key), which anyone who knows (or guesses) a key can compute;
+// with one it is "job-" + the first 32 hex digits of
+// HMAC-SHA256(secret, key), which only holders of the secret can. The
+// zero IDScheme has an empty domain, which Prepare refuses.
+type IDScheme struct {
+	domain string
+	secret []byte
+}
+
+// NewIDScheme returns the scheme of domain and secret (nil or empty: the
+// default, unkeyed scheme). The secret is kept, not copied: the caller
+// must not change it afterwards. Neither is validated here: Prepare
+// refuses a bad domain as the relay's own misconfiguration.
+func NewIDScheme(domain string, secret []byte) IDScheme {
+	if len(secret) == 0 {
+		secret = nil
+	}
+	return IDScheme{domain: domain, secret: secret}
+}
+
+// Domain is the right side of the Message-IDs the scheme derives.
+func (s IDScheme) Domain() string { return s.domain }
+
+// Keyed reports whether the scheme has a Message-ID secret (HMAC-SHA256).
+func (s IDScheme) Keyed() bool { return s.secret != nil }
+
+// Name names the derivation for people and API answers: "sha256" or
+// "hmac-sha256". It never shows the secret.
+func (s IDScheme) Name() string {
+	if s.Keyed() {
+		return "hmac-sha256"
+	}
+	return "sha256"
+}
+
+// String names the scheme without its secret, so that printing one (a
+// %v in a log line) cannot leak it.
+func (s IDScheme) String() string { return s.Name() + " @" + s.domain }
+
+// GoString is String, for %#v.
+func (s IDScheme) GoString() string { return s.String() }
+
+// MessageID derives key's Message-ID: "<job-" + 32 hex digits + "@" +
+// domain + ">", the digits from sha256(key) or, with a secret,
+// HMAC-SHA256(secret, key). Like the package's MessageID it does not
+// validate its inputs.
+func (s IDScheme) MessageID(key string) string {
+	var sum []byte
+	if s.secret != nil {
+		m := hmac.New(sha256.New, s.secret)
+		m.Write([]byte(key))
+		sum = m.Sum(make([]byte, 0, sha256.Size))
+	} else {
+		d := sha256.Sum256([]byte(key))
+		sum = d[:]
+	}
+	return "<job-" + hex.EncodeToString(sum[:16]) + "@" + s.domain + ">"
 }
 
 // JobKey joins a job's source-event identity into a key,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gmailrelay/gmailrelay"
@@ -107,6 +108,10 @@ func (s *Service) enqueue(ctx context.Context, box *Mailbox, p Prepared, o SendO
 			front, frontErr = &res, err
 			return gmailrelay.Change{}, nil
 		}
+		if err := box.checkLimits(&p); err != nil {
+			front, frontErr = &Result{}, err
+			return gmailrelay.Change{}, nil
+		}
 		now := s.now()
 		reason := gmailrelay.ReasonBudgetSpent
 		if p.SendAt.After(now) {
@@ -121,7 +126,7 @@ func (s *Service) enqueue(ctx context.Context, box *Mailbox, p Prepared, o SendO
 		return gmailrelay.Change{Job: &j, Lines: lines, Raw: p.Raw}, nil
 	})
 	if err != nil {
-		return Result{}, err
+		return Result{}, caseConflict(err)
 	}
 	if front != nil {
 		return *front, frontErr
@@ -154,6 +159,10 @@ func (s *Service) Cancel(ctx context.Context, id, actor string) (Result, error) 
 		}
 		j := *cur
 		j.UpdatedAt = s.now()
+		// The job says who ended it, for whoever reads the job alone (the
+		// front door's answer to its key, the console): the earlier
+		// attempts' outcomes stay on their lines.
+		j.LastStatus, j.LastReason, j.LastError = 0, gmailrelay.ReasonCancelled, CancelledBy(actor)
 		line := gmailrelay.Move(&j, gmailrelay.StateAbandoned, gmailrelay.Line{Kind: gmailrelay.KindResolved,
 			Attempt: j.Attempts, Reason: gmailrelay.ReasonCancelled, Actor: actor})
 		return gmailrelay.Change{Job: &j, Lines: []gmailrelay.Line{line}}, nil
@@ -162,6 +171,17 @@ func (s *Service) Cancel(ctx context.Context, id, actor string) (Result, error) 
 		err = &Error{Code: CodeNotFound, Message: "no job with that Message-ID"}
 	}
 	return Result{Job: j}, err
+}
+
+// CancelledBy is the job's last_error after Cancel: who cancelled it.
+// actor is the API's ("api" for the API token, "admin" for the admin
+// token, either followed by ":" and the caller's ?actor=).
+func CancelledBy(actor string) string {
+	who := "an API caller"
+	if actor == "admin" || strings.HasPrefix(actor, "admin:") {
+		who = "an operator with the admin token"
+	}
+	return "cancelled while queued by " + who + " (DELETE /v1/jobs, actor " + actor + ")"
 }
 
 // requeues reports whether an attempt's outcome sends its job back to the

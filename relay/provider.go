@@ -12,6 +12,8 @@ const (
 	UnitsSend = 100
 	UnitsList = 5
 	UnitsGet  = 5
+	// UnitsSendAsList is users.settings.sendAs.list's cost.
+	UnitsSendAsList = 1
 )
 
 // SentMessage is Gmail's answer to a send.
@@ -54,7 +56,25 @@ type Provider interface {
 	// metadata). A missing message is an error wrapping ErrMessageNotFound
 	// (and the 404 *ProviderError).
 	GetHeader(ctx context.Context, mailbox, id string) (StoredHeader, error)
+	// SendAs lists the mailbox's send-as addresses
+	// (users.settings.sendAs.list): its own and its aliases.
+	SendAs(ctx context.Context, mailbox string) ([]SendAsAddress, error)
 }
+
+// SendAsAddress is one of a mailbox's send-as addresses, as Gmail's
+// SendAs resource describes it.
+type SendAsAddress struct {
+	Email   string
+	Primary bool // the address the account signs in with
+	Default bool // the From Gmail uses when a message's is not allowed
+	// Status is the verificationStatus of a custom alias ("accepted",
+	// "pending"); Gmail may leave it empty for the primary address.
+	Status string
+}
+
+// Verified reports whether Gmail sends as a: the primary address, or an
+// alias whose verification Gmail accepted.
+func (a SendAsAddress) Verified() bool { return a.Primary || a.Status == "accepted" }
 
 // GmailClock is implemented by a Provider that knows how Gmail's clock
 // stands against the relay's: Gmail dates what it stores (internalDate,

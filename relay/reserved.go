@@ -16,8 +16,18 @@ const reservedPrefix = "job-"
 // for good. Such an id without its key is a CodeReservedMessageID *Error
 // with field message_id; any other id, of any shape, is nil (the shape
 // checks are CheckMessageIDShape's). id may be given with or without angle
-// brackets and surrounding blanks.
+// brackets and surrounding blanks. It judges with the default scheme
+// (no secret): NewIDScheme(domain, nil).CheckReserved.
 func CheckReservedMessageID(id, key, domain string) error {
+	return NewIDScheme(domain, nil).CheckReserved(id, key)
+}
+
+// CheckReserved is CheckReservedMessageID with the Message-IDs of s: a
+// reserved id is accepted only with the key whose s.MessageID it is (with
+// a secret, the HMAC of the key, so that nobody without the secret can
+// name a key's Message-ID, let alone claim it).
+func (s IDScheme) CheckReserved(id, key string) error {
+	domain := s.domain
 	if !reservedShape(id, domain) {
 		return nil
 	}
@@ -25,7 +35,7 @@ func CheckReservedMessageID(id, key, domain string) error {
 	if !strings.HasPrefix(bare, "<") {
 		bare = "<" + bare + ">"
 	}
-	if key != "" && equalFoldASCII(bare, MessageID(key, domain)) {
+	if key != "" && equalFoldASCII(bare, s.MessageID(key)) {
 		return nil
 	}
 	return &Error{Code: CodeReservedMessageID, Field: "message_id",

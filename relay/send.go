@@ -24,8 +24,13 @@ const (
 // new job or a retryable failure is attempted; anything else replays or
 // reports the job. Request-level refusals are *Error: CodeInvalid (unknown
 // channel; a ThreadID CheckThreadID refuses, which Prepare and the api's
-// Gmail-compatible path refuse first, naming their field), CodeMismatch
-// (same key, other content), CodeInFlight, CodeRateLimited (the relay's
+// Gmail-compatible path refuse first, naming their field; more recipients
+// than the mailbox's max_recipients), CodeFromNotVerified (a From Gmail
+// would replace: see Mailbox.checkFrom; both only for a new job or a new
+// attempt, never for a job the front door answers), CodeMismatch
+// (same key, other content), CodeMessageIDConflict (a new job whose
+// Message-ID differs from an existing job's only in case), CodeInFlight,
+// CodeRateLimited (the relay's
 // quota budget is spent; nothing was sent), CodeUnavailable (on a shared
 // log, the clock fence is closed: see ClockFenced; nothing was logged or
 // sent, while a request the front door answers from the job is answered).
@@ -43,7 +48,8 @@ const (
 // 422 or a replay) or fails. Either way, once Send has returned only
 // attempts that were made have spent units or counts, and a replay is
 // answered whatever the budget.
-func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, error) {
+func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (_ Result, err error) {
+	defer func() { err = logRefusal(err) }()
 	var start time.Time
 	if o.Timing != nil {
 		start = time.Now()
@@ -58,6 +64,9 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 		return Result{}, &Error{Code: CodeInvalid, Field: "channel", Message: err.Error()}
 	}
 	p.Channel = ch.Name
+	if err := s.logWritable(); err != nil {
+		return Result{}, err
+	}
 	if p, err = s.byKey(ctx, p); err != nil {
 		return Result{}, err
 	}
@@ -85,6 +94,11 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 		return s.enqueue(ctx, box, p, o) // answers an existing job as the front door does
 	}
 	if s.shared {
+		// frontDoorRead found a new attempt due: refuse it before units
+		// are taken (the transaction checks again, as on a log of its own).
+		if err := box.checkLimits(&p); err != nil {
+			return Result{}, err
+		}
 		d, err := s.admitAttempt(box, o.Fault, p.Channel, p.Key, p.MessageID, takeForeground)
 		if err != nil {
 			if o.Queue && IsRateLimited(err) {
@@ -108,7 +122,7 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (Result, 
 		s.giveBack(box, o.Fault, a.d, true)
 	}
 	if err != nil {
-		return Result{}, err
+		return Result{}, s.admissionRefused(p.MessageID, a.attempt, a.adm, caseConflict(err))
 	}
 	if a.adm == admitRefused && o.Queue && IsRateLimited(a.err) {
 		return s.enqueue(ctx, box, p, o)
@@ -188,10 +202,12 @@ type admitTx struct {
 	// runs of the transaction, so a run again does not take twice.
 	d    faultmodes.Decision
 	took bool
-	// What the transaction decided; reset on every run.
-	adm admission
-	res Result
-	err error
+	// What the transaction decided; reset on every run. attempt is the
+	// number of the attempt it wrote (0: none).
+	adm     admission
+	res     Result
+	err     error
+	attempt int
 }
 
 // newRecord is a new attempt's job record and the lines it writes (a
@@ -204,12 +220,18 @@ type newRecord struct {
 
 func (a *admitTx) change(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 	s, p := a.s, &a.p
-	a.adm, a.res, a.err = admitForward, Result{}, nil
+	a.adm, a.res, a.err, a.attempt = admitForward, Result{}, nil, 0
 	if cur != nil {
 		if res, done, err := s.frontDoor(cur, *p); done {
 			a.adm, a.res, a.err = admitReplay, res, err
 			return gmailrelay.Change{}, nil
 		}
+	}
+	// Only a new attempt is held to Gmail's limits: a job the front door
+	// answers is answered whatever they say now.
+	if err := a.box.checkLimits(p); err != nil {
+		a.adm, a.err = admitRefused, err
+		return gmailrelay.Change{}, nil
 	}
 	if !a.took {
 		d, err := s.admitAttempt(a.box, a.forced, p.Channel, p.Key, p.MessageID, takeForeground)
@@ -233,6 +255,7 @@ func (a *admitTx) change(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 	j.Attempts++
 	lines := append(rec.lines[:0], gmailrelay.Line{Kind: gmailrelay.KindReceived, Attempt: j.Attempts, Channel: p.Channel})
 	lines, a.adm = s.startAttempt(j, lines, a.d, now)
+	a.attempt = j.Attempts
 	return gmailrelay.Change{Job: j, Lines: lines, Raw: raw}, nil
 }
 
@@ -305,11 +328,20 @@ func (s *Service) frontDoor(cur *gmailrelay.Job, p Prepared) (Result, bool, erro
 			return Result{}, false, nil
 		}
 	case gmailrelay.StateAbandoned:
-		return Result{}, true, &Error{Code: CodeConflict, Field: "key",
-			Message: "an operator abandoned this job; it will not be sent"}
+		return Result{}, true, &Error{Code: CodeConflict, Field: "key", Message: abandonedBy(cur) + "; it will not be sent"}
 	}
 	// sent, unknown, review, failed-not-retryable: report the job as it is.
 	return Result{Job: *cur, Replayed: true}, true, nil
+}
+
+// abandonedBy says who abandoned job j: an API caller (or an operator with
+// the admin token) who cancelled it while it was queued, or an operator's
+// decision.
+func abandonedBy(j *gmailrelay.Job) string {
+	if j.LastReason == gmailrelay.ReasonCancelled && j.LastError != "" {
+		return "this job was " + j.LastError
+	}
+	return "an operator abandoned this job"
 }
 
 // startAttempt appends the fault and forwarding (or not_sent) lines of a

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
+	"github.com/gmailrelay/gmailrelay/internal/lifecycle"
 	"github.com/gmailrelay/gmailrelay/policy"
 )
 
@@ -112,6 +113,11 @@ type Service struct {
 	shared bool
 	// clock is the clock fence of a replica on a shared log (clockfence.go).
 	clock clockFence
+	// sendAsLoop runs WatchSendAs.
+	sendAsLoop lifecycle.Loop
+	// unlogged are the attempts whose record the log refused, for the
+	// LogWatch to settle (logwatch.go).
+	unlogged unlogged
 }
 
 // SendOptions adjust one Send.

@@ -1,6 +1,6 @@
 // Package logtest is the conformance suite of the acceptance log's
 // contract (gmailrelay.Store): folds, refusals, the table of transitions,
-// indexes, the key index, paging, due, by-state, mailbox records, prune, reopening. Every
+// indexes, the key index, job identity ignoring case, paging, due, by-state, mailbox records, prune, reopening. Every
 // backend runs it from its own tests: acceptlog against the bbolt file,
 // pglog against PostgreSQL.
 package logtest
@@ -67,6 +67,8 @@ func Run(t *testing.T, b Backend) {
 		{"MutateChecksEachStepOfItsLines", testMutateChecksEachStepOfItsLines},
 		{"SendTimesCountsEveryAttemptPerMailbox", testSendTimesCountsEveryAttemptPerMailbox},
 		{"JobByKey", testJobByKey},
+		{"CaseTwinRefused", testCaseTwinRefused},
+		{"CaseTwinsAtOnce", testCaseTwinsAtOnce},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, b) })
 	}

@@ -16,8 +16,9 @@ import (
 
 // runBackup saves a consistent copy of the acceptance log: from a running
 // relay (--url, through GET /admin/backup) or from a file no relay has open
-// (--data). The copy is written to --to.tmp and renamed when whole, then
-// opened and checked. Exit 2 for bad flags, 1 when the copy failed or does
+// (--data). The copy is written to a temporary file of its own beside --to
+// (never one another run left or is writing) and put in place when whole,
+// then opened and checked. Exit 2 for bad flags, 1 when the copy failed or does
 // not pass the log's check.
 func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("backup", stderr, "gmailrelay backup (--url URL [--token ADMIN] | --data FILE) --to OUT",

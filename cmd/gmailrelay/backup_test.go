@@ -72,3 +72,65 @@ func TestBackupCommands(t *testing.T) {
 		}
 	}
 }
+
+// A backup killed mid-way left OUT.tmp behind, and every later run to OUT
+// failed on it ("file exists"). Each run now writes a temporary file of its
+// own, so later runs (backup --url, backup --data, compact) succeed, and a
+// temporary file another run left — or may still be writing — is never
+// touched.
+func TestBackupSucceedsBesideAStaleTemp(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "r.db")
+	const admin = "admin-token-0123456789"
+	rs := startTestRelay(t, "--data", data, "--admin-token", admin, "--api-token", "api-token-0123456789")
+	defer rs.close(context.Background())
+	run := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), args, &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	plant := func(out string) []string {
+		t.Helper()
+		stale := []string{out + ".tmp", out + ".123456.tmp"}
+		for _, p := range stale {
+			if err := os.WriteFile(p, []byte("half a backup"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return stale
+	}
+	untouched := func(stale []string) {
+		t.Helper()
+		for _, p := range stale {
+			if b, err := os.ReadFile(p); err != nil || string(b) != "half a backup" {
+				t.Errorf("%s: %q %v; another run's temporary file was touched", p, b, err)
+			}
+		}
+	}
+	online := filepath.Join(dir, "online.db")
+	stale := plant(online)
+	if code, out, errs := run("backup", "--url", rs.URL, "--token", admin, "--to", online); code != 0 || !strings.Contains(out, "check ok") {
+		t.Fatalf("backup --url beside a stale temp: exit %d, %q %q; want 0, check ok", code, out, errs)
+	}
+	untouched(stale)
+	rs.close(context.Background())
+	offline := filepath.Join(dir, "offline.db")
+	stale = plant(offline)
+	if code, out, errs := run("backup", "--data", data, "--to", offline); code != 0 || !strings.Contains(out, "check ok") {
+		t.Fatalf("backup --data beside a stale temp: exit %d, %q %q; want 0, check ok", code, out, errs)
+	}
+	untouched(stale)
+	compact := filepath.Join(dir, "compact.db")
+	stale = plant(compact)
+	if code, _, errs := run("compact", "--data", offline, "--to", compact); code != 0 {
+		t.Fatalf("compact beside a stale temp: exit %d, %q; want 0", code, errs)
+	}
+	untouched(stale)
+	left, _ := filepath.Glob(filepath.Join(dir, "*.tmp"))
+	if len(left) != 6 {
+		t.Errorf("temporary files now %v; want only the 6 planted ones (a run leaves none of its own)", left)
+	}
+	if code, _, errs := run("backup", "--data", data, "--to", offline); code != 1 || !strings.Contains(errs, "exists") {
+		t.Errorf("backup over an existing copy: exit %d, %q; want 1, exists", code, errs)
+	}
+}

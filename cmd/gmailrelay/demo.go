@@ -190,7 +190,7 @@ func (d *demo) settle() {
 // outcome reads the job from the log and the emulator's deliveries (what
 // the recipients received: folded and rewritten sends included).
 func (d *demo) outcome(key string) (gmailrelay.Job, []gmailrelay.Line, int) {
-	id := relay.MessageID(key, d.cfg.policy.MsgIDDomain)
+	id := d.cfg.ids().MessageID(key)
 	j, _ := d.rs.log.Get(d.ctx, id)
 	lines, _ := d.rs.log.JobLines(d.ctx, id)
 	return j, lines, d.emu.Deliveries(id)
@@ -275,7 +275,7 @@ func (d *demo) rowTrashedCopy() demoRow {
 		return demoRow{Mode: mode, Why: err.Error()}
 	}
 	caller := d.send(key, "").String()
-	for _, m := range d.emu.Messages(relay.MessageID(key, d.cfg.policy.MsgIDDomain)) {
+	for _, m := range d.emu.Messages(d.cfg.ids().MessageID(key)) {
 		if err := d.emu.Trash(m.ID); err != nil {
 			return demoRow{Mode: mode, Why: err.Error()}
 		}

@@ -51,7 +51,8 @@ func parseFakeGmail(args []string, stderr io.Writer) (addr string, opts gmailfak
 	quota := fs.Int("quota-per-minute", gmailfake.DefaultQuotaPerMinute, "per-user quota in Gmail units per minute")
 	latency := fs.Duration("latency", 0, "added to every Gmail call, e.g. 150ms")
 	seed := fs.Int64("seed", 0, "seed of every random choice (0: from the clock; printed at start)")
-	var accounts, tokens listFlag
+	var accounts, tokens, sendAs listFlag
+	fs.Var(&sendAs, "send-as", "ADDRESS or ADDRESS=ACCOUNT: a verified send-as alias of the primary account (or of ACCOUNT), repeatable; a sent From that is neither the account nor its alias is replaced by the account's address, as Gmail does")
 	fs.Var(&accounts, "account", "a mailbox address the emulator serves (repeatable; the first is the primary; default "+gmailfake.DefaultAccount+")")
 	fs.Var(&tokens, "token", "TOKEN=ADDRESS: a bearer token for an account (repeatable; TOKEN alone is the primary account's; none: no auth)")
 	fail := failer(stderr, "fakegmail")
@@ -118,6 +119,16 @@ func parseFakeGmail(args []string, stderr io.Writer) (addr string, opts gmailfak
 			opts.Tokens = map[string]string{}
 		}
 		opts.Tokens[tok] = address
+	}
+	for _, sv := range sendAs {
+		alias, account, _ := strings.Cut(sv, "=")
+		if p, err := mail.ParseAddress(alias); err != nil || p.Address != alias {
+			return bad(2, "--send-as must be a bare email address (or ADDRESS=ACCOUNT), got %q", sv)
+		}
+		if account != "" && !slices.ContainsFunc(accounts, func(a string) bool { return strings.EqualFold(a, account) }) {
+			return bad(2, "--send-as %s: %q is not an --account", alias, account)
+		}
+		opts.SendAs = append(opts.SendAs, gmailfake.Alias{Account: account, Address: alias})
 	}
 	return *addrFlag, opts, 0, true
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -38,6 +39,8 @@ func TestFakeGmailBadFlags(t *testing.T) {
 		{[]string{"--token", "=a@b.c"}, "--token"},
 		{[]string{"--account", "a@example.com", "--token", "t=b@example.com"}, "--token"},
 		{[]string{"--seed", "x"}, "seed"},
+		{[]string{"--send-as", "Alias <a@example.com>"}, "--send-as"},
+		{[]string{"--send-as", "a@example.com=b@example.com"}, "--send-as"},
 		{[]string{"extra"}, "unexpected argument"},
 	}
 	for _, tc := range cases {
@@ -82,6 +85,21 @@ func TestFakeGmailOnOffFlags(t *testing.T) {
 			wantExit2(t, runFakeGmail, []string{"--" + name + "=maybe"}, "-"+name)
 			wantExit2(t, runFakeGmail, []string{"--" + name + "=maybe"}, "on or off")
 		})
+	}
+}
+
+// --send-as ADDRESS is an alias of the primary account, ADDRESS=ACCOUNT
+// one of that account; repeatable.
+func TestFakeGmailSendAsFlag(t *testing.T) {
+	var stderr bytes.Buffer
+	_, opts, code, ok := parseFakeGmail([]string{"--account", "a@example.com", "--account", "b@example.com",
+		"--send-as", "sales@example.com", "--send-as", "help@example.com=b@example.com"}, &stderr)
+	if !ok {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	want := []gmailfake.Alias{{Address: "sales@example.com"}, {Account: "b@example.com", Address: "help@example.com"}}
+	if fmt.Sprint(opts.SendAs) != fmt.Sprint(want) {
+		t.Errorf("SendAs = %+v, want %+v", opts.SendAs, want)
 	}
 }
 

@@ -57,3 +57,12 @@ func validateInflight(n int64) error {
 	}
 	return nil
 }
+
+// minBodyRate is api.Config's MinBodyRate for --min-body-rate, whose 0
+// means no minimum (api's 0 means its default).
+func (c *serveConfig) minBodyRate() int64 {
+	if c.MinBodyRate == 0 {
+		return -1
+	}
+	return c.MinBodyRate
+}

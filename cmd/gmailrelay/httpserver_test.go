@@ -101,3 +101,22 @@ func TestServeMaxInflightBytesFlagAndEnvTwin(t *testing.T) {
 		t.Fatalf("1000 bytes: %v, want an error naming the flag", err)
 	}
 }
+
+func TestServeMinBodyRateFlagAndEnvTwin(t *testing.T) {
+	c, err := parseServeFlags(nil, env(nil), io.Discard)
+	if err != nil || c.MinBodyRate != 16<<10 || c.minBodyRate() != 16<<10 {
+		t.Fatalf("default: %d, %v; want 16384", c.MinBodyRate, err)
+	}
+	c, err = parseServeFlags(nil, env(map[string]string{"GMAILRELAY_MIN_BODY_RATE": "0"}), io.Discard)
+	if err != nil || c.minBodyRate() >= 0 {
+		t.Fatalf("env twin 0: %d, %v; want no minimum", c.minBodyRate(), err)
+	}
+	c, err = parseServeFlags([]string{"--min-body-rate", "4096"}, env(map[string]string{"GMAILRELAY_MIN_BODY_RATE": "0"}), io.Discard)
+	if err != nil || c.minBodyRate() != 4096 {
+		t.Fatalf("flag over env: %d, %v", c.minBodyRate(), err)
+	}
+	if _, err := parseServeFlags([]string{"--min-body-rate", "-1"}, env(nil), io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "min-body-rate") {
+		t.Fatalf("-1: %v, want an error naming the flag", err)
+	}
+}

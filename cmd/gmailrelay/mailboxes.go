@@ -67,7 +67,9 @@ func (c *serveConfig) policyCredentials() bool {
 
 // sandboxEmulator makes the embedded emulator, serving every mailbox's
 // address as an account of its own (the default mailbox without an
-// address is the emulator's primary account).
+// address is the emulator's primary account), with the mailbox's policy
+// send_as addresses as its verified aliases: the sandbox has no Gmail
+// settings to read them from, so the policy stands for them.
 func (c *serveConfig) sandboxEmulator(now func() time.Time) *gmailfake.Server {
 	opts := gmailfake.Options{Now: now}
 	for _, m := range c.policy.MailboxList() {
@@ -76,6 +78,9 @@ func (c *serveConfig) sandboxEmulator(now func() time.Time) *gmailfake.Server {
 			continue
 		}
 		opts.Accounts = append(opts.Accounts, m.Address)
+		for _, a := range m.SendAs {
+			opts.SendAs = append(opts.SendAs, gmailfake.Alias{Account: m.Address, Address: a})
+		}
 	}
 	return gmailfake.New(opts)
 }

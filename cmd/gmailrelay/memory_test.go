@@ -40,7 +40,7 @@ func TestEmulatorRSSUnder16LargeSends(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{})
+	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{SendAs: []gmailfake.Alias{{Address: "s@mem.example"}}})
 	cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(t.TempDir(), "r.db"),
 		"--gmail-endpoint", emuURL, "--log-level", "warn", "--sweep-interval", "1h")
 	cmd.Env = append(os.Environ(), "GMAILRELAY_API_TOKEN=", "GMAILRELAY_ADMIN_TOKEN=", "GMAILRELAY_MAX_INFLIGHT_BYTES=")

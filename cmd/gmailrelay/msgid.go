@@ -14,6 +14,10 @@ import (
 // msgidDomainEnv names the environment variable --domain defaults to.
 const msgidDomainEnv = "GMAILRELAY_MSGID_DOMAIN"
 
+// msgidSecretEnv names the environment variable --msgid-secret-file
+// defaults to: the same one serve reads.
+const msgidSecretEnv = "GMAILRELAY_MSGID_SECRET_FILE"
+
 // runMsgID prints the Message-ID the relay derives for a job key. Bad or
 // missing flags exit 2 with a message naming the flag.
 func runMsgID(_ context.Context, args []string, stdout, stderr io.Writer) int {
@@ -22,13 +26,15 @@ func runMsgID(_ context.Context, args []string, stdout, stderr io.Writer) int {
 
 // msgID is runMsgID with the environment passed in.
 func msgID(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("msgid", stderr, "gmailrelay msgid (--key KEY | --customer-id ID --event-type TYPE --order-id ID) --domain DOMAIN",
-		"Prints <job-hex(sha256(key))[:32]@domain>, the Message-ID the relay gives the job.")
+	fs := newFlagSet("msgid", stderr, "gmailrelay msgid (--key KEY | --customer-id ID --event-type TYPE --order-id ID) --domain DOMAIN [--msgid-secret-file F]",
+		"Prints the Message-ID the relay gives the job: <job-hex(sha256(key))[:32]@domain>, or, with the",
+		"relay's Message-ID secret, <job-hex(HMAC-SHA256(secret, key))[:32]@domain>.")
 	key := fs.String("key", "", "the job key (or give --customer-id, --event-type and --order-id)")
 	customerID := fs.String("customer-id", "", "the job's customer id")
 	eventType := fs.String("event-type", "", "the job's event type")
 	orderID := fs.String("order-id", "", "the job's order id")
 	domain := fs.String("domain", getenv(msgidDomainEnv), "the Message-ID domain (default: $"+msgidDomainEnv+")")
+	secretFile := fs.String("msgid-secret-file", getenv(msgidSecretEnv), "the relay's Message-ID secret file, if it has one (default: $"+msgidSecretEnv+")")
 	fail := failer(stderr, "msgid")
 	if code, ok := parseNoArgs(fs, args, fail); !ok {
 		return code
@@ -58,7 +64,14 @@ func msgID(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 		}
 		return fail(2, "--domain: %v", err)
 	}
-	fmt.Fprintln(stdout, relay.MessageID(k, *domain))
+	var secret []byte
+	if *secretFile != "" {
+		var err error
+		if secret, err = readSecretFile(*secretFile); err != nil {
+			return fail(2, "--msgid-secret-file: %v", err)
+		}
+	}
+	fmt.Fprintln(stdout, relay.NewIDScheme(*domain, secret).MessageID(k))
 	return 0
 }
 

@@ -18,10 +18,14 @@ import (
 )
 
 // identity is the identity serve derives its Message-IDs with, which the
-// log must have (gmailrelay.Identity). The Message-ID secret is not a
-// setting yet: its fingerprint is empty.
+// log must have (gmailrelay.Identity): the Message-ID domain and the
+// fingerprint of the Message-ID secret, if there is one.
 func (c serveConfig) identity() gmailrelay.Identity {
-	return gmailrelay.Identity{MsgIDDomain: c.policy.MsgIDDomain}
+	id := gmailrelay.Identity{MsgIDDomain: c.policy.MsgIDDomain}
+	if c.msgidSecret != nil {
+		id.SecretFingerprint = gmailrelay.SecretFingerprint(c.msgidSecret)
+	}
+	return id
 }
 
 // rekeyCommand is the gmailrelay rekey command line that records c's
@@ -35,7 +39,11 @@ func (c serveConfig) rekeyCommand() string {
 			where = "--database " + shellQuote(u.Redacted())
 		}
 	}
-	return "gmailrelay rekey " + where + " --msgid-domain " + c.identity().MsgIDDomain
+	cmd := "gmailrelay rekey " + where + " --msgid-domain " + c.identity().MsgIDDomain
+	if c.msgidSecret != nil {
+		cmd += " --msgid-secret-file " + shellQuote(c.MsgIDSecretFile)
+	}
+	return cmd
 }
 
 // shellQuote quotes s for a shell when it holds anything but safe
@@ -49,12 +57,13 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// minSecretBytes is the shortest Message-ID secret accepted.
+// minSecretBytes is the shortest Message-ID secret accepted: 128 bits
+// when its bytes are random (openssl rand -hex 16 writes 32).
 const minSecretBytes = 16
 
 // readSecretFile reads a Message-ID secret: the file's bytes without one
-// trailing newline (LF or CRLF). Empty or shorter than minSecretBytes is
-// an error.
+// trailing newline (LF or CRLF). A missing or unreadable file, an empty
+// one and one shorter than minSecretBytes are errors naming the file.
 func readSecretFile(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -44,6 +44,7 @@ type relayServer struct {
 	sweeper      *sweeper.Sweeper
 	outbox       *outbox.Outbox
 	retention    *retention.Pass
+	logWatch     *relay.LogWatch
 	svc          *relay.Service
 	log          gmailrelay.Store
 	listener     net.Listener
@@ -137,6 +138,7 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		return nil, err
 	}
 	rs.svc = svc
+	rs.logWatch = relay.NewLogWatch(svc, c.logWatchInterval)
 	swcfg := sweeper.ConfigFor(svc)
 	swcfg.Interval = c.SweepInterval
 	rs.sweeper = sweeper.New(swcfg)
@@ -160,16 +162,26 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 		APIToken: c.APIToken, AdminToken: c.AdminToken, Logger: logger})
 	handler := api.New(api.Config{
 		Service: svc, Sweeper: rs.sweeper, Outbox: rs.outbox, Retention: rs.retention, APIToken: c.APIToken, AdminToken: c.AdminToken, Console: ui,
-		MsgIDDomain: c.policy.MsgIDDomain, FaultHeader: c.FaultHeader, Mode: mode, SandboxEmulator: rs.EmulatorURL,
+		MsgIDDomain: c.policy.MsgIDDomain, MsgIDSecret: c.msgidSecret, FaultHeader: c.FaultHeader, Mode: mode, SandboxEmulator: rs.EmulatorURL,
 		Metrics: metrics, Logger: logger,
-		AdvanceClock: clockAdvance, MaxInflightBytes: c.MaxInflightBytes,
+		AdvanceClock: clockAdvance, MaxInflightBytes: c.MaxInflightBytes, MinBodyRate: c.minBodyRate(),
 		Probes: boxes.probes,
 	})
+	// Each mailbox's send-as list is read before the first request is
+	// served (bounded: a Gmail that does not answer leaves From unchecked
+	// until a later read succeeds), then every hour.
+	sctx, cancel := context.WithTimeout(ctx, sendAsStartTimeout)
+	if _, err := svc.RefreshSendAs(sctx); err != nil {
+		logger.Warn().Err(err).Msg("send-as lists: not all read at start; retried every minute")
+	}
+	cancel()
+	svc.WatchSendAs(context.WithoutCancel(ctx), time.Minute)
 	rs.http = newHTTPServer(handler, serverTimeouts(c.SendTimeout))
 	go func() { rs.served <- rs.http.Serve(rs.listener) }()
 	rs.sweeper.Start(context.WithoutCancel(ctx))
 	rs.outbox.Start(context.WithoutCancel(ctx))
 	rs.retention.Start(context.WithoutCancel(ctx))
+	rs.logWatch.Start(context.WithoutCancel(ctx))
 	go ui.Warm(ctx) // the console's chart reads the last hour once, off the request path
 	logger.Info().Str("url", rs.URL).Str("mode", mode).Str("data", where).Int64("fault_seed", faults.Seed()).
 		Msg("gmailrelay listening")
@@ -181,6 +193,9 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	ok = true
 	return rs, nil
 }
+
+// sendAsStartTimeout bounds the start's read of the send-as lists.
+const sendAsStartTimeout = 10 * time.Second
 
 // defaultGrace says the default channel's grace for the start-up lines:
 // "default channel 10s", or that there is no default channel.
@@ -218,6 +233,8 @@ const (
 	stepSweeper   = "stop sweeper"
 	stepOutbox    = "stop outbox"
 	stepRetention = "stop retention"
+	stepSendAs    = "stop send-as reads"
+	stepLogWatch  = "stop log watch"
 	stepInflight  = "wait for in-flight"
 	stepEmulator  = "stop emulator"
 	stepLog       = "close log"
@@ -244,6 +261,8 @@ func (rs *relayServer) shutdownSteps() []shutdownStep {
 	add(stepSweeper, rs.sweeper != nil, stop(func() { rs.sweeper.Stop() }))
 	add(stepOutbox, rs.outbox != nil, stop(func() { rs.outbox.Stop() }))
 	add(stepRetention, rs.retention != nil, stop(func() { rs.retention.Stop() }))
+	add(stepSendAs, rs.svc != nil, stop(func() { rs.svc.StopSendAs() }))
+	add(stepLogWatch, rs.logWatch != nil, stop(func() { rs.logWatch.Stop() }))
 	add(stepInflight, rs.svc != nil, stop(func() { rs.svc.Wait() }))
 	add(stepEmulator, rs.stopEmulator != nil, stop(func() { rs.stopEmulator() }))
 	add(stepLog, rs.log != nil, func(context.Context) error {
@@ -256,9 +275,9 @@ func (rs *relayServer) shutdownSteps() []shutdownStep {
 }
 
 // close shuts the relay down in the only safe order: stop accepting
-// requests, stop the sweeper, the outbox and the retention pass (so no
-// resend starts while in-flight sends are awaited: a WaitGroup Add racing
-// its Wait is a misuse), wait for the Gmail calls in flight to be
+// requests, stop the sweeper, the outbox, the retention pass and the log
+// watch (so no resend starts while in-flight sends are awaited: a
+// WaitGroup Add racing its Wait is a misuse), wait for the Gmail calls in flight to be
 // recorded, then close the log. Every step runs even when an earlier one
 // failed; it returns the errors of all of them (the HTTP shutdown's and
 // the log's Close).

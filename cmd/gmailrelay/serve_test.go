@@ -53,11 +53,14 @@ func TestServeBadConfigurationExits2(t *testing.T) {
 		{"bad policy", "on_unknown", []string{"--policy", badPolicy}},
 		{"missing policy", "no such file", []string{"--policy", filepath.Join(dir, "missing.yaml")}},
 		{"public address without token", "api-token", []string{"--addr", "0.0.0.0:8080"}},
-		{"public address with a short api token", "--api-token: 1 characters is too short", []string{"--addr", "0.0.0.0:8080", "--api-token", "x"}},
-		{"public address with a short admin token", "--admin-token: 15 characters", []string{"--addr", "0.0.0.0:8080", "--api-token", "0123456789abcdef", "--admin-token", "0123456789abcde"}},
+		{"public address with a short api token", "--api-token (or GMAILRELAY_API_TOKEN): 1 characters is too short", []string{"--addr", "0.0.0.0:8080", "--api-token", "x"}},
+		{"public address with a short admin token", "--admin-token (or GMAILRELAY_ADMIN_TOKEN): 15 characters", []string{"--addr", "0.0.0.0:8080", "--api-token", "0123456789abcdef", "--admin-token", "0123456789abcde"}},
+		{"loopback with a short api token", "--api-token (or GMAILRELAY_API_TOKEN): 1 characters is too short", []string{"--addr", "127.0.0.1:0", "--api-token", "x"}},
+		{"loopback with a short admin token", "--admin-token (or GMAILRELAY_ADMIN_TOKEN): 15 characters", []string{"--api-token", "0123456789abcdef", "--admin-token", "0123456789abcde"}},
+		{"localhost with a 15-character api token", "--api-token (or GMAILRELAY_API_TOKEN): 15 characters", []string{"--addr", "localhost:0", "--api-token", "0123456789abcde"}},
 		{"bad log format", "log-format", []string{"--log-format", "xml"}},
 		{"bad domain", "msgid-domain", []string{"--msgid-domain", "bad domain"}},
-		{"same tokens", "differ", []string{"--api-token", "x", "--admin-token", "x"}},
+		{"same tokens", "differ", []string{"--api-token", "same-token-0123456789", "--admin-token", "same-token-0123456789"}},
 		{"bad clock", "clock", []string{"--clock", "sundial"}},
 	}
 	for _, tt := range tests {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 
@@ -32,11 +33,13 @@ type serveConfig struct {
 	Mailbox          string
 	PolicyPath       string
 	MsgIDDomain      string
+	MsgIDSecretFile  string
 	APIToken         string
 	AdminToken       string
 	Sandbox          bool
 	AllowCrashFaults bool
 	MaxInflightBytes int64
+	MinBodyRate      int64
 	FaultHeader      bool
 	FaultSeed        int64
 	LogLevel         string
@@ -48,6 +51,9 @@ type serveConfig struct {
 	ClockStart       string
 
 	policy *policy.Policy
+	// msgidSecret is the Message-ID secret read from MsgIDSecretFile (or
+	// the policy's msgid_secret_file) by validate, once; nil for none.
+	msgidSecret []byte
 	// gmail holds the Gmail client of each mailbox that has credentials,
 	// built by validate (which reads and parses each credentials file
 	// there, once); nil in sandbox mode. buildMailboxes uses them.
@@ -59,6 +65,8 @@ type serveConfig struct {
 	clock      *testclock.Clock   // the manual clock to use (with Clock "manual")
 	emulator   *gmailfake.Server  // the sandbox emulator to reuse across restarts
 	crashPoint func(point string) // CrashPoint hook
+	// logWatchInterval is the LogWatch's (0: its default).
+	logWatchInterval time.Duration
 }
 
 // parseServeFlags reads defaults, then the policy file, then GMAILRELAY_*
@@ -76,6 +84,7 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	fs.StringVar(&c.Mailbox, "mailbox", "me", "Gmail userId to send as")
 	fs.StringVar(&c.PolicyPath, "policy", "", "channel policy file (YAML)")
 	fs.StringVar(&c.MsgIDDomain, "msgid-domain", "", "domain part of derived Message-IDs (overrides the policy's msgid_domain)")
+	fs.StringVar(&c.MsgIDSecretFile, "msgid-secret-file", "", "file holding the Message-ID secret: Message-IDs become HMAC-SHA256(secret, key), which nobody without it can predict (overrides the policy's msgid_secret_file)")
 	fs.StringVar(&c.APIToken, "api-token", "", "bearer token that may send and read")
 	fs.StringVar(&c.AdminToken, "admin-token", "", "bearer token that may also change faults, resolve jobs and sweep")
 	fs.BoolVar(&c.Sandbox, "sandbox", false, "send to the embedded Gmail emulator even if credentials are given")
@@ -86,6 +95,7 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	fs.StringVar(&c.LogFormat, "log-format", "json", "json or console")
 	fs.IntVar(&c.QuotaPerMinute, "quota-per-minute", 6000, "the relay's Gmail quota budget per mailbox, in Gmail units per minute")
 	fs.Int64Var(&c.MaxInflightBytes, "max-inflight-bytes", api.DefaultMaxInflightBytes, "request body bytes handled at once; a request that does not fit is answered 503 + Retry-After")
+	fs.Int64Var(&c.MinBodyRate, "min-body-rate", api.DefaultMinBodyRate, "slowest request body accepted, in bytes per second after its first 10s; a slower one is cut with 408 (0: no minimum)")
 	fs.DurationVar(&c.SweepInterval, "sweep-interval", 5*time.Second, "how often the sweeper looks for due jobs")
 	fs.DurationVar(&c.SendTimeout, "send-timeout", 60*time.Second, "deadline of each Gmail call")
 	fs.StringVar(&c.Clock, "clock", "real", "real, or manual (for tests: time moves only through POST /admin/clock)")
@@ -128,18 +138,21 @@ func (c *serveConfig) validate() error {
 		}
 		c.policy.MsgIDDomain = c.MsgIDDomain
 	}
+	if err := c.loadMsgIDSecret(); err != nil {
+		return err
+	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		return fmt.Errorf("--addr: %w", err)
 	}
 	if !loopback(c.Addr) && c.APIToken == "" {
 		return fmt.Errorf("--addr %s is not a loopback address: set --api-token (and --admin-token) first", c.Addr)
 	}
-	if !loopback(c.Addr) {
-		// Beyond loopback a guessable token is an open mail gateway.
-		for _, t := range []struct{ flag, v string }{{"api-token", c.APIToken}, {"admin-token", c.AdminToken}} {
-			if t.v != "" && len(t.v) < minPublicToken {
-				return fmt.Errorf("--%s: %d characters is too short for a non-loopback --addr; use at least %d (e.g. openssl rand -hex 16)", t.flag, len(t.v), minPublicToken)
-			}
+	// A guessable token is an open mail gateway, on loopback too: any local
+	// process, or a page a browser was tricked into, could guess it.
+	for _, t := range []struct{ flag, v string }{{"api-token", c.APIToken}, {"admin-token", c.AdminToken}} {
+		if n := utf8.RuneCountInString(t.v); t.v != "" && n < minToken {
+			return fmt.Errorf("--%s (or GMAILRELAY_%s): %d characters is too short; use at least %d (e.g. openssl rand -hex 16)",
+				t.flag, strings.ToUpper(strings.ReplaceAll(t.flag, "-", "_")), n, minToken)
 		}
 	}
 	if c.APIToken != "" && c.APIToken == c.AdminToken {
@@ -147,6 +160,9 @@ func (c *serveConfig) validate() error {
 	}
 	if err := validateInflight(c.MaxInflightBytes); err != nil { // httpserver.go
 		return err
+	}
+	if c.MinBodyRate < 0 {
+		return fmt.Errorf("--min-body-rate must be 0 (no minimum) or a number of bytes per second, got %d", c.MinBodyRate)
 	}
 	if c.Data == "" && c.Database == "" {
 		return errors.New("--data: a file path is required")
@@ -216,6 +232,31 @@ func (c *serveConfig) validate() error {
 	return c.loadGmailClients()
 }
 
+// loadMsgIDSecret reads the Message-ID secret, once: --msgid-secret-file
+// (or GMAILRELAY_MSGID_SECRET_FILE), else the policy's msgid_secret_file.
+// A missing, unreadable, empty or short file is an error naming the
+// setting and the file.
+func (c *serveConfig) loadMsgIDSecret() error {
+	path, setting := c.MsgIDSecretFile, "--msgid-secret-file"
+	if path == "" {
+		path, setting = c.policy.MsgIDSecretFile, "--policy: msgid_secret_file"
+	}
+	if path == "" {
+		return nil
+	}
+	secret, err := readSecretFile(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", setting, err)
+	}
+	c.MsgIDSecretFile, c.msgidSecret = path, secret
+	return nil
+}
+
+// ids is the scheme serve derives Message-IDs with.
+func (c *serveConfig) ids() relay.IDScheme {
+	return relay.NewIDScheme(c.policy.MsgIDDomain, c.msgidSecret)
+}
+
 // sandboxGrace is the default channel's grace in sandbox mode when no
 // policy file names channels: the embedded emulator indexes a send at
 // once, so a dropped response is reconciled within seconds of a try
@@ -251,9 +292,8 @@ func (c *serveConfig) sandbox() bool {
 	return c.Sandbox || (c.Credentials == "" && c.GmailEndpoint == "" && !c.policyCredentials())
 }
 
-// minPublicToken is the shortest token accepted when the relay listens
-// beyond loopback.
-const minPublicToken = 16
+// minToken is the shortest token serve accepts, on every address.
+const minToken = 16
 
 func loopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)

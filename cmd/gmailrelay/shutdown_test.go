@@ -60,7 +60,7 @@ func TestShutdownOrder(t *testing.T) {
 	if err := rs.close(context.Background()); err != nil {
 		t.Fatalf("close: %v", err)
 	}
-	want := []string{stepHTTP, stepSweeper, stepOutbox, stepRetention, stepInflight, stepEmulator, stepLog}
+	want := []string{stepHTTP, stepSweeper, stepOutbox, stepRetention, stepSendAs, stepLogWatch, stepInflight, stepEmulator, stepLog}
 	if !slices.Equal(got, want) {
 		t.Errorf("shutdown steps ran as %q, want %q", got, want)
 	}
@@ -72,7 +72,7 @@ func TestShutdownOrder(t *testing.T) {
 		}
 	}
 	before(stepHTTP, stepInflight)
-	for _, loop := range []string{stepSweeper, stepOutbox, stepRetention} {
+	for _, loop := range []string{stepSweeper, stepOutbox, stepRetention, stepSendAs, stepLogWatch} {
 		before(stepHTTP, loop)
 		before(loop, stepInflight) // no resend may Add to the WaitGroup while Wait runs
 	}
