@@ -14,8 +14,8 @@ import (
 )
 
 // lagSample returns the lag sample of a sent job whose verify search just
-// found it, as an edit of its mailbox's record that the search line's
-// write makes in the same transaction (nil: no sample). The lag runs from
+// found it, for the decision's edit of its mailbox's record (boxEdit), made
+// in the transaction of the search line (nil: no sample). The lag runs from
 // Gmail's answer (the job's last effect line, from the response) to now.
 // Not from the job's creation: a job the outbox held (a spent budget, a
 // rate-limit pause, send_at) was sent long after, and a lag counted from
@@ -57,19 +57,7 @@ type lagEdit struct {
 	stored gmailrelay.LagSamples // the record's samples after the edit
 }
 
-// edit is the gmailrelay.Change.EditMailbox of the search's write; nil
-// when there is no sample.
-func (e *lagEdit) edit() func(m *gmailrelay.Mailbox) {
-	if e == nil {
-		return nil
-	}
-	return func(m *gmailrelay.Mailbox) {
-		m.Lags.Add(e.key, e.d)
-		e.stored = m.Lags
-	}
-}
-
-// keep makes the pass's copies follow the record once the write holding
+// keepLag makes the pass's copies follow the record once the write holding
 // the sample has committed.
 func (p *pass) keepLag(mailbox string, e *lagEdit) {
 	if e == nil {
@@ -88,7 +76,7 @@ func (p *pass) keepLag(mailbox string, e *lagEdit) {
 // replicas share, whose samples any of them adds. Samples of a mailbox
 // the relay no longer serves are read when a pass measures one.
 func (s *Sweeper) loadLags(ctx context.Context) error {
-	if s.lags.loaded && !gmailrelay.IsShared(s.log) {
+	if s.lags.loaded && !s.shared {
 		return nil // this relay alone writes the records, and its book follows them
 	}
 	for _, m := range s.deps.Mailboxes.Mailboxes() {

@@ -18,11 +18,10 @@ type pass struct {
 	now       time.Time
 	res       Result
 	mailboxes map[string]gmailrelay.Mailbox
-	// boxes: each mailbox's state in this pass, by the name jobs carry;
-	// cur is the one of the job or batch being dealt with (every Gmail
-	// call and quota take of the pass goes through it).
+	// boxes: each mailbox's state in this pass, by the name jobs carry.
+	// Every Gmail call and quota take of the pass goes through the one of
+	// the job or batch it is for, passed explicitly.
 	boxes map[string]*boxPass
-	cur   *boxPass
 	// searchCost is the quota the last search spent.
 	searchCost int
 	// companions: the companion after: query's answer per mailbox.
@@ -31,7 +30,8 @@ type pass struct {
 
 // boxPass is one mailbox's state in a pass.
 type boxPass struct {
-	m *relay.Mailbox
+	name string // the mailbox's name as jobs carry it
+	m    *relay.Mailbox
 	// stopped: the mailbox's quota or Gmail asked to wait; nothing more
 	// that costs its quota is tried in this pass (other mailboxes carry
 	// on). wait is how long.
@@ -44,11 +44,11 @@ type boxPass struct {
 	err error
 }
 
-// use makes the mailbox a job names the pass's current one.
-func (p *pass) use(name string) *boxPass {
+// box returns the pass's state of the mailbox a job names.
+func (p *pass) box(name string) *boxPass {
 	b, ok := p.boxes[name]
 	if !ok {
-		b = &boxPass{}
+		b = &boxPass{name: name}
 		b.m, b.err = p.s.deps.Mailboxes.MailboxOf(name)
 		if b.err != nil {
 			p.s.deps.Logger.Error().Err(b.err).Str("mailbox", name).
@@ -56,15 +56,14 @@ func (p *pass) use(name string) *boxPass {
 		}
 		p.boxes[name] = b
 	}
-	p.cur = b
 	return b
 }
 
-// halted says whether the current mailbox can do nothing more this pass.
-func (p *pass) halted() bool { return p.cur == nil || p.cur.stopped || p.cur.err != nil }
+// halted says whether the mailbox can do nothing more this pass.
+func (b *boxPass) halted() bool { return b == nil || b.stopped || b.err != nil }
 
-// gmail returns the current mailbox's Gmail client and userId.
-func (p *pass) gmail() (relay.Provider, string) { return p.cur.m.Provider(), p.cur.m.UserID() }
+// gmail returns the mailbox's Gmail client and userId.
+func (b *boxPass) gmail() (relay.Provider, string) { return b.m.Provider(), b.m.UserID() }
 
 // finish sets the pass result's wait from the mailboxes that stopped: the
 // shortest, and partial when some mailbox did not have to wait.
@@ -136,15 +135,17 @@ func (p *pass) run(ctx context.Context) error {
 	flush := func(mailbox string) error {
 		b := batches[mailbox]
 		batches[mailbox] = nil
-		if p.use(mailbox); p.halted() {
+		box := p.box(mailbox)
+		if box.halted() {
 			return nil
 		}
-		n, err := p.searchBatch(ctx, mailbox, b)
+		n, err := p.searchBatch(ctx, box, b)
 		handled += n
 		return err
 	}
 	for _, j := range jobs {
-		if p.use(j.Mailbox); p.halted() {
+		box := p.box(j.Mailbox)
+		if box.halted() {
 			continue
 		}
 		act, err := p.classify(ctx, j)
@@ -156,7 +157,7 @@ func (p *pass) run(ctx context.Context) error {
 			// Gmail rate-limited) goes alone, at once: a one-id query
 			// needs no header reads, so it never waits behind a batch
 			// whose reads the quota keeps refusing.
-			n, err := p.searchBatch(ctx, j.Mailbox, []gmailrelay.Job{j})
+			n, err := p.searchBatch(ctx, box, []gmailrelay.Job{j})
 			handled += n
 			if err != nil {
 				return err
@@ -175,7 +176,7 @@ func (p *pass) run(ctx context.Context) error {
 			}
 			continue
 		}
-		done, err := p.handle(ctx, j, act)
+		done, err := p.handle(ctx, box, j, act)
 		if err != nil {
 			return err
 		}
@@ -340,155 +341,20 @@ func (p *pass) channel(name string) policy.Channel {
 
 // handle deals with a job that needs no search. done is false when the
 // pass stopped before the job could be decided.
-func (p *pass) handle(ctx context.Context, j gmailrelay.Job, act action) (done bool, err error) {
+func (p *pass) handle(ctx context.Context, b *boxPass, j gmailrelay.Job, act action) (done bool, err error) {
 	switch act {
 	case actUntrust:
 		line := gmailrelay.Line{Kind: gmailrelay.KindReview, Attempt: j.Attempts,
 			Reason: ReasonHandleUntrusted, Note: "Gmail rewrote Message-IDs in this mailbox: a search miss proves nothing"}
-		_, err := p.toReview(ctx, j, line)
+		_, err := p.apply(ctx, j, review(j, line))
 		return true, err
 	case actRetry:
-		return p.retry(ctx, j, 0)
+		return p.retry(ctx, b, j, 0)
 	case actResend:
-		return p.resend(ctx, j, 0)
+		return p.resend(ctx, b, j, 0)
 	case actDuplicateDelivery:
 		return p.duplicateDelivery(ctx, j)
 	}
-	_, err = p.mutate(ctx, j, func(n *gmailrelay.Job) []gmailrelay.Line {
-		n.NextCheckAt = time.Time{}
-		return nil
-	})
-	return true, err
-}
-
-// retry gives a retryable failed job a new attempt, or hands it to a human
-// when it has none left. The request never reached Gmail (or Gmail said it
-// did not send), so no search is needed — unless an earlier attempt of the
-// job was ambiguous: then classify has the job searched first (see
-// decideFailed) when the miss behind the resend is not fresh. redo is as
-// for attempt.
-func (p *pass) retry(ctx context.Context, j gmailrelay.Job, redo int) (bool, error) {
-	spent, err := p.attemptsSpent(ctx, j, func(used, allowed int) string {
-		return fmt.Sprintf("%d attempts, none sent; the channel allows %d", used, allowed)
-	})
-	if spent || err != nil {
-		return spent, err
-	}
-	return p.attempt(ctx, j, gmailrelay.StateFailed, ReasonRetry, redo, &p.res.Retried)
-}
-
-// attemptsSpent hands j to a human (true) when its channel's attempts are
-// used up; note says what they found, for the review line.
-func (p *pass) attemptsSpent(ctx context.Context, j gmailrelay.Job, note func(used, allowed int) string) (bool, error) {
-	ch := p.channel(j.Channel)
-	used, err := p.attemptsUsed(ctx, j, ch)
-	if err != nil || used < ch.MaxAttempts {
-		return false, err
-	}
-	line := gmailrelay.Line{Kind: gmailrelay.KindReview, Attempt: j.Attempts, Reason: ReasonMaxAttempts, Note: note(used, ch.MaxAttempts)}
-	_, err = p.toReview(ctx, j, line)
-	return true, err
-}
-
-// attemptsUsed is the job's attempts that count against MaxAttempts: every
-// attempt but those Gmail refused with a rate limit and those that went
-// back to the outbox's queue (Gmail rate-limited them or was not reached):
-// they sent nothing and must never use up a job's attempts.
-func (p *pass) attemptsUsed(ctx context.Context, j gmailrelay.Job, ch policy.Channel) (int, error) {
-	if j.Attempts < ch.MaxAttempts {
-		return j.Attempts, nil // the common case, without reading lines
-	}
-	lines, err := p.s.log.JobLines(ctx, j.MessageID)
-	if err != nil {
-		return 0, fmt.Errorf("read lines of %s: %w", j.MessageID, err)
-	}
-	used := j.Attempts
-	for _, l := range lines {
-		if l.Kind == gmailrelay.KindNotSent && (l.Reason == gmailrelay.ReasonRateLimited || l.State == gmailrelay.StateQueued) {
-			used--
-		}
-	}
-	return used, nil
-}
-
-// attempt makes a new attempt through the send path and counts it in
-// *made when it was made (or failed with an error); done is false when the
-// pass had to stop first (quota) or the job moved on. An attempt refused by the
-// mailbox's daily sending budget is done without being made: the job's
-// next check moves to when the budget frees (see deferToBudget) and the
-// pass carries on, since searches and verifies spend no budget. redo is
-// the quota the next pass spends again before it gets back to this attempt
-// (the search that led to it): the wait reported covers it too, or a pass
-// would spend the refill on the search and find the send refused again.
-func (p *pass) attempt(ctx context.Context, j gmailrelay.Job, from gmailrelay.State, reason gmailrelay.Reason, redo int, made *int) (done bool, err error) {
-	if p.halted() {
-		return false, nil
-	}
-	res, err := p.s.deps.Attempter.Attempt(ctx, relay.AttemptRequest{ID: j.MessageID, From: []gmailrelay.State{from}, Seen: j.Attempts, Reason: reason})
-	var rerr *relay.Error
-	switch {
-	case errors.As(err, &rerr) && rerr.Code == relay.CodeRateLimited:
-		if frees, spent := p.budgetSpent(); spent {
-			return p.deferToBudget(ctx, j, reason, frees)
-		}
-		wait := time.Duration(max(rerr.RetryAfter, 1)) * time.Second
-		// How long until send and search both fit (takes nothing).
-		if ok, w := p.cur.m.Quota().Available(relay.UnitsSend+redo, true); !ok {
-			wait = max(wait, w)
-		}
-		p.stop(wait)
-		return false, nil
-	case errors.As(err, &rerr) && rerr.Code == relay.CodeConflict:
-		return false, nil // someone else moved the job: theirs stands
-	case errors.Is(err, relay.ErrClockSkew):
-		p.stop(p.s.interval) // the clock fence closed during the pass: nothing was sent
-		return false, nil
-	case err != nil:
-		p.res.Errors++
-		p.s.deps.Logger.Warn().Err(err).Str("message_id", j.MessageID).Str("reason", string(reason)).Msg("sweeper attempt")
-		*made++
-		return true, nil
-	}
-	p.s.deps.Logger.Info().Str("message_id", j.MessageID).Str("reason", string(reason)).Int("attempt", res.Job.Attempts).
-		Str("state", string(res.Job.State)).Msg("sweeper made a new attempt with the same Message-ID")
-	if res.Job.State == gmailrelay.StateFailed && res.Job.LastReason == gmailrelay.ReasonRateLimited {
-		p.rateLimited(0) // Gmail said 429 to the send: nothing more this pass
-	} else {
-		p.cur.answered = true
-	}
-	*made++
-	return true, nil
-}
-
-// budgetSpent tells a refusal by the current mailbox's daily sending
-// budget from one by the per-minute quota or a Gmail rate-limit pause
-// (all three are relay.CodeRateLimited): the send path asks the budget
-// first, so a budget that has no room now refused the attempt. frees is
-// how long until it has room.
-func (p *pass) budgetSpent() (frees time.Duration, spent bool) {
-	b := p.cur.m.Budget()
-	if b == nil {
-		return 0, false
-	}
-	ok, in := b.Available()
-	return in, !ok
-}
-
-// deferToBudget moves the next check of a job whose attempt the daily
-// budget refused to when the budget frees (a fenced write: a job that moved
-// on is left to whoever moved it). Only this job waits: the budget can free
-// hours later, and the mailbox's other searches and verifies must not wait
-// with it. When the check comes, the job is looked at afresh: a resend
-// whose miss is no longer fresh searches again first (see missFresh).
-func (p *pass) deferToBudget(ctx context.Context, j gmailrelay.Job, reason gmailrelay.Reason, frees time.Duration) (bool, error) {
-	next := p.now.Add(max(frees, time.Second))
-	written, err := p.mutate(ctx, j, func(n *gmailrelay.Job) []gmailrelay.Line {
-		n.NextCheckAt = next
-		return nil
-	})
-	if written {
-		p.s.deps.Logger.Info().Str("message_id", j.MessageID).Str("reason", string(reason)).Time("next_check_at", next).
-			Msg("the mailbox's daily sending budget is spent: the attempt waits for it, the sweeper carries on")
-	}
+	_, err = p.apply(ctx, j, recheck(j, time.Time{}))
 	return true, err
 }

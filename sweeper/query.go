@@ -70,7 +70,7 @@ func (p *pass) searchable(ctx context.Context, jobs []gmailrelay.Job) ([]gmailre
 		line := gmailrelay.Line{Kind: gmailrelay.KindReview, Attempt: j.Attempts,
 			Reason: ReasonUnsearchable,
 			Note:   "this Message-ID cannot be searched safely (" + errMessage(err) + "); nothing was searched, a human decides"}
-		if _, err := p.toReview(ctx, j, line); err != nil {
+		if _, err := p.apply(ctx, j, review(j, line)); err != nil {
 			return nil, handled, err
 		}
 		handled++
@@ -90,14 +90,14 @@ func queryRefused(err error) bool {
 // never holds back the others; an id refused on its own goes to review with
 // the query and Gmail's answer as evidence. It returns how many jobs it
 // dealt with.
-func (p *pass) refused(ctx context.Context, mailbox string, jobs []gmailrelay.Job, q string, gerr error) (int, error) {
+func (p *pass) refused(ctx context.Context, b *boxPass, jobs []gmailrelay.Job, q string, gerr error) (int, error) {
 	if len(jobs) > 1 {
 		half := len(jobs) / 2
-		n, err := p.search(ctx, mailbox, jobs[:half])
-		if err != nil || p.halted() {
+		n, err := p.search(ctx, b, jobs[:half])
+		if err != nil || b.halted() {
 			return n, err
 		}
-		m, err := p.search(ctx, mailbox, jobs[half:])
+		m, err := p.search(ctx, b, jobs[half:])
 		return n + m, err
 	}
 	j := jobs[0]
@@ -106,7 +106,7 @@ func (p *pass) refused(ctx context.Context, mailbox string, jobs []gmailrelay.Jo
 	line := gmailrelay.Line{Kind: gmailrelay.KindReview, Attempt: j.Attempts,
 		Reason: ReasonQueryRefused, Query: q,
 		Note: "Gmail refused the search for this Message-ID: " + clipNote(gerr.Error()) + "; nothing is known about the send, a human decides"}
-	if _, err := p.toReview(ctx, j, line); err != nil {
+	if _, err := p.apply(ctx, j, review(j, line)); err != nil {
 		return 0, err
 	}
 	return 1, nil
@@ -132,11 +132,11 @@ func clipNote(s string) string {
 // searchBatch searches one batch of jobs of a mailbox: the jobs whose
 // Message-ID cannot be searched go to review first, the others are searched
 // together (see search). It returns how many jobs it dealt with.
-func (p *pass) searchBatch(ctx context.Context, mailbox string, jobs []gmailrelay.Job) (int, error) {
+func (p *pass) searchBatch(ctx context.Context, b *boxPass, jobs []gmailrelay.Job) (int, error) {
 	ok, handled, err := p.searchable(ctx, jobs)
 	if err != nil || len(ok) == 0 {
 		return handled, err
 	}
-	n, err := p.search(ctx, mailbox, ok)
+	n, err := p.search(ctx, b, ok)
 	return handled + n, err
 }

@@ -19,45 +19,42 @@ type hit struct {
 // search runs the searches for jobs of one mailbox, BatchSize ids per query
 // (the caller hands over at most that many), and decides each job. It
 // returns how many jobs it dealt with.
-func (p *pass) search(ctx context.Context, mailbox string, jobs []gmailrelay.Job) (int, error) {
+func (p *pass) search(ctx context.Context, b *boxPass, jobs []gmailrelay.Job) (int, error) {
 	if len(jobs) == 0 {
 		return 0, nil
 	}
 	if _, err := jobsQuery(jobs); err != nil {
 		// Only searchBatch's callers pass unchecked jobs; be safe anyway.
-		return p.searchBatch(ctx, mailbox, jobs)
+		return p.searchBatch(ctx, b, jobs)
 	}
 	// The witness rides in the same OR query.
 	searched := jobs
-	if w, ok := p.witnessFor(mailbox, jobs); ok {
+	if w, ok := p.witnessFor(b.name, jobs); ok {
 		searched = append(slices.Clip(jobs), w)
 	}
 	q, err := jobsQuery(searched)
 	if err != nil {
 		return 0, err
 	}
-	hits, err := p.find(ctx, mailbox, q, searched)
+	hits, err := p.find(ctx, b, q, searched)
 	if errors.Is(err, errStopped) {
 		return 0, nil
 	}
 	if err != nil && queryRefused(err) {
-		return p.refused(ctx, mailbox, jobs, q, err)
+		return p.refused(ctx, b, jobs, q, err)
 	}
 	if err != nil {
 		p.res.Errors++
 		p.s.deps.Logger.Warn().Err(err).Int("jobs", len(jobs)).Msg("mailbox search; the jobs are checked again shortly")
 		for _, j := range jobs {
 			grace := p.channel(j.Channel).Grace
-			if _, err := p.mutate(ctx, j, func(n *gmailrelay.Job) []gmailrelay.Line {
-				n.NextCheckAt = p.now.Add(min(errorDelay, grace))
-				return nil
-			}); err != nil {
+			if _, err := p.apply(ctx, j, recheck(j, p.now.Add(min(errorDelay, grace)))); err != nil {
 				return 0, err
 			}
 		}
 		return len(jobs), nil
 	}
-	witness := p.witnesses(ctx, mailbox, searched, hits)
+	witness := p.witnesses(ctx, b, searched, hits)
 	// Sent jobs first: their handle checks may find that Gmail rewrites
 	// ids in this mailbox, and then a miss of an unknown job of the same
 	// batch proves nothing.
@@ -67,15 +64,7 @@ func (p *pass) search(ctx context.Context, mailbox string, jobs []gmailrelay.Job
 			if (j.State == gmailrelay.StateSent) != sent || witness[j.MessageID] == witnessUnasked {
 				continue
 			}
-			var ok bool
-			switch j.State {
-			case gmailrelay.StateSent:
-				ok, err = p.decideVerify(ctx, j, q, hits[j.MessageID])
-			case gmailrelay.StateFailed:
-				ok, err = p.decideFailed(ctx, j, q, hits[j.MessageID])
-			default:
-				ok, err = p.decideUnknown(ctx, j, q, hits[j.MessageID], witness[j.MessageID])
-			}
+			ok, err := p.judge(ctx, b, j, q, hits[j.MessageID], witness[j.MessageID])
 			if err != nil {
 				return done, err
 			}
@@ -90,21 +79,21 @@ func (p *pass) search(ctx context.Context, mailbox string, jobs []gmailrelay.Job
 // find lists the SENT messages matching q (every page) and attributes each
 // hit to a job: directly for a one-id query, by reading the hit's
 // Message-ID otherwise. It returns errStopped when the pass must stop.
-func (p *pass) find(ctx context.Context, mailbox, q string, jobs []gmailrelay.Job) (map[string][]hit, error) {
-	prov, user := p.gmail()
+func (p *pass) find(ctx context.Context, b *boxPass, q string, jobs []gmailrelay.Job) (map[string][]hit, error) {
+	prov, user := b.gmail()
 	spent := 0
 	var ids []string
 	token := ""
 	for {
-		if !p.take(relay.UnitsList, spent) {
+		if !b.take(relay.UnitsList, spent) {
 			return nil, errStopped
 		}
 		spent += relay.UnitsList
 		page, err := prov.List(ctx, user, q, []string{sentLabel}, token, maxPageSize)
 		if err != nil {
-			return nil, p.gmailErr(err)
+			return nil, p.gmailErr(b, err)
 		}
-		p.cur.answered = true
+		b.answered = true
 		ids = append(ids, page.IDs...)
 		if page.NextPageToken == "" {
 			break
@@ -128,13 +117,13 @@ func (p *pass) find(ctx context.Context, mailbox, q string, jobs []gmailrelay.Jo
 	}
 	var unread []string
 	for _, id := range ids {
-		if _, ok := p.header(id); !ok {
+		if _, ok := p.header(b, id); !ok {
 			unread = append(unread, id)
 		}
 	}
 	// Reserve every read at once: a pass that runs out half-way would have
 	// spent its list for nothing.
-	if len(unread) > 0 && !p.take(relay.UnitsGet*len(unread), spent) {
+	if len(unread) > 0 && !b.take(relay.UnitsGet*len(unread), spent) {
 		return nil, errStopped
 	}
 	p.searchCost += relay.UnitsGet * len(unread)
@@ -144,24 +133,24 @@ func (p *pass) find(ctx context.Context, mailbox, q string, jobs []gmailrelay.Jo
 			continue // deleted between list and get
 		}
 		if err != nil {
-			return nil, p.gmailErr(err)
+			return nil, p.gmailErr(b, err)
 		}
-		p.setHeader(id, h.MessageID)
+		p.setHeader(b, id, h.MessageID)
 	}
 	for _, id := range ids {
-		if mid, ok := p.header(id); ok && want[mid] {
+		if mid, ok := p.header(b, id); ok && want[mid] {
 			hits[mid] = append(hits[mid], hit{id: id, labels: []string{sentLabel}})
 		}
 	}
 	return hits, nil
 }
 
-// take takes units from the current mailbox's budget (shared with the
-// send path) as background work. When the budget says wait, the mailbox
-// stops for this pass; the wait it reports covers the units this search
-// already spent too, since the next pass starts the search again.
-func (p *pass) take(units, spent int) bool {
-	quota := p.cur.m.Quota()
+// take takes units from the mailbox's budget (shared with the send path)
+// as background work. When the budget says wait, the mailbox stops for
+// this pass; the wait it reports covers the units this search already
+// spent too, since the next pass starts the search again.
+func (b *boxPass) take(units, spent int) bool {
+	quota := b.m.Quota()
 	ok, wait := quota.TakeBackground(units)
 	if ok {
 		return true
@@ -173,15 +162,15 @@ func (p *pass) take(units, spent int) bool {
 			wait = max(wait, w)
 		}
 	}
-	p.stop(wait)
+	b.stop(wait)
 	return false
 }
 
 // gmailErr turns a failed Gmail call into errStopped (rate limited: back
 // off) or the error itself.
-func (p *pass) gmailErr(err error) error {
+func (p *pass) gmailErr(b *boxPass, err error) error {
 	if o := relay.Classify(err); o.Reason == gmailrelay.ReasonRateLimited {
-		p.rateLimited(o.RetryIn)
+		p.rateLimited(b, o.RetryIn)
 		return errStopped
 	}
 	return err
@@ -190,26 +179,28 @@ func (p *pass) gmailErr(err error) error {
 // rateLimited pauses the mailbox after Gmail answered 429 (or 403 with a
 // rate reason) until Gmail's retry time, or else for the next step of the
 // mailbox's backoff (relay.Quota.RateLimited). The pass stops.
-func (p *pass) rateLimited(retryIn time.Duration) {
-	p.cur.limited = true
+func (p *pass) rateLimited(b *boxPass, retryIn time.Duration) {
+	b.limited = true
 	// Gmail's retry time when it gave one, else the mailbox's backoff
 	// (1 s doubling to 15 min, with jitter), shared with the send path.
-	d := p.cur.m.Quota().RateLimited(retryIn)
-	p.s.deps.Logger.Warn().Str("mailbox", p.cur.m.Name()).Dur("pause", d).Msg("Gmail rate limit: the sweeper backs off this mailbox")
-	p.stop(d)
+	d := b.m.Quota().RateLimited(retryIn)
+	p.s.deps.Logger.Warn().Str("mailbox", b.m.Name()).Dur("pause", d).Msg("Gmail rate limit: the sweeper backs off this mailbox")
+	b.stop(d)
 }
 
-// stop ends the current mailbox's work in this pass.
-func (p *pass) stop(wait time.Duration) {
-	p.cur.stopped = true
-	p.cur.wait = max(p.cur.wait, wait)
+// stop ends the mailbox's work in this pass.
+func (b *boxPass) stop(wait time.Duration) {
+	b.stopped = true
+	b.wait = max(b.wait, wait)
 }
 
-// header returns the Message-ID read back for a Gmail id of the current
-// mailbox (Gmail's ids are the mailbox's own, so the cache is per mailbox).
-func (p *pass) header(id string) (string, bool) {
-	mid, ok := p.s.headers[p.cur.m.Name()+"\x00"+id]
+// header returns the Message-ID read back for a Gmail id of mailbox b
+// (Gmail's ids are the mailbox's own, so the cache is per mailbox).
+func (p *pass) header(b *boxPass, id string) (string, bool) {
+	mid, ok := p.s.headers[b.m.Name()+"\x00"+id]
 	return mid, ok
 }
 
-func (p *pass) setHeader(id, messageID string) { p.s.headers[p.cur.m.Name()+"\x00"+id] = messageID }
+func (p *pass) setHeader(b *boxPass, id, messageID string) {
+	p.s.headers[b.m.Name()+"\x00"+id] = messageID
+}

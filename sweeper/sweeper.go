@@ -13,6 +13,17 @@
 // search and every decision is a line in the log, written in the same
 // transaction as the job change it explains and guarded so that a job that
 // moved on meanwhile is left alone.
+//
+// Deciding and writing are apart. A pass gathers the evidence about a job
+// (the search's hits and witness, a handle read back, the attempts used, a
+// lag sample), and a pure function (decideUnknown, decideFailed,
+// decideVerify, in decide.go) turns it, with the job as read, its channel's
+// policy and the pass's clock, into a decision: a plain value holding the
+// lines to write, the state to move to, the job's checks, verify looks and
+// next check after the write, the edit of its mailbox's record, what to
+// count and log, and whether a resend or retry follows. pass.apply
+// (apply.go) is the one place that writes a decision, in one Mutate whose
+// guard re-checks the job.
 package sweeper
 
 import (
@@ -242,8 +253,12 @@ const passesBuffer = 64
 // Sweeper is the reconciler. Its methods are safe for concurrent use;
 // passes never overlap.
 type Sweeper struct {
-	deps     Config // the dependencies New was given
-	log      gmailrelay.Store
+	deps Config // the dependencies New was given
+	log  gmailrelay.Store
+	// shared: several replicas write the log (gmailrelay.IsShared), so
+	// the mailboxes' records can change under this relay between passes.
+	// Decided once, here, like ConfigFor's Fence and Expire.
+	shared   bool
 	now      func() time.Time
 	batch    int
 	limit    int
@@ -287,7 +302,7 @@ func New(cfg Config) *Sweeper {
 	}
 	cfg = cfg.withReplicas()
 	s := &Sweeper{
-		deps: cfg, log: cfg.Log, now: cfg.Now,
+		deps: cfg, log: cfg.Log, now: cfg.Now, shared: gmailrelay.IsShared(cfg.Log),
 		batch: cfg.BatchSize, limit: cfg.Limit, interval: cfg.Interval,
 		passes:   make(chan Result, passesBuffer),
 		headers:  map[string]string{},

@@ -43,7 +43,7 @@ const (
 
 // gmailSpan is where, on Gmail's clock, what happened on the relay's
 // between from and to may be dated: [from+lo, to+hi], Gmail's clock offset
-// lying in [lo, hi] as the current mailbox's provider measured it
+// lying in [lo, hi] as mailbox b's provider measured it
 // (relay.GmailClock), widened to hold [from, to] itself: a relay whose
 // clock is seconds off Google's would otherwise build windows and after:
 // queries that Gmail's dates fall outside of, while an offset measured
@@ -56,9 +56,9 @@ const (
 // A time stamped before a step of this host's clock (see clockstep.go) was
 // read on a clock that stood the step away from today's, against which the
 // offset was measured: the span widens by the step on that side.
-func (p *pass) gmailSpan(from, to time.Time) (time.Time, time.Time) {
+func (p *pass) gmailSpan(b *boxPass, from, to time.Time) (time.Time, time.Time) {
 	from, to = from.Add(-p.stepSpan(from)), to.Add(p.stepSpan(to))
-	prov, _ := p.gmail()
+	prov, _ := b.gmail()
 	gc, ok := prov.(relay.GmailClock)
 	if !ok {
 		return from, to
@@ -71,7 +71,7 @@ func (p *pass) gmailSpan(from, to time.Time) (time.Time, time.Time) {
 		lo, hi = 0, 0
 	case (lo > skewWarn || hi < -skewWarn) && p.now.Sub(p.s.skewWarned) >= skewWarnEvery:
 		p.s.skewWarned = p.now
-		p.s.deps.Logger.Warn().Str("mailbox", p.cur.m.Name()).Dur("gmail_ahead_min", lo).Dur("gmail_ahead_max", hi).
+		p.s.deps.Logger.Warn().Str("mailbox", b.m.Name()).Dur("gmail_ahead_min", lo).Dur("gmail_ahead_max", hi).
 			Msg("this host's clock is off Gmail's (measured from the Date of its answers); searches are placed on Gmail's clock, but fix the host's time sync")
 	}
 	// Only ever wider than the host clock's span: a Date that is not
@@ -100,7 +100,7 @@ func gmailMadeID(id string) bool {
 // last attempt and reports whether one carries a Message-ID Gmail made
 // (with a note saying which). done is false when the pass had to stop
 // first (quota, rate limit).
-func (p *pass) storedUnderGmailID(ctx context.Context, j gmailrelay.Job) (suspect bool, note string, done bool, err error) {
+func (p *pass) storedUnderGmailID(ctx context.Context, b *boxPass, j gmailrelay.Job) (suspect bool, note string, done bool, err error) {
 	lines, err := p.s.log.JobLines(ctx, j.MessageID)
 	if err != nil {
 		return false, "", true, fmt.Errorf("read lines of %s: %w", j.MessageID, err)
@@ -112,25 +112,25 @@ func (p *pass) storedUnderGmailID(ctx context.Context, j gmailrelay.Job) (suspec
 			start = l.Time
 		}
 	}
-	start, end = p.gmailSpan(start, end)
-	prov, user := p.gmail()
+	start, end = p.gmailSpan(b, start, end)
+	prov, user := b.gmail()
 	from, to := start.Add(-windowPad).Unix(), end.Add(windowPad).Unix()+1
 	q := fmt.Sprintf("after:%d before:%d", from, to)
 	var ids []string
 	token, spent := "", 0
 	for {
-		if !p.take(relay.UnitsList, spent) {
+		if !b.take(relay.UnitsList, spent) {
 			return false, "", false, nil
 		}
 		spent += relay.UnitsList
 		page, err := prov.List(ctx, user, q, []string{sentLabel}, token, maxPageSize)
 		if err != nil {
-			if errors.Is(p.gmailErr(err), errStopped) {
+			if errors.Is(p.gmailErr(b, err), errStopped) {
 				return false, "", false, nil
 			}
 			return false, "", true, err
 		}
-		p.cur.answered = true
+		b.answered = true
 		ids = append(ids, page.IDs...)
 		if page.NextPageToken == "" {
 			break
@@ -139,14 +139,14 @@ func (p *pass) storedUnderGmailID(ctx context.Context, j gmailrelay.Job) (suspec
 	}
 	var unread []string
 	for _, id := range ids {
-		if _, ok := p.header(id); !ok {
+		if _, ok := p.header(b, id); !ok {
 			unread = append(unread, id)
 		}
 	}
 	if len(unread) > maxWindowReads {
 		return true, fmt.Sprintf("%d Sent messages of the attempt's window (%s) are unread; not read, to spare the quota", len(unread), q), true, nil
 	}
-	if len(unread) > 0 && !p.take(relay.UnitsGet*len(unread), spent) {
+	if len(unread) > 0 && !b.take(relay.UnitsGet*len(unread), spent) {
 		return false, "", false, nil
 	}
 	p.searchCost += spent + relay.UnitsGet*len(unread)
@@ -156,15 +156,15 @@ func (p *pass) storedUnderGmailID(ctx context.Context, j gmailrelay.Job) (suspec
 			continue
 		}
 		if err != nil {
-			if errors.Is(p.gmailErr(err), errStopped) {
+			if errors.Is(p.gmailErr(b, err), errStopped) {
 				return false, "", false, nil
 			}
 			return false, "", true, err
 		}
-		p.setHeader(id, h.MessageID)
+		p.setHeader(b, id, h.MessageID)
 	}
 	for _, id := range ids {
-		if mid, ok := p.header(id); ok && gmailMadeID(mid) {
+		if mid, ok := p.header(b, id); ok && gmailMadeID(mid) {
 			return true, fmt.Sprintf("Sent message %s of the attempt's window (%s) carries a Message-ID Gmail made: it may be this send, stored under another id", id, q), true, nil
 		}
 	}

@@ -174,7 +174,7 @@ func (p *pass) witnessFor(mailbox string, jobs []gmailrelay.Job) (gmailrelay.Job
 // missing, never none, so that no miss is counted on a guess; one the pass
 // could not make (no quota, a rate limit: the mailbox stopped) leaves the
 // job undecided (witnessUnasked).
-func (p *pass) witnesses(ctx context.Context, mailbox string, jobs []gmailrelay.Job, hits map[string][]hit) map[string]string {
+func (p *pass) witnesses(ctx context.Context, b *boxPass, jobs []gmailrelay.Job, hits map[string][]hit) map[string]string {
 	out := map[string]string{}
 	if p.s.deps.DisableWitness {
 		return out
@@ -204,18 +204,18 @@ func (p *pass) witnesses(ctx context.Context, mailbox string, jobs []gmailrelay.
 	if len(unseen) == 0 {
 		return out
 	}
-	found, answered := p.companion(ctx, mailbox, unseen)
+	found, answered := p.companion(ctx, b, unseen)
 	var handed time.Time
 	if !found && answered {
 		// Gmail's index shows nothing after the attempts; the log may
 		// still know a later send the index does not show yet.
-		handed = p.lastHandedToGmail(ctx, mailbox, unseen)
+		handed = p.lastHandedToGmail(ctx, b.name, unseen)
 	}
 	for _, j := range unseen {
 		switch {
 		case found:
 			out[j.MessageID] = WitnessFound
-		case !answered && p.halted():
+		case !answered && b.halted():
 			// No quota for the companion, or Gmail rate-limited it: the
 			// mailbox stopped for this pass, and the job is searched
 			// again, companion and all, when it may go on.
@@ -274,14 +274,15 @@ func (p *pass) lastHandedToGmail(ctx context.Context, mailbox string, jobs []gma
 // answered false (never a miss counted on a guess, see witnesses); a lack
 // of quota stops the mailbox as for the search itself (the wait covers the
 // search, made again with it), a rate limit pauses it, as every call does.
-func (p *pass) companion(ctx context.Context, mailbox string, jobs []gmailrelay.Job) (found, answered bool) {
+func (p *pass) companion(ctx context.Context, b *boxPass, jobs []gmailrelay.Job) (found, answered bool) {
+	mailbox := b.name
 	var latest time.Time
 	for _, j := range jobs {
 		if e := attemptEnd(j); e.After(latest) {
 			latest = e
 		}
 	}
-	_, latest = p.gmailSpan(latest, latest) // the latest Gmail may date them
+	_, latest = p.gmailSpan(b, latest, latest) // the latest Gmail may date them
 	secs := latest.Unix()
 	if latest.After(time.Unix(secs, 0)) {
 		secs++
@@ -292,20 +293,20 @@ func (p *pass) companion(ctx context.Context, mailbox string, jobs []gmailrelay.
 	if c, ok := p.companions[mailbox]; ok && (c.found && c.secs >= secs || !c.found && c.secs <= secs) {
 		return c.found, true
 	}
-	if !p.take(relay.UnitsList, p.searchCost) {
+	if !b.take(relay.UnitsList, p.searchCost) {
 		return false, false
 	}
 	p.searchCost += relay.UnitsList
-	prov, user := p.gmail()
+	prov, user := b.gmail()
 	page, err := prov.List(ctx, user, "after:"+strconv.FormatInt(secs, 10), nil, "", 1)
 	if err != nil {
-		if !errors.Is(p.gmailErr(err), errStopped) {
+		if !errors.Is(p.gmailErr(b, err), errStopped) {
 			p.res.Errors++
 			p.s.deps.Logger.Warn().Err(err).Msg("companion after: query; the witness stays unknown")
 		}
 		return false, false
 	}
-	p.cur.answered = true
+	b.answered = true
 	found = len(page.IDs) > 0
 	if p.companions == nil {
 		p.companions = map[string]companionAnswer{}
