@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/gmailrelay/gmailrelay"
-	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/policy"
 )
 
@@ -17,9 +16,12 @@ import (
 // Nothing may fail between the forwarding commit and the call but the
 // call itself, so raw is read before the attempt is logged. queue says the attempt
 // may wait: an attempt Gmail did not take (a rate limit, or not reached)
-// then goes back to the outbox's queue instead of ending failed. tm, when
-// non-nil, gets the Gmail call's and the outcome commit's durations.
-func (s *Service) forward(ctx context.Context, box *Mailbox, job gmailrelay.Job, raw []byte, d faultmodes.Decision, queue bool, tm *Timing) (Result, error) {
+// then goes back to the outbox's queue instead of ending failed. d is the
+// attempt's fault, carried to the Provider on the call's context
+// (WithFault); a *FaultError from it (the fault dropped Gmail's answer)
+// records the attempt unknown. tm, when non-nil, gets the Gmail call's and
+// the outcome commit's durations.
+func (s *Service) forward(ctx context.Context, box *Mailbox, job gmailrelay.Job, raw []byte, d Fault, queue bool, tm *Timing) (Result, error) {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
 	s.point(CrashAfterForwardingLogged)
@@ -29,26 +31,24 @@ func (s *Service) forward(ctx context.Context, box *Mailbox, job gmailrelay.Job,
 	callCtx, cancel := context.WithTimeout(rec, s.timeout)
 	defer cancel()
 	start := time.Now()
-	sent, err := box.provider.Send(callCtx, box.userID, raw, job.ThreadIDIn)
+	sent, err := box.provider.Send(WithFault(callCtx, d), box.userID, raw, job.ThreadIDIn)
 	took := time.Since(start)
 	if tm != nil {
 		tm.Gmail = took
 		defer func(at time.Time) { tm.OutcomeCommit = time.Since(at) }(time.Now())
 	}
 	s.point(CrashAfterGmailAnswer)
+	var dropped *FaultError
+	if errors.As(err, &dropped) {
+		err = dropped.Err // Gmail's own answer, for the pause and the metrics
+	}
 	out := Classify(err)
 	s.noteRateLimit(box, out)
 	if s.obs != nil {
 		s.obs.Attempted(job.Channel, out, took)
 	}
-	switch d.Mode {
-	case faultmodes.CrashAfterForward:
-		if s.crash != nil {
-			s.crash()
-		}
-		fallthrough
-	case faultmodes.ForwardThenDropResponse:
-		j, err := s.markUnknown(rec, job.MessageID, job.Attempts, Outcome{Verdict: Unknown, Reason: gmailrelay.ReasonFaultInjectedDrop}, d.RuleID)
+	if dropped != nil {
+		j, err := s.markUnknown(rec, job.MessageID, job.Attempts, Outcome{Verdict: Unknown, Reason: dropped.Reason}, dropped.RuleID)
 		if err != nil {
 			return Result{}, s.outcomeUnlogged(job, err)
 		}
@@ -329,24 +329,23 @@ func (s *Service) attempt(ctx context.Context, id string, from []gmailrelay.Stat
 	if err != nil {
 		return Result{}, err
 	}
-	d, err := s.admitAttempt(box, faultmodes.Decision{}, cur.Channel, cur.Key, cur.MessageID, mode)
+	d, err := s.admitAttempt(ctx, box, cur.Channel, cur.Key, cur.MessageID, mode)
 	if err != nil {
 		return Result{}, err
 	}
-	if d.Mode == faultmodes.FailBeforeForward && cur.State == gmailrelay.StateQueued {
+	if d.NotForwarded && cur.State == gmailrelay.StateQueued {
 		// Gmail "unreachable" before anything was sent: a queued job stays
 		// queued (queued → failed is not in the table); the outbox tries
 		// again shortly. No attempt was made, so nothing is logged.
-		s.observeFault(d)
 		return Result{Job: cur, Fault: d}, &Error{Code: CodeRateLimited, RetryAfter: 1,
-			Message: "fault fail-before-forward injected (rule " + d.RuleID + ") on delivery: nothing was sent; the job stays queued"}
+			Message: "fault " + d.Mode + " injected (rule " + d.RuleID + ") on delivery: nothing was sent; the job stays queued"}
 	}
 	// The message is read before the attempt is logged: a forwarding line
 	// with nothing to send (retention pruned the message, or the read
 	// failed) would leave the job in flight with nothing in flight.
 	raw, err := s.log.Raw(ctx, id)
 	if err != nil {
-		s.giveBack(box, faultmodes.Decision{}, d, true)
+		s.giveBack(ctx, box, d, true)
 		if errors.Is(err, gmailrelay.ErrNotFound) {
 			return Result{}, errPruned()
 		}
@@ -383,10 +382,9 @@ func (s *Service) attempt(ctx context.Context, id string, from []gmailrelay.Stat
 		return change, nil
 	})
 	if err != nil {
-		s.giveBack(box, faultmodes.Decision{}, d, true)
+		s.giveBack(ctx, box, d, true)
 		return Result{}, s.admissionRefused(id, made, adm, err)
 	}
-	s.observeFault(d)
 	if adm == admitFailed {
 		return Result{Job: job, Fault: d}, nil
 	}
