@@ -179,7 +179,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		// Other replicas' attempts in flight are theirs until their lease
 		// runs out; the sweeper takes over expired ones (RecoverExpired).
 		// Their leases are read on this replica's clock: measure it first
-		// (a failed measurement leaves the fence open, as before).
+		// (a failed measurement leaves the fence open).
 		recover, what = s.RecoverExpired, "jobs left in forwarding past their lease"
 		_ = s.CheckClock(ctx)
 	}
