@@ -1,4 +1,4 @@
-// Package api is gmailrelay's HTTP surface (CONTRACT.md): the send endpoint
+// Package api is gmailrelay's HTTP surface (docs/api.md): the send endpoint
 // n8n calls, the Gmail-compatible send path, the acceptance log readers,
 // the review queue, fault rules and operations endpoints. Handlers parse
 // and answer; every decision is the relay's.
@@ -41,7 +41,10 @@ type Config struct {
 	Log gmailrelay.Store
 	// Policy gives the channels a fault rule may name.
 	Policy *policy.Policy
-	// Faults holds the runtime fault rules; nil: fault injection is off.
+	// Faults holds the runtime fault rules (/admin/faults, the
+	// X-Relay-Fault header, the stats' faults_injected); nil: fault
+	// injection is off. The send path applies them through its mailboxes'
+	// Gmail clients (faultmodes.Wrap), not through the API.
 	Faults *faultmodes.Set
 	// Now is the relay's clock; nil means time.Now.
 	Now     func() time.Time
@@ -60,7 +63,8 @@ type Config struct {
 	// default sha256(key) scheme): every Message-ID the API derives from a
 	// key is relay.NewIDScheme(MsgIDDomain, MsgIDSecret)'s. Never shown.
 	MsgIDSecret []byte
-	// FaultHeader honours X-Relay-Fault on admin-token requests.
+	// FaultHeader honours X-Relay-Fault on admin-token send requests
+	// (faultHeader).
 	FaultHeader bool
 	// Mode is "sandbox" (embedded emulator) or "gmail"; shown on /readyz.
 	Mode string
@@ -111,13 +115,17 @@ type Config struct {
 // SendTiming is where one send request's time went inside its handler:
 // Decode (reading, decoding and validating the request up to the send
 // path), the relay's phases (relay.Timing: admission, admission commit,
-// Gmail call, outcome commit) and Answer (from the send path's return to
-// the response written). Total is the whole handler.
+// Gmail call, outcome commit, heard as the Send's relay.TimingObserver)
+// and Answer (from the send path's return to the response written). Total
+// is the whole handler.
 type SendTiming struct {
 	Decode time.Duration
 	relay.Timing
 	Answer, Total time.Duration
 }
+
+// SendTimed implements relay.TimingObserver: it keeps the relay's phases.
+func (t *SendTiming) SendTimed(rt relay.Timing) { t.Timing = rt }
 
 // timingStart is the start of a send handler's clock: zero (no clock
 // read) when nobody listens for SendTiming.
@@ -234,9 +242,9 @@ func New(cfg Config) *Server {
 	// Every /v1 and /admin route: the caller's token must hold the role,
 	// and the body guard applies.
 	routes := []route{
-		{roleAPI, http.MethodPost, "/v1/send", s.send},
-		{roleAPI, http.MethodPost, "/gmail/v1/users/{userId}/messages/send", s.gmailSend},
-		{roleAPI, http.MethodPost, "/upload/gmail/v1/users/{userId}/messages/send", s.gmailUpload},
+		{roleAPI, http.MethodPost, "/v1/send", s.faultHeader(s.send)},
+		{roleAPI, http.MethodPost, "/gmail/v1/users/{userId}/messages/send", s.faultHeader(s.gmailSend)},
+		{roleAPI, http.MethodPost, "/upload/gmail/v1/users/{userId}/messages/send", s.faultHeader(s.gmailUpload)},
 		{roleAPI, http.MethodGet, "/v1/jobs", s.listJobs},
 		{roleAPI, http.MethodGet, "/v1/jobs/{id}", s.getJob},
 		{roleAPI, http.MethodDelete, "/v1/jobs/{id}", s.cancelJob},
@@ -340,14 +348,31 @@ func (s *Server) authenticate(need role) func(http.Handler) http.Handler {
 	}
 }
 
-// faultOverride reads X-Relay-Fault, honoured only with --fault-header and
-// the admin token; otherwise it is ignored. It never reaches Gmail: the
-// relay builds the message itself.
-func (s *Server) faultOverride(r *http.Request) (faultmodes.Decision, error) {
-	h := r.Header.Get("X-Relay-Fault")
-	if h == "" || !s.cfg.FaultHeader || roleOfRequest(r) != roleAdmin {
-		return faultmodes.Decision{}, nil
+// faultHeader is a send route's middleware for X-Relay-Fault, honoured
+// only with --fault-header and the admin token (otherwise ignored): the
+// mode it names is forced (Set.Force, which counts it) on every attempt of
+// the request, carried on the request's context (faultmodes.WithForced)
+// to the mailbox's fault wrapper. An unknown mode, or one the relay does
+// not allow, is answered 400; a relay without fault rules answers 503.
+// The header never reaches Gmail: the relay builds the message itself.
+func (s *Server) faultHeader(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		h := r.Header.Get("X-Relay-Fault")
+		if h == "" || !s.cfg.FaultHeader || roleOfRequest(r) != roleAdmin {
+			next(w, r)
+			return
+		}
+		d, err := s.forceFault(h)
+		if err != nil {
+			guardError(w, r, err)
+			return
+		}
+		next(w, r.WithContext(faultmodes.WithForced(r.Context(), d)))
 	}
+}
+
+// forceFault turns an X-Relay-Fault value into a forced decision.
+func (s *Server) forceFault(h string) (faultmodes.Decision, error) {
 	m, err := faultmodes.ParseMode(h)
 	if err != nil {
 		return faultmodes.Decision{}, relay.Invalid("X-Relay-Fault", "%v", err)

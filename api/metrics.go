@@ -54,9 +54,6 @@ func (m *Metrics) Attempted(channel string, o relay.Outcome, _ time.Duration) {
 	m.sends.WithLabelValues(channel, o.Verdict.String(), string(o.Reason)).Inc()
 }
 
-// Faulted implements relay.Observer; faults are counted by the fault set.
-func (m *Metrics) Faulted(faultmodes.Mode) {}
-
 // HandleChecked implements relay.Observer.
 func (m *Metrics) HandleChecked(kept bool) {
 	if kept {

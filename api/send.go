@@ -216,24 +216,19 @@ const (
 // handler's timingStart.
 func (s *Server) run(w http.ResponseWriter, r *http.Request, start time.Time, p relay.Prepared, queue bool,
 	fail func(http.ResponseWriter, *http.Request, error), write func(http.ResponseWriter, *http.Request, relay.Result)) {
-	fault, err := s.faultOverride(r)
-	if err != nil {
-		fail(w, r, err)
-		return
-	}
-	opts := relay.SendOptions{Fault: fault, Queue: queue}
+	ctx := r.Context() // carries a forced fault (faultHeader)
 	var tm *SendTiming
 	var sent time.Time
 	if s.cfg.OnSendTiming != nil {
 		tm = &SendTiming{Decode: time.Since(start)}
-		opts.Timing = &tm.Timing
+		ctx = relay.WithTimingObserver(ctx, tm)
 		defer func() {
 			tm.Total = time.Since(start)
 			tm.Answer = time.Since(sent)
 			s.cfg.OnSendTiming(*tm)
 		}()
 	}
-	res, err := s.svc.Send(r.Context(), p, opts)
+	res, err := s.svc.Send(ctx, p, relay.SendOptions{Queue: queue})
 	if tm != nil {
 		sent = time.Now()
 	}

@@ -57,9 +57,8 @@ func newBenchRelay(b *testing.B) *benchRelay {
 	pol.VerifyHandle = policy.VerifyNever
 	pol.Mailboxes = map[string]policy.Mailbox{policy.DefaultMailbox: {Name: policy.DefaultMailbox, DailySendLimit: 1 << 30}}
 	faults := faultmodes.New(faultmodes.Options{Seed: 1})
-	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: metrics.Provider(gm), Policy: pol,
-		Faults: faults, Quota: relay.NewQuota(1<<30, nil),
-		Logger: logger, Observer: metrics})
+	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: faultmodes.Wrap(metrics.Provider(gm), faults, nil), Policy: pol,
+		Quota: relay.NewQuota(1<<30, nil), Logger: logger, Observer: metrics})
 	if err != nil {
 		b.Fatal(err)
 	}

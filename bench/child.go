@@ -292,9 +292,8 @@ func newChildRelay(ctx context.Context, emulator, dir string) (*childRelay, erro
 	pol.VerifyHandle = policy.VerifyNever
 	pol.Mailboxes = map[string]policy.Mailbox{policy.DefaultMailbox: {Name: policy.DefaultMailbox, DailySendLimit: unlimited}}
 	faults := faultmodes.New(faultmodes.Options{Seed: 1})
-	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: metrics.Provider(gm), Policy: pol,
-		Faults: faults, Quota: relay.NewQuota(unlimited, nil),
-		Logger: logger, Observer: metrics})
+	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: faultmodes.Wrap(metrics.Provider(gm), faults, nil), Policy: pol,
+		Quota: relay.NewQuota(unlimited, nil), Logger: logger, Observer: metrics})
 	if err != nil {
 		_ = lg.Close()
 		return nil, err

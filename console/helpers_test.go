@@ -86,11 +86,11 @@ func (e *env) send(key, channel, subject string, fault faultmodes.Mode) gmailrel
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	var d faultmodes.Decision
+	ctx := context.Background()
 	if fault != "" {
-		d = faultmodes.Decision{Mode: fault, RuleID: faultmodes.HeaderRuleID}
+		ctx = faultmodes.WithForced(ctx, faultmodes.Decision{Mode: fault, RuleID: faultmodes.HeaderRuleID})
 	}
-	res, err := e.Service.Send(context.Background(), p, relay.SendOptions{Fault: d})
+	res, err := e.Service.Send(ctx, p, relay.SendOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}

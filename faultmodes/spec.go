@@ -2,9 +2,14 @@
 // runtime (POST /admin/faults) to prove the relay's crash boundaries: what a
 // rule is, how it is validated, and which rule decides a send attempt.
 //
-// The package is pure: it knows nothing about HTTP, Gmail or the acceptance
-// log. The send path asks a Set for a Decision once per attempt, at
-// admission, logs it as a fault line, and then acts on it.
+// The rules act from outside the send path: Wrap puts a Set around a
+// mailbox's Gmail client (a relay.Provider), and the relay asks that
+// wrapper, as a relay.FaultInjector, for each attempt's fault at admission,
+// logs it as a fault line, and calls the wrapper's Send, which fails,
+// drops Gmail's answer or ends the process as the fault says. A fault
+// forced for one request (the X-Relay-Fault header) travels on the
+// request's context (WithForced). The package knows nothing of HTTP or of
+// the acceptance log (docs/design.md#fault-modes).
 package faultmodes
 
 import (

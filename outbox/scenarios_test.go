@@ -25,7 +25,7 @@ func TestEmulatorReconciliationKeepsItsShareWhileTheQueueIsFull(t *testing.T) {
 	var ambiguous []relay.Prepared
 	for i := range 5 {
 		p := e.prepare(10_000 + i)
-		res, err := e.svc.Send(ctx, p, relay.SendOptions{Fault: drop, Queue: true})
+		res, err := e.svc.Send(faultmodes.WithForced(ctx, drop), p, relay.SendOptions{Queue: true})
 		if err != nil || res.Job.State != gmailrelay.StateUnknown {
 			t.Fatalf("dropped send %d: %v state %s, want unknown", i, err, res.Job.State)
 		}

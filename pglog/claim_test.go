@@ -133,7 +133,13 @@ func TestTwoReplicasSweepersSearchEachDueJobOnce(t *testing.T) {
 	pol.MsgIDDomain = "claim.example"
 	pol.VerifyHandle = policy.VerifyNever
 	newService := func(f *faultmodes.Set) *pgRelay {
-		return s.replica(t, relay.Config{Provider: s.gm, Policy: pol, Faults: f})
+		var gmail relay.Provider = s.gm
+		if f != nil {
+			gmail = faultmodes.Wrap(s.gm, f, nil)
+		}
+		r := s.replica(t, relay.Config{Provider: gmail, Policy: pol})
+		r.faults = f
+		return r
 	}
 	faults := faultmodes.New(faultmodes.Options{Now: s.clock.Now})
 	if _, err := faults.Add(faultmodes.Spec{Mode: faultmodes.ForwardThenDropResponse}); err != nil {

@@ -90,7 +90,8 @@ func poolOf(t testing.TB, url, schema string) *pgxpool.Pool {
 }
 
 // newReplica is one relay on the shared schema, as `serve --database`
-// makes it: cfg gives the Provider and Policy (and Faults, SendTimeout);
+// makes it: cfg gives the Provider (wrapped with fault rules, if any) and
+// Policy (and SendTimeout);
 // the log, the clock (a manual one: no clock fence), a quiet logger, a
 // quota the tests never exhaust and a 10 s send timeout are filled in.
 func newReplica(t testing.TB, url, schema string, clock *testclock.Clock, cfg relay.Config) *pgRelay {
@@ -113,8 +114,8 @@ type pgRelay struct {
 	*relay.Service
 	log    gmailrelay.Store
 	policy *policy.Policy
-	faults *faultmodes.Set
-	quota  *relay.Quota // the default mailbox's, when cfg gave it
+	faults *faultmodes.Set // the rules its Provider was wrapped with, if any
+	quota  *relay.Quota    // the default mailbox's, when cfg gave it
 	now    func() time.Time
 	logger zerolog.Logger
 }
@@ -126,7 +127,7 @@ func buildRelay(t testing.TB, cfg relay.Config) *pgRelay {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &pgRelay{Service: svc, log: cfg.Log, policy: cfg.Policy, faults: cfg.Faults, quota: cfg.Quota,
+	return &pgRelay{Service: svc, log: cfg.Log, policy: cfg.Policy, quota: cfg.Quota,
 		now: cfg.Now, logger: cfg.Logger}
 }
 

@@ -120,7 +120,7 @@ func TestClockFenceStopsAReplicaWhoseClockIsOff(t *testing.T) {
 	logs := &testenv.LockedBuffer{}
 	logger := zerolog.New(logs)
 	newService := func(manual bool) *relay.Service {
-		svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: gm, Policy: pol, Now: clock.Now, ManualClock: manual,
+		svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: faultmodes.Wrap(gm, nil, nil), Policy: pol, Now: clock.Now, ManualClock: manual,
 			Logger: logger, SendTimeout: 2 * time.Second})
 		if err != nil {
 			t.Fatal(err)
@@ -137,7 +137,8 @@ func TestClockFenceStopsAReplicaWhoseClockIsOff(t *testing.T) {
 		return p
 	}
 	// In step: an ambiguous send leaves an unknown job for the sweeper.
-	dropped, err := svc.Send(ctx, prepare("fence:dropped"), relay.SendOptions{Fault: faultmodes.Decision{Mode: faultmodes.ForwardThenDropResponse}})
+	drop := faultmodes.WithForced(ctx, faultmodes.Decision{Mode: faultmodes.ForwardThenDropResponse})
+	dropped, err := svc.Send(drop, prepare("fence:dropped"), relay.SendOptions{})
 	if err != nil || dropped.Job.State != gmailrelay.StateUnknown {
 		t.Fatalf("dropped send: %s, %v; want unknown", dropped.Job.State, err)
 	}

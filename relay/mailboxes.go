@@ -13,8 +13,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/policy"
 )
 
-// Mailbox is one mailbox the relay sends as (CONTRACT, "Several
-// mailboxes"): its own Gmail client, quota, daily budget, rate-limit pause
+// Mailbox is one mailbox the relay sends as (docs/design.md#several-mailboxes): its own Gmail client, quota, daily budget, rate-limit pause
 // and handle trust. Jobs carry its name (gmailrelay.Job.Mailbox); every
 // Gmail call for a job goes through its job's mailbox.
 type Mailbox struct {
@@ -22,9 +21,11 @@ type Mailbox struct {
 	userID   string
 	addrs    []string
 	provider Provider
-	quota    *Quota
-	budget   *Budget
-	health   func() error
+	// faults is provider as a FaultInjector, nil when it injects none.
+	faults FaultInjector
+	quota  *Quota
+	budget *Budget
+	health func() error
 	// maxRecipients is the policy's max_recipients (checkLimits).
 	maxRecipients int
 	// sendAs is the last read of the mailbox's send-as list (sendas.go).

@@ -39,7 +39,8 @@ func (e *env) unknownFastJob(ctx context.Context) *sweeper.Sweeper {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	res, err := e.svc.Send(ctx, pu, relay.SendOptions{Fault: faultmodes.Decision{Mode: faultmodes.ForwardThenDropResponse}})
+	drop := faultmodes.WithForced(ctx, faultmodes.Decision{Mode: faultmodes.ForwardThenDropResponse})
+	res, err := e.svc.Send(drop, pu, relay.SendOptions{})
 	if err != nil || res.Job.State != gmailrelay.StateUnknown {
 		e.t.Fatalf("dropped send: state %s, err %v; want unknown", res.Job.State, err)
 	}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/gmailrelay/gmailrelay"
-	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/policy"
 )
 
@@ -15,14 +14,14 @@ type admission int
 
 const (
 	admitForward admission = iota // a new attempt was logged as forwarding
-	admitFailed                   // the attempt failed at once (fail-before-forward)
+	admitFailed                   // the attempt failed at once (a fault not forwarded)
 	admitReplay                   // an earlier result is replayed
 	admitRefused                  // no attempt: the quota or daily budget is spent
 )
 
-// Send runs one request through the idempotent front door (DESIGN.md): a
-// new job or a retryable failure is attempted; anything else replays or
-// reports the job. Request-level refusals are *Error: CodeInvalid (unknown
+// Send runs one request through the idempotent front door
+// (docs/design.md#the-front-door): a new job or a retryable failure is
+// attempted; anything else replays or reports the job. Request-level refusals are *Error: CodeInvalid (unknown
 // channel; a ThreadID CheckThreadID refuses, which Prepare and the api's
 // Gmail-compatible path refuse first, naming their field; more recipients
 // than the mailbox's max_recipients), CodeFromNotVerified (a From Gmail
@@ -36,9 +35,10 @@ const (
 // sent, while a request the front door answers from the job is answered).
 // The attempt's own outcome is in Result.Job.
 //
-// On a log of its own, the front door, the quota and the fault rules are
-// decided inside the admission transaction, which reads the job as
-// stored: a send's units and a counted rule's count are taken there, only
+// On a log of its own, the front door, the quota and the fault (the
+// mailbox's FaultInjector) are decided inside the admission transaction,
+// which reads the job as stored: a send's units and a counted rule's count
+// are taken there, only
 // when an attempt is to be made, and given back if the transaction then
 // fails. On a log shared by replicas the budget and the pause are rows of
 // the database, read in transactions of their own: the job is read first
@@ -48,11 +48,16 @@ const (
 // 422 or a replay) or fails. Either way, once Send has returned only
 // attempts that were made have spent units or counts, and a replay is
 // answered whatever the budget.
+//
+// A TimingObserver on ctx (WithTimingObserver) hears where the Send's time
+// went when it returns.
 func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (_ Result, err error) {
 	defer func() { err = logRefusal(err) }()
+	var tm *Timing
 	var start time.Time
-	if o.Timing != nil {
-		start = time.Now()
+	if obs := timingObserver(ctx); obs != nil {
+		tm, start = &Timing{}, time.Now()
+		defer func() { obs.SendTimed(*tm) }()
 	}
 	// The thread id is stored (thread_id_in) and handed to Gmail: a caller
 	// that set it unchecked must not get CR/LF or megabytes into the log.
@@ -79,7 +84,7 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (_ Result
 		return Result{}, err
 	}
 	defer held.release()
-	a := &admitTx{s: s, p: p, box: box, forced: o.Fault}
+	a := &admitTx{s: s, ctx: ctx, p: p, box: box}
 	if s.shared {
 		if res, done, err := s.frontDoorRead(ctx, p); done {
 			return res, err
@@ -99,7 +104,7 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (_ Result
 		if err := box.checkLimits(&p); err != nil {
 			return Result{}, err
 		}
-		d, err := s.admitAttempt(box, o.Fault, p.Channel, p.Key, p.MessageID, takeForeground)
+		d, err := s.admitAttempt(ctx, box, p.Channel, p.Key, p.MessageID, takeForeground)
 		if err != nil {
 			if o.Queue && IsRateLimited(err) {
 				return s.enqueue(ctx, box, p, o)
@@ -109,17 +114,17 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (_ Result
 		a.d, a.took = d, true
 	}
 	var t0 time.Time
-	if o.Timing != nil {
+	if tm != nil {
 		t0 = time.Now()
-		o.Timing.Admit = t0.Sub(start)
+		tm.Admit = t0.Sub(start)
 	}
 	job, _, err := s.log.Mutate(ctx, p.MessageID, a.change)
-	if o.Timing != nil {
-		o.Timing.FirstCommit = time.Since(t0)
+	if tm != nil {
+		tm.FirstCommit = time.Since(t0)
 	}
 	if a.took && (err != nil || a.adm != admitForward && a.adm != admitFailed) {
 		// Nothing was attempted: give back what admission took.
-		s.giveBack(box, o.Fault, a.d, true)
+		s.giveBack(ctx, box, a.d, true)
 	}
 	if err != nil {
 		return Result{}, s.admissionRefused(p.MessageID, a.attempt, a.adm, caseConflict(err))
@@ -132,11 +137,9 @@ func (s *Service) Send(ctx context.Context, p Prepared, o SendOptions) (_ Result
 	case admitReplay, admitRefused:
 		return a.res, a.err
 	case admitFailed:
-		s.observeFault(a.d)
 		return Result{Job: job, Fault: a.d}, nil
 	}
-	s.observeFault(a.d)
-	return s.forward(ctx, box, job, p.Raw, a.d, o.Queue, o.Timing)
+	return s.forward(ctx, box, job, p.Raw, a.d, o.Queue, tm)
 }
 
 // byKey points p at the job its key already has when that job's
@@ -192,15 +195,16 @@ func (s *Service) frontDoorRead(ctx context.Context, p Prepared) (Result, bool, 
 // admitTx is Send's admission transaction, its inputs and what it
 // decided, in one allocation (a closure would capture each on its own).
 type admitTx struct {
-	s      *Service
-	p      Prepared
-	box    *Mailbox
-	forced faultmodes.Decision // the request's X-Relay-Fault, if any
-	// d is the fault decision admitAttempt made and took says it took
-	// quota and a rule's count for it (before the transaction on a
-	// shared log, in its first run that attempts otherwise): kept across
-	// runs of the transaction, so a run again does not take twice.
-	d    faultmodes.Decision
+	s *Service
+	// ctx is the Send's: the fault decision reads it (a forced fault).
+	ctx context.Context
+	p   Prepared
+	box *Mailbox
+	// d is the fault admitAttempt decided and took says it took quota and
+	// a rule's count for it (before the transaction on a shared log, in
+	// its first run that attempts otherwise): kept across runs of the
+	// transaction, so a run again does not take twice.
+	d    Fault
 	took bool
 	// What the transaction decided; reset on every run. attempt is the
 	// number of the attempt it wrote (0: none).
@@ -234,7 +238,7 @@ func (a *admitTx) change(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		return gmailrelay.Change{}, nil
 	}
 	if !a.took {
-		d, err := s.admitAttempt(a.box, a.forced, p.Channel, p.Key, p.MessageID, takeForeground)
+		d, err := s.admitAttempt(a.ctx, a.box, p.Channel, p.Key, p.MessageID, takeForeground)
 		if err != nil {
 			a.adm, a.err = admitRefused, err
 			return gmailrelay.Change{}, nil
@@ -259,11 +263,11 @@ func (a *admitTx) change(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 	return gmailrelay.Change{Job: j, Lines: lines, Raw: raw}, nil
 }
 
-// admitAttempt takes the fault decision and the quota for one attempt. The
-// quota is checked before a fault rule is consumed, so an attempt refused
-// for quota never uses up a counted rule; fail-before-forward spends no
-// quota. forced, when set, replaces the rule-based decision.
-func (s *Service) admitAttempt(box *Mailbox, forced faultmodes.Decision, channel, key, id string, mode takeMode) (faultmodes.Decision, error) {
+// admitAttempt takes the fault decision (the mailbox's FaultInjector, on
+// ctx) and the quota for one attempt. The quota is checked before a fault
+// is decided, so an attempt refused for quota never uses up a counted
+// rule; a fault that is not forwarded spends no quota.
+func (s *Service) admitAttempt(ctx context.Context, box *Mailbox, channel, key, id string, mode takeMode) (Fault, error) {
 	refused := func(in time.Duration) error {
 		return &Error{Code: CodeRateLimited, RetryAfter: seconds(in),
 			Message: "mailbox " + box.name + ": the relay's Gmail quota budget is spent for now; nothing was sent"}
@@ -273,38 +277,37 @@ func (s *Service) admitAttempt(box *Mailbox, forced faultmodes.Decision, channel
 			Message: "mailbox " + box.name + ": the daily sending budget is spent; nothing was sent"}
 	}
 	if ok, in := box.budget.Available(); !ok {
-		return faultmodes.Decision{}, spent(in)
+		return Fault{}, spent(in)
 	}
 	if ok, in := box.quota.availableFor(UnitsSend, mode); !ok {
-		return faultmodes.Decision{}, refused(in)
+		return Fault{}, refused(in)
 	}
-	d := forced
-	if d.Mode == "" && s.faults != nil {
-		d = s.faults.Decide(channel, key, id)
+	var d Fault
+	if box.faults != nil {
+		d = box.faults.DecideFault(ctx, FaultQuery{Channel: channel, Key: key, MessageID: id})
 	}
-	if d.Mode == faultmodes.FailBeforeForward {
+	if d.NotForwarded {
 		return d, nil
 	}
 	if ok, in := box.budget.Take(); !ok {
-		return faultmodes.Decision{}, spent(in)
+		return Fault{}, spent(in)
 	}
 	if ok, in := box.quota.takeFor(UnitsSend, mode); !ok {
 		box.budget.Refund()
-		return faultmodes.Decision{}, refused(in)
+		return Fault{}, refused(in)
 	}
 	return d, nil
 }
 
-// giveBack returns the quota units and the fault rule's count that
-// admitAttempt took for an attempt that was then not made. A forced
-// decision (the X-Relay-Fault header) consumed no rule.
-func (s *Service) giveBack(box *Mailbox, forced, d faultmodes.Decision, tookQuota bool) {
-	if d.Mode != faultmodes.FailBeforeForward && tookQuota {
+// giveBack returns the quota units and the fault's count that
+// admitAttempt took on ctx for an attempt that was then not made.
+func (s *Service) giveBack(ctx context.Context, box *Mailbox, d Fault, tookQuota bool) {
+	if !d.NotForwarded && tookQuota {
 		box.quota.Refund(UnitsSend)
 		box.budget.Refund()
 	}
-	if forced.Mode == "" && s.faults != nil {
-		s.faults.Refund(d)
+	if d.Mode != "" && box.faults != nil {
+		box.faults.RefundFault(ctx, d)
 	}
 }
 
@@ -346,15 +349,15 @@ func abandonedBy(j *gmailrelay.Job) string {
 
 // startAttempt appends the fault and forwarding (or not_sent) lines of a
 // new attempt to lines and sets the job's state accordingly.
-func (s *Service) startAttempt(j *gmailrelay.Job, lines []gmailrelay.Line, d faultmodes.Decision, now time.Time) ([]gmailrelay.Line, admission) {
+func (s *Service) startAttempt(j *gmailrelay.Job, lines []gmailrelay.Line, d Fault, now time.Time) ([]gmailrelay.Line, admission) {
 	if d.Mode != "" {
-		lines = append(lines, gmailrelay.Line{Kind: gmailrelay.KindFault, Attempt: j.Attempts, RuleID: d.RuleID, Mode: string(d.Mode)})
+		lines = append(lines, gmailrelay.Line{Kind: gmailrelay.KindFault, Attempt: j.Attempts, RuleID: d.RuleID, Mode: d.Mode})
 	}
 	j.UpdatedAt = now
 	j.NextCheckAt = time.Time{}
-	if d.Mode == faultmodes.FailBeforeForward {
+	if d.NotForwarded {
 		j.Retryable = true
-		j.LastStatus, j.LastReason, j.LastError = 0, gmailrelay.ReasonFaultInjected, "fail-before-forward fault injected: nothing was sent"
+		j.LastStatus, j.LastReason, j.LastError = 0, gmailrelay.ReasonFaultInjected, d.Mode+" fault injected: nothing was sent"
 		s.scheduleRetry(j, now)
 		return append(lines, gmailrelay.Move(j, gmailrelay.StateFailed, gmailrelay.Line{Kind: gmailrelay.KindNotSent, Attempt: j.Attempts,
 			Retryable: true, Reason: gmailrelay.ReasonFaultInjected, RuleID: d.RuleID})), admitFailed
@@ -370,11 +373,5 @@ func (s *Service) scheduleRetry(j *gmailrelay.Job, now time.Time) {
 	ch, err := s.policy.Channel(j.Channel)
 	if err == nil && ch.OnUnknown == policy.Retry && j.Retryable {
 		j.NextCheckAt = now.Add(ch.Grace)
-	}
-}
-
-func (s *Service) observeFault(d faultmodes.Decision) {
-	if d.Mode != "" && d.Mode != faultmodes.ForwardAndRespond && s.obs != nil {
-		s.obs.Faulted(d.Mode)
 	}
 }

@@ -11,13 +11,14 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmailrelay/gmailrelay"
-	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/internal/lifecycle"
 	"github.com/gmailrelay/gmailrelay/policy"
 )
 
 // Config wires a Service. Log, Policy and a Provider (Provider, or one
-// per mailbox in Mailboxes) are required.
+// per mailbox in Mailboxes) are required. A Provider that is also a
+// FaultInjector (faultmodes wraps one around the Gmail client) injects
+// faults into its mailbox's sends.
 //
 // The Service has one Mailbox per mailbox of the policy (policy.MailboxList:
 // just "default" when the policy names none). Provider, Quota, Budget and
@@ -27,8 +28,6 @@ type Config struct {
 	Log      gmailrelay.Store
 	Provider Provider
 	Policy   *policy.Policy
-	// Faults holds the runtime fault rules; nil means none.
-	Faults *faultmodes.Set
 	// Quota is the default mailbox's Gmail budget; nil means
 	// NewQuota(QuotaPerMinute, Now).
 	Quota *Quota
@@ -58,10 +57,6 @@ type Config struct {
 	// SendTimeout bounds each Gmail call (default 60s). The call runs on its
 	// own context: a caller that goes away never cancels it.
 	SendTimeout time.Duration
-	// Crash is called by crash-after-forward right after Gmail accepted,
-	// before anything is logged. It must not return (os.Exit). nil: the
-	// fault is treated as forward-then-drop-response.
-	Crash func()
 	// Observer, when set, hears about every attempt outcome (metrics).
 	Observer Observer
 	// CrashPoint, when set, is called at the named points of the send path
@@ -82,8 +77,6 @@ const (
 type Observer interface {
 	// Attempted is called once per Gmail send attempt with its outcome.
 	Attempted(channel string, o Outcome, took time.Duration)
-	// Faulted is called when a fault rule decides an attempt.
-	Faulted(mode faultmodes.Mode)
 	// HandleChecked is called after a Message-ID was read back.
 	HandleChecked(kept bool)
 }
@@ -93,7 +86,6 @@ type Observer interface {
 type Service struct {
 	log      gmailrelay.Store
 	policy   *policy.Policy
-	faults   *faultmodes.Set
 	boxes    []*Mailbox // the default mailbox (or the first by name) first
 	onQueued func()
 	now      func() time.Time
@@ -101,7 +93,6 @@ type Service struct {
 	accepted atomic.Int64
 	logger   zerolog.Logger
 	timeout  time.Duration
-	crash    func()
 	obs      Observer
 	point    func(string)
 
@@ -122,26 +113,12 @@ type Service struct {
 
 // SendOptions adjust one Send.
 type SendOptions struct {
-	// Fault, when non-zero, replaces the rule-based decision (the
-	// X-Relay-Fault header, already authorised by the caller).
-	Fault faultmodes.Decision
 	// Queue: when the budget is spent (or other jobs wait in the outbox),
 	// log the job queued instead of refusing it with CodeRateLimited; and
 	// when the attempt finds Gmail rate-limiting or not reached, put the
 	// job back in the queue instead of failing it (see requeues).
 	// A job with a future Prepared.SendAt is queued whatever Queue says.
 	Queue bool
-	// Timing, when non-nil, is filled with where the Send's time went (the
-	// benchmark's phase breakdown); nil costs nothing.
-	Timing *Timing
-}
-
-// Timing is where one Send's time went: admission before the log (the
-// channel, the front door's read of the job, quota and fault rules), the
-// admission commit (the forwarding line made durable), the Gmail call,
-// and the outcome commit. A phase the Send did not reach stays zero.
-type Timing struct {
-	Admit, FirstCommit, Gmail, OutcomeCommit time.Duration
 }
 
 // Result is what a Send or an attempt did.
@@ -150,10 +127,10 @@ type Result struct {
 	Job gmailrelay.Job
 	// Replayed: nothing was attempted; Job is an earlier result.
 	Replayed bool
-	// Fault is the fault decision taken for this attempt (zero if none).
-	Fault faultmodes.Decision
-	// Dropped: forward-then-drop-response fired; the caller must get no
-	// answer (or 504 when Fault.Drop is "504").
+	// Fault is the fault injected into this attempt (zero if none).
+	Fault Fault
+	// Dropped: a fault dropped Gmail's answer (FaultError); the caller
+	// must get no answer (or 504 when Fault.Drop is "504").
 	Dropped bool
 	// RetryIn, when Gmail answered this attempt with a rate limit, is how
 	// long the mailbox is paused (the caller's Retry-After).
@@ -171,9 +148,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, errors.New("relay: Log and Policy are required")
 	}
 	s := &Service{shared: gmailrelay.IsShared(cfg.Log),
-		log: cfg.Log, policy: cfg.Policy, faults: cfg.Faults,
+		log: cfg.Log, policy: cfg.Policy,
 		onQueued: cfg.OnQueued, now: cfg.Now, logger: cfg.Logger,
-		timeout: cfg.SendTimeout, crash: cfg.Crash, obs: cfg.Observer, point: cfg.CrashPoint,
+		timeout: cfg.SendTimeout, obs: cfg.Observer, point: cfg.CrashPoint,
 	}
 	if s.point == nil {
 		s.point = func(string) {}
@@ -192,6 +169,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		if m.provider == nil {
 			return nil, fmt.Errorf("relay: mailbox %s has no Provider", m.name)
 		}
+		m.faults, _ = m.provider.(FaultInjector)
 	}
 	if err := s.RefreshQuotaShares(ctx); err != nil {
 		s.logger.Warn().Err(err).Msg("quota: count the replicas on the log (each mailbox's quota stays whole until the sweeper counts them)")
@@ -201,7 +179,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		// Other replicas' attempts in flight are theirs until their lease
 		// runs out; the sweeper takes over expired ones (RecoverExpired).
 		// Their leases are read on this replica's clock: measure it first
-		// (a failed measurement leaves the fence open, as before).
+		// (a failed measurement leaves the fence open).
 		recover, what = s.RecoverExpired, "jobs left in forwarding past their lease"
 		_ = s.CheckClock(ctx)
 	}
@@ -238,8 +216,8 @@ func (s *Service) recover(ctx context.Context) (int, error) {
 }
 
 // RefreshQuotaShares divides each mailbox's per-minute quota between the
-// relays alive on a log they share (CONTRACT, "Several relays on one
-// PostgreSQL": the quota is shared): it counts them
+// relays alive on a log they share (the quota is shared:
+// docs/design.md#several-relays-on-one-postgresql): it counts them
 // (gmailrelay.ReplicaCounter) and gives every mailbox's Quota its share
 // (Quota.SetShare). New calls it, and so does every sweeper pass on a
 // shared log, so shares follow replicas as they come and go. On a log
@@ -327,9 +305,9 @@ const tieWindow = time.Millisecond
 // acceptedAt is the CreatedAt of a new job: now, made a nanosecond later
 // than the last one this Service gave when the clock has not moved on
 // since (a manual clock; a coarse one; within tieWindow). The outbox
-// delivers jobs of one send_at in CreatedAt order, and CONTRACT's order is
-// acceptance order: taken inside the job's creating transaction, the
-// stamps follow it. A clock that stepped back further than tieWindow is
+// delivers jobs of one send_at in CreatedAt order, and the order is
+// acceptance order (docs/design.md#the-outbox): taken inside the job's
+// creating transaction, the stamps follow it. A clock that stepped back further than tieWindow is
 // taken as it is: a job's CreatedAt never runs ahead of its own lines.
 func (s *Service) acceptedAt() time.Time {
 	now := s.now()

@@ -70,7 +70,7 @@ func newStepRig(t *testing.T, set rigSetup) *stepRig {
 	}
 	faults := faultmodes.New(faultmodes.Options{Seed: 1, Now: host.Now})
 	pol, logger := testPolicy(), zerolog.Nop()
-	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: prov, Policy: pol, Faults: faults, Now: host.Now,
+	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: faultmodes.Wrap(prov, faults, nil), Policy: pol, Now: host.Now,
 		Logger: logger, SendTimeout: 60 * time.Second, Quota: relay.NewQuota(1<<30, host.Now)})
 	if err != nil {
 		t.Fatalf("relay.New: %v", err)

@@ -67,26 +67,37 @@ func (tb *threeBoxes) build() {
 // send sends a new message with the given From and mailbox field.
 func (tb *threeBoxes) send(from, mailbox string, o relay.SendOptions) (relay.Result, error) {
 	tb.t.Helper()
+	return tb.sendOn(context.Background(), from, mailbox, o)
+}
+
+// sendOn is send on ctx (which may force a fault: ambiguous).
+func (tb *threeBoxes) sendOn(ctx context.Context, from, mailbox string, o relay.SendOptions) (relay.Result, error) {
+	tb.t.Helper()
 	tb.n++
 	p, err := relay.Prepare(relay.SendRequest{Key: fmt.Sprintf("cus_%d:invoice:%d", tb.n, tb.n), From: from, Mailbox: mailbox,
 		To: relay.AddressList{"customer@example.net"}, Subject: "Invoice", Text: "Attached."}, "", "relay.test", tb.te.Clock.Now())
 	if err != nil {
 		return relay.Result{}, err
 	}
-	return tb.te.Service.Send(context.Background(), p, o)
+	return tb.te.Service.Send(ctx, p, o)
 }
 
 func (tb *threeBoxes) mustSend(from, mailbox string, o relay.SendOptions) relay.Result {
 	tb.t.Helper()
-	res, err := tb.send(from, mailbox, o)
+	return tb.mustSendOn(context.Background(), from, mailbox, o)
+}
+
+func (tb *threeBoxes) mustSendOn(ctx context.Context, from, mailbox string, o relay.SendOptions) relay.Result {
+	tb.t.Helper()
+	res, err := tb.sendOn(ctx, from, mailbox, o)
 	if err != nil {
 		tb.t.Fatalf("send from %q mailbox %q: %v", from, mailbox, err)
 	}
 	return res
 }
 
-// ambiguous is an attempt Gmail accepted whose answer was lost.
-var ambiguous = relay.SendOptions{Fault: faultmodes.Decision{RuleID: "test", Mode: faultmodes.ForwardThenDropResponse}}
+// ambiguous is the context of an attempt Gmail accepts whose answer is lost.
+var ambiguous = faultmodes.WithForced(context.Background(), faultmodes.Decision{RuleID: "test", Mode: faultmodes.ForwardThenDropResponse})
 
 // account returns the emulator account that stored id, and its deliveries.
 func (tb *threeBoxes) account(id string) (string, int) {
@@ -157,7 +168,7 @@ func TestEmulatorRewriteInOneMailboxUntrustsOnlyThatMailbox(t *testing.T) {
 	ids := map[string][]string{}
 	for _, from := range []string{supportAddr, billingAddr, brandAddr} {
 		for range 2 {
-			res := tb.mustSend(from, "", ambiguous)
+			res := tb.mustSendOn(ambiguous, from, "", relay.SendOptions{})
 			ids[from] = append(ids[from], res.Job.MessageID)
 		}
 	}
@@ -199,7 +210,7 @@ func TestEmulatorRewriteInOneMailboxUntrustsOnlyThatMailbox(t *testing.T) {
 	if !tb.mailbox("brand").HandleUntrusted || tb.mailbox("support").HandleUntrusted {
 		t.Error("after a restart the mailboxes' trust is not what the log recorded")
 	}
-	res := tb.mustSend(brandAddr, "", ambiguous)
+	res := tb.mustSendOn(ambiguous, brandAddr, "", relay.SendOptions{})
 	tb.te.Clock.Advance(grace + time.Second)
 	if _, err := tb.sw.RunOnce(context.Background()); err != nil {
 		t.Fatal(err)
@@ -244,11 +255,11 @@ func TestEmulatorGmailPauseInOneMailboxDoesNotSlowTheOthers(t *testing.T) {
 		if i%2 == 1 {
 			from = brandAddr
 		}
-		o := relay.SendOptions{Queue: true}
+		sendCtx, o := context.Background(), relay.SendOptions{Queue: true}
 		if i < 4 {
-			o = ambiguous
+			sendCtx, o = ambiguous, relay.SendOptions{}
 		}
-		r := tb.mustSend(from, "", o)
+		r := tb.mustSendOn(sendCtx, from, "", o)
 		if want := gmailrelay.StateSent; i >= 4 && r.Job.State != want {
 			t.Errorf("send from %s while billing is paused: %s, want %s at once", from, r.Job.State, want)
 		}
@@ -351,7 +362,7 @@ func TestEmulatorPausedMailboxDoesNotCrowdOutTheOthersDueJobs(t *testing.T) {
 		tb.mustSend(billingAddr, "", relay.SendOptions{})
 	}
 	tb.te.Clock.Advance(30 * time.Second)
-	res := tb.mustSend(supportAddr, "", ambiguous) // due after billing's nine
+	res := tb.mustSendOn(ambiguous, supportAddr, "", relay.SendOptions{}) // due after billing's nine
 	cfg := tb.te.SweeperConfig()
 	cfg.Interval, cfg.Limit = time.Hour, 5
 	sw := sweeper.New(cfg)

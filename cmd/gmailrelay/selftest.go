@@ -173,7 +173,7 @@ func selftest(ctx context.Context, o selftestOptions, w io.Writer) (selftestRepo
 		"selftest": {Name: "selftest", OnUnknown: policy.Retry, Grace: o.Poll, Checks: checks, MaxAttempts: 1},
 	}}
 	quota := relay.NewQuota(6000, o.now)
-	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: gm, Policy: pol, UserID: o.Mailbox, Now: o.now,
+	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: faultmodes.Wrap(gm, nil, nil), Policy: pol, UserID: o.Mailbox, Now: o.now,
 		Logger: zerolog.Nop(), Quota: quota})
 	if err != nil {
 		return rep, err
@@ -186,7 +186,7 @@ func selftest(ctx context.Context, o selftestOptions, w io.Writer) (selftestRepo
 		if err != nil {
 			return relay.Result{}, err
 		}
-		return svc.Send(ctx, p, relay.SendOptions{Fault: fault})
+		return svc.Send(faultmodes.WithForced(ctx, fault), p, relay.SendOptions{})
 	}
 
 	fmt.Fprintf(w, "gmailrelay self-test against %s, mailbox %s, sending only to %s\n", o.Label, o.Mailbox, addr.Address)

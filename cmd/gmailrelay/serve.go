@@ -146,7 +146,8 @@ type relayClock struct {
 }
 
 // build makes every service of the relay over rs.log and wires each with
-// the dependencies it needs: the fault rules, the send path
+// the dependencies it needs: the fault rules (around each mailbox's Gmail
+// client, outside its metrics), the send path
 // (relay.Service), the sweeper, the outbox, the retention pass, the
 // console and the API handler it returns. Nothing runs yet.
 func (rs *relayServer) build(ctx context.Context, c serveConfig, clock relayClock, gcfg gmailapi.Config, mode string) (*faultmodes.Set, http.Handler, error) {
@@ -160,11 +161,13 @@ func (rs *relayServer) build(ctx context.Context, c serveConfig, clock relayCloc
 			fopts.Store = fs
 		}
 	}
-	boxes, err := c.buildMailboxes(ctx, gcfg, lg, now, metrics.MailboxProvider)
+	faults := faultmodes.New(fopts)
+	boxes, err := c.buildMailboxes(ctx, gcfg, lg, now, func(p relay.Provider, mailbox string) relay.Provider {
+		return faultmodes.Wrap(metrics.MailboxProvider(p, mailbox), faults, crash)
+	})
 	if err != nil {
 		return nil, nil, err
 	}
-	faults := faultmodes.New(fopts)
 	var box atomic.Pointer[outbox.Outbox] // set below; OnQueued wakes it
 	svc, err := relay.New(ctx, relay.Config{
 		OnQueued: func() {
@@ -172,11 +175,10 @@ func (rs *relayServer) build(ctx context.Context, c serveConfig, clock relayCloc
 				b.Wake()
 			}
 		},
-		Log: lg, Policy: c.policy, Faults: faults, Mailboxes: boxes.configs,
+		Log: lg, Policy: c.policy, Mailboxes: boxes.configs,
 		QuotaPerMinute: c.QuotaPerMinute, Logger: logger, Now: now,
 		ManualClock: c.Clock == "manual", // apart from PostgreSQL's by design: no clock fence
 		SendTimeout: c.SendTimeout, Observer: metrics,
-		Crash:      crash,
 		CrashPoint: c.crashPoint,
 	})
 	if err != nil {

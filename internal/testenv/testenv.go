@@ -142,16 +142,36 @@ func (e *Env) Build(perMinute int) {
 	if timeout == 0 {
 		timeout = 5 * time.Second
 	}
-	cfg := relay.Config{Log: e.Log, Provider: e.Provider, Policy: e.Policy, Faults: e.Faults, Now: e.Clock.Now,
+	cfg := relay.Config{Log: e.Log, Provider: e.Provider, Policy: e.Policy, Now: e.Clock.Now,
 		Logger: e.Logger, SendTimeout: timeout, Quota: relay.NewQuota(perMinute, e.Clock.Now)}
 	if e.opts.Configure != nil {
 		e.opts.Configure(&cfg)
 	}
+	e.wrapFaults(&cfg)
 	e.Quota = cfg.Quota
 	var err error
 	if e.Service, err = relay.New(context.Background(), cfg); err != nil {
 		e.T.Fatalf("relay.New: %v", err)
 	}
+}
+
+// wrapFaults puts the Env's fault rules around every Gmail client of cfg,
+// outermost (around whatever Configure wrapped), as serve does.
+func (e *Env) wrapFaults(cfg *relay.Config) {
+	if cfg.Provider != nil {
+		cfg.Provider = faultmodes.Wrap(cfg.Provider, e.Faults, nil)
+	}
+	if len(cfg.Mailboxes) == 0 {
+		return
+	}
+	boxes := make(map[string]relay.MailboxConfig, len(cfg.Mailboxes)) // Configure's map stays as it gave it
+	for name, mc := range cfg.Mailboxes {
+		if mc.Provider != nil {
+			mc.Provider = faultmodes.Wrap(mc.Provider, e.Faults, nil)
+		}
+		boxes[name] = mc
+	}
+	cfg.Mailboxes = boxes
 }
 
 // SweeperConfig is a relay process's sweeper.Config over the Env: its
