@@ -186,9 +186,9 @@ func guard(what string, fn func() error) (err error) {
 	return fn()
 }
 
-// violations collects what Check finds. first holds every one of them, in
-// the order found (CONTRACT: check names each violation); n is their
-// number.
+// violations collects what Check finds. found holds every one of them, in
+// the order found (check names each violation:
+// docs/operations.md#checking-a-log-file-offline); n is their number.
 type violations struct {
 	n     int
 	found []string
