@@ -337,8 +337,8 @@ type Mailbox struct {
 	// sweeper's verify pass adds each (an EditMailbox, so no concurrent
 	// edit is lost) and every pass reads them from here, so that every
 	// relay on the log, and a relay after a restart, waits at least the
-	// observed p99 before it counts a miss (CONTRACT, "Witness before a
-	// miss"). Empty in a record written before they were kept.
+	// observed p99 before it counts a miss (docs/design.md#the-witness-rule).
+	// Empty in a record written without lag samples.
 	Lags LagSamples `json:"lags,omitzero"`
 }
 

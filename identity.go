@@ -14,8 +14,9 @@ import (
 // fingerprint (SecretFingerprint). A job key derives a different
 // Message-ID under another identity, and the front door would take it for
 // a new job: so the log remembers the identity it was created with, and a
-// relay configured with another one refuses to start (CONTRACT, "a
-// remembered identity") until an operator changes it on purpose (Rekey).
+// relay configured with another one refuses to start
+// (docs/design.md#the-logs-identity) until an operator changes it on
+// purpose (Rekey).
 type Identity struct {
 	MsgIDDomain string `json:"msgid_domain"`
 	// SecretFingerprint is "" when no Message-ID secret is set.

@@ -84,7 +84,7 @@ type Shared interface {
 
 // QueueClaimer is implemented by a shared Store (PostgreSQL) so that one
 // replica at a time delivers a given mailbox's queue, head first, in order
-// (CONTRACT, "Outbox": per mailbox, send_at then acceptance order).
+// (per mailbox, send_at then acceptance order: docs/design.md#the-outbox).
 // ClaimQueued claims, for one delivery pass, the queues of the mailboxes
 // no other replica's pass holds, and returns their queued jobs read after
 // the claim, in no particular order. mailbox names a queued job's mailbox

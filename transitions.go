@@ -10,19 +10,20 @@ import (
 // abandoned. The front door writes it when a send must wait.
 const StateQueued State = "queued"
 
-// Transitions is the one table of allowed state changes (DESIGN.md,
-// "Second wave"): from → the states a job may move to. The key "" is a new
-// job. The log's change validation refuses any other change of a job's
-// state; rewriting a job in the state it already has is not a change.
+// Transitions is the one table of allowed state changes
+// (docs/design.md#states-and-transitions): from → the states a job may
+// move to. The key "" is a new job. The log's change validation refuses
+// any other change of a job's state; rewriting a job in the state it
+// already has is not a change.
 //
-// Beyond DESIGN's table, a human's resolve may also move unknown → abandoned
-// and failed → sent, abandoned (failed → forwarding is in the table; a
-// resolve retry makes it for non-retryable failures too): the resolve
-// endpoint accepts unknown and failed jobs, as docs/api.md documents. And
-// the send path moves forwarding → queued when Gmail answered a rate limit
-// or was not reached (nothing was sent) and the attempt may wait: a
-// caller's send that accepts queueing, or the delivery loop's own attempt
-// (CONTRACT, "Outbox": such a job "is logged queued").
+// Beyond the first design's table, a human's resolve may also move
+// unknown → abandoned and failed → sent, abandoned (failed → forwarding is
+// in the table; a resolve retry makes it for non-retryable failures too):
+// the resolve endpoint accepts unknown and failed jobs, as docs/api.md
+// documents. And the send path moves forwarding → queued when Gmail
+// answered a rate limit or was not reached (nothing was sent) and the
+// attempt may wait: a caller's send that accepts queueing, or the delivery
+// loop's own attempt (such a job is logged queued: docs/design.md#the-outbox).
 var Transitions = map[State][]State{
 	"":              {StateQueued, StateForwarding, StateFailed},
 	StateQueued:     {StateForwarding, StateAbandoned},

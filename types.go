@@ -48,7 +48,7 @@ func (s State) Valid() bool {
 // Kind is the kind of a log line.
 type Kind string
 
-// The line kinds of DESIGN.md.
+// The line kinds (docs/states.md#log-line-kinds).
 const (
 	KindReceived   Kind = "received"   // the request was accepted for a job
 	KindFault      Kind = "fault"      // a fault rule decided this attempt

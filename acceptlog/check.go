@@ -186,9 +186,9 @@ func guard(what string, fn func() error) (err error) {
 	return fn()
 }
 
-// violations collects what Check finds. first holds every one of them, in
-// the order found (CONTRACT: check names each violation); n is their
-// number.
+// violations collects what Check finds. found holds every one of them, in
+// the order found (check names each violation:
+// docs/operations.md#checking-a-log-file-offline); n is their number.
 type violations struct {
 	n     int
 	found []string
@@ -210,33 +210,65 @@ type keySet map[string]struct{}
 
 func (s keySet) add(k []byte) { s[string(k)] = struct{}{} }
 
+// check runs every rule Check documents over tx, adding what it finds to v.
+// It returns an error only when tx cannot be read.
 func check(tx *bolt.Tx, v *violations, needRaw bool) error {
-	wantState, wantDue, wantUnknown, wantPrunable := keySet{}, keySet{}, keySet{}, keySet{}
-	counts := map[string]int64{}
-	// lines by job, oldest first, from the lines bucket itself (not the
-	// seqs the job records list, which are checked against it).
-	byJob := map[string][]gmailrelay.Line{}
+	c := checker{tx: tx, v: v, needRaw: needRaw, counts: map[string]int64{}, byJob: map[string][]gmailrelay.Line{},
+		wantState: keySet{}, wantDue: keySet{}, wantUnknown: keySet{}, wantPrunable: keySet{}}
+	for _, step := range []func() error{c.readLines, c.checkJobs, c.checkBodies} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	c.checkOrphanLines()
+	c.compareIndexes()
+	if err := checkFolds(tx, v); err != nil {
+		return err
+	}
+	c.compareCounters()
+	return nil
+}
 
-	err := tx.Bucket(bucketLines).ForEach(func(k, val []byte) error {
+// checker is one check's pass over a transaction: what it has read so
+// far, and what the jobs it has read imply the indexes and counters hold.
+type checker struct {
+	tx      *bolt.Tx
+	v       *violations
+	needRaw bool
+	// counts is the recount of every counter.
+	counts map[string]int64
+	// byJob holds the lines by job, oldest first, from the lines bucket
+	// itself (not the seqs the job records list, which are checked against
+	// it); checkJobs removes each job's lines, leaving the orphans.
+	byJob map[string][]gmailrelay.Line
+	// the index entries the jobs imply
+	wantState, wantDue, wantUnknown, wantPrunable keySet
+}
+
+// readLines reads every line into byJob and counts it.
+func (c *checker) readLines() error {
+	return c.tx.Bucket(bucketLines).ForEach(func(k, val []byte) error {
 		var ln gmailrelay.Line
 		if err := decodeLineValue(k, val, &ln); err != nil {
-			v.add("%v", err)
+			c.v.add("%v", err)
 			return nil
 		}
 		if len(k) != 8 || binary.BigEndian.Uint64(k) != ln.Seq {
-			v.add("line %x: key does not match seq %d", k, ln.Seq)
+			c.v.add("line %x: key does not match seq %d", k, ln.Seq)
 		}
-		byJob[ln.MessageID] = append(byJob[ln.MessageID], ln)
+		c.byJob[ln.MessageID] = append(c.byJob[ln.MessageID], ln)
 		for _, ck := range lineCounters(&ln) {
-			counts[ck]++
+			c.counts[ck]++
 		}
 		return nil
 	})
-	if err != nil {
-		return err
-	}
+}
 
-	err = tx.Bucket(bucketJobs).ForEach(func(k, val []byte) error {
+// checkJobs checks every job against its key, its lines and its raw
+// message, counts it and records the index entries it implies.
+func (c *checker) checkJobs() error {
+	v := c.v
+	return c.tx.Bucket(bucketJobs).ForEach(func(k, val []byte) error {
 		id := string(k)
 		var j gmailrelay.Job
 		seqs, err := decodeJobValueSeqs(k, val, &j)
@@ -244,9 +276,9 @@ func check(tx *bolt.Tx, v *violations, needRaw bool) error {
 			v.add("%v", err)
 			return nil
 		}
-		counts[counterJobs]++
+		c.counts[counterJobs]++
 		for _, ck := range jobCounters(&j) {
-			counts[ck]++
+			c.counts[ck]++
 		}
 		if j.MessageID != id {
 			v.add("job %s: stored under key %q", j.MessageID, id)
@@ -254,76 +286,86 @@ func check(tx *bolt.Tx, v *violations, needRaw bool) error {
 		if !j.State.Valid() {
 			v.add("job %s: unknown state %q", id, j.State)
 		}
-		ik := keysOf(&j)
-		wantState.add(ik.state)
-		if ik.due != nil {
-			wantDue.add(ik.due)
-		}
-		if ik.unknown != nil {
-			wantUnknown.add(ik.unknown)
-		}
-		if ik.prunable != nil {
-			wantPrunable.add(ik.prunable)
-		}
-		lines := byJob[id]
-		delete(byJob, id)
+		c.wantIndexes(&j)
+		lines := c.byJob[id]
+		delete(c.byJob, id)
 		checkLineSeqs(v, id, seqs, lines)
 		for _, found := range gmailrelay.CheckJob(&j, lines) {
 			v.add("%s", found)
 		}
-		checkRaw(v, &j, tx.Bucket(bucketBodies).Get(k) != nil, needRaw)
+		checkRaw(v, &j, c.tx.Bucket(bucketBodies).Get(k) != nil, c.needRaw)
 		return nil
 	})
-	if err != nil {
-		return err
+}
+
+// wantIndexes records the index entries job j implies.
+func (c *checker) wantIndexes(j *gmailrelay.Job) {
+	ik := keysOf(j)
+	c.wantState.add(ik.state)
+	if ik.due != nil {
+		c.wantDue.add(ik.due)
 	}
-	jobs := tx.Bucket(bucketJobs)
-	err = tx.Bucket(bucketBodies).ForEach(func(k, _ []byte) error {
+	if ik.unknown != nil {
+		c.wantUnknown.add(ik.unknown)
+	}
+	if ik.prunable != nil {
+		c.wantPrunable.add(ik.prunable)
+	}
+}
+
+// checkBodies reports raw messages that belong to no job.
+func (c *checker) checkBodies() error {
+	jobs := c.tx.Bucket(bucketJobs)
+	return c.tx.Bucket(bucketBodies).ForEach(func(k, _ []byte) error {
 		if jobs.Get(k) == nil {
-			v.add("raw message %s: no job", k)
+			c.v.add("raw message %s: no job", k)
 		}
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	orphans := make([]string, 0, len(byJob))
-	for id := range byJob {
+}
+
+// checkOrphanLines reports, in order of Message-ID, the lines left in
+// byJob after checkJobs: lines of jobs that do not exist.
+func (c *checker) checkOrphanLines() {
+	orphans := make([]string, 0, len(c.byJob))
+	for id := range c.byJob {
 		orphans = append(orphans, id)
 	}
 	sort.Strings(orphans)
 	for _, id := range orphans {
-		v.add("job %s: %d lines but no job", id, len(byJob[id]))
+		c.v.add("job %s: %d lines but no job", id, len(c.byJob[id]))
 	}
+}
 
-	compareIndex(tx, v, bucketState, wantState, func(k []byte) string {
+// compareIndexes compares each index with the entries the jobs imply.
+func (c *checker) compareIndexes() {
+	compareIndex(c.tx, c.v, bucketState, c.wantState, func(k []byte) string {
 		s, id, _ := bytes.Cut(k, []byte{0})
 		return fmt.Sprintf("job %s in state %s", id, s)
 	})
-	compareIndex(tx, v, bucketDue, wantDue, func(k []byte) string {
+	compareIndex(c.tx, c.v, bucketDue, c.wantDue, func(k []byte) string {
 		return fmt.Sprintf("job %s due at %s", k[min(8, len(k)):], timeIDKeyTime(k))
 	})
-	compareIndex(tx, v, bucketUnknown, wantUnknown, func(k []byte) string {
+	compareIndex(c.tx, c.v, bucketUnknown, c.wantUnknown, func(k []byte) string {
 		return fmt.Sprintf("job %s unknown since %s", k[min(8, len(k)):], timeIDKeyTime(k))
 	})
-	compareIndex(tx, v, bucketPrunable, wantPrunable, func(k []byte) string {
+	compareIndex(c.tx, c.v, bucketPrunable, c.wantPrunable, func(k []byte) string {
 		return fmt.Sprintf("job %s prunable since %s", k[min(8, len(k)):], timeIDKeyTime(k))
 	})
+}
 
-	if err := checkFolds(tx, v); err != nil {
-		return err
-	}
-	got, err := readCounters(tx)
+// compareCounters compares the stored counters with the recount.
+func (c *checker) compareCounters() {
+	got, err := readCounters(c.tx)
 	if err != nil {
-		v.add("counters: %v", err)
-		return nil
+		c.v.add("counters: %v", err)
+		return
 	}
-	for _, k := range unionKeys(got, counts) {
-		if got[k] != counts[k] {
-			v.add("counter %q is %d, recount says %d", k, got[k], counts[k])
+	for _, k := range unionKeys(got, c.counts) {
+		if got[k] != c.counts[k] {
+			c.v.add("counter %q is %d, recount says %d", k, got[k], c.counts[k])
 		}
 	}
-	return nil
 }
 
 // checkRaw checks one job against whether its raw message is stored:

@@ -42,7 +42,8 @@ func fillAll(t *testing.T, v any, seed int) {
 	}
 }
 
-// viaJSON is what the log stored before issue 16 and read back.
+// viaJSON is v in the JSON form an older gmailrelay's log stored, read
+// back.
 func viaJSON[T any](t *testing.T, v *T) T {
 	t.Helper()
 	b, err := json.Marshal(v)
@@ -57,8 +58,8 @@ func viaJSON[T any](t *testing.T, v *T) T {
 }
 
 // wantRoundTrip fills a record from each of three seeds and decodes it
-// from its binary form and from the JSON form a log written before
-// issue 16 holds: both must give back what the JSON form gives. The zero
+// from its binary form and from the JSON form an older gmailrelay's log
+// holds: both must give back what the JSON form gives. The zero
 // record must come back as itself. It returns the filled records and their
 // copies decoded from the binary form.
 func wantRoundTrip[T any](t *testing.T, encode func(*T) []byte, decode func([]byte, *T) error) (in, out []T) {

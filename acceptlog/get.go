@@ -8,7 +8,7 @@ import (
 )
 
 // get is Get, made cheap for the relay's front door, which reads every
-// send's job before taking quota (since issue 16): one read transaction
+// send's job before taking quota: one read transaction
 // without a closure, and a missing job answered with one allocation instead
 // of a formatted, wrapped error.
 func (l *Log) get(ctx context.Context, id string) (gmailrelay.Job, error) {

@@ -35,10 +35,9 @@ var (
 	bucketPrunable = []byte("prunable")
 	// counter key (see counterKey*) → 8-byte big-endian two's-complement count.
 	bucketCounters = []byte("counters")
-	// message id + 0x00 + big-endian seq → nothing: the job-lines index of
-	// files written before issue 16's step 2. A job record now lists its
-	// lines' seqs; Open fills them and deletes this bucket
-	// (migrateJobLines).
+	// message id + 0x00 + big-endian seq → nothing: the job-lines index an
+	// older gmailrelay kept. A job record lists its lines' seqs instead;
+	// Open fills them and deletes this bucket (migrateJobLines).
 	bucketJobLinesV1 = []byte("joblines")
 )
 

@@ -10,8 +10,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// migrateJobLines converts a file written before issue 16's step 2, which
-// kept a job's lines in the job-lines index (bucketJobLinesV1), to job
+// migrateJobLines converts a file an older gmailrelay wrote, which kept a
+// job's lines in the job-lines index (bucketJobLinesV1), to job
 // records that list their lines' seqs, and deletes the index; it returns
 // how many job records it rewrote (0 and nothing done when the file has no
 // index). It runs inside Open's synced transaction: a crash leaves the file
@@ -19,9 +19,9 @@ import (
 //
 // The seqs are taken from the lines bucket, not from the index: every line
 // names its job, so the records come out right even when the index is not
-// (a file a gmailrelay before this change reopened after this one had
-// migrated it: that one created the index again, empty, and filled it for
-// its new lines only). Every job record is rewritten in the binary form, a
+// (a file an older gmailrelay reopened after this one had migrated it:
+// that one created the index again, empty, and filled it for its new lines
+// only). Every job record is rewritten in the binary form, a
 // JSON one (from an older gmailrelay) included: JSON records hold no seqs.
 // It holds every line's seq in memory (a few tens of bytes per line) and
 // every job record it rewrites in the transaction, once.

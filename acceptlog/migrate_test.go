@@ -17,12 +17,12 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Issue 16's step 2 dropped the job-lines index: a job record lists its
-// lines' seqs, and Open converts a file written before. The old files are
-// made here by hand from a log this code wrote, exactly as the code before
-// the change stored them: every job record without the seqs field (the
+// A job record lists its lines' seqs; an older gmailrelay kept them in a
+// job-lines index instead, and Open converts such a file. The old files
+// are made here by hand from a log this code wrote, exactly as the older
+// gmailrelay stored them: every job record without the seqs field (the
 // binary form ended at PrunedAt) or, for every third job, in the JSON form
-// of an older gmailrelay, and the joblines bucket (message id, 0x00,
+// of an older gmailrelay still, and the joblines bucket (message id, 0x00,
 // big-endian seq → nothing) holding every line.
 
 // oldLogContent writes a log at a new path through every write path

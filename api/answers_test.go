@@ -11,7 +11,7 @@ import (
 )
 
 // TestSentAnswerAlwaysCarriesGmailFields: the 200 answer of /v1/send holds
-// every field CONTRACT lists, gmail_id, thread_id and label_ids included
+// every field docs/api.md lists, gmail_id, thread_id and label_ids included
 // (empty when not known), here on the replay of a job an operator marked
 // sent, whose Gmail id nobody learned; the 202 answer leaves them out.
 // Before, the 200 answer left them out too.
@@ -49,7 +49,7 @@ func TestSentAnswerAlwaysCarriesGmailFields(t *testing.T) {
 // reason duplicate_delivery) counts in duplicates_found and
 // gmailrelay_duplicates_found_total like one the search found (two
 // copies, duplicate). Before, only the second counted: a relay whose
-// mailbox folds same-id copies (CONTRACT's --sent-dedupe case) reported 0.
+// mailbox folds same-id copies (the emulator's --sent-dedupe case) reported 0.
 func TestDuplicatesFoundCountsOwnDeliveries(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	for i, reason := range []gmailrelay.Reason{gmailrelay.ReasonDuplicate, gmailrelay.ReasonDuplicateDelivery} {

@@ -618,7 +618,7 @@ func TestEmulatorReviewResolveAndSweep(t *testing.T) {
 	if r.status != 200 {
 		t.Fatalf("sweep: %d %s", r.status, r.raw)
 	}
-	// CONTRACT: the retention pass's counts are part of the answer, zero
+	// The retention pass's counts are part of the answer, zero
 	// on a relay without a retention policy.
 	if ret, ok := r.body["retention"].(map[string]any); !ok || ret["jobs"] != float64(0) {
 		t.Errorf("sweep answer %s: want retention with jobs 0", r.raw)

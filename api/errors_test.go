@@ -54,7 +54,7 @@ func TestOneErrorWriterForBothSurfaces(t *testing.T) {
 
 // TestFieldErrorsAnswerInvalidArgumentByteForByte: a field error of the
 // relay (a send's field), of the fault rules and of the Gmail surface are
-// answered in CONTRACT's shape, byte for byte.
+// answered in the documented shape (docs/api.md#conventions), byte for byte.
 func TestFieldErrorsAnswerInvalidArgumentByteForByte(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	for _, tc := range []struct {

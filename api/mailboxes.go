@@ -12,7 +12,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
-// The read side of several mailboxes (CONTRACT, "Several mailboxes"):
+// The read side of several mailboxes (docs/design.md#several-mailboxes):
 // ?mailbox=NAME on GET /v1/jobs, GET /v1/log and GET /v1/stats, and each
 // mailbox's figures in /v1/stats and /metrics.
 

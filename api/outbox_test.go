@@ -74,7 +74,7 @@ func TestEmulatorBusyQueuesRejectRefusesAndCancel(t *testing.T) {
 	}
 }
 
-// CONTRACT, "Outbox": Gmail's own rate limit on the attempt (not the
+// docs/api.md#outbox: Gmail's own rate limit on the attempt (not the
 // relay's budget) queues the job too — 202 queued on /v1/send and on the
 // Gmail-compatible path with X-Relay-When-Busy: queue, and the outbox
 // delivers it once after the pause; the Gmail path without the header

@@ -10,9 +10,9 @@ import (
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
-// A queued job cancelled with the API token used to read "a human decided
-// not to send" on its page. It says an API caller cancelled it while it was
-// queued.
+// A queued job cancelled with the API token says on its page that an API
+// caller cancelled it while it was queued, not that "a human decided not
+// to send".
 func TestCancelledJobPageNamesTheAPICaller(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	p, err := relay.Prepare(relay.SendRequest{Key: "cus_1:later:1", To: relay.AddressList{"customer@example.com"},

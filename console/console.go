@@ -1,8 +1,8 @@
-// Package console is the review console in the browser (CONTRACT.md,
-// "Review console in the browser"): server-rendered pages under /ui/ where
-// a person signs in with a token and works through the review queue with
-// the evidence in front of them — the searches, the attempts, the handle's
-// trust — and decides mark-sent, retry or abandon with a note.
+// Package console is the review console in the browser (docs/console.md):
+// server-rendered pages under /ui/ where a person signs in with a token and
+// works through the review queue with the evidence in front of them — the
+// searches, the attempts, the handle's trust — and decides mark-sent,
+// retry or abandon with a note.
 //
 // Templates and assets are embedded; there is no build step. Every value
 // from outside goes through html/template's contextual escaping. Sessions

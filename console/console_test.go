@@ -119,8 +119,8 @@ func TestPostNeedsCSRFToken(t *testing.T) {
 }
 
 // TestPostChecksCSRFBeforeSession: a POST whose form carries no CSRF token
-// is 403 whether or not a session exists (CONTRACT: every POST carries
-// one); one that carries a token but has no session, or an ended one, is
+// is 403 whether or not a session exists (every POST carries one:
+// docs/console.md#sessions-cookies-csrf); one that carries a token but has no session, or an ended one, is
 // 401 "Not signed in"; a session with a wrong token stays 403.
 func TestPostChecksCSRFBeforeSession(t *testing.T) {
 	e := newEnv(t, envOpts{})

@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// At its bound the store used to end a random session (possibly an
-// admin's). It ends the one used least recently: here the first viewer's,
+// At its bound the store ends the session used least recently, not a
+// random one (possibly an admin's): here the first viewer's,
 // while the admin who signed in first but keeps working stays signed in.
 func TestSessionStoreEvictsLeastRecentlyUsed(t *testing.T) {
 	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)

@@ -17,8 +17,9 @@ var seenRE = regexp.MustCompile(`name="expect_attempts" value="([0-9]+)"`)
 // Back button, a second reviewer) is refused once the job has made another
 // attempt: the first retry ended unknown (Gmail delivered and answered 500),
 // and the same form again would resend an ambiguous job without the search
-// that must come first. Before, both retries went out: three deliveries of
-// one Message-ID (emulator ground truth) and two resolved lines. The
+// that must come first. Were it accepted, both retries would go out: three
+// deliveries of one Message-ID (emulator ground truth) and two resolved
+// lines. The
 // second POST is 409, the log and the mailbox are as the first left them.
 func TestEmulatorStaleRetryFormIsRefused(t *testing.T) {
 	e := newEnv(t, envOpts{})

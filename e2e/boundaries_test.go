@@ -258,8 +258,8 @@ func TestEmulatorReviewChannelNeverAutoRetries(t *testing.T) {
 	}
 }
 
-// TestEmulatorCrashAfterForwardRecoversOnRestart is issue 4's crash test:
-// the process really dies after Gmail accepted and before anything was
+// TestEmulatorCrashAfterForwardRecoversOnRestart is the real crash of
+// crash-after-forward (docs/design.md#fault-modes): the process really dies after Gmail accepted and before anything was
 // logged; the restarted relay finds the job forwarding, makes it unknown,
 // and the sweeper finds the message instead of sending it again.
 func TestEmulatorCrashAfterForwardRecoversOnRestart(t *testing.T) {

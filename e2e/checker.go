@@ -3,7 +3,7 @@
 // acceptance log, every job with its lines, the messages the Gmail emulator
 // stored, and the history of what each caller saw (ok / fail / unknown, as
 // Jepsen records operations) — that reports every broken invariant of
-// DESIGN.md.
+// docs/design.md#ground-truth-and-invariants.
 //
 // The tests that drive the real gmailrelay binary live in this directory's
 // _test.go files: they build cmd/gmailrelay once per run (a plain build, not
@@ -164,7 +164,8 @@ const (
 )
 
 // Check walks every job and every caller operation of o and returns the
-// violations of DESIGN.md's invariants, in a stable order, with a summary.
+// violations of the invariants (docs/design.md#ground-truth-and-invariants),
+// in a stable order, with a summary.
 func Check(o Observation) Report {
 	var r Report
 	add := func(rule, id, format string, args ...any) {

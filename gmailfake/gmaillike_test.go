@@ -452,8 +452,8 @@ func TestGmailLikeAccounts(t *testing.T) {
 }
 
 // The ground truth of an empty Message-ID ("<>", blanks) is nothing: two
-// sends that carried no Message-ID are not its deliveries. Before, they
-// were counted (2), so a job with a blank id got other sends' deliveries.
+// sends that carried no Message-ID are not its deliveries. Counted (2),
+// they would give a job with a blank id other sends' deliveries.
 func TestEmulatorLookupOfAnEmptyMessageIDFindsNothing(t *testing.T) {
 	clk := testclock.New()
 	srv, svc, _ := emulator(t, gmailfake.Options{Now: clk.Now, QuotaPerMinute: plenty})
@@ -468,8 +468,8 @@ func TestEmulatorLookupOfAnEmptyMessageIDFindsNothing(t *testing.T) {
 
 // A lag distribution the Go API is given without a median or a p99 (which
 // ParseIndexLag refuses) does not hide every message for good: no median
-// is no lag, a p99 below the median is the median. Before, each message
-// drew ~146 years.
+// is no lag, a p99 below the median is the median. Taken as given, the
+// distribution would draw ~146 years for each message.
 func TestEmulatorIncompleteLagDistributionStillIndexes(t *testing.T) {
 	for name, d := range map[string]gmailfake.LagDistribution{
 		"no p99":    {P50: time.Minute},

@@ -1,5 +1,5 @@
-// Package outbox is the delivery loop of queued jobs (CONTRACT, "Outbox:
-// accept now, deliver when Gmail allows"). A job is queued by the send
+// Package outbox is the delivery loop of queued jobs: accept now, deliver
+// when Gmail allows (docs/design.md#the-outbox). A job is queued by the send
 // path when the mailbox's budget is spent or its send_at is ahead; the
 // loop hands each one, per mailbox in order of send_at then acceptance,
 // to relay.Service.Deliver — the same send path as a caller's send — as

@@ -31,11 +31,11 @@ func (e *env) checkLog() {
 	}
 }
 
-// CONTRACT, "Outbox": when Gmail answers a send with a rate limit, the job
+// When Gmail answers a send with a rate limit, the job
 // is logged queued and delivered when Gmail allows — a caller that accepts
 // queueing never sees the 429. The attempt that met the 429 is in the log
 // (forwarding, then not_sent with state queued); the outbox waits out the
-// pause, then delivers it exactly once.
+// pause, then delivers it exactly once (docs/design.md#the-outbox).
 func TestEmulatorGmailRateLimitOnASendQueuesTheJobAndTheOutboxDeliversItOnce(t *testing.T) {
 	e := newEnv(t, 1_000_000, 100)
 	if _, err := e.emu.AddFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionError, Status: 429}); err != nil {
@@ -89,8 +89,8 @@ func newUnreachableEnv(t *testing.T, n int32) (*env, *testenv.Unreachable) {
 	return newEnvFrom(t, te), u
 }
 
-// CONTRACT, "Outbox": Gmail unreachable before anything was sent → the job
-// is logged queued. The outbox then leaves it alone for a backoff read off
+// Gmail unreachable before anything was sent → the job is logged queued
+// (docs/design.md#the-outbox). The outbox then leaves it alone for a backoff read off
 // the job (5 s, then 10 s: relay.HeldUntil) — a wake-up does not make it
 // hammer a Gmail it cannot reach — and delivers it once Gmail answers.
 func TestEmulatorGmailNotReachedQueuesTheJobAndTheOutboxBacksOff(t *testing.T) {

@@ -12,9 +12,9 @@ import (
 // A job scheduled for tomorrow is not ahead of a send for now (the order is
 // send_at, then acceptance): with budget, quota and Gmail all fine, sends
 // that may queue are sent at once, delivered once each (emulator ground
-// truth), and tomorrow's job stays queued. Before, the one scheduled job
-// made every later send of its mailbox answer 202 queued, and nothing was
-// sent until a delivery pass.
+// truth), and tomorrow's job stays queued. Were the scheduled job taken as
+// the head of the queue, every later send of its mailbox would answer 202
+// queued, and nothing would be sent until a delivery pass.
 func TestEmulatorScheduledJobDoesNotQueueSendsForNow(t *testing.T) {
 	e := newEnv(t, 1_000_000, 2000)
 	ctx := context.Background()
@@ -73,10 +73,10 @@ func TestEmulatorManyScheduledJobsQueueASendForNowThatGoesFirst(t *testing.T) {
 	}
 }
 
-// CONTRACT's order per mailbox is send_at, then acceptance order. Jobs
-// queued for one send_at at one instant of the clock (a manual clock, or a
-// coarse one) were delivered in Message-ID order; they go in the order the
-// relay accepted them. The three jobs are picked so that their Message-IDs
+// The order per mailbox is send_at, then acceptance order
+// (docs/design.md#the-outbox). Jobs queued for one send_at at one instant
+// of the clock (a manual clock, or a coarse one) go in the order the relay
+// accepted them, not in Message-ID order. The three jobs are picked so that their Message-IDs
 // sort against their acceptance order.
 func TestEmulatorJobsQueuedAtOneInstantGoInAcceptanceOrder(t *testing.T) {
 	e := newEnv(t, 1_000_000, 2000)

@@ -18,9 +18,9 @@ import (
 // to the mailbox's record; B, which never measured anything, waits that
 // long before it counts a miss of an ambiguous send Gmail stored and
 // indexed after 8 minutes (behind a later send indexed at once, its
-// witness). Before, the samples lived in A's memory: B counted the miss at
-// grace, resent the job, and Gmail delivered it twice (emulator ground
-// truth).
+// witness). Were the samples kept in A's memory, B would count the miss
+// at grace and resend the job, and Gmail would deliver it twice (emulator
+// ground truth).
 func TestEmulatorTwoSweepersShareTheMeasuredLag(t *testing.T) {
 	s := newSite(t)
 	ctx := context.Background()

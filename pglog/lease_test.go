@@ -131,9 +131,10 @@ func TestReplicaKilledMidAttemptIsTakenOverAfterItsLease(t *testing.T) {
 // The lease is the owner's: replica A waits up to 5 minutes on Gmail,
 // replica B only 10 s. Thirty seconds into A's call (past B's own lease,
 // well within A's), B takes nothing; A's answer is recorded: sent, with
-// its effect line. Before, B turned the job unknown (lease_expired) at 20 s
-// and A's confirmed send lost its effect and its caller got an error.
-// Past A's lease, B takes the next stuck attempt as before.
+// its effect line. Were the lease measured by B's own deadline, B would
+// turn the job unknown (lease_expired) at 20 s, and A's confirmed send
+// would lose its effect and its caller get an error. Past A's lease, B
+// does take the next stuck attempt.
 func TestEmulatorLeaseIsTheOwnersNotTheRecoverers(t *testing.T) {
 	s := newSite(t)
 	ctx := context.Background()

@@ -93,13 +93,13 @@ func queueSend(t *testing.T, svc *pgRelay, clock *testclock.Clock, key, mailbox 
 	return p.MessageID
 }
 
-// CONTRACT, "Outbox": per mailbox, send_at then acceptance order, with
-// several replicas on one database too. Replica A's pass is delivering
-// the mailbox's head job (its Gmail call held) when a send through B is
-// queued behind the two jobs left: B's pass must not deliver it (before,
-// A's pass had claimed only the jobs queued when it started, and B's pass
-// delivered the new one first, reporting nothing left), and Gmail gets
-// the four in acceptance order.
+// The outbox's order is per mailbox, send_at then acceptance order
+// (docs/design.md#the-outbox), with several replicas on one database too.
+// Replica A's pass is delivering the mailbox's head job (its Gmail call
+// held) when a send through B is queued behind the two jobs left: B's pass
+// must not deliver it (were A's pass to claim only the jobs queued when it
+// started, B's pass would deliver the new one first, reporting nothing
+// left), and Gmail gets the four in acceptance order.
 func TestOutboxKeepsMailboxOrderAcrossReplicas(t *testing.T) {
 	s := newSite(t)
 	ctx := context.Background()
@@ -162,8 +162,8 @@ func TestOutboxKeepsMailboxOrderAcrossReplicas(t *testing.T) {
 
 // A replica whose policy lacks a mailbox (a rolling change of the policy)
 // never holds that mailbox's queue: its passes leave the job to a replica
-// that has the mailbox, and count it as left. Before, A's passes claimed
-// the job and renewed the claim on every pass, so B never delivered it.
+// that has the mailbox, and count it as left. Were A's passes to claim the
+// job, they would renew the claim on every pass, and B never deliver it.
 func TestOutboxMailboxNotServedIsLeftToAnotherReplica(t *testing.T) {
 	url := databaseURL(t)
 	schema := freshSchema(t, url)

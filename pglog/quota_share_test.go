@@ -18,12 +18,13 @@ import (
 	"github.com/gmailrelay/gmailrelay/sweeper"
 )
 
-// CONTRACT, "Several relays on one PostgreSQL": the quota is shared. Two
+// The quota is shared between replicas
+// (docs/design.md#several-relays-on-one-postgresql). Two
 // replicas of a mailbox with quota_per_minute 1000 (ten sends), Gmail's
 // own budget 1000 too, the clock stopped: sending through both until both
 // refuse, they take 1000 units together, and Gmail never answers a rate
-// limit. Before, each replica had a bucket of 1000: 2000 units taken, and
-// Gmail refused what went beyond its budget. Once one replica's log is
+// limit. With a bucket of 1000 each, the replicas would take 2000 units,
+// and Gmail would refuse what went beyond its budget. Once one replica's log is
 // closed, the other's next sweeper pass gives it the whole budget: a
 // minute later it makes ten sends alone.
 func TestEmulatorQuotaPerMinuteIsSharedByReplicas(t *testing.T) {

@@ -19,9 +19,9 @@ import (
 // job that did not reach it on every replica, as on one: two replicas on
 // one database, six queued jobs, Gmail down for 10 s with both outboxes
 // passing every second make the calls one replica makes (5 s, then 10 s
-// backoff: 2), not one per job and replica. Before, each replica's claims
-// held a different head, so every job was tried (11 calls), each attempt
-// counting against the daily budget. Once Gmail is back, all six are
+// backoff: 2), not one per job and replica. Were each replica's claims to
+// hold a different head, every job would be tried (11 calls), each
+// attempt counting against the daily budget. Once Gmail is back, all six are
 // delivered once.
 func TestEmulatorGmailUnreachableHoldsTheMailboxOnEveryReplica(t *testing.T) {
 	s := newSite(t)

@@ -31,8 +31,9 @@ func (h *heldAttempter) Attempt(ctx context.Context, r relay.AttemptRequest) (re
 // records the job's last miss and goes to resend it; meanwhile replica B's
 // pass takes the job (due, its checks done) and resends it: Gmail delivers
 // and answers 500, so the job is unknown again at attempt 2. A's resend,
-// decided on attempt 1, is then refused. Before, it went out too: two
-// deliveries (emulator ground truth) of a message that had gone once.
+// decided on attempt 1, is then refused. Without that fence it would go
+// out too: two deliveries (emulator ground truth) of a message that had
+// gone once.
 func TestEmulatorTwoSweepersNeverResendOneJobTwice(t *testing.T) {
 	s := newSite(t)
 	ctx := context.Background()

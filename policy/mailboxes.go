@@ -10,8 +10,8 @@ import (
 )
 
 // DefaultMailbox is the mailbox a relay has when the policy names none, and
-// the one --credentials / --subject configure (CONTRACT, "Several
-// mailboxes").
+// the one --credentials / --subject configure
+// (docs/design.md#several-mailboxes).
 const DefaultMailbox = "default"
 
 // DefaultDailySendLimit is a mailbox's daily sending budget when the policy

@@ -83,8 +83,9 @@ func TestParseMailboxesRefusesBadFields(t *testing.T) {
 	}
 }
 
-// CONTRACT's mailboxes snippet is a whole policy file: without channels:
-// it keeps the default channel (it was refused, "channels: required").
+// The mailboxes snippet of docs/gmail-setup.md#4-several-mailboxes-in-one-relay
+// is a whole policy file: without channels: it keeps the default channel
+// (it is not refused with "channels: required").
 func TestContractMailboxesSnippetIsAPolicy(t *testing.T) {
 	p, err := policy.Parse([]byte(`mailboxes:
   support: {address: support@example.com, credentials: /secrets/support.json, quota_per_minute: 6000, daily_send_limit: 2000}

@@ -12,8 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Parse parses and validates a policy file (YAML, CONTRACT.md "Policy
-// file"). Every error is a *FieldError naming the field by its dotted path,
+// Parse parses and validates a policy file (YAML, docs/policy.md). Every error is a *FieldError naming the field by its dotted path,
 // with the line it is on.
 //
 // Rules: unknown keys are errors at every level, as are duplicate keys;
@@ -69,8 +68,9 @@ func Parse(data []byte) (*Policy, error) {
 		return nil, err
 	}
 	// channels refuses an empty or null mapping, so nil means the key is
-	// missing: a file that names only mailboxes or a retention (CONTRACT's
-	// mailboxes snippet is such a file) keeps the default channel.
+	// missing: a file that names only mailboxes or a retention (the
+	// mailboxes snippet of docs/gmail-setup.md is such a file) keeps the
+	// default channel.
 	if p.Channels == nil {
 		p.Channels, p.BuiltInChannels = Default().Channels, true
 	}

@@ -3,7 +3,7 @@
 // or hand it to a human), how long it waits for Gmail's search index
 // (grace), how many misses it accepts (checks) and how many attempts a job
 // may take (max_attempts); plus the relay-wide Message-ID domain and the
-// handle-verification setting. The schema is CONTRACT.md's "Policy file".
+// handle-verification setting. The schema is docs/policy.md.
 //
 // Channel names are never defaulted silently: a send naming a channel that
 // is not in the policy is an error. A file without a "default" channel is

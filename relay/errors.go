@@ -8,7 +8,7 @@ import (
 )
 
 // Code classifies an Error; the api package maps each code to one HTTP
-// status (see CONTRACT.md's table).
+// status (see docs/api.md#conventions).
 type Code string
 
 // Error codes.

@@ -213,7 +213,7 @@ const (
 
 // reconcileShare is the part of the per-minute budget delivery leaves for
 // reconciliation, above the send reserve the sweeper itself leaves: a
-// full queue never starves the sweeper (CONTRACT: at least 10 %).
+// full queue never starves the sweeper (at least 10 %: docs/design.md#quota-rate-limits-and-the-daily-budget).
 func (q *Quota) reconcileShare() float64 { return q.reserve + float64(q.lim.Burst())/10 }
 
 // availableFor is Available for a take mode.

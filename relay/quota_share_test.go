@@ -23,7 +23,8 @@ func drain(t *testing.T, take func(int) (bool, time.Duration), units int) int {
 	return 0
 }
 
-// CONTRACT, "Several relays on one PostgreSQL": the quota is shared. A
+// Several relays on one PostgreSQL share the quota
+// (docs/design.md#several-relays-on-one-postgresql). A
 // relay's bucket is its share of the mailbox's budget: with 3 replicas, a
 // full bucket of 6000 gives 2000 units at once and 2000 more a minute
 // later, never the whole budget; back alone, it refills to all of it.

@@ -12,7 +12,7 @@ import (
 )
 
 // SendAsInterval is how often a mailbox's send-as list is read again
-// after a successful read (CONTRACT: at start and every hour).
+// after a successful read (at start and every hour).
 const SendAsInterval = time.Hour
 
 // SendAsRetry is how soon a read that failed (Gmail unreachable, an

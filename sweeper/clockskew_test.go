@@ -55,14 +55,14 @@ func rewrittenAmbiguous(r *stepRig, between func()) string {
 }
 
 // TestEmulatorSkewedClockStillSeesARewrittenCopy: the window check before
-// a resend lists the Sent messages Gmail dated in the attempt's window. A
-// relay host clock a few seconds off Google's looked in the wrong window:
-// the ambiguous send Gmail stored under a Message-ID of its own was not
-// seen, the job was resent and Gmail delivered it twice, and the verify
-// pass, searching by the relay's id, never noticed (emulator ground truth;
-// before the fix 2 deliveries at ±5 s and ±30 s). The window is now placed
-// on Gmail's clock, measured from the Date of its answers, and the pass
-// warns once that the host's clock is off.
+// a resend lists the Sent messages Gmail dated in the attempt's window. On
+// the host's clock, a few seconds off Google's, it would look in the wrong
+// window: the ambiguous send Gmail stored under a Message-ID of its own
+// would go unseen, the job be resent and Gmail deliver it twice, and the
+// verify pass, searching by the relay's id, never notice (emulator ground
+// truth: 2 deliveries at ±5 s and ±30 s). So the window is placed on
+// Gmail's clock, measured from the Date of its answers, and the pass warns
+// once that the host's clock is off.
 func TestEmulatorSkewedClockStillSeesARewrittenCopy(t *testing.T) {
 	for _, off := range []time.Duration{0, 5 * time.Second, -5 * time.Second, 30 * time.Second, -30 * time.Second} {
 		t.Run(fmt.Sprintf("host-google=%s", off), func(t *testing.T) {

@@ -12,8 +12,8 @@ import (
 	"github.com/gmailrelay/gmailrelay/sweeper"
 )
 
-// Issue 13, the sweeper's defences against Gmail as it really is. Every
-// test checks the acceptance log and the emulator's ground truth
+// The sweeper's defences against Gmail as it really is
+// (docs/guarantees.md#defences). Every test checks the acceptance log and the emulator's ground truth
 // (deliveries, not copies).
 
 // (c) A user trashes the Sent copy before the sweep: the search still
@@ -287,8 +287,8 @@ func TestRewrittenSingleCopyStaysSent(t *testing.T) {
 // (lag 3 min, grace 1 min). The handle check read the message back under
 // our Message-ID: the index is behind, so the verify pass keeps looking
 // (at most lateLookGraces looks) instead of giving up, and sees both
-// copies: review duplicate. Before, the second miss gave up and the job
-// stayed sent with two deliveries (the realism soak's
+// copies: review duplicate. Were the second miss to end the verify pass,
+// the job would stay sent with two deliveries (the realism soak's
 // gmail_stored_one_send_twice_unseen).
 func TestVerifyKeepsLookingWhileTheIndexIsBehind(t *testing.T) {
 	h := newHarness(t, setup{indexLag: 3 * time.Minute})
@@ -390,8 +390,9 @@ func TestLateLookCatchesASecondCopyIndexedLate(t *testing.T) {
 // A send Gmail stored under a Message-ID of its own, and stored twice with
 // the second copy indexed late: the verify pass finds the rewrite, sees one
 // copy under Gmail's id, and looks once more later, where the second copy
-// sends the job to review. Before, the one search under Gmail's id settled
-// the job for good (a residual of the realism soak).
+// sends the job to review. Were the one search under Gmail's id to settle
+// the job for good, the second copy would go unseen (as the realism soak
+// found).
 func TestLateLookCatchesALateSecondCopyOfARewrittenSend(t *testing.T) {
 	h := newHarness(t, setup{})
 	h.srv.SetRewriteMessageID(true)
@@ -436,8 +437,8 @@ func TestLateLookCatchesALateSecondCopyOfARewrittenSend(t *testing.T) {
 // A copy the log counts already is one delivery, however often a search
 // finds it: a review channel's send found once (its effect line), then a
 // human's retry that Gmail answers 500 without storing anything, then the
-// next search finds the same copy. Before, it wrote a second effect line
-// (2 effects, 1 delivery at the emulator).
+// next search finds the same copy. Counting each finding would write a
+// second effect line (2 effects, 1 delivery at the emulator).
 func TestFoundAgainCopyIsNotASecondEffect(t *testing.T) {
 	h := newHarness(t, setup{})
 	id := h.sendAmbiguous(reviewChannel)

@@ -40,8 +40,8 @@ type handleAnswer struct {
 	copies      []hit
 }
 
-// readHandle is the verify pass's handle check (CONTRACT, "Every send's
-// handle is checked, for free"): a sent job whose search found nothing but
+// readHandle is the verify pass's handle check
+// (docs/design.md#the-handle-check): a sent job whose search found nothing but
 // whose gmail_id Gmail gave is read back with one messages.get. A stored
 // Message-ID that differs is searched too (see rewrittenCopies). What it
 // found is for decideVerify to decide (see decideHandle).
@@ -118,8 +118,8 @@ func (p *pass) rewrittenCopies(ctx context.Context, b *boxPass, stored string) (
 const ReasonDuplicateDelivery = gmailrelay.ReasonDuplicateDelivery
 
 // deliveredTwice reports whether a job whose Effects counter says it took
-// effect twice was delivered twice by the relay (CONTRACT, "Own effects
-// count"): two of its effect lines are the relay's own (Gmail's responses,
+// effect twice was delivered twice by the relay
+// (docs/design.md#own-effects-count): two of its effect lines are the relay's own (Gmail's responses,
 // or a response and a search hit; a human's mark-sent does not count), and
 // it was not already reviewed for it (then the human decided).
 func (p *pass) deliveredTwice(ctx context.Context, j gmailrelay.Job) (bool, error) {

@@ -13,13 +13,14 @@ import (
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
-// Issue 20, search injection: jobs whose Message-ID carries Gmail search
-// syntax were logged before the relay refused such ids. The sweeper must
+// Search injection (docs/guarantees.md#defences): jobs whose Message-ID
+// carries Gmail search syntax may be in a log an older gmailrelay wrote,
+// which did not refuse such ids. The sweeper must
 // neither let them break the batches they are in nor let them match mail
 // they do not name.
 
-// sendLegacy logs a job with a Message-ID the front door refuses today, as a
-// relay before the fix accepted it, through an ambiguous send. stored says
+// sendLegacy logs a job with a Message-ID the front door refuses, as an
+// older gmailrelay accepted it, through an ambiguous send. stored says
 // whether Gmail keeps the message.
 func (h *harness) sendLegacy(id string, stored bool) {
 	h.t.Helper()
@@ -47,8 +48,8 @@ func reviewReason(h *harness, id string) gmailrelay.Reason {
 	return ls[len(ls)-1].Reason
 }
 
-// One poison id in a batch of 20 used to fail every search of the batch:
-// nineteen other callers' ambiguous jobs never settled.
+// One poison id in a batch of 20 must not fail every search of the batch,
+// or nineteen other callers' ambiguous jobs would never settle.
 func TestPoisonMessageIDDoesNotHoldBackItsBatch(t *testing.T) {
 	h := newHarness(t, setup{batchSize: 20})
 	poison := "<p}q@attacker.example>"

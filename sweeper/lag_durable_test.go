@@ -13,10 +13,10 @@ import (
 // and a new sweeper reads them at its first pass. The mailbox lags 8
 // minutes; an ambiguous send Gmail stored is indexed after 8 minutes,
 // behind a later send indexed at once (Gmail's order is not FIFO), so the
-// companion query finds a witness from the first look. Before, the relay
-// restarted between the two forgot its samples: the miss counted at
-// grace, the job was resent and Gmail delivered it twice (emulator ground
-// truth). Without the restart it was already delivered once.
+// companion query finds a witness from the first look. A relay restarted
+// between the two that forgot its samples would count the miss at grace
+// and resend the job, and Gmail would deliver it twice (emulator ground
+// truth). Without the restart it is delivered once.
 func TestEmulatorMeasuredLagFloorSurvivesRestart(t *testing.T) {
 	for _, tc := range []struct {
 		name    string

@@ -29,8 +29,9 @@ func TestSearchQueryQuotesEveryValue(t *testing.T) {
 	}
 }
 
-// The ids of issue 20: put into the query as they came, they broke every
-// batch holding them or turned the search into one matching all sent mail.
+// Ids carrying Gmail search syntax (docs/guarantees.md#defences): put into
+// the query as they come, they would break every batch holding them or
+// turn the search into one matching all sent mail.
 func TestSearchQueryRefusesWhatItCannotQuote(t *testing.T) {
 	for _, id := range []string{
 		"<p}q@attacker.example>", "<x@[}OR(in:sent)OR{in:x]>", `<a"b@c>`, "<a b@c>", "<a|b@c>",
@@ -164,9 +165,9 @@ func TestJobsQuery(t *testing.T) {
 // The window check before a resend knows both shapes of a Message-ID Gmail
 // makes when it replaces a client's: its clients' (and the emulator's)
 // <…@mail.gmail.com> and its servers' <hex.hex.hex.hex@mx.google.com> (the
-// shape public kernel-list copies of rewritten mail carry). Before, only
-// the first: a copy stored under the second was not a suspect, and the job
-// was resent.
+// shape public kernel-list copies of rewritten mail carry). Knowing only
+// the first, a copy stored under the second would not be a suspect, and
+// the job would be resent.
 func TestGmailMadeIDKnowsBothShapes(t *testing.T) {
 	for id, want := range map[string]bool{
 		"<CA+abc/def=@mail.gmail.com>":                   true,

@@ -1,5 +1,5 @@
 // Package sweeper is gmailrelay's reconciler. It closes every ambiguous
-// send by asking the mailbox instead of guessing (DESIGN.md, "The sweeper"):
+// send by asking the mailbox instead of guessing (docs/design.md#the-sweeper):
 // an unknown job found exactly once among the mailbox's SENT messages is
 // sent; found twice it is a duplicate for a human; still missing after its
 // channel's checks it is resent with the same Message-ID on at-least-once
@@ -124,10 +124,9 @@ type Config struct {
 	// off must not judge others' leases nor decide by its clock. The loop
 	// does not log relay.ErrClockSkew (the fence has).
 	Fence func(ctx context.Context) error
-	// DisableWitness turns the witness rule off: every search miss counts,
-	// as before issue 13 (no witness in the query, no companion after:
-	// query, no recorded witness, no lag floor, no window check before a
-	// resend). Only for tests and benchmarks that compare the two rules; a
+	// DisableWitness turns the witness rule off: every search miss counts
+	// (no witness in the query, no companion after: query, no recorded
+	// witness, no lag floor, no window check before a resend). Only for tests and benchmarks that compare the two rules; a
 	// relay never sets it.
 	DisableWitness bool
 }

@@ -129,12 +129,12 @@ func TestReviewChannelNeverResends(t *testing.T) {
 		wantResult(t, h.sweep(), sweeper.Result{})
 	})
 	t.Run("found, then a human retries", func(t *testing.T) {
-		// CONTRACT: a response and a hit are two effects → review
-		// duplicate_delivery, in the retry's own transaction. Before, the
-		// hit wrote no effect line: the
-		// retry's response made the only one and, Gmail folding the
-		// second copy into the first (sent-dedupe), the job ended sent
-		// and verified: the second delivery was never seen.
+		// A response and a hit are two effects → review
+		// duplicate_delivery, in the retry's own transaction
+		// (docs/design.md#own-effects-count). Were the hit to write no
+		// effect line, the retry's response would make the only one and,
+		// Gmail folding the second copy into the first (sent-dedupe), the
+		// job would end sent and verified: the second delivery unseen.
 		h := newHarness(t, setup{sentDedupe: true})
 		id := h.sendAmbiguous(reviewChannel)
 		h.clock.Advance(grace)

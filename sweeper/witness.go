@@ -12,7 +12,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
-// Witness values of search lines (CONTRACT, "Witness before a miss").
+// Witness values of search lines (docs/design.md#the-witness-rule).
 const (
 	// WitnessFound: a message dated after the ambiguous attempt was found
 	// (a later confirmed send in the same OR query, or the companion
@@ -261,8 +261,8 @@ func (p *pass) lastHandedToGmail(ctx context.Context, mailbox string, jobs []gma
 	return times[len(times)-1]
 }
 
-// companion makes the companion query (CONTRACT, "Witness before a
-// miss"): one messages.list with q=after:<epoch seconds>, maxResults=1,
+// companion makes the companion query (docs/design.md#the-witness-rule):
+// one messages.list with q=after:<epoch seconds>, maxResults=1,
 // every label and includeSpamTrash=true, 5 units. The seconds are the
 // latest attempt end of jobs, on Gmail's clock at the latest (gmailSpan),
 // rounded up, so a message stored by one of

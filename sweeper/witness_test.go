@@ -100,7 +100,7 @@ func TestWitnessFoundCountsTheMiss(t *testing.T) {
 	}
 }
 
-// The companion after: query (CONTRACT, "Witness before a miss"): when no
+// The companion after: query (docs/design.md#the-witness-rule): when no
 // confirmed later send rides in the OR query, one messages.list with
 // q=after:<epoch seconds>, maxResults=1, finds any message dated after the
 // attempt. Here a later job's message is stored (its answer was lost, so

@@ -72,18 +72,31 @@ func ids(jobs []gmailrelay.Job) []string {
 	return out
 }
 
+// testMutateCreateUpdateAndLineOrder creates job a (lines 1, 2), job b
+// (line 3), updates a (line 4), then appends a stateless line to a
+// (line 5), checking at each step what Mutate returns and what the log
+// then holds.
 func testMutateCreateUpdateAndLineOrder(t *testing.T, be Backend) {
-	ctx := context.Background()
 	l := be.open(t)
 	const a, b = "<a@x>", "<b@x>"
-	later := t0.Add(time.Minute)
+	mutateCreate(t, l, a)
+	Create(t, l, b, "billing", gmailrelay.StateFailed) // seq 3
+	job := mutateUpdate(t, l, a)
+	checkStoredAfterUpdate(t, l, job, a, b)
+	mutateWithoutJob(t, l, a)
+}
 
-	job, lines, err := l.Mutate(ctx, a, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+// mutateCreate creates job id with two lines: Mutate numbers them 1 and 2
+// and stamps the first, which has no time, with the log's clock.
+func mutateCreate(t *testing.T, l gmailrelay.Store, id string) {
+	t.Helper()
+	later := t0.Add(time.Minute)
+	job, lines, err := l.Mutate(context.Background(), id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		if cur != nil {
 			t.Errorf("cur = %+v, want nil for a new job", cur)
 		}
 		return gmailrelay.Change{
-			Job: &gmailrelay.Job{MessageID: a, Channel: "default", State: gmailrelay.StateForwarding, Attempts: 1},
+			Job: &gmailrelay.Job{MessageID: id, Channel: "default", State: gmailrelay.StateForwarding, Attempts: 1},
 			Lines: []gmailrelay.Line{
 				{Kind: gmailrelay.KindReceived, Seq: 99},
 				{Kind: gmailrelay.KindForwarding, Attempt: 1, State: gmailrelay.StateForwarding, Time: later},
@@ -97,16 +110,19 @@ func testMutateCreateUpdateAndLineOrder(t *testing.T, be Backend) {
 		t.Errorf("created state = %q, want %q", got, want)
 	}
 	want := []gmailrelay.Line{
-		{Seq: 1, Time: t0, MessageID: a, Kind: gmailrelay.KindReceived},
-		{Seq: 2, Time: later, MessageID: a, Kind: gmailrelay.KindForwarding, Attempt: 1, State: gmailrelay.StateForwarding},
+		{Seq: 1, Time: t0, MessageID: id, Kind: gmailrelay.KindReceived},
+		{Seq: 2, Time: later, MessageID: id, Kind: gmailrelay.KindForwarding, Attempt: 1, State: gmailrelay.StateForwarding},
 	}
 	if !reflect.DeepEqual(lines, want) {
 		t.Errorf("written lines = %+v, want %+v", lines, want)
 	}
+}
 
-	Create(t, l, b, "billing", gmailrelay.StateFailed) // seq 3
-
-	job, lines, err = l.Mutate(ctx, a, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+// mutateUpdate moves the forwarding job id to sent with an effect line
+// (seq 4) and returns the job Mutate returned.
+func mutateUpdate(t *testing.T, l gmailrelay.Store, id string) gmailrelay.Job {
+	t.Helper()
+	job, lines, err := l.Mutate(context.Background(), id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		if cur == nil || cur.State != gmailrelay.StateForwarding {
 			return gmailrelay.Change{}, fmt.Errorf("cur = %+v, want the forwarding job", cur)
 		}
@@ -126,7 +142,15 @@ func testMutateCreateUpdateAndLineOrder(t *testing.T, be Backend) {
 	if got, want := lines[0].Seq, uint64(4); got != want {
 		t.Errorf("effect seq = %d, want %d", got, want)
 	}
+	return job
+}
 
+// checkStoredAfterUpdate checks that Get returns job (a's, as Mutate
+// returned it), that a's lines are 1, 2 and 4, and that the log's lines
+// in order belong to a, a, b, a.
+func checkStoredAfterUpdate(t *testing.T, l gmailrelay.Store, job gmailrelay.Job, a, b string) {
+	t.Helper()
+	ctx := context.Background()
 	stored, err := l.Get(ctx, a)
 	if err != nil {
 		t.Fatalf("get: %v", err)
@@ -156,9 +180,16 @@ func testMutateCreateUpdateAndLineOrder(t *testing.T, be Backend) {
 	if got, want := owners, []string{a, a, b, a}; !reflect.DeepEqual(got, want) || next != 0 {
 		t.Errorf("global lines = %v next %d, want %v next 0", got, next, want)
 	}
+}
 
+// mutateWithoutJob checks the two changes without a Job: one that appends
+// a stateless line to the sent job id (seq 5), and a no-op on a job that
+// does not exist.
+func mutateWithoutJob(t *testing.T, l gmailrelay.Store, id string) {
+	t.Helper()
+	ctx := context.Background()
 	// A nil Change.Job leaves the job and may still append stateless lines.
-	job, lines, err = l.Mutate(ctx, a, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
+	job, lines, err := l.Mutate(ctx, id, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		return gmailrelay.Change{Lines: []gmailrelay.Line{{Kind: gmailrelay.KindSearch, Hits: 1, SentHits: 1}}}, nil
 	})
 	if err != nil {

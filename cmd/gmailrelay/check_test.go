@@ -142,9 +142,9 @@ func TestCheckPlantedViolationsExitOne(t *testing.T) {
 }
 
 // TestCheckRefusesWhatIsNotALogAndLeavesItAlone: check exits 2 naming the
-// file and why, and the file is exactly as it was (check used to answer
-// "ok: 0 jobs" and turn an empty file into a fresh 16 MB log, and to die
-// of SIGBUS on a truncated one).
+// file and why, and the file is exactly as it was: it neither answers
+// "ok: 0 jobs" and turns an empty file into a fresh 16 MB log, nor dies of
+// SIGBUS on a truncated one.
 func TestCheckRefusesWhatIsNotALogAndLeavesItAlone(t *testing.T) {
 	cases := []struct {
 		name string
@@ -243,8 +243,8 @@ func TestCheckRawMessageRules(t *testing.T) {
 }
 
 // TestCheckDatabaseNeitherCreatesNorMigrates: check --database on a schema
-// without the log exits 2 and leaves it empty (it used to migrate it and
-// answer ok).
+// without the log exits 2 and leaves it empty (it does not migrate it
+// and answer ok).
 func TestCheckDatabaseNeitherCreatesNorMigrates(t *testing.T) {
 	dbURL, schema := testDatabase(t)
 	code, out := runCheckOn("--database", dbURL)

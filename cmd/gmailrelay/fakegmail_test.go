@@ -51,8 +51,8 @@ func TestFakeGmailBadFlags(t *testing.T) {
 }
 
 // TestFakeGmailOnOffFlags: --sent-dedupe, --strict-queries and
-// --rate-limit-header take off or on (CONTRACT's values), Go's true/false/
-// 1/0 as before, and alone mean on; anything else exits 2 naming the flag
+// --rate-limit-header take off or on (docs/emulator.md#other-behaviours),
+// Go's true/false/1/0 too, and alone mean on; anything else exits 2 naming the flag
 // and the values.
 func TestFakeGmailOnOffFlags(t *testing.T) {
 	set := func(o gmailfake.Options) [3]bool { return [3]bool{o.SentDedupe, o.StrictQueries, o.RateLimitHeader} }

@@ -11,11 +11,12 @@ import (
 	"time"
 )
 
-// Issue 20: with no ReadTimeout and no IdleTimeout, sockets sending a body
-// one byte at a time, and idle keep-alives, stayed open indefinitely.
+// With no ReadTimeout and no IdleTimeout, sockets sending a body one byte
+// at a time, and idle keep-alives, would stay open indefinitely
+// (docs/operations.md#security-model).
 
-// The server startRelay runs has every timeout set (before issue 20 it had
-// only ReadHeaderTimeout), and a slow Gmail never cuts an answer.
+// The server startRelay runs has every timeout set, not only
+// ReadHeaderTimeout, and a slow Gmail never cuts an answer.
 func TestServeSetsEveryTimeout(t *testing.T) {
 	rs := startTestRelay(t, "--send-timeout", "45s")
 	defer rs.close(context.Background())

@@ -18,8 +18,8 @@ import (
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 )
 
-// Issue 20: three 24 MB sends at once took the process from 26 to 641 MB;
-// nothing bounded the request bytes in flight. This runs the real binary
+// Without a bound on the request bytes in flight, three 24 MB sends at
+// once take the process from 26 to 641 MB. This runs the real binary
 // (built without -race, whose shadow memory would swamp the figure) against
 // the emulator, sends 16 messages of 24 MB at once, and reads the relay
 // process's own peak resident set (VmHWM in /proc/<pid>/status) once they

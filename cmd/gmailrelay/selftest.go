@@ -139,6 +139,42 @@ func selftest(ctx context.Context, o selftestOptions, w io.Writer) (selftestRepo
 	if err != nil || addr.Name != "" {
 		return rep, fmt.Errorf("--to %q: one plain address is required (the mailbox's own)", o.To)
 	}
+	o.setDefaults()
+	dir, err := os.MkdirTemp("", "gmailrelay-selftest-")
+	if err != nil {
+		return rep, err
+	}
+	defer os.RemoveAll(dir)
+	lg, err := acceptlog.Open(filepath.Join(dir, "selftest.db"), acceptlog.Options{Now: o.now})
+	if err != nil {
+		return rep, err
+	}
+	defer lg.Close()
+	st, err := newSelftestStack(ctx, o, lg, addr.Address)
+	if err != nil {
+		return rep, err
+	}
+
+	fmt.Fprintf(w, "gmailrelay self-test against %s, mailbox %s, sending only to %s\n", o.Label, o.Mailbox, addr.Address)
+	if err := st.sendAmbiguous(ctx, w, &rep); err != nil {
+		return rep, err
+	}
+	if rep.Found {
+		kept := true
+		rep.HandleKept = &kept
+		fmt.Fprintf(w, "2. found by rfc822msgid: after ~%s and marked sent, without a resend\n", rep.IndexLag.Round(time.Second))
+	} else {
+		fmt.Fprintf(w, "2. NOT found by rfc822msgid: within %s (state %s)\n", o.Window, rep.FinalState)
+		st.readBackHandle(ctx, w, &rep)
+	}
+	rep.QuotaUnits = st.quota.Spent()
+	rep.judge()
+	rep.print(w, o.Label)
+	return rep, nil
+}
+
+// setDefaults fills in the real clock and a sleep that waits on it.
+func (o *selftestOptions) setDefaults() {
 	if o.now == nil {
 		o.now = time.Now
 	}
@@ -154,19 +190,24 @@ func selftest(ctx context.Context, o selftestOptions, w io.Writer) (selftestRepo
 			}
 		}
 	}
-	dir, err := os.MkdirTemp("", "gmailrelay-selftest-")
-	if err != nil {
-		return rep, err
-	}
-	defer os.RemoveAll(dir)
-	lg, err := acceptlog.Open(filepath.Join(dir, "selftest.db"), acceptlog.Options{Now: o.now})
-	if err != nil {
-		return rep, err
-	}
-	defer lg.Close()
+}
+
+// selftestStack is the relay, sweeper and log one self-test run sends
+// through, on a channel that never resends inside the window.
+type selftestStack struct {
+	o     selftestOptions
+	to    string // the one recipient
+	lg    *acceptlog.Log
+	svc   *relay.Service
+	sw    *sweeper.Sweeper
+	quota *relay.Quota
+	nonce string // makes this run's keys and subjects unique
+}
+
+func newSelftestStack(ctx context.Context, o selftestOptions, lg *acceptlog.Log, to string) (*selftestStack, error) {
 	gm, err := gmailapi.New(ctx, o.Gmail)
 	if err != nil {
-		return rep, err
+		return nil, err
 	}
 	checks := int(o.Window/o.Poll) + 2 // never resend inside the window
 	pol := &policy.Policy{MsgIDDomain: o.MsgIDDomain, VerifyHandle: policy.VerifyAlways, Channels: map[string]policy.Channel{
@@ -176,67 +217,78 @@ func selftest(ctx context.Context, o selftestOptions, w io.Writer) (selftestRepo
 	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: faultmodes.Wrap(gm, nil, nil), Policy: pol, UserID: o.Mailbox, Now: o.now,
 		Logger: zerolog.Nop(), Quota: quota})
 	if err != nil {
-		return rep, err
+		return nil, err
 	}
 	sw := sweeper.New(sweeper.Config{Log: lg, Policy: pol, Mailboxes: svc, Attempter: svc, Now: o.now})
 	nonce := o.now().UTC().Format("20060102T150405.000000000")
-	send := func(key, subject string, fault faultmodes.Decision) (relay.Result, error) {
-		p, err := relay.Prepare(relay.SendRequest{Key: key, To: relay.AddressList{addr.Address}, Channel: "selftest",
-			Subject: subject, Text: "gmailrelay self-test. You can delete this message.\r\n"}, "", o.MsgIDDomain, o.now())
-		if err != nil {
-			return relay.Result{}, err
-		}
-		return svc.Send(faultmodes.WithForced(ctx, fault), p, relay.SendOptions{})
-	}
+	return &selftestStack{o: o, to: to, lg: lg, svc: svc, sw: sw, quota: quota, nonce: nonce}, nil
+}
 
-	fmt.Fprintf(w, "gmailrelay self-test against %s, mailbox %s, sending only to %s\n", o.Label, o.Mailbox, addr.Address)
+// send sends one self-test message to the mailbox's own address.
+func (st *selftestStack) send(ctx context.Context, key, subject string, fault faultmodes.Decision) (relay.Result, error) {
+	p, err := relay.Prepare(relay.SendRequest{Key: key, To: relay.AddressList{st.to}, Channel: "selftest",
+		Subject: subject, Text: "gmailrelay self-test. You can delete this message.\r\n"}, "", st.o.MsgIDDomain, st.o.now())
+	if err != nil {
+		return relay.Result{}, err
+	}
+	return st.svc.Send(faultmodes.WithForced(ctx, fault), p, relay.SendOptions{})
+}
+
+// sendAmbiguous sends a message whose response is dropped, then sweeps
+// every o.Poll until the job leaves StateUnknown or o.Window ends, and
+// records in rep what it found.
+func (st *selftestStack) sendAmbiguous(ctx context.Context, w io.Writer, rep *selftestReport) error {
+	o := st.o
 	start := o.now()
-	res, err := send("selftest:ambiguous:"+nonce, "gmailrelay self-test (ambiguous send) "+nonce,
+	res, err := st.send(ctx, "selftest:ambiguous:"+st.nonce, "gmailrelay self-test (ambiguous send) "+st.nonce,
 		faultmodes.Decision{RuleID: "selftest", Mode: faultmodes.ForwardThenDropResponse})
 	if err != nil {
-		return rep, fmt.Errorf("send: %w", err)
+		return fmt.Errorf("send: %w", err)
 	}
 	rep.MessageID = res.Job.MessageID
 	fmt.Fprintf(w, "1. sent %s with forward-then-drop-response: the relay logged it %s\n", rep.MessageID, res.Job.State)
 	for o.now().Sub(start) <= o.Window {
 		if err := o.sleep(ctx, o.Poll); err != nil {
-			return rep, err
+			return err
 		}
-		r, err := sw.RunOnce(ctx)
+		r, err := st.sw.RunOnce(ctx)
 		if err != nil {
-			return rep, fmt.Errorf("sweep: %w", err)
+			return fmt.Errorf("sweep: %w", err)
 		}
 		rep.Searches += r.Checked
-		j, err := lg.Get(ctx, rep.MessageID)
+		j, err := st.lg.Get(ctx, rep.MessageID)
 		if err != nil {
-			return rep, err
+			return err
 		}
 		if j.State != gmailrelay.StateUnknown {
 			rep.FinalState = j.State
 			rep.Found = j.State == gmailrelay.StateSent
 			rep.IndexLag = o.now().Sub(start)
-			break
+			return nil
 		}
 		fmt.Fprintf(w, "   %s: not found yet (search index lag), checking again in %s\n", o.now().Sub(start).Round(time.Second), o.Poll)
 	}
-	if rep.Found {
-		kept := true
-		rep.HandleKept = &kept
-		fmt.Fprintf(w, "2. found by rfc822msgid: after ~%s and marked sent, without a resend\n", rep.IndexLag.Round(time.Second))
-	} else {
-		fmt.Fprintf(w, "2. NOT found by rfc822msgid: within %s (state %s)\n", o.Window, rep.FinalState)
-		res, err := send("selftest:handle:"+nonce, "gmailrelay self-test (Message-ID check) "+nonce, faultmodes.Decision{})
-		if err == nil && res.Job.State == gmailrelay.StateSent {
-			lines, _ := lg.JobLines(ctx, res.Job.MessageID)
-			for _, l := range lines {
-				if l.Kind == gmailrelay.KindHandle && l.HandleKept != nil {
-					rep.HandleKept = l.HandleKept
-					fmt.Fprintf(w, "3. a normal send's Message-ID read back: ours %s, stored %s\n", res.Job.MessageID, l.StoredMessageID)
-				}
-			}
+	return nil
+}
+
+// readBackHandle sends a normal message and records in rep whether the
+// provider kept its Message-ID (left nil when that cannot be told).
+func (st *selftestStack) readBackHandle(ctx context.Context, w io.Writer, rep *selftestReport) {
+	res, err := st.send(ctx, "selftest:handle:"+st.nonce, "gmailrelay self-test (Message-ID check) "+st.nonce, faultmodes.Decision{})
+	if err != nil || res.Job.State != gmailrelay.StateSent {
+		return
+	}
+	lines, _ := st.lg.JobLines(ctx, res.Job.MessageID)
+	for _, l := range lines {
+		if l.Kind == gmailrelay.KindHandle && l.HandleKept != nil {
+			rep.HandleKept = l.HandleKept
+			fmt.Fprintf(w, "3. a normal send's Message-ID read back: ours %s, stored %s\n", res.Job.MessageID, l.StoredMessageID)
 		}
 	}
-	rep.QuotaUnits = quota.Spent()
+}
+
+// judge sets the verdict from what the run found.
+func (rep *selftestReport) judge() {
 	switch {
 	case rep.Found:
 		rep.Trustworthy = true
@@ -246,13 +298,16 @@ func selftest(ctx context.Context, o selftestOptions, w io.Writer) (selftestRepo
 	default:
 		rep.Verdict = "INCONCLUSIVE: not found within the window; the search index may be slower. Run again with a longer --window"
 	}
+}
+
+// print writes the report's summary to w.
+func (rep *selftestReport) print(w io.Writer, label string) {
 	kept := "unknown"
 	if rep.HandleKept != nil {
 		kept = fmt.Sprint(*rep.HandleKept)
 	}
 	fmt.Fprintf(w, "\nreport (%s):\n  message id:       %s\n  message id kept:  %s\n  index lag:        %s\n  searches:         %d\n  quota units used: %d\n  verdict:          %s\n",
-		o.Label, rep.MessageID, kept, lagText(rep), rep.Searches, rep.QuotaUnits, rep.Verdict)
-	return rep, nil
+		label, rep.MessageID, kept, lagText(*rep), rep.Searches, rep.QuotaUnits, rep.Verdict)
 }
 
 func lagText(r selftestReport) string {

@@ -122,7 +122,35 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	return c, c.validate()
 }
 
+// validate checks the flags and derives what serve needs from them (the
+// policy, the clock, the Gmail clients). The checks run in a fixed order,
+// so the first flag at fault is the one named.
 func (c *serveConfig) validate() error {
+	for _, step := range []func() error{
+		c.validatePolicy,
+		c.loadMsgIDSecret,
+		c.validateListen,
+		c.validateLimits,
+		c.validateStorage,
+		c.validateLogging,
+		c.validateClock,
+		c.validateCredentials,
+	} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	if c.sandbox() && c.policy.BuiltInChannels {
+		ch := c.policy.Channels[policy.DefaultChannel]
+		ch.Grace = sandboxGrace
+		c.policy.Channels[policy.DefaultChannel] = ch
+	}
+	return c.loadGmailClients()
+}
+
+// validatePolicy loads --policy (or the default policy) and applies
+// --msgid-domain to it.
+func (c *serveConfig) validatePolicy() error {
 	if c.PolicyPath != "" {
 		p, err := policy.Load(c.PolicyPath)
 		if err != nil {
@@ -138,9 +166,11 @@ func (c *serveConfig) validate() error {
 		}
 		c.policy.MsgIDDomain = c.MsgIDDomain
 	}
-	if err := c.loadMsgIDSecret(); err != nil {
-		return err
-	}
+	return nil
+}
+
+// validateListen checks --addr and the tokens that guard it.
+func (c *serveConfig) validateListen() error {
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		return fmt.Errorf("--addr: %w", err)
 	}
@@ -158,12 +188,24 @@ func (c *serveConfig) validate() error {
 	if c.APIToken != "" && c.APIToken == c.AdminToken {
 		return errors.New("--admin-token must differ from --api-token")
 	}
+	return nil
+}
+
+// validateLimits checks the request limits (--max-inflight-bytes,
+// --min-body-rate).
+func (c *serveConfig) validateLimits() error {
 	if err := validateInflight(c.MaxInflightBytes); err != nil { // httpserver.go
 		return err
 	}
 	if c.MinBodyRate < 0 {
 		return fmt.Errorf("--min-body-rate must be 0 (no minimum) or a number of bytes per second, got %d", c.MinBodyRate)
 	}
+	return nil
+}
+
+// validateStorage checks where the log lives (--data or --database) and
+// the quota and timing flags.
+func (c *serveConfig) validateStorage() error {
 	if c.Data == "" && c.Database == "" {
 		return errors.New("--data: a file path is required")
 	}
@@ -179,6 +221,11 @@ func (c *serveConfig) validate() error {
 	if c.SweepInterval <= 0 || c.SendTimeout <= 0 {
 		return errors.New("--sweep-interval and --send-timeout must be positive")
 	}
+	return nil
+}
+
+// validateLogging checks --log-format and --log-level.
+func (c *serveConfig) validateLogging() error {
 	switch c.LogFormat {
 	case "json", "console":
 	default:
@@ -187,6 +234,11 @@ func (c *serveConfig) validate() error {
 	if _, err := zerolog.ParseLevel(c.LogLevel); err != nil || c.LogLevel == "" {
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
 	}
+	return nil
+}
+
+// validateClock checks --clock and --clock-start and sets the manual clock.
+func (c *serveConfig) validateClock() error {
 	if c.Clock != "real" && c.Clock != "manual" {
 		return fmt.Errorf("--clock must be real or manual, not %q", c.Clock)
 	}
@@ -200,6 +252,13 @@ func (c *serveConfig) validate() error {
 	if c.Clock == "manual" && c.clock == nil {
 		c.clock = testclock.At(time.Now())
 	}
+	return nil
+}
+
+// validateCredentials checks the Gmail endpoint and credentials, the
+// global ones and each policy mailbox's, and picks up the token
+// `gmailrelay auth` stored when no other credentials are given.
+func (c *serveConfig) validateCredentials() error {
 	if err := validEndpoint(c.GmailEndpoint); err != nil {
 		return err
 	}
@@ -224,12 +283,7 @@ func (c *serveConfig) validate() error {
 			return fmt.Errorf("--policy: mailboxes.%s.subject needs a service-account key: its credentials, or --credentials", m.Name)
 		}
 	}
-	if c.sandbox() && c.policy.BuiltInChannels {
-		ch := c.policy.Channels[policy.DefaultChannel]
-		ch.Grace = sandboxGrace
-		c.policy.Channels[policy.DefaultChannel] = ch
-	}
-	return c.loadGmailClients()
+	return nil
 }
 
 // loadMsgIDSecret reads the Message-ID secret, once: --msgid-secret-file

@@ -486,8 +486,8 @@ func TestRawRecipeMatchesTheRelay(t *testing.T) {
 	wf, _ := load(t, "gmail-compatible-raw.json")
 	code := codeNode(wf)
 	// The Message-ID comes from the relay (GET /v1/msgid), never from a
-	// domain written into the Code node (issue 21: a hard-coded
-	// inbound.example.com disagreed with a plain serve's domain).
+	// domain written into the Code node (a hard-coded inbound.example.com
+	// would disagree with a plain serve's domain).
 	for _, bad := range []string{"DOMAIN", "inbound.example.com", "createHash"} {
 		if strings.Contains(code, bad) {
 			t.Errorf("Code node still derives the Message-ID itself (%q)", bad)
@@ -520,13 +520,13 @@ func TestRawRecipeMatchesTheRelay(t *testing.T) {
 			t.Errorf("Code node lacks %q", want)
 		}
 	}
-	// The send asks for the outbox (CONTRACT: the Gmail path answers 429
-	// unless X-Relay-When-Busy: queue): a burst over the quota, a Gmail
+	// The send asks for the outbox (the Gmail path answers 429 unless
+	// X-Relay-When-Busy: queue: docs/api.md#outbox): a burst over the quota, a Gmail
 	// rate limit or an unreachable Gmail is 202 queued, which the IF node
-	// passes, instead of a 429 or 503 that stopped the workflow.
+	// passes, instead of a 429 or 503 that would stop the workflow.
 	// It also sends the job's key as Idempotency-Key: a Message-ID of the
 	// relay's own <job-…@domain> shape is accepted only with the key that
-	// derives it (CONTRACT: 409 reserved_message_id otherwise).
+	// derives it (409 reserved_message_id otherwise: docs/api.md#conventions).
 	var busy, idemKey string
 	for _, n := range wf.Nodes {
 		if n.Type != httpRequest || !strings.Contains(fmt.Sprint(n.Parameters["url"]), "/messages/send") {
@@ -549,7 +549,8 @@ func TestRawRecipeMatchesTheRelay(t *testing.T) {
 	if idemKey != "={{ $json.key }}" {
 		t.Errorf("the Gmail-path send's Idempotency-Key = %q, want the Code node's key", idemKey)
 	}
-	// The recipe's test vector (DESIGN.md), computed by the relay.
+	// The recipe's test vector (docs/design.md#the-handle-a-derived-message-id),
+	// computed by the relay.
 	if got, want := relay.MessageID("cus_123:order.shipped:ord_456", "inbound.yourdomain.com"),
 		"<job-1ca74402c25f227b40cf235d910d7664@inbound.yourdomain.com>"; got != want {
 		t.Errorf("relay.MessageID = %s, want %s", got, want)

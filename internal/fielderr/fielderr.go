@@ -1,6 +1,6 @@
 // Package fielderr is gmailrelay's one validation error for an input that
 // names its fields: a fault rule, a policy file. The api answers it as
-// CONTRACT's invalid_argument with the field; the relay's own validation
+// invalid_argument with the field (docs/api.md#conventions); the relay's own validation
 // errors are *relay.Error with CodeInvalid, which carry the same Field and
 // Message.
 package fielderr
