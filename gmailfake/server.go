@@ -461,9 +461,10 @@ func (s *Server) AccountStats(account string) Stats {
 	return Stats{Calls: map[string]int{}}
 }
 
-// Reset drops every message, delivery and fault, refills the quota, clears
-// the daily windows, zeroes the counters and re-seeds the random choices
-// with Seed. Ids handed out later stay unique.
+// Reset drops every message, delivery, history record and fault, refills
+// the quota, clears the daily windows, zeroes the counters and re-seeds the
+// random choices with Seed. Ids handed out later stay unique, and a
+// startHistoryId from before the reset answers 404.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
