@@ -340,6 +340,34 @@ type Mailbox struct {
 	// observed p99 before it counts a miss (docs/design.md#the-witness-rule).
 	// Empty in a record written without lag samples.
 	Lags LagSamples `json:"lags,omitzero"`
+	// History is the sweeper's place in the mailbox's history (the tail
+	// of users.history.list); zero until it first read the mailbox's
+	// history id.
+	History HistoryCursor `json:"history,omitzero"`
+}
+
+// HistoryCursor is how far a mailbox's history has been read.
+type HistoryCursor struct {
+	// ID is the history id read up to: the records after it are still to
+	// be read.
+	ID uint64 `json:"id"`
+	// Since is when the cursor was started (from the mailbox's current
+	// history id): the history covers the attempts that started after
+	// it, not those before.
+	Since time.Time `json:"since"`
+	// CompleteAt is when the newest listing that reached the mailbox's
+	// current history id started: every message Gmail had listed in its
+	// history by then has been read.
+	CompleteAt time.Time `json:"complete_at,omitzero"`
+	// Fallbacks counts the cursors Gmail no longer kept (404): the jobs
+	// they covered were left to the search path, and a new cursor began.
+	Fallbacks int `json:"fallbacks,omitempty"`
+}
+
+// Covers reports whether the history read from c can speak for an
+// attempt that started at start: only one started after the cursor did.
+func (c HistoryCursor) Covers(start time.Time) bool {
+	return c.ID != 0 && !start.Before(c.Since)
 }
 
 // Change is what a Mutate callback asks to write, all in one transaction.

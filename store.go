@@ -154,6 +154,17 @@ type ReplicaCounter interface {
 	LiveReplicas(ctx context.Context) (int, error)
 }
 
+// MailboxEditor is implemented by a Store that edits a mailbox's record
+// on its own, outside any job's change (both logs do): the history
+// cursor belongs to the mailbox, not to a job. fn gets the stored record
+// (the zero record named name when there is none) and may be called more
+// than once (a retried transaction): it must depend only on its argument.
+// The edit is one transaction, serialised with every other edit of the
+// record, a job change's EditMailbox included.
+type MailboxEditor interface {
+	EditMailbox(ctx context.Context, name string, fn func(m *Mailbox)) (Mailbox, error)
+}
+
 // MailboxPauses is implemented by a shared Store: the pause Gmail asked a
 // mailbox for (a rate limit) is kept in the mailbox's record, so a 429
 // seen by one replica pauses all of them.

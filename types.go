@@ -68,6 +68,7 @@ const (
 	SourceResponse = "response" // Gmail's answer to messages.send
 	SourceSearch   = "search"   // a SENT hit found by rfc822msgid: search
 	SourceHuman    = "human"    // an operator's mark-sent
+	SourceHistory  = "history"  // a SENT record of the mailbox's history (users.history.list)
 )
 
 // Line is one entry of the acceptance log. Seq is global and strictly

@@ -79,6 +79,11 @@ type jobView struct {
 	gmailrelay.Job
 	URL   string            `json:"url"`
 	Lines []gmailrelay.Line `json:"lines"`
+	// ResolvedBy and TruthAfterS say how the outcome became known and how
+	// long after the ambiguous attempt (gmailrelay.Resolution); absent
+	// while it is not known.
+	ResolvedBy  string   `json:"resolved_by,omitempty"`
+	TruthAfterS *float64 `json:"truth_after_s,omitempty"`
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
@@ -98,7 +103,12 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j.Mailbox = s.viewMailbox(j)
-	writeJSON(w, http.StatusOK, jobView{Job: j, URL: jobURL(id), Lines: lines})
+	v := jobView{Job: j, URL: jobURL(id), Lines: lines}
+	if by, after, ok := gmailrelay.Resolution(j, lines); ok {
+		secs := after.Seconds()
+		v.ResolvedBy, v.TruthAfterS = by, &secs
+	}
+	writeJSON(w, http.StatusOK, v)
 }
 
 // readLog answers GET /v1/log: the lines after the after parameter, and

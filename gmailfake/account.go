@@ -19,6 +19,7 @@ type account struct {
 	refilled    time.Time
 	counters    counters
 	sendAs      []Alias // its send-as aliases (not reset: settings, not mail)
+	history     mailboxHistory
 }
 
 // delivery is one accepted send: recipients got a message whose client

@@ -192,13 +192,14 @@ func DefaultCosts() map[string]int {
 	return map[string]int{
 		MethodSend: CostSend, MethodList: CostList, MethodGet: CostGet,
 		MethodTrash: CostTrash, MethodUntrash: CostUntrash, MethodDelete: CostDelete,
-		MethodSendAs: CostSendAs,
+		MethodSendAs: CostSendAs, MethodHistory: CostHistory, MethodProfile: CostProfile,
 	}
 }
 
 // ParseCosts reads --cost: method=units pairs separated by commas, e.g.
-// get=20,list=5. Methods are send, list, get, trash, untrash, delete and
-// sendas (users.settings.sendAs.list).
+// get=20,list=5. Methods are send, list, get, trash, untrash, delete,
+// sendas (users.settings.sendAs.list), history (users.history.list) and
+// profile (users.getProfile).
 func ParseCosts(s string) (map[string]int, error) {
 	out := map[string]int{}
 	known := DefaultCosts()

@@ -30,9 +30,9 @@ type FaultState struct {
 // rule's id, or a *FieldError naming the offending field.
 func (s *Server) AddFault(f Fault) (string, error) {
 	switch f.Method {
-	case MethodSend, MethodList, MethodGet, MethodTrash, MethodUntrash, MethodDelete, MethodSendAs:
+	case MethodSend, MethodList, MethodGet, MethodTrash, MethodUntrash, MethodDelete, MethodSendAs, MethodHistory, MethodProfile:
 	default:
-		return "", &FieldError{"method", fmt.Sprintf("must be send, list, get, trash, untrash, delete or sendas, not %q", f.Method)}
+		return "", &FieldError{"method", fmt.Sprintf("must be send, list, get, trash, untrash, delete, sendas, history or profile, not %q", f.Method)}
 	}
 	switch f.Action {
 	case ActionError:

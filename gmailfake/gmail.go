@@ -39,6 +39,8 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc(msgs+"/{id}/trash", s.gmailCall(route{http.MethodPost: {MethodTrash, s.trash}}))
 	mux.HandleFunc(msgs+"/{id}/untrash", s.gmailCall(route{http.MethodPost: {MethodUntrash, s.untrash}}))
 	mux.HandleFunc("/gmail/v1/users/{userId}/settings/sendAs", s.gmailCall(route{http.MethodGet: {MethodSendAs, s.sendAsList}}))
+	mux.HandleFunc("/gmail/v1/users/{userId}/history", s.gmailCall(route{http.MethodGet: {MethodHistory, s.historyList}}))
+	mux.HandleFunc("/gmail/v1/users/{userId}/profile", s.gmailCall(route{http.MethodGet: {MethodProfile, s.profile}}))
 	s.controlRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, &apiError{code: http.StatusNotFound, reason: "notFound", domain: "global",
@@ -185,7 +187,7 @@ func (s *Server) sendAnswer(a *account, raw []byte, threadID string, f appliedFa
 	if e != nil {
 		return nil, e
 	}
-	return messageJSON{ID: res.ID, ThreadID: res.ThreadID, LabelIDs: res.LabelIDs}, nil
+	return messageJSON{ID: res.ID, ThreadID: res.ThreadID, LabelIDs: res.LabelIDs, HistoryID: strconv.FormatUint(res.HistoryID, 10)}, nil
 }
 
 // uploadSend serves /upload/gmail/v1/users/{userId}/messages/send with

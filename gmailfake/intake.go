@@ -79,9 +79,10 @@ func (s *Server) gmailMessageIDLocked(now time.Time, a *account) string {
 // sendResult is what a send stored (or, folded, the copy it was folded
 // into).
 type sendResult struct {
-	ID       string
-	ThreadID string
-	LabelIDs []string
+	ID        string
+	ThreadID  string
+	LabelIDs  []string
+	HistoryID uint64
 }
 
 // rewriteLocked decides whether the client's Message-ID is replaced in a
@@ -150,7 +151,7 @@ func (s *Server) storeMessage(a *account, raw []byte, threadID string, duplicate
 		for _, old := range a.msgs {
 			if !old.Deleted && old.msgIDKey == d.storedKey && slices.Contains(old.LabelIDs, labelSent) {
 				s.deliveredLocked(a, d, now)
-				return sendResult{ID: old.ID, ThreadID: old.ThreadID, LabelIDs: slices.Clone(old.LabelIDs)}, nil
+				return sendResult{ID: old.ID, ThreadID: old.ThreadID, LabelIDs: slices.Clone(old.LabelIDs), HistoryID: old.historyID}, nil
 			}
 		}
 	}
@@ -216,7 +217,8 @@ func (s *Server) addLocked(st *stored, now time.Time) sendResult {
 	}
 	a.msgs = append(a.msgs, st)
 	s.byID[st.ID] = st
-	return sendResult{ID: st.ID, ThreadID: st.ThreadID, LabelIDs: slices.Clone(st.LabelIDs)}
+	s.historyAddedLocked(st)
+	return sendResult{ID: st.ID, ThreadID: st.ThreadID, LabelIDs: slices.Clone(st.LabelIDs), HistoryID: st.historyID}
 }
 
 // threadForLocked applies Gmail's threading rule for sends: the requested

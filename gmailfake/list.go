@@ -191,9 +191,10 @@ func (s *Server) setTrash(a *account, id string, trash bool) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
+	before := slices.Clone(m.LabelIDs)
 	setTrashLocked(m, trash)
-	m.historyID = s.nextCounterLocked()
-	return messageJSON{ID: m.ID, ThreadID: m.ThreadID, LabelIDs: slices.Clone(m.LabelIDs)}, nil
+	s.historyChangedLocked(m, before, false)
+	return messageJSON{ID: m.ID, ThreadID: m.ThreadID, LabelIDs: slices.Clone(m.LabelIDs), HistoryID: strconv.FormatUint(m.historyID, 10)}, nil
 }
 
 // delete serves messages.delete: the message is gone from list and get
@@ -206,6 +207,7 @@ func (s *Server) delete(r *http.Request, a *account, _ appliedFault) (any, *apiE
 		return nil, e
 	}
 	m.Deleted = true
+	s.historyChangedLocked(m, m.LabelIDs, false)
 	return noContent{}, nil
 }
 

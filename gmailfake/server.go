@@ -2,7 +2,8 @@
 // gmailrelay uses: users.messages.send (metadata and upload paths),
 // users.messages.list (with the rfc822msgid:, OR, {…}, in:, label:, after:
 // and before: search subset), users.messages.get, users.messages.trash,
-// untrash and delete, and users.settings.sendAs.list, at Gmail's own
+// untrash and delete, users.settings.sendAs.list, users.history.list and
+// users.getProfile, at Gmail's own
 // paths, with Gmail's JSON shapes, error JSON and quota costs, so that
 // Google's Go client (google.golang.org/api/gmail/v1) talks to it
 // unchanged.
@@ -25,6 +26,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -144,6 +146,15 @@ type Options struct {
 	Tokens map[string]string
 	// SendAs are the accounts' send-as aliases (see Alias and AddSendAs).
 	SendAs []Alias
+	// HistoryLag is how long after a change its history record becomes
+	// listable by history.list (independent of IndexLag). Ignored when
+	// HistoryLagDistribution is set.
+	HistoryLag time.Duration
+	// HistoryLagDistribution, when set, draws each record's lag (seeded).
+	HistoryLagDistribution LagDistribution
+	// HistoryRetention is how long history records are kept; an older
+	// startHistoryId answers 404. 0 means DefaultHistoryRetention.
+	HistoryRetention time.Duration
 }
 
 // Message is one stored message: the provider's truth.
@@ -177,7 +188,7 @@ type Truth struct {
 
 // Fault is a provider-side fault for the next Count calls of Method.
 type Fault struct {
-	Method  string        // MethodSend, MethodList, MethodGet, MethodTrash, MethodUntrash, MethodDelete or MethodSendAs
+	Method  string        // MethodSend, MethodList, MethodGet, MethodTrash, MethodUntrash, MethodDelete, MethodSendAs, MethodHistory or MethodProfile
 	Action  string        // ActionError, ActionAcceptThenError, ActionLatency or ActionDuplicate
 	Status  int           // answer status for error and accept-then-error; 0 means 500
 	Count   int           // calls it applies to; 0 means 1, -1 means until cleared
@@ -214,6 +225,7 @@ type Server struct {
 	quotaStatus  int
 	dailyLimit   int
 	latency      time.Duration
+	hist         historySettings
 	accounts     []*account // primary first
 	byAddr       map[string]*account
 	tokens       map[string]*account
@@ -239,6 +251,7 @@ func New(opts Options) *Server {
 		quotaStatus: opts.QuotaStatus,
 		dailyLimit:  max(opts.DailySendLimit, 0),
 		latency:     opts.Latency,
+		hist:        newHistorySettings(opts),
 		costs:       DefaultCosts(),
 		byAddr:      map[string]*account{},
 		tokens:      map[string]*account{},
@@ -302,6 +315,7 @@ func (s *Server) addAccount(addr string) *account {
 	}
 	a := &account{addr: strings.TrimSpace(addr)}
 	a.resetLocked()
+	a.history.floor = s.nextCounterLocked() // a mailbox starts with a historyId, as Gmail's always has one
 	s.accounts = append(s.accounts, a)
 	s.byAddr[key] = a
 	return a
@@ -447,14 +461,16 @@ func (s *Server) AccountStats(account string) Stats {
 	return Stats{Calls: map[string]int{}}
 }
 
-// Reset drops every message, delivery and fault, refills the quota, clears
-// the daily windows, zeroes the counters and re-seeds the random choices
-// with Seed. Ids handed out later stay unique.
+// Reset drops every message, delivery, history record and fault, refills
+// the quota, clears the daily windows, zeroes the counters and re-seeds the
+// random choices with Seed. Ids handed out later stay unique, and a
+// startHistoryId from before the reset answers 404.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, a := range s.accounts {
 		a.resetLocked()
+		a.history = mailboxHistory{floor: s.nextCounterLocked()}
 	}
 	s.byID = map[string]*stored{}
 	s.faults = nil
@@ -493,7 +509,8 @@ func (s *Server) userAction(id string, act func(*stored)) error {
 	if !ok || m.Deleted {
 		return ErrNotFound
 	}
+	before, wasDeleted := slices.Clone(m.LabelIDs), m.Deleted
 	act(m)
-	m.historyID = s.nextCounterLocked()
+	s.historyChangedLocked(m, before, wasDeleted)
 	return nil
 }

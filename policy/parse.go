@@ -57,12 +57,13 @@ func Parse(data []byte) (*Policy, error) {
 		return nil, err
 	}
 	err = parseFields(entries, fieldParsers{
-		"msgid_domain":      into(&p.MsgIDDomain, checked(checkDomain)),
-		"msgid_secret_file": into(&p.MsgIDSecretFile, checked(checkSecretPath)),
-		"verify_handle":     into(&p.VerifyHandle, enum[Verify](verifyMessage)),
-		"retention":         into(&p.Retention, retention),
-		"mailboxes":         into(&p.Mailboxes, ofNode(mailboxes)),
-		"channels":          into(&p.Channels, ofNode(channels)),
+		"msgid_domain":        into(&p.MsgIDDomain, checked(checkDomain)),
+		"msgid_secret_file":   into(&p.MsgIDSecretFile, checked(checkSecretPath)),
+		"verify_handle":       into(&p.VerifyHandle, enum[Verify](verifyMessage)),
+		"retention":           into(&p.Retention, retention),
+		"mailboxes":           into(&p.Mailboxes, ofNode(mailboxes)),
+		"channels":            into(&p.Channels, ofNode(channels)),
+		"limit_bounce_window": into(&p.LimitBounceWindow, positiveDuration("30m or 2h")),
 	})
 	if err != nil {
 		return nil, err
@@ -222,6 +223,8 @@ func channel(ch entry) (Channel, error) {
 		"max_unwitnessed": into(&c.MaxUnwitnessed, positiveDuration("30m or 1h")),
 		"checks":          into(&c.Checks, atLeastOne),
 		"max_attempts":    into(&c.MaxAttempts, atLeastOne),
+		"history_settle":  into(&c.HistorySettle, settle),
+		"witness":         into(&c.Witness, enum[Witness](witnessMessage)),
 	})
 	if err != nil {
 		return c, err
@@ -315,6 +318,24 @@ func retention(e entry) (time.Duration, error) {
 	d, err := ParseRetention(s)
 	if err != nil {
 		return 0, &FieldError{Field: e.path, Line: e.value.Line, Message: err.Error()}
+	}
+	return d, nil
+}
+
+// witnessMessage says why w is not a witness value.
+func witnessMessage(w string) string {
+	return fmt.Sprintf("unknown value %q; want search or history", w)
+}
+
+// settle reads a channel's history_settle: a duration of at least
+// MinGrace.
+func settle(e entry) (time.Duration, error) {
+	d, err := positiveDuration("30s or 2m")(e)
+	if err != nil {
+		return 0, err
+	}
+	if d < MinGrace {
+		return 0, &FieldError{Field: e.path, Line: e.value.Line, Message: fmt.Sprintf("must be at least %s, got %s", MinGrace, e.value.Value)}
 	}
 	return d, nil
 }

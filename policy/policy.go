@@ -62,6 +62,11 @@ const (
 	// DefaultMaxUnwitnessed is how long the sweeper keeps looking for a
 	// witness before an ambiguous job goes to review (index_unverifiable).
 	DefaultMaxUnwitnessed = time.Hour
+	// DefaultHistorySettle is a channel's history_settle when unset.
+	DefaultHistorySettle = time.Minute
+	// DefaultLimitBounceWindow is limit_bounce_window when unset: how
+	// long before Gmail's sending-limit notice a send is in doubt.
+	DefaultLimitBounceWindow = time.Hour
 	// DefaultChannel is the channel a send without one uses.
 	DefaultChannel = "default"
 	// DefaultMsgIDDomain is the Message-ID domain when neither the file nor
@@ -88,7 +93,44 @@ type Channel struct {
 	// to review as index_unverifiable, with an alarm. Zero means
 	// DefaultMaxUnwitnessed; see Unwitnessed.
 	MaxUnwitnessed time.Duration
+	// HistorySettle (file key history_settle) is how far past the end of
+	// an ambiguous attempt the mailbox's history must be known complete
+	// before its silence counts as a miss: Gmail lists a new message in
+	// the history within seconds, rarely later. Zero means
+	// DefaultHistorySettle; see Settle.
+	HistorySettle time.Duration
+	// Witness (file key witness) is what a Retry channel's resend after
+	// an ambiguous attempt needs: WitnessSearch (the default) the search
+	// path's witnessed misses, WitnessHistory a settled history miss
+	// alone. A history match resolves the job on every channel.
+	Witness Witness
 }
+
+// Witness names the evidence a resend needs (Channel.Witness).
+type Witness string
+
+const (
+	// WitnessSearch: the search path's witnessed misses (Checks of them).
+	WitnessSearch Witness = "search"
+	// WitnessHistory: one settled history miss.
+	WitnessHistory Witness = "history"
+)
+
+// Valid reports whether w is a witness the policy knows ("" is the
+// default, search).
+func (w Witness) Valid() bool { return w == WitnessSearch || w == WitnessHistory }
+
+// Settle is the channel's HistorySettle, DefaultHistorySettle when unset.
+func (c Channel) Settle() time.Duration {
+	if c.HistorySettle <= 0 {
+		return DefaultHistorySettle
+	}
+	return c.HistorySettle
+}
+
+// ResendOnHistory reports whether a settled history miss alone lets the
+// channel resend.
+func (c Channel) ResendOnHistory() bool { return c.Witness == WitnessHistory }
 
 // Unwitnessed is the channel's MaxUnwitnessed, DefaultMaxUnwitnessed when
 // unset.
@@ -118,10 +160,25 @@ type Policy struct {
 	// Mailboxes holds the mailboxes' policies (file key mailboxes), keyed
 	// by name; empty means one, DefaultMailbox. See MailboxList.
 	Mailboxes map[string]Mailbox
+	// LimitBounceWindow (file key limit_bounce_window) is how long before
+	// a sending-limit notice from Gmail a mailbox's sends are put in
+	// doubt: the notice names no message, and Gmail keeps answering 200
+	// for a while after the limit. Zero means DefaultLimitBounceWindow;
+	// see BounceWindow.
+	LimitBounceWindow time.Duration
 	// BuiltInChannels reports that Channels are Default()'s: no policy
 	// file, or a file without channels. serve shortens the default
 	// channel's grace in sandbox mode only then, never a grace a file set.
 	BuiltInChannels bool
+}
+
+// BounceWindow is the policy's LimitBounceWindow,
+// DefaultLimitBounceWindow when unset.
+func (p *Policy) BounceWindow() time.Duration {
+	if p.LimitBounceWindow <= 0 {
+		return DefaultLimitBounceWindow
+	}
+	return p.LimitBounceWindow
 }
 
 // MinGrace is the shortest grace a channel may set: below it a search

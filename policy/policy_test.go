@@ -184,6 +184,10 @@ func TestParseErrors(t *testing.T) {
 		{"msgid_domain null", "msgid_domain:\nchannels: {d: {on_unknown: retry}}\n", "msgid_domain", 1, "empty"},
 		{"msgid_domain too long", "msgid_domain: " + strings.Repeat("a.", 130) + "com\nchannels: {d: {on_unknown: retry}}\n", "msgid_domain", 1, "253"},
 		{"msgid_domain long label", "msgid_domain: " + strings.Repeat("a", 64) + ".com\nchannels: {d: {on_unknown: retry}}\n", "msgid_domain", 1, "63"},
+		{"history_settle below 1s", "channels:\n  default: {on_unknown: retry, history_settle: 500ms}\n", "channels.default.history_settle", 2, "at least 1s"},
+		{"history_settle unparseable", "channels:\n  default: {on_unknown: retry, history_settle: 1 minute}\n", "channels.default.history_settle", 2, "duration"},
+		{"unknown witness", "channels:\n  default: {on_unknown: retry, witness: mailbox}\n", "channels.default.witness", 2, "search or history"},
+		{"limit_bounce_window zero", "limit_bounce_window: 0s\nchannels: {d: {on_unknown: retry}}\n", "limit_bounce_window", 1, "positive"},
 		{"merge key is not supported", "channels:\n  b: {<<: {on_unknown: retry}}\n", "channels.b.<<", 2, "unknown key"},
 	}
 	for _, tt := range tests {
@@ -393,5 +397,24 @@ func TestMaxUnwitnessed(t *testing.T) {
 	}
 	if got := p.Channels["b"].Unwitnessed(); got != time.Hour {
 		t.Errorf("b: max_unwitnessed %s, want the default 1h", got)
+	}
+}
+
+// history_settle and witness per channel, limit_bounce_window for the
+// policy: set values are kept, unset ones read as the defaults.
+func TestHistorySettleWitnessAndBounceWindow(t *testing.T) {
+	p, err := policy.Parse([]byte("limit_bounce_window: 2h\nchannels:\n  a: {on_unknown: retry, history_settle: 5s, witness: history}\n  b: {on_unknown: review}\n  c: {on_unknown: retry, witness: search}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, c := p.Channels["a"], p.Channels["b"], p.Channels["c"]
+	if a.Settle() != 5*time.Second || !a.ResendOnHistory() {
+		t.Errorf("a: settle %s, resend on history %v; want 5s, true", a.Settle(), a.ResendOnHistory())
+	}
+	if b.Settle() != policy.DefaultHistorySettle || b.ResendOnHistory() || c.ResendOnHistory() {
+		t.Errorf("b: settle %s, resend on history %v, c %v; want %s, false, false", b.Settle(), b.ResendOnHistory(), c.ResendOnHistory(), policy.DefaultHistorySettle)
+	}
+	if p.BounceWindow() != 2*time.Hour || policy.Default().BounceWindow() != time.Hour {
+		t.Errorf("bounce window %s, default %s; want 2h, 1h", p.BounceWindow(), policy.Default().BounceWindow())
 	}
 }

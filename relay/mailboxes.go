@@ -30,6 +30,8 @@ type Mailbox struct {
 	maxRecipients int
 	// sendAs is the last read of the mailbox's send-as list (sendas.go).
 	sendAs atomic.Pointer[sendAsState]
+	// recent are the sends this process recorded (recent.go).
+	recent recentSends
 
 	// handleChecked: the mailbox's Message-ID was read back since this
 	// Service started (verify_handle: first checks once per mailbox per

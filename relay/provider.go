@@ -34,6 +34,7 @@ type ListPage struct {
 type StoredHeader struct {
 	ID        string
 	MessageID string // the stored Message-ID header, normalised with <>
+	Job       string // the stored JobHeader, if any
 	LabelIDs  []string
 }
 

@@ -43,6 +43,20 @@ func (p *pass) resend(ctx context.Context, b *boxPass, j gmailrelay.Job, redo in
 	return p.attempt(ctx, b, j, gmailrelay.StateUnknown, ReasonResend, redo, &p.res.Resent)
 }
 
+// resendUnchecked resends an unknown job the history tail found no copy
+// of: the tail read every SENT message of the attempt's window, with its
+// Message-ID and job header, so the window check of resend is already
+// done. The channel's attempts still bound it.
+func (p *pass) resendUnchecked(ctx context.Context, b *boxPass, j gmailrelay.Job) (bool, error) {
+	spent, err := p.attemptsSpent(ctx, j, func(used, allowed int) string {
+		return fmt.Sprintf("not in the mailbox's history after %d attempts; the channel allows %d", used, allowed)
+	})
+	if spent || err != nil {
+		return spent, err
+	}
+	return p.attempt(ctx, b, j, gmailrelay.StateUnknown, ReasonResend, 0, &p.res.Resent)
+}
+
 // retry gives a retryable failed job a new attempt, or hands it to a human
 // when it has none left. The request never reached Gmail (or Gmail said it
 // did not send), so no search is needed — unless an earlier attempt of the

@@ -1,6 +1,7 @@
 package sweeper
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -304,7 +305,7 @@ func settleFound(d decision, n *gmailrelay.Job) decision {
 func foundEffect(n *gmailrelay.Job, h hit) (line gmailrelay.Line, effect bool) {
 	effect = n.Effects == 0 || n.GmailID != h.id
 	n.GmailID, n.LabelIDs = h.id, append([]string(nil), h.labels...)
-	line = gmailrelay.Line{Kind: gmailrelay.KindEffect, Attempt: n.Attempts, Reason: ReasonFound, Source: gmailrelay.SourceSearch,
+	line = gmailrelay.Line{Kind: gmailrelay.KindEffect, Attempt: n.Attempts, Reason: ReasonFound, Source: cmp.Or(h.source, gmailrelay.SourceSearch),
 		GmailID: h.id, LabelIDs: n.LabelIDs}
 	if effect {
 		n.Effects++

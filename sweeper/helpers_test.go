@@ -47,7 +47,11 @@ type setup struct {
 	limit         int // due jobs per pass; 0 = the sweeper's default
 	sentDedupe    bool
 	strictQueries bool
-	seed          int64 // the emulator's; 0 = 7 (not 1: the relay's fault set draws from seed 1, and equal draws would couple the two)
+	history       bool           // the history tail on
+	policy        *policy.Policy // nil: testPolicy()
+	lagDist       gmailfake.LagDistribution
+	historyKeep   time.Duration // the emulator's history retention; 0: its default
+	seed          int64         // the emulator's; 0 = 7 (not 1: the relay's fault set draws from seed 1, and equal draws would couple the two)
 }
 
 // harness is a relay and a sweeper over a real acceptance log and the Gmail
@@ -72,8 +76,13 @@ type harness struct {
 
 func newHarness(t *testing.T, set setup) *harness {
 	t.Helper()
-	te := testenv.New(t, testenv.Options{Policy: testPolicy(), SendTimeout: 60 * time.Second,
-		Emulator: gmailfake.Options{IndexLag: set.indexLag, QuotaPerMinute: set.emulatorQuota, QuotaStatus: set.quotaStatus,
+	pol := set.policy
+	if pol == nil {
+		pol = testPolicy()
+	}
+	te := testenv.New(t, testenv.Options{Policy: pol, SendTimeout: 60 * time.Second,
+		Emulator: gmailfake.Options{IndexLag: set.indexLag, IndexLagDistribution: set.lagDist, HistoryRetention: set.historyKeep,
+			QuotaPerMinute: set.emulatorQuota, QuotaStatus: set.quotaStatus,
 			SentDedupe: set.sentDedupe, StrictQueries: set.strictQueries, Seed: cmp.Or(set.seed, 7)}})
 	h := &harness{t: t, ctx: context.Background(), te: te, clock: te.Clock, srv: te.Emulator, prov: te.Provider,
 		path: te.Path, log: te.Log, faults: te.Faults, set: set}
@@ -94,6 +103,7 @@ func (h *harness) build(perMinute int) {
 	h.svc = h.te.Service
 	cfg := h.te.SweeperConfig()
 	cfg.BatchSize, cfg.Limit, cfg.Interval = h.set.batchSize, h.set.limit, time.Hour
+	cfg.History = h.set.history
 	h.sw = sweeper.New(cfg)
 }
 

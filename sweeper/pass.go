@@ -120,6 +120,9 @@ func (p *pass) run(ctx context.Context) error {
 			return fmt.Errorf("expire leases: %w", err)
 		}
 	}
+	if err := p.histories(ctx); err != nil {
+		return err
+	}
 	jobs, err := p.s.log.Due(ctx, p.now, p.s.limit)
 	if err != nil {
 		return fmt.Errorf("read due jobs: %w", err)

@@ -14,6 +14,9 @@ import (
 type hit struct {
 	id     string
 	labels []string
+	// source is how the copy was found: gmailrelay.SourceSearch when
+	// empty, gmailrelay.SourceHistory for the history tail's.
+	source string
 }
 
 // search runs the searches for jobs of one mailbox, BatchSize ids per query

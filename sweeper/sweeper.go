@@ -129,6 +129,10 @@ type Config struct {
 	// witness, no lag floor, no window check before a resend). Only for tests and benchmarks that compare the two rules; a
 	// relay never sets it.
 	DisableWitness bool
+	// History turns the history tail on (see history.go): each mailbox
+	// whose Gmail client reads history (relay.HistoryReader) has its SENT
+	// history read from a cursor kept in the log, beside the searches.
+	History bool
 }
 
 // Attempter is the send path as the sweeper uses it: a new attempt of a
@@ -283,6 +287,9 @@ type Sweeper struct {
 	skewWarned time.Time
 	// clock watches Now for steps (see clockstep.go). Guarded by passMu.
 	clock clockWatch
+	// historyRead is when each mailbox's history was last read (see
+	// histories). Guarded by passMu.
+	historyRead map[string]time.Time
 
 	totalsMu sync.Mutex
 	totals   Result
@@ -303,12 +310,13 @@ func New(cfg Config) *Sweeper {
 	s := &Sweeper{
 		deps: cfg, log: cfg.Log, now: cfg.Now, shared: gmailrelay.IsShared(cfg.Log),
 		batch: cfg.BatchSize, limit: cfg.Limit, interval: cfg.Interval,
-		passes:   make(chan Result, passesBuffer),
-		headers:  map[string]string{},
-		sends:    map[string][]sendRef{},
-		activity: map[string]time.Time{},
-		wake:     make(chan struct{}, 1),
-		clock:    clockWatch{mono: cfg.Mono, base: time.Now()},
+		passes:      make(chan Result, passesBuffer),
+		headers:     map[string]string{},
+		sends:       map[string][]sendRef{},
+		activity:    map[string]time.Time{},
+		historyRead: map[string]time.Time{},
+		wake:        make(chan struct{}, 1),
+		clock:       clockWatch{mono: cfg.Mono, base: time.Now()},
 	}
 	if s.now == nil {
 		s.now = time.Now

@@ -69,6 +69,7 @@ func Run(t *testing.T, b Backend) {
 		{"JobByKey", testJobByKey},
 		{"CaseTwinRefused", testCaseTwinRefused},
 		{"CaseTwinsAtOnce", testCaseTwinsAtOnce},
+		{"EditMailbox", testEditMailbox},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, b) })
 	}

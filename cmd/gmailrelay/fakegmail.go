@@ -39,6 +39,8 @@ func parseFakeGmail(args []string, stderr io.Writer) (addr string, opts gmailfak
 		"Runs the Gmail API emulator. Results against it are emulator results, not a Gmail guarantee.")
 	addrFlag := fs.String("addr", "127.0.0.1:8089", "address to listen on (port 0 picks a free port)")
 	indexLag := fs.String("index-lag", "0", "how long before a sent message is searchable: 0, a duration (30s) or a distribution p50=2s,p99=2m,max=20m drawn per message (get by id works at once)")
+	historyLag := fs.String("history-lag", "0", "how long before a change is listed by history.list (independent of --index-lag): 0, a duration (5s) or a distribution p50=1s,p99=30s,max=5m drawn per record; records turn listable in order")
+	historyRetention := fs.Duration("history-retention", gmailfake.DefaultHistoryRetention, "how long history records are kept; a startHistoryId a dropped record followed answers 404 notFound")
 	indexOrder := fs.String("index-order", "fifo", "fifo: never searchable before an earlier send of the account; random: each message on its own draw")
 	rewrite := fs.String("rewrite-message-id", "malformed", "which sends get a Gmail-generated Message-ID: malformed, never, always or a fraction such as 0.05 (the bare flag means always)")
 	var sentDedupe, strict, header onOff
@@ -73,6 +75,7 @@ func parseFakeGmail(args []string, stderr io.Writer) (addr string, opts gmailfak
 		Seed:            *seed,
 		Accounts:        accounts,
 	}
+	opts.HistoryRetention = *historyRetention
 	var err error
 	switch {
 	case *latency < 0:
@@ -83,9 +86,14 @@ func parseFakeGmail(args []string, stderr io.Writer) (addr string, opts gmailfak
 		return bad(2, "--rate-limit-status must be 429 or 403, got %d", *rateStatus)
 	case *daily < 0:
 		return bad(2, "--daily-send-limit must not be negative, got %d", *daily)
+	case *historyRetention <= 0:
+		return bad(2, "--history-retention must be positive, got %s", *historyRetention)
 	}
 	if opts.IndexLag, opts.IndexLagDistribution, err = gmailfake.ParseIndexLag(*indexLag); err != nil {
 		return bad(2, "--index-lag: %v", err)
+	}
+	if opts.HistoryLag, opts.HistoryLagDistribution, err = gmailfake.ParseIndexLag(*historyLag); err != nil {
+		return bad(2, "--history-lag: %v", err)
 	}
 	if opts.IndexOrder, err = gmailfake.ParseIndexOrder(*indexOrder); err != nil {
 		return bad(2, "--index-order: %v", err)

@@ -1,0 +1,149 @@
+package sweeper_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gmailrelay/gmailrelay"
+	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/policy"
+)
+
+// historyPolicy is the built-in default channel (retry, grace 3m, checks
+// 2), with history_settle and witness as given.
+func historyPolicy(settle time.Duration, witness policy.Witness) *policy.Policy {
+	p := policy.Default()
+	p.MsgIDDomain, p.VerifyHandle = "relay.test", policy.VerifyNever
+	ch := p.Channels[policy.DefaultChannel]
+	ch.HistorySettle, ch.Witness = settle, witness
+	p.Channels[policy.DefaultChannel] = ch
+	return p
+}
+
+// passEvery runs a pass every step of the clock until done says so or
+// limit has passed, and returns how long it took.
+func (h *harness) passEvery(step, limit time.Duration, done func() bool) time.Duration {
+	h.t.Helper()
+	start := h.clock.Now()
+	for !done() {
+		if h.clock.Now().Sub(start) >= limit {
+			break
+		}
+		h.clock.Advance(step)
+		h.sweep()
+	}
+	return h.clock.Now().Sub(start)
+}
+
+// effectSource is the Source of job id's one effect line.
+func (h *harness) effectSource(id string) string {
+	h.t.Helper()
+	effects := h.lines(id, gmailrelay.KindEffect)
+	if len(effects) != 1 {
+		h.t.Fatalf("%s: %d effect lines, want 1", id, len(effects))
+	}
+	return effects[0].Source
+}
+
+// Emulator result. The search index lags (p50 60 s, p99 5 min) and the
+// channel is the default one (grace 3m, checks 2): without the history a
+// dropped answer stays unknown for three minutes at least. With the
+// history tail, ten sends whose answer was dropped (Gmail stored them and
+// answered 500) are all sent within 30 s, resolved by the history (effect
+// line, source history), each delivered once; the tail spends at most 10
+// quota units per ambiguous job.
+func TestEmulatorHistoryResolvesDroppedAnswersInSeconds(t *testing.T) {
+	h := newHarness(t, setup{history: true, policy: historyPolicy(0, ""),
+		lagDist: gmailfake.LagDistribution{P50: time.Minute, P99: 5 * time.Minute}})
+	h.sweep() // the relay's first pass: the mailbox's cursor starts
+	var ids []string
+	for range 10 {
+		ids = append(ids, h.sendAmbiguous(retryChannel))
+	}
+	units := h.srv.Stats().QuotaUnits
+	allSent := func() bool {
+		for _, id := range ids {
+			if h.job(id).State != gmailrelay.StateSent {
+				return false
+			}
+		}
+		return true
+	}
+	took := h.passEvery(5*time.Second, time.Minute, allSent)
+	if !allSent() || took > 30*time.Second {
+		t.Fatalf("after %s: not all ten sent (want within 30 s)", took)
+	}
+	for _, id := range ids {
+		h.wantJob(id, gmailrelay.StateSent, 1, 1, 1)
+		if src := h.effectSource(id); src != gmailrelay.SourceHistory {
+			t.Errorf("%s: effect source %q, want history", id, src)
+		}
+	}
+	spent := h.srv.Stats().QuotaUnits - units
+	t.Logf("emulator result: ten dropped answers sent after %s, %d quota units (%.1f a job)", took, spent, float64(spent)/10)
+	if spent > 10*10 {
+		t.Errorf("emulator result: the tail spent %d quota units on 10 ambiguous jobs, want at most 100", spent)
+	}
+}
+
+// Emulator result. With witness: history and history_settle 5s, a send
+// Gmail never stored (it answered 500 without storing) is resent once the
+// history is complete 5 s past the attempt, without waiting for grace and
+// searches, and delivered once, within 60 s. The miss is a search line
+// with witness history.
+func TestEmulatorHistoryMissResendsWithWitnessHistory(t *testing.T) {
+	h := newHarness(t, setup{history: true, policy: historyPolicy(5*time.Second, policy.WitnessHistory)})
+	h.sweep()
+	id := h.sendLost(retryChannel)
+	took := h.passEvery(5*time.Second, 2*time.Minute, func() bool { return h.job(id).State == gmailrelay.StateSent })
+	if took > time.Minute {
+		t.Fatalf("after %s: %s is %s, want sent within 60 s", took, id, h.job(id).State)
+	}
+	h.wantJob(id, gmailrelay.StateSent, 2, 1, 1)
+	searches := h.lines(id, gmailrelay.KindSearch)
+	if len(searches) != 1 || searches[0].Witness != "history" || searches[0].Hits != 0 {
+		t.Errorf("search lines %+v, want one history miss", searches)
+	}
+	if src := h.effectSource(id); src != gmailrelay.SourceResponse {
+		t.Errorf("effect source %q, want response (the resend's answer)", src)
+	}
+}
+
+// Without witness: history, a history miss decides nothing on a retry
+// channel: the lost send stays unknown until the search path's witnessed
+// misses, after grace.
+func TestEmulatorHistoryMissAloneDoesNotResend(t *testing.T) {
+	h := newHarness(t, setup{history: true, policy: historyPolicy(5*time.Second, policy.WitnessSearch)})
+	h.sweep()
+	id := h.sendLost(retryChannel)
+	h.passEvery(5*time.Second, time.Minute, func() bool { return false })
+	h.wantJob(id, gmailrelay.StateUnknown, 1, 0, 0)
+}
+
+// Emulator result. A cursor Gmail no longer keeps (404: its records are
+// past the history retention) falls back: the unknown job is still
+// resolved, by the search path (effect source search), sent once; the
+// fallback is counted in the mailbox's record and a new cursor starts.
+func TestEmulatorHistoryExpiredCursorFallsBackToSearch(t *testing.T) {
+	h := newHarness(t, setup{history: true, policy: historyPolicy(0, ""), historyKeep: time.Hour})
+	h.sweep()
+	before, err := h.log.Mailbox(h.ctx, policy.DefaultMailbox)
+	if err != nil || before.History.ID == 0 {
+		t.Fatalf("no cursor after the first pass: %+v, %v", before.History, err)
+	}
+	id := h.sendAmbiguous(retryChannel)
+	h.clock.Advance(2 * time.Hour) // the send's record is past retention
+	h.sweep()
+	after, err := h.log.Mailbox(h.ctx, policy.DefaultMailbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.History.Fallbacks != 1 || after.History.ID == before.History.ID || !after.History.Since.Equal(h.clock.Now()) {
+		t.Errorf("cursor after the 404: %+v (before %+v); want one fallback and a new cursor from now", after.History, before.History)
+	}
+	h.passEvery(time.Minute, 10*time.Minute, func() bool { return h.job(id).State == gmailrelay.StateSent })
+	h.wantJob(id, gmailrelay.StateSent, 1, 1, 1)
+	if src := h.effectSource(id); src != gmailrelay.SourceSearch {
+		t.Errorf("effect source %q, want search (the fallback)", src)
+	}
+}
