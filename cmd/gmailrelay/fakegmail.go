@@ -104,24 +104,34 @@ func parseFakeGmail(args []string, stderr io.Writer) (addr string, opts gmailfak
 	if opts.Costs, err = gmailfake.ParseCosts(*cost); err != nil {
 		return bad(2, "--cost: %v", err)
 	}
+	if msg := fakeAccounts(&opts, accounts, tokens, sendAs); msg != "" {
+		return bad(2, "%s", msg)
+	}
+	return *addrFlag, opts, 0, true
+}
+
+// fakeAccounts sets opts' accounts (the default one when none is
+// given), tokens and send-as aliases from their flags; it returns what is
+// wrong with one ("" when nothing is).
+func fakeAccounts(opts *gmailfake.Options, accounts, tokens, sendAs listFlag) string {
 	if len(accounts) == 0 {
 		accounts = listFlag{gmailfake.DefaultAccount}
 		opts.Accounts = accounts
 	}
 	for _, a := range accounts {
 		if p, err := mail.ParseAddress(a); err != nil || p.Address != a {
-			return bad(2, "--account must be a bare email address, got %q", a)
+			return fmt.Sprintf("--account must be a bare email address, got %q", a)
 		}
 	}
 	for _, tv := range tokens {
 		tok, address, hasAddr := strings.Cut(tv, "=")
 		switch {
 		case tok == "":
-			return bad(2, "--token must be TOKEN=ADDRESS (or TOKEN alone), got %q", tv)
+			return fmt.Sprintf("--token must be TOKEN=ADDRESS (or TOKEN alone), got %q", tv)
 		case !hasAddr:
 			address = accounts[0]
 		case !slices.ContainsFunc(accounts, func(a string) bool { return strings.EqualFold(a, address) }):
-			return bad(2, "--token %s: %q is not an --account", tok, address)
+			return fmt.Sprintf("--token %s: %q is not an --account", tok, address)
 		}
 		if opts.Tokens == nil {
 			opts.Tokens = map[string]string{}
@@ -131,14 +141,14 @@ func parseFakeGmail(args []string, stderr io.Writer) (addr string, opts gmailfak
 	for _, sv := range sendAs {
 		alias, account, _ := strings.Cut(sv, "=")
 		if p, err := mail.ParseAddress(alias); err != nil || p.Address != alias {
-			return bad(2, "--send-as must be a bare email address (or ADDRESS=ACCOUNT), got %q", sv)
+			return fmt.Sprintf("--send-as must be a bare email address (or ADDRESS=ACCOUNT), got %q", sv)
 		}
 		if account != "" && !slices.ContainsFunc(accounts, func(a string) bool { return strings.EqualFold(a, account) }) {
-			return bad(2, "--send-as %s: %q is not an --account", alias, account)
+			return fmt.Sprintf("--send-as %s: %q is not an --account", alias, account)
 		}
 		opts.SendAs = append(opts.SendAs, gmailfake.Alias{Account: account, Address: alias})
 	}
-	return *addrFlag, opts, 0, true
+	return ""
 }
 
 // serveFakeGmail serves srv on ln until ctx is done: 0 after a clean
