@@ -369,6 +369,12 @@ func (brokenProvider) SendAs(context.Context, string) ([]relay.SendAsAddress, er
 	return nil, errBroken
 }
 
+func (brokenProvider) Profile(context.Context, string) (uint64, error) { return 0, errBroken }
+
+func (brokenProvider) History(context.Context, string, uint64, string, string) (relay.HistoryPage, error) {
+	return relay.HistoryPage{}, errBroken
+}
+
 // A broken credential in billing: its sends are 503 naming billing,
 // nothing reaches the emulator; support and shop send; stats, metrics and
 // /readyz say billing is the one not ready.

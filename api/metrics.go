@@ -117,6 +117,20 @@ func (t *timedProvider) SendAs(ctx context.Context, mailbox string) ([]relay.Sen
 	return r, err
 }
 
+func (t *timedProvider) Profile(ctx context.Context, mailbox string) (uint64, error) {
+	start := time.Now()
+	id, err := t.p.Profile(ctx, mailbox)
+	t.observe("profile", start, err)
+	return id, err
+}
+
+func (t *timedProvider) History(ctx context.Context, mailbox string, start uint64, label, pageToken string) (relay.HistoryPage, error) {
+	began := time.Now()
+	page, err := t.p.History(ctx, mailbox, start, label, pageToken)
+	t.observe("history", began, err)
+	return page, err
+}
+
 // statsCollector turns /v1/stats into gauges at scrape time.
 type statsCollector struct{ m *Metrics }
 

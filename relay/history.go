@@ -48,9 +48,9 @@ type HistoryPage struct {
 // and looks for what it missed another way.
 var ErrHistoryExpired = errors.New("gmail: history cursor expired")
 
-// HistoryReader is implemented by a Provider that reads the mailbox's
-// history: Gmail's own change log, which lists every message added to a
-// label in order, without the search index's lag.
+// HistoryReader reads the mailbox's history (every Provider does): Gmail's
+// own change log, which lists every message added to a label in order,
+// without the search index's lag.
 type HistoryReader interface {
 	// Profile returns the mailbox's current history id
 	// (users.getProfile).

@@ -60,6 +60,8 @@ type Provider interface {
 	// SendAs lists the mailbox's send-as addresses
 	// (users.settings.sendAs.list): its own and its aliases.
 	SendAs(ctx context.Context, mailbox string) ([]SendAsAddress, error)
+	// HistoryReader reads the mailbox's history (history.go).
+	HistoryReader
 }
 
 // SendAsAddress is one of a mailbox's send-as addresses, as Gmail's

@@ -44,8 +44,7 @@ const (
 	historyJobs = 1000
 )
 
-// histories runs the history tail of every mailbox whose Gmail client
-// reads history, before the pass looks at its due jobs: a quick one while
+// histories runs the history tail of every mailbox, before the pass looks at its due jobs: a quick one while
 // the mailbox has unknown jobs, every historyIdle otherwise. A mailbox
 // whose tail fails is left to the search path for this pass.
 func (p *pass) histories(ctx context.Context) error {
@@ -64,10 +63,7 @@ func (p *pass) histories(ctx context.Context) error {
 		}
 	}
 	for _, m := range p.s.deps.Mailboxes.Mailboxes() {
-		hr, ok := m.Provider().(relay.HistoryReader)
-		if !ok {
-			continue
-		}
+		hr := m.Provider()
 		jobs := byBox[m.Name()]
 		every := historyIdle
 		if len(jobs) > 0 {

@@ -187,7 +187,7 @@ func (rs *relayServer) build(ctx context.Context, c serveConfig, clock relayCloc
 	rs.svc = svc
 	rs.logWatch = relay.NewLogWatch(svc, c.logWatchInterval)
 	rs.sweeper = sweeper.New(sweeper.Config{Log: lg, Policy: c.policy, Mailboxes: svc, Attempter: svc, Replicas: svc,
-		Logger: &rs.logger, Now: now, Interval: c.SweepInterval})
+		Logger: &rs.logger, Now: now, Interval: c.SweepInterval, History: c.History})
 	if rs.outbox, err = outbox.New(outbox.Config{Log: lg, Relay: svc, Now: now, Logger: logger}); err != nil {
 		return nil, nil, err
 	}

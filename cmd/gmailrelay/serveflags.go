@@ -46,6 +46,9 @@ type serveConfig struct {
 	LogFormat        string
 	QuotaPerMinute   int
 	SweepInterval    time.Duration
+	// History turns the sweeper's history tail on (--history, default
+	// true): each mailbox's SENT history read as a second witness.
+	History bool
 	SendTimeout      time.Duration
 	Clock            string
 	ClockStart       string
@@ -97,6 +100,7 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	fs.Int64Var(&c.MaxInflightBytes, "max-inflight-bytes", api.DefaultMaxInflightBytes, "request body bytes handled at once; a request that does not fit is answered 503 + Retry-After")
 	fs.Int64Var(&c.MinBodyRate, "min-body-rate", api.DefaultMinBodyRate, "slowest request body accepted, in bytes per second after its first 10s; a slower one is cut with 408 (0: no minimum)")
 	fs.DurationVar(&c.SweepInterval, "sweep-interval", 5*time.Second, "how often the sweeper looks for due jobs")
+	fs.BoolVar(&c.History, "history", true, "read each mailbox's SENT history (users.history.list) as a second witness: ambiguous sends known in seconds (--history=false: searches only)")
 	fs.DurationVar(&c.SendTimeout, "send-timeout", 60*time.Second, "deadline of each Gmail call")
 	fs.StringVar(&c.Clock, "clock", "real", "real, or manual (for tests: time moves only through POST /admin/clock)")
 	fs.StringVar(&c.ClockStart, "clock-start", "", "with --clock manual: the clock's first reading (RFC 3339; default now)")
