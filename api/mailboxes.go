@@ -5,7 +5,9 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/outbox"
@@ -56,6 +58,32 @@ type MailboxStats struct {
 	// unverified one).
 	SendAs        []string `json:"send_as_verified,omitempty"`
 	SendAsChecked bool     `json:"send_as_checked"`
+	// History is the mailbox's history tail; absent until its cursor
+	// started.
+	History *HistoryStats `json:"history,omitempty"`
+}
+
+// HistoryStats is a mailbox's history tail in /v1/stats.
+type HistoryStats struct {
+	// Cursor is the history id read up to (a decimal string, as Gmail
+	// writes history ids).
+	Cursor string `json:"cursor"`
+	// LagS is how long ago the newest listing that reached the mailbox's
+	// current history id started, in seconds: how stale the history's
+	// word is.
+	LagS float64 `json:"lag_s"`
+	// Fallbacks counts the cursors Gmail no longer kept (404): their
+	// jobs were left to the search path.
+	Fallbacks int `json:"fallbacks"`
+}
+
+// historyStats is the /v1/stats view of cursor c at now (nil before it
+// started).
+func historyStats(c gmailrelay.HistoryCursor, now time.Time) *HistoryStats {
+	if c.ID == 0 {
+		return nil
+	}
+	return &HistoryStats{Cursor: strconv.FormatUint(c.ID, 10), LagS: max(now.Sub(c.CompleteAt), 0).Seconds(), Fallbacks: c.Fallbacks}
 }
 
 // mailboxParam reads ?mailbox=: "" for every mailbox, or the name of one
@@ -194,6 +222,7 @@ func (s *Server) mailboxStats(ctx context.Context, snap outbox.Snapshot, mailbox
 			Depth: ob.Depth, OldestAge: ob.OldestAge, BudgetLeft: ob.BudgetLeft, DailyLimit: ob.DailyLimit,
 			MaxRecipients: m.MaxRecipients()}
 		ms.SendAs, _, ms.SendAsChecked = m.SendAs()
+		ms.History = historyStats(rec.History, s.cfg.Now())
 		if addrs := m.Addresses(); len(addrs) > 0 {
 			ms.Address = addrs[0]
 		}

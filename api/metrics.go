@@ -155,12 +155,14 @@ var (
 	descMailboxUntrusted = prometheus.NewDesc("gmailrelay_mailbox_handle_untrusted", "1 when Gmail was seen replacing our Message-ID in the mailbox (a search miss proves nothing there), else 0.", []string{"mailbox"}, nil)
 	descMailboxPaused    = prometheus.NewDesc("gmailrelay_mailbox_paused_seconds", "How long the mailbox's sends and searches stay paused after a Gmail rate-limit answer (0: not paused).", []string{"mailbox"}, nil)
 	descMailboxSendAs    = prometheus.NewDesc("gmailrelay_mailbox_send_as_checked", "1 when the mailbox's send-as list was read from Gmail and a send's From is checked against it, 0 while no read has succeeded (From not checked).", []string{"mailbox"}, nil)
+	descHistoryLag       = prometheus.NewDesc("gmailrelay_history_lag_seconds", "How long ago the mailbox's history was last read to its end (the history tail's staleness).", []string{"mailbox"}, nil)
+	descHistoryFallbacks = prometheus.NewDesc("gmailrelay_history_fallbacks_total", "History cursors Gmail no longer kept (404): their jobs were left to the search path.", []string{"mailbox"}, nil)
 	descMailboxReady     = prometheus.NewDesc("gmailrelay_mailbox_ready", "1 when the mailbox's credentials refresh and its last readiness probe answered, else 0.", []string{"mailbox"}, nil)
 )
 
 func (c statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descJobs, descReview, descOldest, descQuota, descEffects, descDups, descRewrites, descFaults, descSweeper, descLogBytes, descPruned, descQueueDepth, descQueueOldest, descBudgetLeft,
-		descMailboxQuota, descMailboxUntrusted, descMailboxPaused, descMailboxReady, descMailboxSendAs} {
+		descMailboxQuota, descMailboxUntrusted, descMailboxPaused, descMailboxReady, descMailboxSendAs, descHistoryLag, descHistoryFallbacks} {
 		ch <- d
 	}
 }
@@ -190,6 +192,10 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descMailboxPaused, prometheus.GaugeValue, mb.PausedFor, name)
 		ch <- prometheus.MustNewConstMetric(descMailboxReady, prometheus.GaugeValue, boolGauge(mb.Ready), name)
 		ch <- prometheus.MustNewConstMetric(descMailboxSendAs, prometheus.GaugeValue, boolGauge(mb.SendAsChecked), name)
+		if h := mb.History; h != nil {
+			ch <- prometheus.MustNewConstMetric(descHistoryLag, prometheus.GaugeValue, h.LagS, name)
+			ch <- prometheus.MustNewConstMetric(descHistoryFallbacks, prometheus.CounterValue, float64(h.Fallbacks), name)
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(descQuota, prometheus.CounterValue, float64(st.QuotaUnitsSpent))
 	ch <- prometheus.MustNewConstMetric(descEffects, prometheus.CounterValue, float64(st.EffectLines))

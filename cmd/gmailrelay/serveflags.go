@@ -48,10 +48,10 @@ type serveConfig struct {
 	SweepInterval    time.Duration
 	// History turns the sweeper's history tail on (--history, default
 	// true): each mailbox's SENT history read as a second witness.
-	History bool
-	SendTimeout      time.Duration
-	Clock            string
-	ClockStart       string
+	History     bool
+	SendTimeout time.Duration
+	Clock       string
+	ClockStart  string
 
 	policy *policy.Policy
 	// msgidSecret is the Message-ID secret read from MsgIDSecretFile (or
