@@ -79,6 +79,10 @@ func checkStructured(t *testing.T, raw []byte, want expected) {
 	allowed := map[string]bool{
 		"Date": true, "From": true, "To": true, "Cc": true, "Bcc": true, "Reply-To": true, "Subject": true,
 		"Message-Id": true, "Mime-Version": true, "Content-Type": true, "Content-Transfer-Encoding": true,
+		relay.JobHeader: true,
+	}
+	if got, id := msg.Header.Get(relay.JobHeader), msg.Header.Get("Message-Id"); got != relay.JobHash(id) || got == "" {
+		t.Fatalf("built message's %s %q is not its Message-ID's job hash (%s)\n%q", relay.JobHeader, got, id, raw)
 	}
 	for name := range want.headers {
 		allowed[textproto.CanonicalMIMEHeaderKey(name)] = true

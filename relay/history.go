@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"strings"
 )
 
 // Quota units of the history calls (Gmail API's usage limits page).
@@ -15,6 +16,16 @@ const (
 // carries: the job's hash, the local part of its derived Message-ID. A
 // copy whose Message-ID Gmail replaced still names its job through it.
 const JobHeader = "X-Gmailrelay-Job"
+
+// JobHash is the JobHeader value of the job messageID: its Message-ID's
+// local part (between "<" and the last "@").
+func JobHash(messageID string) string {
+	id := strings.TrimSuffix(strings.TrimPrefix(messageID, "<"), ">")
+	if i := strings.LastIndexByte(id, '@'); i >= 0 {
+		return id[:i]
+	}
+	return id
+}
 
 // HistoryAdded is one message a history record says was added to the
 // mailbox.

@@ -158,7 +158,7 @@ func maxFormattedLen(a *mail.Address) int {
 func reservedHeader(name string) bool {
 	n := strings.ToLower(name)
 	switch n {
-	case "message-id", "from", "to", "cc", "bcc", "reply-to", "subject", "date", "mime-version":
+	case "message-id", "from", "to", "cc", "bcc", "reply-to", "subject", "date", "mime-version", "x-gmailrelay-job":
 		return true
 	}
 	return strings.HasPrefix(n, "content-") || strings.HasPrefix(n, "resent-")
@@ -344,6 +344,7 @@ func buildMIME(m Message, messageID string, date time.Time) ([]byte, validated, 
 		h.text("Subject", v.subject)
 	}
 	h.plain("Message-ID", v.messageID)
+	h.plain(JobHeader, JobHash(v.messageID))
 	h.plain("MIME-Version", "1.0")
 	for _, name := range v.headerNames {
 		h.text(name, v.headers[name])
@@ -405,7 +406,7 @@ func checkBuilt(raw []byte, v validated) error {
 	if err != nil {
 		return fmt.Errorf("parse built message: %w", err)
 	}
-	want := map[string]bool{"Date": true, "Message-Id": true, "Mime-Version": true, "Content-Type": true}
+	want := map[string]bool{"Date": true, "Message-Id": true, "Mime-Version": true, "Content-Type": true, JobHeader: true}
 	if v.text == "" || v.html == "" {
 		want["Content-Transfer-Encoding"] = true
 	}
@@ -448,6 +449,9 @@ func checkBuilt(raw []byte, v validated) error {
 	}
 	if got := msg.Header.Get("Message-Id"); got != v.messageID {
 		return fmt.Errorf("built Message-ID %q differs from validated %q", got, v.messageID)
+	}
+	if got := msg.Header.Get(JobHeader); got != JobHash(v.messageID) {
+		return fmt.Errorf("built %s %q differs from the Message-ID's %q", JobHeader, got, JobHash(v.messageID))
 	}
 	for name, values := range msg.Header {
 		if !want[name] {

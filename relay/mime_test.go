@@ -102,6 +102,7 @@ func TestBuildMIMECustomHeaderRefusals(t *testing.T) {
 		{"reserved content-type", map[string]string{"Content-Type": "text/html"}, "headers"},
 		{"reserved resent-to", map[string]string{"Resent-To": "evil@x.com"}, "headers"},
 		{"reserved mime-version", map[string]string{"MIME-Version": "2.0"}, "headers"},
+		{"reserved job header", map[string]string{"X-Gmailrelay-Job": "job-someone-else"}, "headers"},
 		{"duplicate header name", map[string]string{"X-A": "1", "x-a": "2"}, "headers"},
 		{"empty header name", map[string]string{"": "1"}, "headers"},
 	}

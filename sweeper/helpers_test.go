@@ -51,7 +51,8 @@ type setup struct {
 	policy        *policy.Policy // nil: testPolicy()
 	lagDist       gmailfake.LagDistribution
 	historyKeep   time.Duration // the emulator's history retention; 0: its default
-	seed          int64         // the emulator's; 0 = 7 (not 1: the relay's fault set draws from seed 1, and equal draws would couple the two)
+	rewrite       gmailfake.RewritePolicy
+	seed          int64 // the emulator's; 0 = 7 (not 1: the relay's fault set draws from seed 1, and equal draws would couple the two)
 }
 
 // harness is a relay and a sweeper over a real acceptance log and the Gmail
@@ -81,7 +82,7 @@ func newHarness(t *testing.T, set setup) *harness {
 		pol = testPolicy()
 	}
 	te := testenv.New(t, testenv.Options{Policy: pol, SendTimeout: 60 * time.Second,
-		Emulator: gmailfake.Options{IndexLag: set.indexLag, IndexLagDistribution: set.lagDist, HistoryRetention: set.historyKeep,
+		Emulator: gmailfake.Options{IndexLag: set.indexLag, IndexLagDistribution: set.lagDist, HistoryRetention: set.historyKeep, Rewrite: set.rewrite,
 			QuotaPerMinute: set.emulatorQuota, QuotaStatus: set.quotaStatus,
 			SentDedupe: set.sentDedupe, StrictQueries: set.strictQueries, Seed: cmp.Or(set.seed, 7)}})
 	h := &harness{t: t, ctx: context.Background(), te: te, clock: te.Clock, srv: te.Emulator, prov: te.Provider,

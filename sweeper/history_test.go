@@ -147,3 +147,19 @@ func TestEmulatorHistoryExpiredCursorFallsBackToSearch(t *testing.T) {
 		t.Errorf("effect source %q, want search (the fallback)", src)
 	}
 }
+
+// Emulator result. Gmail replaces the Message-ID of every send (the
+// emulator's rewrite always): a dropped answer's copy carries another
+// Message-ID, but the job header the relay wrote still names the job, so
+// the history resolves it (source history), one delivery.
+func TestEmulatorHistoryMatchesARewrittenCopyByJobHeader(t *testing.T) {
+	h := newHarness(t, setup{history: true, policy: historyPolicy(0, ""),
+		rewrite: gmailfake.RewritePolicy{Mode: gmailfake.RewriteAlways}})
+	h.sweep()
+	id := h.sendAmbiguous(retryChannel)
+	h.passEvery(5*time.Second, 30*time.Second, func() bool { return h.job(id).State == gmailrelay.StateSent })
+	h.wantJob(id, gmailrelay.StateSent, 1, 1, 1)
+	if src := h.effectSource(id); src != gmailrelay.SourceHistory {
+		t.Errorf("effect source %q, want history (matched by its job header)", src)
+	}
+}
