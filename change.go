@@ -244,7 +244,7 @@ func checkMessageID(id string) error {
 // Kinds lists every line kind.
 var Kinds = []Kind{
 	KindReceived, KindFault, KindForwarding, KindEffect, KindNotSent, KindAmbiguous,
-	KindSearch, KindState, KindReview, KindResolved, KindHandle,
+	KindSearch, KindState, KindReview, KindResolved, KindHandle, KindBounce,
 }
 
 var knownKinds = func() map[Kind]bool {
@@ -266,7 +266,7 @@ var knownKinds = func() map[Kind]bool {
 // restart. lastState is the last state line's Seq.
 func keptWhenPruned(ln *Line, lastState uint64) bool {
 	switch {
-	case ln.Kind == KindEffect, ln.Kind == KindResolved, ln.Seq == lastState:
+	case ln.Kind == KindEffect, ln.Kind == KindResolved, ln.Kind == KindBounce, ln.Seq == lastState:
 		return true
 	case ln.Kind == KindReview && (ln.Reason == ReasonDuplicate || ln.Reason == ReasonDuplicateDelivery),
 		ln.Kind == KindHandle && ln.Reason == ReasonHandleRewritten:

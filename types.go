@@ -61,6 +61,7 @@ const (
 	KindReview     Kind = "review"     // handed to a human, with the evidence
 	KindResolved   Kind = "resolved"   // a human resolved a review
 	KindHandle     Kind = "handle"     // the Message-ID read back after a send
+	KindBounce     Kind = "bounce"     // a delivery report about one recipient (the job stays sent)
 )
 
 // Effect sources.
@@ -117,6 +118,15 @@ type Line struct {
 	Channel string `json:"channel,omitempty"`
 	Actor   string `json:"actor,omitempty"`
 	Note    string `json:"note,omitempty"`
+
+	// bounce lines: what a delivery report (GmailID is the report's)
+	// said of one recipient. DSNStatus is the enhanced status code
+	// (5.1.1); in JSON a bounce line carries it as "status" (see
+	// MarshalJSON), the field the report calls it.
+	Recipient  string `json:"recipient,omitempty"`
+	Action     string `json:"action,omitempty"`
+	DSNStatus  string `json:"-"`
+	Diagnostic string `json:"diagnostic,omitempty"`
 }
 
 // Job is the current record of one logical email, keyed by its Message-ID.
@@ -130,6 +140,11 @@ type Job struct {
 	Retryable   bool   `json:"retryable,omitempty"` // meaningful in StateFailed
 	Attempts    int    `json:"attempts"`
 	Effects     int    `json:"effects"`                // effect lines written for this job
+	// Bounced and Delayed count the recipients delivery reports said
+	// failed, or were delayed (bounce lines): Gmail accepted the message,
+	// the job stays sent.
+	Bounced int `json:"bounced,omitempty"`
+	Delayed int `json:"delayed,omitempty"`
 	ThreadIDIn  string `json:"thread_id_in,omitempty"` // threadId the caller asked for
 
 	// Gmail's answer, once sent.

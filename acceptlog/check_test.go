@@ -148,7 +148,7 @@ func TestCheckDetectsCorruption(t *testing.T) {
 					return err
 				}
 				v = append([]byte(nil), v...)
-				v[len(v)-2] = 0 // the last seq's delta (before the zero lease) becomes 0
+				v[len(v)-4] = 0 // the last seq's delta (before the zero lease and the zero bounce counts) becomes 0
 				return tx.Put("jobs", []byte("<a@x>"), v)
 			},
 			want: []string{"job <a@x>: its record's line seqs: line seqs: 1 after 1 is not increasing"},

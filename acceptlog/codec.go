@@ -69,7 +69,7 @@ func jobStrings(j *gmailrelay.Job) [11]string {
 
 // jobSize bounds the length of j's record (see appendJob).
 func jobSize(j *gmailrelay.Job, seqs []byte) int {
-	n := 1 + 7*binary.MaxVarintLen64 + 7*maxTimeSize + listSize(j.LabelIDs) + len(seqs)
+	n := 1 + 9*binary.MaxVarintLen64 + 8*maxTimeSize + listSize(j.LabelIDs) + len(seqs)
 	for _, s := range jobStrings(j) {
 		n += binary.MaxVarintLen64 + len(s)
 	}
@@ -110,8 +110,10 @@ func appendJob(b []byte, j *gmailrelay.Job, seqs []byte) []byte {
 	b = appendTime(b, j.PrunedAt)
 	b = binary.AppendUvarint(b, uint64(len(seqs)))
 	b = append(b, seqs...)
-	// Added after the seqs: a record without it (older) reads as zero.
-	return appendTime(b, j.LeaseUntil)
+	// Added after the seqs: a record without them (older) reads as zero.
+	b = appendTime(b, j.LeaseUntil)
+	b = binary.AppendVarint(b, int64(j.Bounced))
+	return binary.AppendVarint(b, int64(j.Delayed))
 }
 
 // decodeJob reads a record written by encodeJob or an older JSON one. The
@@ -161,6 +163,8 @@ func decodeJobRecord(v []byte, j *gmailrelay.Job) (seqList, error) {
 	j.PrunedAt = d.time()
 	seqs := seqList(d.string())
 	j.LeaseUntil = d.time()
+	j.Bounced = d.int()
+	j.Delayed = d.int()
 	if d.err != nil {
 		return "", d.err
 	}
@@ -234,7 +238,7 @@ func lineSize(ln *gmailrelay.Line) int {
 	n := 1 + 7*binary.MaxVarintLen64 + maxTimeSize + listSize(ln.LabelIDs)
 	for _, s := range [...]string{ln.MessageID, string(ln.Kind), string(ln.State), string(ln.Reason), ln.Source,
 		ln.GmailID, ln.ThreadID, ln.Error, ln.Query, ln.Witness, ln.RuleID, ln.Mode,
-		ln.StoredMessageID, ln.Channel, ln.Actor, ln.Note} {
+		ln.StoredMessageID, ln.Channel, ln.Actor, ln.Note, ln.Recipient, ln.Action, ln.DSNStatus, ln.Diagnostic} {
 		n += binary.MaxVarintLen64 + len(s)
 	}
 	return n
@@ -279,7 +283,11 @@ func appendLine(b []byte, ln *gmailrelay.Line) []byte {
 	b = appendString(b, ln.Channel)
 	b = appendString(b, ln.Actor)
 	b = appendString(b, ln.Note)
-	return b
+	// Added after Note: an older record ends here and reads them as "".
+	b = appendString(b, ln.Recipient)
+	b = appendString(b, ln.Action)
+	b = appendString(b, ln.DSNStatus)
+	return appendString(b, ln.Diagnostic)
 }
 
 // decodeLine reads a record written by encodeLine or an older JSON one.
@@ -318,6 +326,10 @@ func decodeLine(v []byte, ln *gmailrelay.Line) error {
 	ln.Channel = d.string()
 	ln.Actor = d.string()
 	ln.Note = d.string()
+	ln.Recipient = d.string()
+	ln.Action = d.string()
+	ln.DSNStatus = d.string()
+	ln.Diagnostic = d.string()
 	return d.err
 }
 

@@ -126,10 +126,10 @@ func (s *Server) viewMailbox(j gmailrelay.Job) string {
 	return j.Mailbox
 }
 
-// listMailboxJobs is List keeping the jobs of mailbox only: it reads pages
+// listKept is List keeping the jobs keep accepts only: it reads pages
 // until limit jobs match, the log ends or maxFilterPages were read; next
 // is the cursor after the last job read ("" at the end).
-func (s *Server) listMailboxJobs(ctx context.Context, o gmailrelay.ListOptions, mailbox string) ([]gmailrelay.Job, string, error) {
+func (s *Server) listKept(ctx context.Context, o gmailrelay.ListOptions, keep func(gmailrelay.Job) bool) ([]gmailrelay.Job, string, error) {
 	limit := gmailrelay.PageLimit(o.Limit)
 	var out []gmailrelay.Job
 	for range maxFilterPages {
@@ -138,7 +138,7 @@ func (s *Server) listMailboxJobs(ctx context.Context, o gmailrelay.ListOptions, 
 			return nil, "", err
 		}
 		for i, j := range page {
-			if s.mailboxName(j) != mailbox {
+			if !keep(j) {
 				continue
 			}
 			out = append(out, j)

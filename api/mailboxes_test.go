@@ -369,6 +369,8 @@ func (brokenProvider) SendAs(context.Context, string) ([]relay.SendAsAddress, er
 	return nil, errBroken
 }
 
+func (brokenProvider) GetRaw(context.Context, string, string) ([]byte, error) { return nil, errBroken }
+
 func (brokenProvider) Profile(context.Context, string) (uint64, error) { return 0, errBroken }
 
 func (brokenProvider) History(context.Context, string, uint64, string, string) (relay.HistoryPage, error) {

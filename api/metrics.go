@@ -131,6 +131,13 @@ func (t *timedProvider) History(ctx context.Context, mailbox string, start uint6
 	return page, err
 }
 
+func (t *timedProvider) GetRaw(ctx context.Context, mailbox, id string) ([]byte, error) {
+	start := time.Now()
+	raw, err := t.p.GetRaw(ctx, mailbox, id)
+	t.observe("get_raw", start, err)
+	return raw, err
+}
+
 // statsCollector turns /v1/stats into gauges at scrape time.
 type statsCollector struct{ m *Metrics }
 
@@ -224,9 +231,16 @@ func boolGauge(b bool) float64 {
 	return 0
 }
 
-// Register adds c to the relay's registry (the sweeper's measured index
-// lag, for one), so /metrics serves it too.
-func (m *Metrics) Register(c prometheus.Collector) error { return m.reg.Register(c) }
+// Register adds each collector to the relay's registry (the sweeper's
+// measured index lag, its delivery reports), so /metrics serves them too.
+func (m *Metrics) Register(cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := m.reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // handler serves the registry, with the stats collector reading s. The
 // collector is registered on the first call only: a second server built on

@@ -30,12 +30,17 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o.Limit = limit
+	keep, err := s.jobFilter(mailbox, q.Get("delivery"))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
 	var jobs []gmailrelay.Job
 	var next string
-	if mailbox == "" {
+	if keep == nil {
 		jobs, next, err = s.cfg.Log.List(r.Context(), o)
 	} else {
-		jobs, next, err = s.listMailboxJobs(r.Context(), o, mailbox)
+		jobs, next, err = s.listKept(r.Context(), o, keep)
 	}
 	if err != nil {
 		writeError(w, r, err)
@@ -50,6 +55,31 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": items, "next": next})
+}
+
+// jobFilter is what ?mailbox= and ?delivery= keep of a listing (nil:
+// every job). delivery is bounced (a report said some recipient failed)
+// or delayed (some recipient delayed, none failed).
+func (s *Server) jobFilter(mailbox, delivery string) (func(gmailrelay.Job) bool, error) {
+	var byDelivery func(gmailrelay.Job) bool
+	switch delivery {
+	case "":
+	case gmailrelay.DeliveryBounced:
+		byDelivery = func(j gmailrelay.Job) bool { return j.Bounced > 0 }
+	case gmailrelay.DeliveryDelayed:
+		byDelivery = func(j gmailrelay.Job) bool { return j.Bounced == 0 && j.Delayed > 0 }
+	default:
+		return nil, relay.Invalid("delivery", "unknown delivery %q; want bounced or delayed", clipText(delivery))
+	}
+	switch {
+	case mailbox == "" && byDelivery == nil:
+		return nil, nil
+	case mailbox == "":
+		return byDelivery, nil
+	}
+	return func(j gmailrelay.Job) bool {
+		return s.mailboxName(j) == mailbox && (byDelivery == nil || byDelivery(j))
+	}, nil
 }
 
 // listedJobs is a listing's jobs with their etas and, so a reviewer knows
@@ -84,6 +114,9 @@ type jobView struct {
 	// while it is not known.
 	ResolvedBy  string   `json:"resolved_by,omitempty"`
 	TruthAfterS *float64 `json:"truth_after_s,omitempty"`
+	// Delivery is what delivery reports said of a sent job's recipients
+	// (gmailrelay.DeliveryOf).
+	Delivery *gmailrelay.Delivery `json:"delivery,omitempty"`
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
@@ -107,6 +140,14 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 	if by, after, ok := gmailrelay.Resolution(j, lines); ok {
 		secs := after.Seconds()
 		v.ResolvedBy, v.TruthAfterS = by, &secs
+	}
+	if j.State == gmailrelay.StateSent || j.Bounced > 0 || j.Delayed > 0 {
+		recipients := 0
+		if raw, err := s.cfg.Log.Raw(r.Context(), id); err == nil {
+			recipients = relay.Recipients(raw)
+		}
+		d := gmailrelay.DeliveryOf(lines, recipients)
+		v.Delivery = &d
 	}
 	writeJSON(w, http.StatusOK, v)
 }

@@ -97,6 +97,9 @@ type relayOptions struct {
 	seed     int64         // --fault-seed (0: 1)
 	timeout  time.Duration // --send-timeout (0: 5s)
 	quota    int           // --quota-per-minute (0: 10,000,000)
+	// history turns serve's history tail on; off (--history=false), the
+	// sweeper answers through searches only, the path these tests pin.
+	history bool
 	// gmail, when set, edits the emulator's options before it starts (the
 	// realism soak's Gmail-like behaviours).
 	gmail func(*gmailfake.Options)
@@ -162,7 +165,8 @@ func startRelay(t testing.TB, o relayOptions) *relayProc {
 		args: []string{"serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "relay.db"),
 			"--gmail-endpoint", emuURL, "--policy", pol, "--api-token", apiToken, "--admin-token", adminToken,
 			"--allow-crash-faults", "--fault-seed", fmt.Sprint(seed), "--sweep-interval", "1h",
-			"--clock", "manual", "--send-timeout", timeout.String(), "--quota-per-minute", quota},
+			"--clock", "manual", "--send-timeout", timeout.String(), "--quota-per-minute", quota,
+			fmt.Sprintf("--history=%t", o.history)},
 	}
 	t.Cleanup(func() {
 		r.Kill()

@@ -80,7 +80,8 @@ func (re *realism) chaos(r *relayProc, rng *rand.Rand) {
 // SIGKILLs) against the Gmail-like emulator: Message-IDs rewritten at
 // random, an index lag of p50=2s,p99=2m,max=10m in fifo order, Sent copies
 // folded, rate limits without a Retry-After header, and a user trashing
-// Sent copies. The ground truth is the emulator's deliveries, never its
+// Sent copies; the relay runs its history tail (serve's default). The
+// ground truth is the emulator's deliveries, never its
 // copies: 0 Message-IDs delivered more than once outside review, 0 lost,
 // 0 stuck (emulator results).
 func TestRealismSoak(t *testing.T) {

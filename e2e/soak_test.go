@@ -155,6 +155,7 @@ func runSoak(t *testing.T, c soakConfig) (e2e.Report, string) {
 		indexLag: time.Duration(rng.IntN(31)) * time.Second}
 	if c.realism != nil {
 		ro.gmail = c.realism.options
+		ro.history = true // the realism soak runs with the history tail, as serve does by default
 	}
 	r := startRelay(t, ro)
 	if c.realism != nil {

@@ -380,7 +380,7 @@ func (g *Client) List(ctx context.Context, mailbox, q string, labelIDs []string,
 // GetHeader implements relay.Provider. A 404 wraps relay.ErrMessageNotFound.
 func (g *Client) GetHeader(ctx context.Context, mailbox, id string) (relay.StoredHeader, error) {
 	ctx, tr := g.traced(ctx)
-	m, err := g.svc.Users.Messages.Get(mailbox, id).Format("metadata").MetadataHeaders("Message-ID", relay.JobHeader).Context(ctx).Do()
+	m, err := g.svc.Users.Messages.Get(mailbox, id).Format("metadata").MetadataHeaders("Message-ID", relay.JobHeader, "From").Context(ctx).Do()
 	if err != nil {
 		err = tr.mark(err)
 		var p *relay.ProviderError
@@ -394,6 +394,9 @@ func (g *Client) GetHeader(ctx context.Context, mailbox, id string) (relay.Store
 		for _, hd := range m.Payload.Headers {
 			if strings.EqualFold(hd.Name, relay.JobHeader) {
 				h.Job = strings.TrimSpace(hd.Value)
+			}
+			if strings.EqualFold(hd.Name, "From") {
+				h.From = hd.Value
 			}
 			if strings.EqualFold(hd.Name, "Message-ID") {
 				if id, err := relay.NormalizeMessageID(hd.Value); err == nil {

@@ -35,6 +35,7 @@ type StoredHeader struct {
 	ID        string
 	MessageID string // the stored Message-ID header, normalised with <>
 	Job       string // the stored JobHeader, if any
+	From      string // the stored From header, as written
 	LabelIDs  []string
 }
 
@@ -62,6 +63,10 @@ type Provider interface {
 	SendAs(ctx context.Context, mailbox string) ([]SendAsAddress, error)
 	// HistoryReader reads the mailbox's history (history.go).
 	HistoryReader
+	// GetRaw reads one message whole (messages.get, format raw: 5
+	// units), as the mailbox holds it. A missing message wraps
+	// ErrMessageNotFound.
+	GetRaw(ctx context.Context, mailbox, id string) ([]byte, error)
 }
 
 // SendAsAddress is one of a mailbox's send-as addresses, as Gmail's

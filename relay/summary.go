@@ -20,6 +20,22 @@ type Summary struct {
 	Subject string `json:"subject"`
 }
 
+// Recipients counts the addresses in a stored message's To, Cc and Bcc
+// headers (0 when it cannot be parsed).
+func Recipients(raw []byte) int {
+	m, err := mail.ReadMessage(bytes.NewReader(raw))
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, h := range []string{"To", "Cc", "Bcc"} {
+		if list, err := m.Header.AddressList(h); err == nil {
+			n += len(list)
+		}
+	}
+	return n
+}
+
 // Summarize reads the To and Subject headers of a stored message. A
 // message that cannot be parsed has an empty summary: the summary helps a
 // reviewer and never fails the page or listing that shows it.

@@ -150,7 +150,8 @@ func (t *tail) read(ctx context.Context, start uint64) (next uint64, complete bo
 		if !t.b.take(relay.UnitsHistory, 0) {
 			return next, false, errStopped
 		}
-		page, err := t.hr.History(ctx, t.b.m.UserID(), start, sentLabel, token)
+		// Every label: SENT for the copies, INBOX for delivery reports.
+		page, err := t.hr.History(ctx, t.b.m.UserID(), start, "", token)
 		if err != nil {
 			if errors.Is(err, relay.ErrHistoryExpired) {
 				return next, false, err
@@ -178,6 +179,11 @@ func (t *tail) read(ctx context.Context, start uint64) (next uint64, complete bo
 func (t *tail) record(ctx context.Context, rec relay.HistoryRecord) (held bool, err error) {
 	for _, a := range rec.Added {
 		if !slices.Contains(a.LabelIDs, sentLabel) {
+			if slices.Contains(a.LabelIDs, inboxLabel) {
+				if err := t.report(ctx, a.ID); err != nil {
+					return false, err
+				}
+			}
 			continue
 		}
 		mid, ok, err := t.messageID(ctx, a.ID)
@@ -341,9 +347,18 @@ func (t *tail) attemptStart(ctx context.Context, j gmailrelay.Job) (time.Time, e
 }
 
 // historyFound decides a job a copy of which the mailbox's history listed:
-// as a search that found exactly one copy (foundOnce), with source
-// history: the ambiguous attempt was delivered.
+// as a search that found exactly one copy, with source history. The
+// ambiguous attempt was delivered: on a retry channel the job is sent
+// (foundOnce); a review channel records the effect and hands the job to a
+// human, who never finds it resolved behind their back.
 func historyFound(j gmailrelay.Job, ch policy.Channel, h hit, now time.Time) decision {
+	if ch.OnUnknown != policy.Retry {
+		why := gmailrelay.Line{Kind: gmailrelay.KindReview, Attempt: j.Attempts, Reason: ReasonReviewChannel, GmailID: h.id,
+			Note: "found once in the mailbox's history; this channel never resolves ambiguous sends by itself"}
+		d := review(j, why)
+		d.found = &h
+		return d.counting(tFound)
+	}
 	d := keep(j)
 	d.found, d.to = &h, gmailrelay.StateSent
 	d.oneCopy(j, ch, now)

@@ -43,10 +43,23 @@ func TestHistoryMissNeedsCoverAndSettle(t *testing.T) {
 func TestHistoryFoundIsSentWithSourceHistory(t *testing.T) {
 	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
 	j := gmailrelay.Job{MessageID: "<m@x>", State: gmailrelay.StateUnknown, Attempts: 1}
-	d := historyFound(j, policy.Channel{Grace: time.Minute}, hit{id: "g1", labels: []string{"SENT"}, source: gmailrelay.SourceHistory}, now)
+	d := historyFound(j, policy.Channel{OnUnknown: policy.Retry, Grace: time.Minute}, hit{id: "g1", labels: []string{"SENT"}, source: gmailrelay.SourceHistory}, now)
 	n := j
 	d = settleFound(d, &n)
 	if d.to != gmailrelay.StateSent || d.why.Kind != gmailrelay.KindEffect || d.why.Source != gmailrelay.SourceHistory || n.Effects != 1 || n.GmailID != "g1" {
 		t.Errorf("decision %+v, job %+v; want sent with an effect line of source history", d, n)
+	}
+}
+
+// On a review channel a copy in the history is recorded (effect line,
+// source history) and the job goes to review, never sent by itself.
+func TestHistoryFoundOnAReviewChannelGoesToReview(t *testing.T) {
+	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	j := gmailrelay.Job{MessageID: "<m@x>", State: gmailrelay.StateUnknown, Attempts: 1}
+	d := historyFound(j, policy.Channel{OnUnknown: policy.Review, Grace: time.Minute}, hit{id: "g1", labels: []string{"SENT"}, source: gmailrelay.SourceHistory}, now)
+	n := j
+	d = settleFound(d, &n)
+	if d.to != gmailrelay.StateReview || d.why.Reason != ReasonReviewChannel || len(d.lines) != 1 || d.lines[0].Source != gmailrelay.SourceHistory || n.Effects != 1 {
+		t.Errorf("decision %+v, job %+v; want the effect recorded (source history) and review", d, n)
 	}
 }

@@ -290,6 +290,8 @@ type Sweeper struct {
 	// historyRead is when each mailbox's history was last read (see
 	// histories). Guarded by passMu.
 	historyRead map[string]time.Time
+	// reports counts the delivery reports the tail read (reports.go).
+	reports reportCounts
 
 	totalsMu sync.Mutex
 	totals   Result

@@ -192,7 +192,7 @@ func (rs *relayServer) build(ctx context.Context, c serveConfig, clock relayCloc
 		return nil, nil, err
 	}
 	box.Store(rs.outbox)
-	if err := metrics.Register(rs.sweeper.LagCollector()); err != nil {
+	if err := metrics.Register(rs.sweeper.LagCollector(), rs.sweeper.ReportCollector()); err != nil {
 		return nil, nil, fmt.Errorf("metrics: %w", err)
 	}
 	rs.retention = retention.New(retention.Config{Log: lg, Retention: c.policy.Retention, Now: now, Logger: logger})
