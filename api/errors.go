@@ -118,15 +118,9 @@ func writeErrorFor(w http.ResponseWriter, r *http.Request, err error, messageID 
 	answerError(w, r, err, relayShape, messageID, state)
 }
 
-// jsonContentType is the Content-Type value of every JSON answer, shared:
-// Header.Set would allocate a one-string slice per answer. Nothing
-// changes a header's value slice in place (net/http clones the header
-// when the status is written; Set and Add replace or grow the slice), so
-// one slice serves every answer.
-var jsonContentType = []string{"application/json"}
-
+// writeJSON answers v as JSON with status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header()["Content-Type"] = jsonContentType
+	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false) // Message-IDs carry <>; keep them readable
