@@ -35,9 +35,8 @@ var (
 	// counter key (see counterKey*) → 8-byte big-endian two's-complement count.
 	bucketCounters = []byte("counters")
 	// message id + 0x00 + big-endian seq → nothing: the job-lines index of
-	// files written before issue 16's step 2. A job record now lists its
-	// lines' seqs; Open fills them and deletes this bucket
-	// (migrateJobLines).
+	// files of the older layout, where a job record did not list its lines'
+	// seqs; Open fills them in and deletes this bucket (migrateJobLines).
 	bucketJobLinesV1 = []byte("joblines")
 )
 

@@ -13,7 +13,8 @@ import (
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
-// statusOf maps each relay error code to its HTTP status (CONTRACT.md).
+// statusOf maps each relay error code to its HTTP status (docs/api.md,
+// "Conventions").
 var statusOf = map[relay.Code]int{
 	relay.CodeInvalid:          http.StatusBadRequest,
 	relay.CodeUnauthorized:     http.StatusUnauthorized,
@@ -72,7 +73,7 @@ func asRelayError(err error) *relay.Error {
 type errorShape int
 
 const (
-	relayShape errorShape = iota // CONTRACT's {"error":{"code","message","field",…}}
+	relayShape errorShape = iota // docs/api.md's {"error":{"code","message","field",…}}
 	gmailShape                   // Gmail's error JSON (the /gmail/ surface)
 )
 

@@ -11,8 +11,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
-// DecodeSendRequest decodes the JSON body of POST /v1/send (CONTRACT.md,
-// docs/api.md) into the domain value relay.SendRequest. Every field is a
+// DecodeSendRequest decodes the JSON body of POST /v1/send (docs/api.md) into the domain value relay.SendRequest. Every field is a
 // string except to, cc, bcc and reply_to (a string or a list of strings),
 // headers (an object of strings) and job (an object of customer_id,
 // event_type and order_id). It decodes strictly: the body must be one

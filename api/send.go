@@ -31,7 +31,7 @@ type sendAnswer struct {
 	ETA *time.Time `json:"eta,omitempty"`
 }
 
-// sentAnswer is the 200 body of POST /v1/send. CONTRACT lists gmail_id,
+// sentAnswer is the 200 body of POST /v1/send. docs/api.md lists gmail_id,
 // thread_id and label_ids in it, so they are there even when not known
 // (a job an operator marked sent, or one the sweeper found without a
 // thread id): "" and [].
@@ -288,7 +288,7 @@ func (s *Server) ownedAnswer(w http.ResponseWriter, r *http.Request, res relay.R
 	return a
 }
 
-// failureError turns a failed job into the answer CONTRACT.md gives it.
+// failureError turns a failed job into the answer docs/api.md gives it.
 func failureError(j gmailrelay.Job, res relay.Result) *relay.Error {
 	d := res.Fault
 	switch {

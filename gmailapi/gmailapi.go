@@ -326,8 +326,8 @@ func (g *Client) Send(ctx context.Context, mailbox string, raw []byte, threadID 
 const RawLimit = 256 << 10
 
 // List implements relay.Provider. Every call sends includeSpamTrash=true:
-// a Sent copy a user trashed still proves the send (CONTRACT, "Trash
-// counts").
+// a Sent copy a user trashed still proves the send (docs/design.md,
+// "Trash counts").
 func (g *Client) List(ctx context.Context, mailbox, q string, labelIDs []string, pageToken string, max int64) (relay.ListPage, error) {
 	ctx, tr := g.traced(ctx)
 	call := g.svc.Users.Messages.List(mailbox).Q(q).IncludeSpamTrash(true).Context(ctx)
