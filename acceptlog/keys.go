@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gmailrelay/gmailrelay"
@@ -35,9 +34,9 @@ var (
 	bucketPrunable = []byte("prunable")
 	// counter key (see counterKey*) → 8-byte big-endian two's-complement count.
 	bucketCounters = []byte("counters")
-	// message id + 0x00 + big-endian seq → nothing: the job-lines index an
-	// older gmailrelay kept. A job record lists its lines' seqs instead;
-	// Open fills them and deletes this bucket (migrateJobLines).
+	// message id + 0x00 + big-endian seq → nothing: the job-lines index of
+	// files of the older layout, where a job record did not list its lines'
+	// seqs; Open fills them in and deletes this bucket (migrateJobLines).
 	bucketJobLinesV1 = []byte("joblines")
 )
 
@@ -157,69 +156,14 @@ const (
 	prefixReason  = "reason\x00"
 )
 
-// The counter keys of the known states and kinds, built once: a Mutate
-// counts several, and building each anew was an allocation.
-var (
-	stateCounterKeys = map[gmailrelay.State]string{}
-	kindCounterKeys  = map[gmailrelay.Kind]string{}
-)
+func counterKeyState(s gmailrelay.State) string { return prefixState + string(s) }
 
-func init() {
-	for _, s := range gmailrelay.States {
-		stateCounterKeys[s] = prefixState + string(s)
-	}
-	for _, k := range gmailrelay.Kinds {
-		kindCounterKeys[k] = prefixKind + string(k)
-	}
-}
-
-func counterKeyState(s gmailrelay.State) string { return cachedKey(stateCounterKeys, prefixState, s) }
-
-func counterKeyKind(k gmailrelay.Kind) string { return cachedKey(kindCounterKeys, prefixKind, k) }
-
-// cachedKey is prefix+k, from cache when k is there.
-func cachedKey[K ~string](cache map[K]string, prefix string, k K) string {
-	if key, ok := cache[k]; ok {
-		return key
-	}
-	return prefix + string(k)
-}
-
-// channelKeys caches counterKeyChannel's keys: a job change counts two, and
-// building each anew was an allocation. Channels come from the relay's
-// configuration, so they are few; past maxChannelKeys the keys are built
-// anew (the cache never grows without bound).
-var channelKeys struct {
-	sync.RWMutex
-	m map[channelState]string
-}
-
-type channelState struct {
-	ch string
-	s  gmailrelay.State
-}
-
-const maxChannelKeys = 256
+func counterKeyKind(k gmailrelay.Kind) string { return prefixKind + string(k) }
 
 func counterKeyChannel(ch string, s gmailrelay.State) string {
-	cs := channelState{ch, s}
-	channelKeys.RLock()
-	k, ok := channelKeys.m[cs]
-	channelKeys.RUnlock()
-	if ok {
-		return k
-	}
-	k = prefixChannel + string(s) + "\x00" + ch
-	channelKeys.Lock()
-	if channelKeys.m == nil {
-		channelKeys.m = map[channelState]string{}
-	}
-	if len(channelKeys.m) < maxChannelKeys {
-		channelKeys.m[cs] = k
-	}
-	channelKeys.Unlock()
-	return k
+	return prefixChannel + string(s) + "\x00" + ch
 }
+
 func counterKeyReason(k gmailrelay.Kind, reason string) string {
 	return prefixReason + string(k) + "\x00" + reason
 }

@@ -13,7 +13,8 @@ import (
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
-// statusOf maps each relay error code to its HTTP status (CONTRACT.md).
+// statusOf maps each relay error code to its HTTP status (docs/api.md,
+// "Conventions").
 var statusOf = map[relay.Code]int{
 	relay.CodeInvalid:          http.StatusBadRequest,
 	relay.CodeUnauthorized:     http.StatusUnauthorized,
@@ -72,7 +73,7 @@ func asRelayError(err error) *relay.Error {
 type errorShape int
 
 const (
-	relayShape errorShape = iota // CONTRACT's {"error":{"code","message","field",…}}
+	relayShape errorShape = iota // docs/api.md's {"error":{"code","message","field",…}}
 	gmailShape                   // Gmail's error JSON (the /gmail/ surface)
 )
 
@@ -118,15 +119,9 @@ func writeErrorFor(w http.ResponseWriter, r *http.Request, err error, messageID 
 	answerError(w, r, err, relayShape, messageID, state)
 }
 
-// jsonContentType is the Content-Type value of every JSON answer, shared:
-// Header.Set would allocate a one-string slice per answer. Nothing
-// changes a header's value slice in place (net/http clones the header
-// when the status is written; Set and Add replace or grow the slice), so
-// one slice serves every answer.
-var jsonContentType = []string{"application/json"}
-
+// writeJSON answers v as JSON with status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header()["Content-Type"] = jsonContentType
+	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false) // Message-IDs carry <>; keep them readable

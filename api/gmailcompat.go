@@ -164,7 +164,7 @@ func writeGmailSent(w http.ResponseWriter, j gmailrelay.Job) {
 		return
 	}
 	b = append(b, "}\n"...)
-	w.Header()["Content-Type"] = jsonContentType
+	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
 }

@@ -11,8 +11,7 @@ import (
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
-// DecodeSendRequest decodes the JSON body of POST /v1/send (CONTRACT.md,
-// docs/api.md) into the domain value relay.SendRequest. Every field is a
+// DecodeSendRequest decodes the JSON body of POST /v1/send (docs/api.md) into the domain value relay.SendRequest. Every field is a
 // string except to, cc, bcc and reply_to (a string or a list of strings),
 // headers (an object of strings) and job (an object of customer_id,
 // event_type and order_id). It decodes strictly: the body must be one
@@ -112,9 +111,10 @@ func DecodeSendRequest(data []byte) (relay.SendRequest, error) {
 //
 // It scans data in place: keys are compared as their bytes in data, and
 // only a key holding an escape or a non-ASCII byte is decoded (as
-// encoding/json decodes it, so "a" and "\u0061" are one key). It used to
-// walk json.Decoder tokens with a map per object (≈ 60 allocations for a
-// typical send request); FuzzDuplicateKey compares it with that walk.
+// encoding/json decodes it, so "a" and "\u0061" are one key). Its time and
+// memory are linear in data whatever the body holds (see smallObject).
+// FuzzDuplicateKey holds it to a walk of json.Decoder tokens with a map
+// per object.
 func duplicateKey(data []byte) string {
 	d := dupScan{data: data, keys: make([][]byte, 0, 32)}
 	p, _ := d.value()
@@ -247,10 +247,10 @@ func (d *dupScan) member(end byte) bool {
 	}
 }
 
-// smallObject is how many keys of one object the duplicate checks
-// (dupScan and CheckJSON) compare one by one, without allocating; past it
-// the object's keys go into a set, so an object of n keys costs O(n), not
-// O(n²) (100 000 keys, 1.2 MB, took 10 s of CPU to refuse).
+// smallObject is how many keys of one object dupScan compares one by one;
+// past it the object's keys go into a set, so an object of n keys costs
+// O(n), not O(n²): a body of 100 000 keys (1.2 MB) is refused in
+// milliseconds, not seconds.
 const smallObject = 16
 
 // seen reports whether key is among the keys read so far of the object
@@ -311,7 +311,8 @@ func fieldName(name string) string { return name[:min(len(name), 64)] }
 
 // rawField is json.RawMessage without the copy: it keeps the slice of
 // the request body encoding/json hands it (the body is never modified
-// while the request is decoded).
+// while the request is decoded), so that a request holds its raw message
+// once, not twice.
 type rawField []byte
 
 // UnmarshalJSON implements json.Unmarshaler.

@@ -31,7 +31,7 @@ type sendAnswer struct {
 	ETA *time.Time `json:"eta,omitempty"`
 }
 
-// sentAnswer is the 200 body of POST /v1/send. CONTRACT lists gmail_id,
+// sentAnswer is the 200 body of POST /v1/send. docs/api.md lists gmail_id,
 // thread_id and label_ids in it, so they are there even when not known
 // (a job an operator marked sent, or one the sweeper found without a
 // thread id): "" and [].
@@ -127,8 +127,7 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	return body, nil
 }
 
-// bodyError is readBody's answer to a failed read (apart, so that the
-// successful read allocates no error target).
+// bodyError is readBody's answer to a failed read.
 func bodyError(err error, limit int64) error {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
@@ -142,8 +141,8 @@ func bodyError(err error, limit int64) error {
 }
 
 // readAllSized is io.ReadAll for a body of known length n (when within
-// limit) in few allocations, with memory that follows the bytes that
-// arrived, never a declared length alone: it reads into chunks (from
+// limit) with memory that follows the bytes that arrived, never a
+// declared length alone: it reads into chunks (from
 // firstBodyBuffer, doubling up to maxBodyChunk) and joins them at the end,
 // except that the oldest body being read (oldest reports it; it is the one
 // the in-flight budget lets finish, see bodymeter.go) moves into one buffer
@@ -284,7 +283,7 @@ func (s *Server) ownedAnswer(w http.ResponseWriter, r *http.Request, res relay.R
 	return a
 }
 
-// failureError turns a failed job into the answer CONTRACT.md gives it.
+// failureError turns a failed job into the answer docs/api.md gives it.
 func failureError(j gmailrelay.Job, res relay.Result) *relay.Error {
 	d := res.Fault
 	switch {

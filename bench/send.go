@@ -74,10 +74,10 @@ type SendConfig struct {
 // emptier emulator or in the quieter part of the run: the emulator keeps
 // every message it is sent, and a shared machine drifts. A path's figures
 // are over both of its halves (sends/s is their sends over their time, p50
-// and p99 over their latencies together). A half is as long as the one
-// stretch per path this harness measured before ABBA: at 150 ms the
-// relay's arrivals spread out round by round, so shorter stretches would
-// give other figures (docs/bench-notes/fairness.md).
+// and p99 over their latencies together). A half is as long as a path's
+// whole stretch in docs/bench-notes/fairness.md: at 150 ms the relay's
+// arrivals spread out round by round, so shorter stretches would give
+// other figures.
 //
 // With cfg.Processes, the emulator and the relay each run in a process of
 // their own (this test binary started again: its TestMain must call
@@ -129,8 +129,8 @@ type SendConfig struct {
 // above and, for the relay and the proxy, proc_cpu_us/send (see
 // halfFigures). And
 // emu_drift (emulator CPU per send, second direct half ÷ first),
-// emu_ratio_first (first relayed half ÷ first direct half: the order this
-// harness used before ABBA), emu_ratio_paced (relayed ÷ paced direct),
+// emu_ratio_first (first relayed half ÷ first direct half: one direct
+// stretch then one relayed, no ABBA), emu_ratio_paced (relayed ÷ paced direct),
 // emu_run_gc_cpu_us/send and emu_run_gcs (the emulator's collections over
 // every measured send) and emu_heap_MiB (its heap at the end).
 func SendOverhead(ctx context.Context, cfg SendConfig) (Metrics, error) {

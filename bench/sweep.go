@@ -62,9 +62,8 @@ func Sweep(ctx context.Context, cfg SweepConfig) (Metrics, error) {
 	if cfg.Jobs < 2 || cfg.QuotaPerMinute < 1 {
 		return nil, fmt.Errorf("sweep: need at least 2 jobs and a positive quota")
 	}
-	batch := cfg.BatchSize
-	if batch <= 0 {
-		batch = sweeper.DefaultBatchSize
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = sweeper.DefaultBatchSize
 	}
 	clock := NewClock()
 	emu := gmailfake.New(gmailfake.Options{Now: clock.Now, QuotaPerMinute: unlimited})
@@ -84,29 +83,7 @@ func Sweep(ctx context.Context, cfg SweepConfig) (Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-
-	// Seed: really sent messages into the emulator (through a pooled client)
-	// and every job into the log as unknown, due now.
-	seedProv, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: srv.URL,
-		HTTPClient: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}})
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]string, cfg.Jobs)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("<sweep-%06d@%s>", i, MsgIDDomain)
-	}
-	now := clock.Now()
-	err = parallel(cfg.Jobs, 64, func(i int) error {
-		raw := BuildMessage(ids[i])
-		if i%2 == 0 {
-			if _, err := seedProv.Send(ctx, "me", raw, ""); err != nil {
-				return fmt.Errorf("seed message %d: %w", i, err)
-			}
-		}
-		_, _, err := log.Mutate(ctx, ids[i], unknownJob(ids[i], raw, now, ch.Grace))
-		return err
-	})
+	ids, err := seedUnknown(ctx, srv.URL, log, cfg.Jobs, clock.Now(), ch.Grace)
 	if err != nil {
 		return nil, err
 	}
@@ -122,33 +99,87 @@ func Sweep(ctx context.Context, cfg SweepConfig) (Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	sw := sweeper.New(sweeper.Config{Log: log, Policy: pol, Mailboxes: svc, Attempter: svc, Now: clock.Now, BatchSize: batch})
+	sw := sweeper.New(sweeper.Config{Log: log, Policy: pol, Mailboxes: svc, Attempter: svc, Now: clock.Now, BatchSize: cfg.BatchSize})
+	run, err := runPasses(ctx, sw, log, emu, clock)
+	if err != nil {
+		return nil, err
+	}
+	m := run.metrics(cfg, ch.Checks, base, emu.Stats())
+	resolved, pending, wrong, err := judge(ctx, log, emu, ids)
+	if err != nil {
+		return nil, err
+	}
+	m["resolved"], m["pending"], m["wrong"] = float64(resolved), float64(pending), float64(wrong)
+	if resolved > 0 {
+		m["units/job"] = m["units"] / float64(resolved)
+	}
+	return m, nil
+}
 
-	start, realStart := clock.Now(), time.Now()
-	passes, storms, prevRL := 0, 0, base.RateLimited
-	// settled: when no job is unknown (or forwarding) any more — every
-	// ambiguous send decided. The verify pass's later looks at sent jobs
-	// (late look, index behind) go on after it; they are the tail, not
-	// the resolution the ideal measures.
-	var settledAt time.Time
-	settledUnits := 0
-	for ; passes < maxPasses; passes++ {
+// seedUnknown stores, through a pooled client, the even-numbered half of
+// jobs messages in the emulator at url (really sent) and logs every job as
+// unknown, due at now; it returns the jobs' Message-IDs.
+func seedUnknown(ctx context.Context, url string, log gmailrelay.Store, jobs int, now time.Time, grace time.Duration) ([]string, error) {
+	seedProv, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: url,
+		HTTPClient: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}})
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, jobs)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("<sweep-%06d@%s>", i, MsgIDDomain)
+	}
+	err = parallel(jobs, 64, func(i int) error {
+		raw := BuildMessage(ids[i])
+		if i%2 == 0 {
+			if _, err := seedProv.Send(ctx, "me", raw, ""); err != nil {
+				return fmt.Errorf("seed message %d: %w", i, err)
+			}
+		}
+		_, _, err := log.Mutate(ctx, ids[i], unknownJob(ids[i], raw, now, grace))
+		return err
+	})
+	return ids, err
+}
+
+// sweepRun is what runPasses saw: its passes, the passes with two or more
+// 429 answers (storms: no backoff between them), and its clock's start,
+// end and the time and quota units at which the jobs settled (no job
+// unknown or forwarding any more: every ambiguous send decided; zero when
+// they never did).
+type sweepRun struct {
+	passes, storms        int
+	start, end, settledAt time.Time
+	realTook              time.Duration
+	settledUnits          int
+}
+
+// runPasses runs the sweeper until no job is due any more, advancing the
+// clock by a pass's Wait when it stopped for quota and to the next job's
+// check time when nothing is due. The verify pass's later looks at sent
+// jobs (late look, index behind) go on after the jobs settle; they are the
+// tail, not the resolution the ideal measures.
+func runPasses(ctx context.Context, sw *sweeper.Sweeper, log gmailrelay.Store, emu *gmailfake.Server, clock *Clock) (sweepRun, error) {
+	run := sweepRun{start: clock.Now()}
+	realStart := time.Now()
+	prevRL := emu.Stats().RateLimited
+	for ; run.passes < maxPasses; run.passes++ {
 		res, err := sw.RunOnce(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("sweep pass %d: %w", passes, err)
+			return run, fmt.Errorf("sweep pass %d: %w", run.passes, err)
 		}
-		if settledAt.IsZero() {
+		if run.settledAt.IsZero() {
 			st, err := log.Stats(ctx)
 			if err != nil {
-				return nil, err
+				return run, err
 			}
 			if st.ByState[gmailrelay.StateUnknown]+st.ByState[gmailrelay.StateForwarding] == 0 {
-				settledAt, settledUnits = clock.Now(), emu.Stats().QuotaUnits
+				run.settledAt, run.settledUnits = clock.Now(), emu.Stats().QuotaUnits
 			}
 		}
 		rl := emu.Stats().RateLimited
 		if rl-prevRL >= 2 {
-			storms++
+			run.storms++
 		}
 		prevRL = rl
 		if res.Wait > 0 {
@@ -161,62 +192,57 @@ func Sweep(ctx context.Context, cfg SweepConfig) (Metrics, error) {
 		}
 		due, err := log.Due(ctx, clock.Now(), 1)
 		if err != nil {
-			return nil, err
+			return run, err
 		}
 		if len(due) > 0 && res.Due > res.Deferred {
 			continue // progress, and more is due now
 		}
 		next, err := log.Due(ctx, time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), 1)
 		if err != nil {
-			return nil, err
+			return run, err
 		}
 		if len(next) == 0 {
 			break
 		}
 		clock.Advance(max(next[0].NextCheckAt.Sub(clock.Now()), time.Second))
 	}
-	realTook := time.Since(realStart)
-	tail := clock.Now().Sub(start)
-	stats := emu.Stats()
-	virtual, units := tail, stats.QuotaUnits-base.QuotaUnits
-	if !settledAt.IsZero() {
-		virtual, units = settledAt.Sub(start), settledUnits-base.QuotaUnits
-	}
+	run.realTook, run.end = time.Since(realStart), clock.Now()
+	return run, nil
+}
 
-	resolved, pending, wrong, err := judge(ctx, log, emu, ids)
-	if err != nil {
-		return nil, err
+// metrics are Sweep's figures of run but those judge gives; base and end
+// are the emulator's statistics before the sweep and after it, checks
+// the channel's searches per never-sent job.
+func (run sweepRun) metrics(cfg SweepConfig, checks int, base, end gmailfake.Stats) Metrics {
+	tail := run.end.Sub(run.start)
+	virtual, units := tail, end.QuotaUnits-base.QuotaUnits
+	if !run.settledAt.IsZero() {
+		virtual, units = run.settledAt.Sub(run.start), run.settledUnits-base.QuotaUnits
 	}
 	perSec := float64(cfg.QuotaPerMinute) / 60
 	ideal := time.Duration(float64(max(units-cfg.QuotaPerMinute, 0)) / perSec * float64(time.Second))
-	missed := cfg.Jobs / 2
-	lists := ceilDiv(cfg.Jobs, batch) + ceilDiv(missed, batch)*(ch.Checks-1) + ceilDiv(missed, batch)
+	missed, batch := cfg.Jobs/2, cfg.BatchSize
+	lists := ceilDiv(cfg.Jobs, batch) + ceilDiv(missed, batch)*(checks-1) + ceilDiv(missed, batch)
 	lb := lists*relay.UnitsList + missed*relay.UnitsSend
 	idealLB := time.Duration(float64(max(lb-cfg.QuotaPerMinute, 0)) / perSec * float64(time.Second))
 	m := Metrics{
 		"jobs":         float64(cfg.Jobs),
-		"resolved":     float64(resolved),
-		"pending":      float64(pending),
-		"wrong":        float64(wrong),
 		"units":        float64(units),
-		"rate_limited": float64(stats.RateLimited - base.RateLimited),
-		"storms":       float64(storms),
-		"passes":       float64(passes),
+		"rate_limited": float64(end.RateLimited - base.RateLimited),
+		"storms":       float64(run.storms),
+		"passes":       float64(run.passes),
 		"virtual_min":  virtual.Minutes(),
 		"tail_min":     tail.Minutes(),
-		"units_total":  float64(stats.QuotaUnits - base.QuotaUnits),
+		"units_total":  float64(end.QuotaUnits - base.QuotaUnits),
 		"ideal_min":    ideal.Minutes(),
 		"ideal_lb_min": idealLB.Minutes(),
-		"real_s":       realTook.Seconds(),
-	}
-	if resolved > 0 {
-		m["units/job"] = float64(units) / float64(resolved)
+		"real_s":       run.realTook.Seconds(),
 	}
 	if virtual > 0 {
 		m["ideal_pct"] = 100 * ideal.Seconds() / virtual.Seconds()
 		m["ideal_lb_pct"] = 100 * idealLB.Seconds() / virtual.Seconds()
 	}
-	return m, nil
+	return m
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }

@@ -28,8 +28,6 @@ type gmailClock struct {
 	lo, hi time.Duration
 	since  time.Time // local time of the answer the interval started from
 	known  bool
-	date   string // the last Date header parsed, and its time
-	dateAt time.Time
 }
 
 // observe narrows the interval with an answer dated date, to a request
@@ -38,16 +36,13 @@ func (c *gmailClock) observe(date string, sent, got time.Time) {
 	if date == "" {
 		return
 	}
+	d, err := http.ParseTime(date)
+	if err != nil {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if date != c.date {
-		d, err := http.ParseTime(date)
-		if err != nil {
-			return
-		}
-		c.date, c.dateAt = date, d
-	}
-	lo, hi := c.dateAt.Sub(got), c.dateAt.Add(time.Second).Sub(sent)
+	lo, hi := d.Sub(got), d.Add(time.Second).Sub(sent)
 	if !c.known || lo > c.hi || hi < c.lo || got.Sub(c.since) > clockKeep {
 		c.lo, c.hi, c.since, c.known = lo, hi, got, true
 		return

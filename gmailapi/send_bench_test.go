@@ -2,7 +2,6 @@ package gmailapi
 
 import (
 	"context"
-	"encoding/base64"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -41,21 +40,3 @@ func BenchmarkSendSmall(b *testing.B) { benchSend(b, 1<<10) }
 // BenchmarkSend24MB is a 24 MB send: the upload streams the message, so
 // the client holds no copy of it.
 func BenchmarkSend24MB(b *testing.B) { benchSend(b, 24<<20) }
-
-// encodeRaw is base64.URLEncoding to the byte, at every length around
-// its chunk size (the padding of a last short chunk included), in one
-// allocation.
-func TestEncodeRawIsURLEncoding(t *testing.T) {
-	raw := make([]byte, 3*rawChunk+5)
-	for i := range raw {
-		raw[i] = byte(i*7 + i/256)
-	}
-	for n := range len(raw) + 1 {
-		if got, want := encodeRaw(raw[:n]), base64.URLEncoding.EncodeToString(raw[:n]); got != want {
-			t.Fatalf("%d bytes: encodeRaw %q, want %q", n, got, want)
-		}
-	}
-	if a := testing.AllocsPerRun(20, func() { _ = encodeRaw(raw) }); a != 1 {
-		t.Fatalf("encodeRaw of %d bytes: %.0f allocations, want 1", len(raw), a)
-	}
-}

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"strings"
+	"net/textproto"
 )
 
 // headerField is one field of a message's header section, as
-// net/mail.ReadMessage reads it, without copying: name and value are slices
-// of the message, or, for a field folded over several lines, of the
-// scanner's unfold buffer.
+// net/mail.ReadMessage reads it: name and value are slices of the message,
+// or, for a field folded over several lines, of scanHeader's unfold
+// buffer.
 type headerField struct {
 	// name is the text before the field's first colon, as written: not
 	// canonicalised (see sameHeaderName and headerNameLess). Empty for a
@@ -22,26 +22,35 @@ type headerField struct {
 	value []byte
 }
 
-// scanHeader reads the header section of msg exactly as net/mail.ReadMessage
-// does (the same fields, names, values and errors) but without allocating
-// per field: it appends the fields to dst[:0] and returns them with the
-// offset where the body starts (len(msg) when the header section runs to
-// the end). Like net/mail, it splits lines at LF and drops one CR before
-// it, refuses a first line that starts with a space or tab and a line
-// without a colon, and returns io.EOF for a message with no named field
-// and no blank line. The errors' texts are net/mail's. The differential
-// fuzz target FuzzHeaderScanAgreesWithNetMail holds the two together.
+// scanHeader reads the header section of msg as net/mail.ReadMessage does
+// (the same fields, names, values and errors), field by field in the
+// message's order, and returns the fields with the offset where the body
+// starts (len(msg) when the header section runs to the end). Like
+// net/mail, it splits lines at LF and drops one CR before it, refuses a
+// first line that starts with a space or tab and a line without a colon,
+// and returns io.EOF for a message with no named field and no blank line.
+// The errors' texts are net/mail's. The differential fuzz target
+// FuzzHeaderScanAgreesWithNetMail holds the two together.
 //
-// It departs from net/mail in one place, on purpose: net/mail reads through
-// a 4096-byte bufio.Reader and loses a last line without a line ending
-// whose length (after any leading blanks of a continuation line) bufio
-// hands out in full buffers only, 4096 bytes or a multiple: it reports EOF
-// where that line was. scanHeader reads that line like any other, as
-// net/mail does when its buffer holds the whole message. Otherwise such a
-// line, say a second To or Message-ID padded with blanks, reached Gmail
-// without any check.
-func scanHeader(msg []byte, dst []headerField) (fields []headerField, body int, err error) {
-	fields = dst[:0]
+// net/mail itself would not do, for two reasons. It drops a line that
+// starts with a colon, so no check would see that line's value, which
+// could carry U+2028 and a header for software that breaks lines there;
+// scanHeader returns it with an empty name for checkHeaderNames to refuse.
+// And net/mail reads through a 4096-byte bufio.Reader and loses a last
+// line without a line ending whose length (after any leading blanks of a
+// continuation line) bufio hands out in full buffers only, 4096 bytes or
+// a multiple: it reports EOF where that line was. scanHeader reads that
+// line like any other, as net/mail does when its buffer holds the whole
+// message; otherwise such a line, say a second To or Message-ID padded
+// with blanks, would reach Gmail without any check.
+//
+// The fields are allocated once, for as many as the header section has
+// lines: a header section of MaxHeaderBytes of one-byte fields holds
+// 260,000 of them, and a slice grown by append would take about five times
+// their memory (TestPrepareRawBoundsTheHeaderSection).
+func scanHeader(msg []byte) (fields []headerField, body int, err error) {
+	n, _ := headerSectionLen(msg, len(msg))
+	fields = make([]headerField, 0, bytes.Count(msg[:n], []byte("\n"))+1)
 	if len(msg) > 0 && isWSP(msg[0]) {
 		line, _ := nextLine(msg, 0)
 		return fields, 0, errors.New("malformed initial line: " + string(line))
@@ -119,21 +128,29 @@ func trimWSP(s []byte) []byte {
 	return s
 }
 
-// sameHeaderName reports whether name is the header canon, a canonical
-// RFC 7230 token such as "Message-Id", the way net/mail's Header map would
-// file it: equal but for ASCII case. (strings.EqualFold would also match
-// Unicode folds such as "ſubject" for "Subject", which net/mail keeps
-// apart.)
+// sameHeaderName reports whether name is filed under the header canon, a
+// canonical key such as "Message-Id", in net/mail's Header map: equal but
+// for ASCII case. (strings.EqualFold would also match Unicode folds such
+// as "ſubject" for "Subject", which net/mail keeps apart.) It compares in
+// place: PrepareRaw asks it about every field of a header section of up to
+// MaxHeaderBytes, nine times each (TestPrepareRawBoundsTheHeaderSection
+// bounds the memory that takes).
 func sameHeaderName(name []byte, canon string) bool {
 	if len(name) != len(canon) {
 		return false
 	}
-	for i := 0; i < len(name); i++ {
-		if lowerASCII(name[i]) != lowerASCII(canon[i]) {
+	for i, c := range name {
+		if lowerASCII(c) != lowerASCII(canon[i]) {
 			return false
 		}
 	}
 	return true
+}
+
+// headerNameLess reports whether a's key in net/mail's Header map sorts
+// before b's.
+func headerNameLess(a, b []byte) bool {
+	return textproto.CanonicalMIMEHeaderKey(string(a)) < textproto.CanonicalMIMEHeaderKey(string(b))
 }
 
 func lowerASCII(c byte) byte {
@@ -141,53 +158,4 @@ func lowerASCII(c byte) byte {
 		return c + 'a' - 'A'
 	}
 	return c
-}
-
-// headerNameLess reports whether a's key in net/mail's Header map sorts
-// before b's, without building either key: a name made only of RFC 7230
-// token bytes is canonicalised ("content-TYPE" is "Content-Type"), any
-// other name is kept as written (net/textproto.CanonicalMIMEHeaderKey).
-func headerNameLess(a, b []byte) bool {
-	ta, tb := isToken(a), isToken(b)
-	upperA, upperB := true, true // canonicalisation's state: the next letter is upper case
-	for i := 0; i < len(a) && i < len(b); i++ {
-		ca, cb := a[i], b[i]
-		if ta {
-			ca, upperA = canonByte(ca, upperA)
-		}
-		if tb {
-			cb, upperB = canonByte(cb, upperB)
-		}
-		if ca != cb {
-			return ca < cb
-		}
-	}
-	return len(a) < len(b)
-}
-
-// canonByte is c as CanonicalMIMEHeaderKey writes it, given whether it
-// starts a word, and whether the next byte does.
-func canonByte(c byte, upper bool) (byte, bool) {
-	if upper && 'a' <= c && c <= 'z' {
-		c -= 'a' - 'A'
-	} else if !upper && 'A' <= c && c <= 'Z' {
-		c += 'a' - 'A'
-	}
-	return c, c == '-'
-}
-
-// isToken reports whether name is a non-empty RFC 7230 token, the names
-// CanonicalMIMEHeaderKey canonicalises.
-func isToken(name []byte) bool {
-	for _, c := range name {
-		if !isTokenByte(c) {
-			return false
-		}
-	}
-	return len(name) > 0
-}
-
-func isTokenByte(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
-		strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }

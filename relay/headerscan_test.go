@@ -111,7 +111,7 @@ var namesLookedUp = []string{"Message-Id", "From", "Sender", "To", "Cc", "Bcc", 
 func checkHeaderScan(t *testing.T, msg []byte) {
 	t.Helper()
 	orig := bytes.Clone(msg)
-	fields, body, err := scanHeader(msg, nil)
+	fields, body, err := scanHeader(msg)
 	if !bytes.Equal(msg, orig) {
 		t.Fatalf("scanHeader(%q) changed its input", orig)
 	}
@@ -193,7 +193,7 @@ func FuzzHeaderChecksAgreeWithSortedKeys(f *testing.F) {
 		if err != nil {
 			return // FuzzHeaderScanAgreesWithNetMail covers this
 		}
-		fields, _, err := scanHeader(norm, nil)
+		fields, _, err := scanHeader(norm)
 		if err != nil {
 			t.Fatalf("scanHeader(%q): %v; net/mail accepts it", norm, err)
 		}

@@ -77,8 +77,7 @@ func (s IDScheme) PrepareRawClaim(raw []byte, claim, channel string) (Prepared, 
 // prepareRaw is PrepareRaw with PrepareRawClaim's claim (used only when
 // key is empty).
 func (s IDScheme) prepareRaw(raw []byte, key, claim, channel string) (Prepared, error) {
-	domain := s.domain
-	if err := checkDomain(domain); err != nil {
+	if err := checkDomain(s.domain); err != nil {
 		return Prepared{}, err
 	}
 	channel, err := checkChannel(channel)
@@ -90,46 +89,63 @@ func (s IDScheme) prepareRaw(raw []byte, key, claim, channel string) (Prepared, 
 			return Prepared{}, err
 		}
 	}
-	if len(raw) > MaxMessageBytes {
-		return Prepared{}, tooLarge(len(raw))
+	norm, once, err := readRawHeader(raw)
+	if err != nil {
+		return Prepared{}, err
 	}
-	headerLen, ok := headerSectionLen(raw, MaxHeaderBytes)
-	if !ok {
-		return Prepared{}, errHeaderTooLarge()
+	p, err := rawAddresses(once)
+	if err != nil {
+		return Prepared{}, err
+	}
+	p.Key, p.Channel = key, channel
+	if p.Raw, err = s.tieMessageID(&p, once[hMessageID], norm, claim); err != nil {
+		return Prepared{}, err
+	}
+	sum := sha256.Sum256(p.Raw)
+	p.Fingerprint = hex.EncodeToString(sum[:])
+	return p, nil
+}
+
+// readRawHeader checks raw's size, line endings and header section and
+// returns raw with CRLF line endings and the fields of onceHeaders.
+func readRawHeader(raw []byte) ([]byte, [len(onceHeaders)]onceField, error) {
+	var once [len(onceHeaders)]onceField
+	if len(raw) > MaxMessageBytes {
+		return nil, once, tooLarge(len(raw))
+	}
+	if _, ok := headerSectionLen(raw, MaxHeaderBytes); !ok {
+		return nil, once, errHeaderTooLarge()
 	}
 	norm, err := normalizeLineEndings(raw)
 	if err != nil {
-		return Prepared{}, err
+		return nil, once, err
 	}
-	var buf [32]headerField // enough for most messages: no allocation
-	fields := buf[:0]
-	if lines := bytes.Count(raw[:headerLen], []byte("\n")) + 1; lines > len(buf) {
-		// One allocation of the size needed: appending field by field
-		// allocates about five times that in all (slices grow by 1.25).
-		fields = make([]headerField, 0, lines)
-	}
-	fields, _, err = scanHeader(norm, fields)
+	fields, _, err := scanHeader(norm)
 	if err != nil {
-		return Prepared{}, Invalid("raw", "raw is not an RFC 5322 message: %v", err)
+		return nil, once, Invalid("raw", "raw is not an RFC 5322 message: %v", err)
 	}
 	if err := checkHeaderNames(fields); err != nil {
-		return Prepared{}, err
+		return nil, once, err
 	}
 	if err := checkRawHeaderValues(fields); err != nil {
-		return Prepared{}, err
+		return nil, once, err
 	}
-	once, err := onceHeaderValues(fields)
-	if err != nil {
-		return Prepared{}, err
-	}
-	// Counted before any list is parsed: net/mail costs hundreds of bytes
-	// an address.
+	once, err = onceHeaderValues(fields)
+	return norm, once, err
+}
+
+// rawAddresses checks the address headers of a raw message and returns a
+// Prepared with its From and its recipient counts. The addr-specs of To,
+// Cc and Bcc are counted before any list is parsed, so that a list of
+// millions of addresses is refused without parsing it (net/mail takes
+// hundreds of bytes of memory an address).
+func rawAddresses(once [len(onceHeaders)]onceField) (Prepared, error) {
 	if n := countAddrSpecs(once[hTo].value) + countAddrSpecs(once[hCc].value) + countAddrSpecs(once[hBcc].value); n > MaxRecipients {
 		return Prepared{}, errTooManyRawRecipients(n)
 	}
-	var counts [3]int // To, Cc, Bcc
-	recipients, from := 0, ""
-	for _, i := range [...]int{hTo, hCc, hBcc, hReplyTo, hFrom, hSender} {
+	p := Prepared{recipientsField: "raw"}
+	recipients := 0
+	for _, i := range []int{hTo, hCc, hBcc, hReplyTo, hFrom, hSender} {
 		if !once[i].present {
 			continue
 		}
@@ -143,11 +159,11 @@ func (s IDScheme) prepareRaw(raw []byte, key, claim, channel string) (Prepared, 
 				return Prepared{}, Invalid("raw", "raw %s header must hold exactly one address", onceHeaders[i])
 			}
 			if i == hFrom {
-				from = strings.ToLower(string(first))
+				p.From = strings.ToLower(first)
 			}
 		case hTo, hCc, hBcc:
 			recipients += n
-			counts[i-hTo] = n // hTo, hCc, hBcc are consecutive
+			p.Recipients[i-hTo] = n // hTo, hCc, hBcc are consecutive
 		}
 	}
 	if recipients == 0 {
@@ -156,58 +172,59 @@ func (s IDScheme) prepareRaw(raw []byte, key, claim, channel string) (Prepared, 
 	if recipients > MaxRecipients {
 		return Prepared{}, errTooManyRawRecipients(recipients)
 	}
-	p := Prepared{Key: key, Channel: channel, From: from, Recipients: counts, recipientsField: "raw"}
-	if once[hMessageID].present {
-		value := string(once[hMessageID].value)
-		if err := CheckMessageIDShape(strings.TrimSpace(value)); err != nil {
-			return Prepared{}, err
-		}
-		id, err := NormalizeMessageID(value)
-		if err != nil {
-			return Prepared{}, Invalid("raw", "raw Message-ID header: %s", errMessage(err))
-		}
-		switch {
-		case key != "":
-			if err := s.CheckReserved(id, key); err != nil {
-				return Prepared{}, err
-			}
-			if want := s.MessageID(key); !equalFoldASCII(id, want) {
-				return Prepared{}, Invalid("raw", "Message-ID mismatch: raw carries %s but the key gives %s", id, want)
-			}
-		case reservedShape(id, domain):
-			if err := s.CheckReserved(id, claim); err != nil {
-				return Prepared{}, err
-			}
-			p.Key = claim
-		default:
-			p.Key = id
-		}
-		p.MessageID = id
-	} else {
-		if key == "" {
-			return Prepared{}, Invalid("raw", "raw has no Message-ID and no key was given")
-		}
-		p.MessageID = s.MessageID(key)
-		injected := make([]byte, 0, len(norm)+len(p.MessageID)+14)
-		injected = append(injected, "Message-ID: "+p.MessageID+"\r\n"...)
-		norm = append(injected, norm...)
-		if len(norm) > MaxMessageBytes {
-			return Prepared{}, tooLarge(len(norm))
-		}
-	}
-	p.Raw = norm
-	sum := sha256.Sum256(norm)
-	var fp [2 * sha256.Size]byte // one allocation (the string), not two
-	hex.Encode(fp[:], sum[:])
-	p.Fingerprint = string(fp[:])
 	return p, nil
+}
+
+// tieMessageID sets p.MessageID and, for a message sent without a key,
+// p.Key, from the message's Message-ID field (see PrepareRaw and
+// PrepareRawClaim), and returns the message to send: norm, or norm with
+// the key's Message-ID added as its first header when it has none.
+func (s IDScheme) tieMessageID(p *Prepared, field onceField, norm []byte, claim string) ([]byte, error) {
+	if !field.present {
+		if p.Key == "" {
+			return nil, Invalid("raw", "raw has no Message-ID and no key was given")
+		}
+		p.MessageID = s.MessageID(p.Key)
+		withID := append([]byte("Message-ID: "+p.MessageID+"\r\n"), norm...)
+		if len(withID) > MaxMessageBytes {
+			return nil, tooLarge(len(withID))
+		}
+		return withID, nil
+	}
+	value := string(field.value)
+	if err := CheckMessageIDShape(strings.TrimSpace(value)); err != nil {
+		return nil, err
+	}
+	id, err := NormalizeMessageID(value)
+	if err != nil {
+		return nil, Invalid("raw", "raw Message-ID header: %s", errMessage(err))
+	}
+	switch {
+	case p.Key != "":
+		if err := s.CheckReserved(id, p.Key); err != nil {
+			return nil, err
+		}
+		if want := s.MessageID(p.Key); !equalFoldASCII(id, want) {
+			return nil, Invalid("raw", "Message-ID mismatch: raw carries %s but the key gives %s", id, want)
+		}
+	case reservedShape(id, s.domain):
+		if err := s.CheckReserved(id, claim); err != nil {
+			return nil, err
+		}
+		p.Key = claim
+	default:
+		p.Key = id
+	}
+	p.MessageID = id
+	return norm, nil
 }
 
 // normalizeLineEndings turns bare LF into CRLF and refuses NUL anywhere and
 // a bare CR in the header section, where readers disagree about it.
 // A message whose line endings are all CRLF already (the usual case) is
 // returned as it is, not copied: PrepareRaw's Prepared.Raw then shares
-// raw's bytes.
+// raw's bytes, so that a request holds one copy of its message (up to
+// MaxMessageBytes), not two.
 func normalizeLineEndings(raw []byte) ([]byte, error) {
 	if bytes.IndexByte(raw, 0) >= 0 {
 		return nil, Invalid("raw", "raw contains a NUL byte")
@@ -342,8 +359,7 @@ func ReadMessageID(raw []byte) (string, error) {
 	if _, ok := headerSectionLen(raw, MaxHeaderBytes); !ok {
 		return "", errHeaderTooLarge()
 	}
-	var buf [32]headerField
-	fields, _, err := scanHeader(raw, buf[:0])
+	fields, _, err := scanHeader(raw)
 	if err != nil {
 		return "", Invalid("raw", "raw is not an RFC 5322 message: %v", err)
 	}
@@ -375,15 +391,15 @@ func ReadMessageID(raw []byte) (string, error) {
 
 // countAddresses checks a raw address header's value, named name, and
 // returns how many addresses it holds and the first one's addr-spec.
-func countAddresses(name string, v []byte) (int, []byte, error) {
+func countAddresses(name string, v []byte) (int, string, error) {
 	addrs, err := parseAddresses("raw", []string{string(v)})
 	if err != nil {
-		return 0, nil, Invalid("raw", "raw %s header: %s", name, errMessage(err))
+		return 0, "", Invalid("raw", "raw %s header: %s", name, errMessage(err))
 	}
 	if len(addrs) == 0 {
-		return 0, nil, nil
+		return 0, "", nil
 	}
-	return len(addrs), []byte(addrs[0].Address), nil
+	return len(addrs), addrs[0].Address, nil
 }
 
 // bareAddress is a's address, lower-case ("" for nil): what picks a

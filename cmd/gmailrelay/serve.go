@@ -328,8 +328,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	logger := newLogger(stderr, c.LogFormat, c.LogLevel)
 	if limit := gctune.Limit(c.MaxInflightBytes); gctune.Apply(os.Getenv, limit) {
-		logger.Info().Int("gc_percent", gctune.Percent).Int64("memory_limit_bytes", limit).
-			Msg("garbage collector tuned for a server (GOGC and GOMEMLIMIT, when set, win)")
+		logger.Info().Int64("memory_limit_bytes", limit).
+			Msg("soft memory limit set for a server (GOMEMLIMIT, when set, wins)")
 	}
 	rs, err := startRelay(ctx, c, logger)
 	if err != nil {

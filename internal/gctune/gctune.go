@@ -1,25 +1,22 @@
-// Package gctune sets the garbage collector of a relay process.
+// Package gctune sets the soft memory limit of a relay process.
 //
-// A relay holds a small live heap (connections, the policy, the log's
-// buffers; the log's data is bbolt's mapping, not heap) and allocates fast
-// (≈ 250 allocations a send), so with Go's default GOGC=100 the collector
-// and the allocator took ≈ 22 % of the relay's CPU in the send benchmark,
-// and GC percent 400 cut its CPU a send by ≈ 13 % (docs/benchmarks.md,
-// issue 16: emulator results). A GC percent of 400 lets the heap grow
-// to five times the live heap between collections; a soft memory limit
-// bounds what that can cost when the live heap itself is large (many big
-// messages at once): near the limit the runtime collects more often again.
+// The relay holds request bodies in memory while it checks and sends them,
+// up to --max-inflight-bytes of them at once, and a message costs it a few
+// copies of itself. Go's collector lets the heap grow to twice what is live
+// before it collects; under a soft memory limit it collects more often as
+// the heap nears the limit, so the process stays near 64 MiB plus four
+// times the bodies it admits (docs/operations.md). The GC percent is Go's
+// default: raising it cut the relay's CPU a send, but a bare reverse proxy's
+// by as much, and no figure a user sees (docs/benchmarks.md, "Beside a bare
+// proxy").
 //
-// GOGC and GOMEMLIMIT, when set in the environment, win: the runtime has
-// read them at start and Apply leaves both alone.
+// GOMEMLIMIT, when set in the environment, wins: the runtime has read it
+// at start and Apply leaves it alone.
 package gctune
 
 import (
 	"runtime/debug"
 )
-
-// Percent is the GC percent Apply sets.
-const Percent = 400
 
 // Limit is the soft memory limit Apply sets for a relay that handles at
 // most maxInflight bytes of request bodies at once (a message costs the
@@ -27,14 +24,12 @@ const Percent = 400
 // for the rest of the process plus four times the bodies.
 func Limit(maxInflight int64) int64 { return 64<<20 + 4*maxInflight }
 
-// Apply sets the GC percent to Percent and the soft memory limit to limit
-// bytes unless getenv finds GOGC or GOMEMLIMIT set; it reports whether it
-// did.
+// Apply sets the soft memory limit to limit bytes unless getenv finds
+// GOMEMLIMIT set; it reports whether it did.
 func Apply(getenv func(string) string, limit int64) bool {
-	if getenv("GOGC") != "" || getenv("GOMEMLIMIT") != "" {
+	if getenv("GOMEMLIMIT") != "" {
 		return false
 	}
-	debug.SetGCPercent(Percent)
 	debug.SetMemoryLimit(limit)
 	return true
 }
