@@ -56,6 +56,7 @@ const (
 	ReasonQueryRefused       Reason = "query_refused"           // review: Gmail refused (400) the search for this Message-ID alone
 	ReasonDuplicateDelivery  Reason = "duplicate_delivery"      // review: two own effect lines for one Message-ID
 	ReasonIndexUnverifiable  Reason = "index_unverifiable"      // review: no witness for max_unwitnessed (alarm)
+	ReasonSendingLimitBounce Reason = "sending_limit_bounce"    // review: Gmail said the mailbox hit its sending limit after answering 200
 )
 
 // Reasons of resolved lines: the human's action.

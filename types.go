@@ -140,12 +140,13 @@ type Job struct {
 	Retryable   bool   `json:"retryable,omitempty"` // meaningful in StateFailed
 	Attempts    int    `json:"attempts"`
 	Effects     int    `json:"effects"`                // effect lines written for this job
+	ThreadIDIn  string `json:"thread_id_in,omitempty"` // threadId the caller asked for
+
 	// Bounced and Delayed count the recipients delivery reports said
 	// failed, or were delayed (bounce lines): Gmail accepted the message,
 	// the job stays sent.
 	Bounced int `json:"bounced,omitempty"`
 	Delayed int `json:"delayed,omitempty"`
-	ThreadIDIn  string `json:"thread_id_in,omitempty"` // threadId the caller asked for
 
 	// Gmail's answer, once sent.
 	GmailID  string   `json:"gmail_id,omitempty"`

@@ -32,6 +32,9 @@ type Budget struct {
 	times   []time.Time // attempts in the window, oldest first
 	shared  gmailrelay.SendBudget
 	mailbox string
+	// spentUntil, when later than now, holds the budget spent whatever
+	// it counts (Exhaust).
+	spentUntil time.Time
 }
 
 // budgetDBTimeout bounds one shared-budget query.
@@ -74,6 +77,9 @@ func (b *Budget) expireLocked(now time.Time) {
 // availableLocked reports whether one more attempt fits, or how long
 // until it does (when the oldest attempt that must leave the window does).
 func (b *Budget) availableLocked(now time.Time) (bool, time.Duration) {
+	if now.Before(b.spentUntil) {
+		return false, max(b.spentUntil.Sub(now), time.Second)
+	}
 	if b.limit <= 0 {
 		return true, 0
 	}
@@ -94,6 +100,29 @@ func (b *Budget) Available() (bool, time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.availableLocked(b.now())
+}
+
+// Exhaust holds the budget spent, whatever it counts, until the oldest
+// attempt of the window leaves it (a day after now when it holds none):
+// Gmail said the mailbox reached its sending limit, which the relay's own
+// count did not see (a lower limit than the policy's, sends made
+// elsewhere). Only this process's budget: a shared budget (PostgreSQL)
+// is not changed.
+func (b *Budget) Exhaust() {
+	if b.shared != nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	b.expireLocked(now)
+	until := now.Add(BudgetWindow)
+	if len(b.times) > 0 {
+		until = b.times[0].Add(BudgetWindow)
+	}
+	if until.After(b.spentUntil) {
+		b.spentUntil = until
+	}
 }
 
 // Take counts one attempt now if it fits; otherwise it counts nothing and

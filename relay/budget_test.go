@@ -315,3 +315,26 @@ func TestResolveRetryRefusedForQuotaWritesNoResolvedLine(t *testing.T) {
 		t.Errorf("emulator has %d deliveries, want 1", got)
 	}
 }
+
+// Exhaust holds the budget spent, whatever it counts, until the oldest
+// attempt of the window leaves it: Gmail's limit notice outranks the
+// relay's own count.
+func TestBudgetExhaustHoldsUntilTheOldestAttemptLeaves(t *testing.T) {
+	clock := testclock.New()
+	b, err := relay.NewBudget(context.Background(), nil, "me", 100, clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := b.Take(); !ok {
+		t.Fatal("first take refused")
+	}
+	clock.Advance(time.Hour)
+	b.Exhaust()
+	if ok, in := b.Available(); ok || in != 23*time.Hour {
+		t.Errorf("after Exhaust: available %v, in %s; want refused for 23h", ok, in)
+	}
+	clock.Advance(23 * time.Hour)
+	if ok, _ := b.Available(); !ok {
+		t.Error("a day after the oldest attempt: still refused")
+	}
+}

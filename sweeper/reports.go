@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -63,10 +64,7 @@ func (t *tail) report(ctx context.Context, gmailID string) error {
 		return nil
 	}
 	if rep.Kind == dsn.KindSendingLimit {
-		t.p.s.reports.add(t.b.m.Name(), "sending_limit")
-		t.p.s.deps.Logger.Error().Str("mailbox", t.b.m.Name()).Str("gmail_id", gmailID).
-			Msg("ALARM: Gmail says the mailbox reached its sending limit; sends it answered 200 may not have gone out")
-		return nil
+		return t.limitBounce(ctx, gmailID)
 	}
 	return t.bounces(ctx, gmailID, rep)
 }
@@ -121,6 +119,61 @@ func (t *tail) bounces(ctx context.Context, reportID string, rep dsn.Report) err
 			Msg("a delivery report names no job of the relay: counted, no job changed")
 	}
 	return nil
+}
+
+// limitBounce acts on Gmail's notice noticeID that the mailbox reached
+// its sending limit: the notice names no message, and Gmail answered 200
+// to sends it then did not send. Every send of the mailbox in the policy's
+// limit_bounce_window before the notice that no delivery report accounts
+// for goes to review (sending_limit_bounce): a human decides what went
+// out. The mailbox's daily budget is held spent until it frees, so later
+// sends wait (queued, or refused with Retry-After) instead of going the
+// same way. An alarm and a counter say so.
+func (t *tail) limitBounce(ctx context.Context, noticeID string) error {
+	name := t.b.m.Name()
+	t.p.s.reports.add(name, "sending_limit")
+	if b := t.b.m.Budget(); b != nil {
+		b.Exhaust()
+	}
+	window := t.p.s.deps.Policy.BounceWindow()
+	sent, err := t.p.s.log.ByState(ctx, gmailrelay.StateSent, 0)
+	if err != nil {
+		return fmt.Errorf("read sent jobs: %w", err)
+	}
+	doubted := 0
+	for _, j := range sent {
+		if m, err := t.p.s.deps.Mailboxes.MailboxOf(j.Mailbox); err != nil || m.Name() != name {
+			continue
+		}
+		d, ok := limitReview(j, noticeID, t.p.now, window)
+		if !ok {
+			continue
+		}
+		written, err := t.p.apply(ctx, j, d)
+		if err != nil {
+			return err
+		}
+		if written {
+			doubted++
+		}
+	}
+	t.p.s.deps.Logger.Error().Str("mailbox", name).Str("gmail_id", noticeID).Int("sends_in_review", doubted).Dur("window", window).
+		Msg("ALARM: Gmail says the mailbox reached its sending limit after answering 200: the window's sends are in review, the mailbox waits for its daily budget")
+	return nil
+}
+
+// limitReview decides a sent job of a mailbox Gmail said reached its
+// sending limit (notice noticeID, read at now): review, reason
+// sending_limit_bounce, when the job's send is within window before the
+// notice and no delivery report accounts for it (a report means the
+// message left Gmail).
+func limitReview(j gmailrelay.Job, noticeID string, now time.Time, window time.Duration) (decision, bool) {
+	if j.State != gmailrelay.StateSent || j.Bounced > 0 || j.Delayed > 0 || j.UpdatedAt.Before(now.Add(-window)) {
+		return decision{}, false
+	}
+	why := gmailrelay.Line{Kind: gmailrelay.KindReview, Attempt: j.Attempts, Reason: gmailrelay.ReasonSendingLimitBounce, GmailID: noticeID,
+		Note: fmt.Sprintf("Gmail said the mailbox reached its sending limit (notice %s); this send, answered within %s before, may not have gone out", noticeID, window)}
+	return review(j, why).counting(0), true
 }
 
 // bounceChange is the change that records report reportID's failed and
