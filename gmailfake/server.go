@@ -13,7 +13,9 @@
 // trash and spam, a query it cannot match answers an empty list, the search
 // index may lag (with a long tail), quota answers carry the retry time only
 // in their message text, a From that is not a verified send-as address is
-// silently replaced, and there may be a daily sending limit. Options
+// silently replaced, there may be a daily sending limit, and a 200 may be
+// followed by a bounce report in INBOX or, past the daily limit, by a
+// notice that the send never went out (bounce.go). Options
 // switch each behaviour; the provider's ground truth (stored copies and
 // deliveries) is exposed through a control API under /_emulator/ and through
 // Go methods.

@@ -1,7 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +19,7 @@ import (
 )
 
 // The delivery-report flags (docs/emulator.md#bounces-and-late-refusals):
-// defaults, values, '' for none.
+// defaults, values, and an empty expression for none.
 func TestFakeGmailBounceFlags(t *testing.T) {
 	cases := []struct {
 		args                []string
@@ -66,5 +75,69 @@ func TestFakeGmailBounceFlagsRefused(t *testing.T) {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			wantExit2(t, runFakeGmail, tc.args, tc.want)
 		})
+	}
+}
+
+// Emulator results through the command: the flags reach the emulator. A
+// bounce delay of 1ns makes the reports due by the next call, so nothing
+// waits.
+func TestFakeGmailBouncesThroughFlags(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	outR, outW := io.Pipe()
+	done := make(chan int, 1)
+	var stderr bytes.Buffer
+	go func() {
+		done <- runFakeGmail(ctx, []string{"--addr", "127.0.0.1:0", "--bounce-recipients", `@gone\.example$`,
+			"--bounce-delay", "1ns", "--daily-send-limit", "1", "--daily-limit-lag", "1"}, outW, &stderr)
+		outW.Close()
+	}()
+	lines := bufio.NewScanner(outR)
+	if !lines.Scan() {
+		t.Fatalf("no output; stderr %q", stderr.String())
+	}
+	base := regexp.MustCompile(`http://127\.0\.0\.1:\d+`).FindString(lines.Text())
+	go io.Copy(io.Discard, outR)
+
+	getJSON := func(path string) map[string]any {
+		t.Helper()
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %v", path, resp.StatusCode, err)
+		}
+		return out
+	}
+	for i, to := range []string{"ok@example.org, a@gone.example", "ok@example.org"} {
+		raw := fmt.Sprintf("From: me@example.com\r\nTo: %s\r\nSubject: s\r\nMessage-ID: <m%d@example.com>\r\n\r\nhi\r\n", to, i)
+		body := `{"raw":"` + base64.RawURLEncoding.EncodeToString([]byte(raw)) + `"}`
+		resp, err := http.Post(base+"/gmail/v1/users/me/messages/send", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("send %d: %d, want 200", i, resp.StatusCode)
+		}
+	}
+	if got := getJSON("/_emulator/messages?rfc822msgid=m0@example.com"); fmt.Sprint(got["bounced"]) != "[a@gone.example]" || got["deliveries"] != 1.0 {
+		t.Errorf("first send's truth: %v, want deliveries 1, bounced [a@gone.example]", got)
+	}
+	if got := getJSON("/_emulator/messages?rfc822msgid=m1@example.com"); got["undelivered"] != true || got["deliveries"] != 0.0 {
+		t.Errorf("second send's truth: %v, want undelivered past a daily limit of 1 with a lag of 1", got)
+	}
+	for _, from := range []string{"mailer-daemon@googlemail.com", "nobody@gmail.com"} {
+		got := getJSON("/gmail/v1/users/me/messages?labelIds=INBOX&q=" + url.QueryEscape("from:"+from))
+		if list, _ := got["messages"].([]any); len(list) != 1 {
+			t.Errorf("INBOX from %s: %v, want one message", from, got)
+		}
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("exit code after cancel: got %d, want 0; stderr %q", code, stderr.String())
 	}
 }
