@@ -20,13 +20,19 @@ type account struct {
 	counters    counters
 	sendAs      []Alias // its send-as aliases (not reset: settings, not mail)
 	history     mailboxHistory
+	pending     []pendingReport // reports not yet in INBOX, due in order
+	lagged      int             // sends accepted past the daily limit since it was last under it
+	noticeDue   bool            // a sending-limit notice is pending
 }
 
 // delivery is one accepted send: recipients got a message whose client
 // Message-ID was clientKey and whose stored one is storedKey.
 type delivery struct {
-	clientKey string
-	storedKey string
+	clientKey   string
+	storedKey   string
+	bounced     []string // recipients it bounced for
+	delayed     []string // recipients it was delayed for
+	undelivered bool     // accepted past the daily limit, never delivered
 }
 
 // counters is what Stats reports, for one account.
@@ -36,6 +42,8 @@ type counters struct {
 	rateLimited  int
 	dailyLimited int
 	deliveries   int
+	undelivered  int
+	reports      int
 }
 
 func (c *counters) call(method string) {
@@ -50,7 +58,8 @@ func (c counters) stats() Stats {
 	for k, v := range c.calls {
 		calls[k] = v
 	}
-	return Stats{Calls: calls, QuotaUnits: c.units, RateLimited: c.rateLimited, DailyLimited: c.dailyLimited, Deliveries: c.deliveries}
+	return Stats{Calls: calls, QuotaUnits: c.units, RateLimited: c.rateLimited, DailyLimited: c.dailyLimited, Deliveries: c.deliveries,
+		Undelivered: c.undelivered, Reports: c.reports}
 }
 
 func (st *Stats) add(o Stats) {
@@ -61,6 +70,8 @@ func (st *Stats) add(o Stats) {
 	st.RateLimited += o.RateLimited
 	st.DailyLimited += o.DailyLimited
 	st.Deliveries += o.Deliveries
+	st.Undelivered += o.Undelivered
+	st.Reports += o.Reports
 }
 
 func (a *account) resetLocked() {
@@ -69,6 +80,9 @@ func (a *account) resetLocked() {
 	a.sends = nil
 	a.lastVisible = time.Time{}
 	a.counters = counters{}
+	a.pending = nil
+	a.lagged = 0
+	a.noticeDue = false
 }
 
 func (s *Server) setQuotaLocked(n int) {

@@ -34,11 +34,23 @@ type ctlMessage struct {
 	Account           string   `json:"account"`
 	Trashed           bool     `json:"trashed"`
 	Deleted           bool     `json:"deleted"`
+	Bounced           []string `json:"bounced"`
+	Delayed           []string `json:"delayed"`
+	Undelivered       bool     `json:"undelivered"`
 }
 
 func toCtlMessage(m Message) ctlMessage {
 	return ctlMessage{ID: m.ID, ThreadID: m.ThreadID, LabelIDs: m.LabelIDs, MessageID: m.MessageID,
-		OriginalMessageID: m.ClientMessageID, Account: m.Account, Trashed: m.Trashed, Deleted: m.Deleted}
+		OriginalMessageID: m.ClientMessageID, Account: m.Account, Trashed: m.Trashed, Deleted: m.Deleted,
+		Bounced: orEmpty(m.Bounced), Delayed: orEmpty(m.Delayed), Undelivered: m.Undelivered}
+}
+
+// orEmpty is l, or an empty list (JSON [] rather than null).
+func orEmpty(l []string) []string {
+	if l == nil {
+		return []string{}
+	}
+	return l
 }
 
 // ctlAccount reads ?account=: "" for every account, 400 naming the
@@ -65,10 +77,14 @@ func (s *Server) ctlMessages(w http.ResponseWriter, r *http.Request) {
 	}
 	t := s.Lookup(acct, r.URL.Query().Get("rfc822msgid"))
 	out := struct {
-		Count      int          `json:"count"`
-		Deliveries int          `json:"deliveries"`
-		Messages   []ctlMessage `json:"messages"`
-	}{Count: t.Count, Deliveries: t.Deliveries, Messages: make([]ctlMessage, 0, len(t.Messages))}
+		Count       int          `json:"count"`
+		Deliveries  int          `json:"deliveries"`
+		Bounced     []string     `json:"bounced"`
+		Delayed     []string     `json:"delayed"`
+		Undelivered bool         `json:"undelivered"`
+		Messages    []ctlMessage `json:"messages"`
+	}{Count: t.Count, Deliveries: t.Deliveries, Bounced: orEmpty(t.Bounced), Delayed: orEmpty(t.Delayed),
+		Undelivered: t.Undelivered, Messages: make([]ctlMessage, 0, len(t.Messages))}
 	for _, m := range t.Messages {
 		out.Messages = append(out.Messages, toCtlMessage(m))
 	}
@@ -210,6 +226,8 @@ func (s *Server) ctlStats(w http.ResponseWriter, r *http.Request) {
 		"rateLimited":    st.RateLimited,
 		"dailyLimited":   st.DailyLimited,
 		"deliveries":     st.Deliveries,
+		"undelivered":    st.Undelivered,
+		"reports":        st.Reports,
 		"messages":       s.Lookup(acct, "").Count,
 		"quotaPerMinute": quota,
 		"accounts":       s.Accounts(),

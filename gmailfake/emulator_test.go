@@ -211,6 +211,10 @@ func TestEmulatorQueries(t *testing.T) {
 		{"label:inbox", nil},
 		{"rfc822msgid:nobody@nowhere", nil},
 		{"(rfc822msgid:" + bare(1) + " OR rfc822msgid:" + bare(2) + ") in:sent", []int{2, 1}},
+		{"from:me@example.com rfc822msgid:" + bare(3), []int{3}}, // the account: shop@ is no send-as alias
+		{"from:SHOP in:sent", []int{4, 3, 2, 1}},                 // a word of the From field, any case
+		{`from:"Shop <me@example.com>"`, []int{4, 3, 2, 1}},
+		{"from:shop@example.com", nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.q, func(t *testing.T) {
@@ -225,7 +229,8 @@ func TestEmulatorQueries(t *testing.T) {
 	}
 	invalid := []string{
 		"shipped",                            // free text
-		"from:shop@example.com",              // unsupported operator
+		"subject:shipped",                    // unsupported operator
+		"from:",                              // no value
 		"rfc822msgid:",                       // no value
 		"rfc822msgid:<>",                     // empty id
 		"rfc822msgid:<abc",                   // unclosed bracket

@@ -81,6 +81,7 @@ func (s *Server) gmailCall(rt route) http.HandlerFunc {
 		}
 		cost := s.costs[m.method]
 		s.mu.Lock()
+		s.deliverDueLocked(s.now()) // reports that fell due arrive before the call sees the mailbox
 		latency := s.latency
 		a, e := s.resolveAccount(r, r.PathValue("userId"))
 		if e != nil {

@@ -177,6 +177,7 @@ func (s *Server) horizonLocked(a *account, now time.Time) uint64 {
 func (s *Server) HistoryID(account string) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.deliverDueLocked(s.now())
 	a := s.accounts[0]
 	if account != "" {
 		var ok bool

@@ -18,6 +18,7 @@ type stored struct {
 	seq       uint64
 	historyID uint64
 	msgIDKey  string   // Message-ID without angle brackets
+	from      string   // the From field, decoded, lower case (for from:)
 	subject   string   // subject without Re:/Fwd: prefixes, for threading
 	refs      []string // In-Reply-To and References ids, without angle brackets
 	drawn     bool     // visibleAt was drawn from a lag distribution
@@ -33,6 +34,7 @@ func (s *Server) snapshotLocked(m *stored) Message {
 	}
 	c.LabelIDs = append([]string(nil), m.LabelIDs...)
 	c.Raw = append([]byte(nil), m.Raw...)
+	c.Bounced, c.Delayed = slices.Clone(m.Bounced), slices.Clone(m.Delayed)
 	c.Trashed = slices.Contains(m.LabelIDs, labelTrash)
 	return c
 }
@@ -121,9 +123,9 @@ func (s *Server) storeMessage(a *account, raw []byte, threadID string, duplicate
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	if wait, full := s.dailyWaitLocked(a, now); full {
-		a.counters.dailyLimited++
-		return sendResult{}, dailyLimited(now, wait, s.header)
+	undelivered, e := s.dailyLimitLocked(a, now)
+	if e != nil {
+		return sendResult{}, e
 	}
 	changed := false
 	if name, keep := a.keepsFromLocked(m.get("From")); !keep {
@@ -146,11 +148,14 @@ func (s *Server) storeMessage(a *account, raw []byte, threadID string, duplicate
 		m.set("Date", now.Format(time.RFC1123Z))
 		changed = true
 	}
-	d := delivery{clientKey: normalizeMsgID(clientID), storedKey: normalizeMsgID(msgID)}
+	d := delivery{clientKey: normalizeMsgID(clientID), storedKey: normalizeMsgID(msgID), undelivered: undelivered}
+	if !undelivered {
+		d.bounced, d.delayed = s.bounceSplit(a, rcpts)
+	}
 	if s.sentDedupe && !duplicate {
 		for _, old := range a.msgs {
 			if !old.Deleted && old.msgIDKey == d.storedKey && slices.Contains(old.LabelIDs, labelSent) {
-				s.deliveredLocked(a, d, now)
+				s.deliveredLocked(a, d, old, now)
 				return sendResult{ID: old.ID, ThreadID: old.ThreadID, LabelIDs: slices.Clone(old.LabelIDs), HistoryID: old.historyID}, nil
 			}
 		}
@@ -171,30 +176,47 @@ func (s *Server) storeMessage(a *account, raw []byte, threadID string, duplicate
 			Account:           a.addr,
 			Raw:               raw,
 			StoredAt:          now,
+			Bounced:           d.bounced,
+			Delayed:           d.delayed,
+			Undelivered:       undelivered,
 		},
 		acct:     a,
 		msgIDKey: d.storedKey,
+		from:     fromKey(m.get("From")),
 		subject:  threadSubject(decodeHeader(m.get("Subject"))),
 		refs:     referencedIDs(m),
 	}
 	st.ThreadID = s.threadForLocked(a, threadID, st)
 	res := s.addLocked(st, now)
-	s.deliveredLocked(a, d, now)
+	s.deliveredLocked(a, d, st, now)
 	if duplicate {
 		dup := *st
 		dup.LabelIDs = slices.Clone(labels)
 		s.addLocked(&dup, now)
-		a.deliveries = append(a.deliveries, d)
-		a.counters.deliveries++
+		s.sentOnceMoreLocked(a, d, &dup, now)
 	}
 	return res, nil
 }
 
-// deliveredLocked records one accepted send.
-func (s *Server) deliveredLocked(a *account, d delivery, now time.Time) {
+// deliveredLocked records one accepted send of m (d: to whom it went) in
+// the daily window and the deliveries, and schedules its reports.
+func (s *Server) deliveredLocked(a *account, d delivery, m *stored, now time.Time) {
+	if !d.undelivered {
+		a.sends = append(a.sends, now)
+	}
+	s.sentOnceMoreLocked(a, d, m, now)
+}
+
+// sentOnceMoreLocked records a delivery of m outside the daily window (a
+// duplicate the provider made), and schedules its reports.
+func (s *Server) sentOnceMoreLocked(a *account, d delivery, m *stored, now time.Time) {
 	a.deliveries = append(a.deliveries, d)
-	a.sends = append(a.sends, now)
+	if d.undelivered {
+		a.counters.undelivered++
+		return
+	}
 	a.counters.deliveries++
+	s.scheduleReportsLocked(a, d, m, now)
 }
 
 func (s *Server) addLocked(st *stored, now time.Time) sendResult {
@@ -240,6 +262,20 @@ func (s *Server) threadForLocked(a *account, threadID string, st *stored) string
 		}
 	}
 	return ""
+}
+
+// fromKey is a From field as from: searches it: "name <address>" in lower
+// case, the name decoded and unquoted (the field as it is when it does not
+// parse).
+func fromKey(v string) string {
+	v = decodeHeader(v)
+	if a, err := mail.ParseAddress(v); err == nil {
+		v = a.Address
+		if a.Name != "" {
+			v = a.Name + " <" + a.Address + ">"
+		}
+	}
+	return strings.ToLower(v)
 }
 
 func referencedIDs(m *rfcMessage) []string {

@@ -17,6 +17,7 @@ import (
 //	primary = term | "{" primary { primary } "}" | "(" and ")"
 //	term    = "rfc822msgid:" value | "in:" name | "label:" name
 //	        | ("after:" | "before:") (epoch-seconds | YYYY/MM/DD)
+//	        | "from:" value
 //
 // A brace group matches when any of its members matches (Gmail's shorthand
 // for OR). Operators are case-insensitive, OR must be upper case (as in
@@ -24,7 +25,9 @@ import (
 // after:T matches internalDate >= T and before:T internalDate < T (a date
 // is midnight UTC; Gmail reads dates in the account's time zone and
 // recommends epoch seconds for exact instants), so after: and before: of
-// one instant split the mailbox in two. newer: and older: are Gmail's
+// one instant split the mailbox in two. from:V matches a message whose
+// From field (decoded) contains V, case-insensitively, so an address, a
+// domain or a word of the name finds it. newer: and older: are Gmail's
 // synonyms. Anything else is a parse error, which messages.list answers,
 // like Gmail, with an empty list (400 with Options.StrictQueries).
 
@@ -73,6 +76,10 @@ func (t dateTerm) match(m *stored) bool {
 	}
 	return m.StoredAt.UnixMilli() < t.ms
 }
+
+type fromTerm struct{ v string } // lower case
+
+func (t fromTerm) match(m *stored) bool { return strings.Contains(m.from, t.v) }
 
 type andNode []queryNode
 
@@ -320,6 +327,11 @@ func parseTerm(w string) (queryNode, error) {
 			return nil, fmt.Errorf("%w: bad %s value %q", errQuery, op, val)
 		}
 		return labelTerm{label: strings.ToUpper(val)}, nil
+	case "from":
+		if val == "" || strings.ContainsAny(val, "\"") {
+			return nil, fmt.Errorf("%w: bad from value %q", errQuery, val)
+		}
+		return fromTerm{v: strings.ToLower(val)}, nil
 	case "after", "newer", "before", "older":
 		ms, err := parseDateValue(val)
 		if err != nil {

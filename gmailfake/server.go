@@ -13,7 +13,9 @@
 // trash and spam, a query it cannot match answers an empty list, the search
 // index may lag (with a long tail), quota answers carry the retry time only
 // in their message text, a From that is not a verified send-as address is
-// silently replaced, and there may be a daily sending limit. Options
+// silently replaced, there may be a daily sending limit, and a 200 may be
+// followed by a bounce report in INBOX or, past the daily limit, by a
+// notice that the send never went out (bounce.go). Options
 // switch each behaviour; the provider's ground truth (stored copies and
 // deliveries) is exposed through a control API under /_emulator/ and through
 // Go methods.
@@ -26,6 +28,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -155,13 +158,30 @@ type Options struct {
 	// HistoryRetention is how long history records are kept; an older
 	// startHistoryId answers 404. 0 means DefaultHistoryRetention.
 	HistoryRetention time.Duration
+	// BounceRecipients: a sent message's recipient whose address (lower
+	// case) matches is not delivered, and BounceDelay after the send a
+	// delivery report (Action: failed, Status: 5.1.1) arrives in the
+	// sending account's INBOX. nil means DefaultBounceRecipients;
+	// NoRecipients turns bounces off.
+	BounceRecipients *regexp.Regexp
+	// DelayRecipients: as BounceRecipients, with a report of Action:
+	// delayed, Status: 4.4.1 (BounceRecipients wins when both match). nil
+	// means DefaultDelayRecipients; NoRecipients turns delays off.
+	DelayRecipients *regexp.Regexp
+	// BounceDelay is how long after a send its reports (and the
+	// sending-limit notice) arrive, on Now; 0 means DefaultBounceDelay.
+	BounceDelay time.Duration
+	// DailyLimitLag is how many sends past DailySendLimit are still
+	// answered 200 and stored in SENT but not delivered, followed by
+	// Gmail's sending-limit notice in INBOX, before sends are refused.
+	DailyLimitLag int
 }
 
 // Message is one stored message: the provider's truth.
 type Message struct {
 	ID                string    // Gmail id, 16 hex digits
 	ThreadID          string    // the thread's id (the id of its first message)
-	LabelIDs          []string  // ["SENT"], plus INBOX and UNREAD for a self-send, TRASH once trashed
+	LabelIDs          []string  // ["SENT"], plus INBOX and UNREAD for a self-send, ["INBOX", "UNREAD"] for a report; TRASH once trashed
 	MessageID         string    // the stored Message-ID header, with angle brackets
 	OriginalMessageID string    // the client's Message-ID when Gmail replaced it; "" otherwise (see Rewritten)
 	ClientMessageID   string    // the Message-ID the client sent (MessageID unless Gmail replaced it); "" when it sent none
@@ -171,6 +191,9 @@ type Message struct {
 	VisibleAt         time.Time // when messages.list starts to show it
 	Trashed           bool      // labelled TRASH
 	Deleted           bool      // deleted: gone from list and get, kept here as truth
+	Bounced           []string  // recipients the send bounced for (BounceRecipients)
+	Delayed           []string  // recipients the send was delayed for (DelayRecipients)
+	Undelivered       bool      // accepted past the daily limit and never delivered (DailyLimitLag)
 }
 
 // Rewritten reports whether Gmail replaced the Message-ID the client sent
@@ -181,9 +204,12 @@ func (m Message) Rewritten() bool { return m.OriginalMessageID != "" }
 
 // Truth is the ground truth for one Message-ID (or all messages).
 type Truth struct {
-	Count      int       // stored copies carrying the Message-ID (trashed and deleted ones included)
-	Deliveries int       // accepted sends of it: folded and rewritten ones included
-	Messages   []Message // the copies, oldest first
+	Count       int       // stored copies carrying the Message-ID (trashed and deleted ones included)
+	Deliveries  int       // accepted sends of it that went out: folded and rewritten ones included
+	Messages    []Message // the copies, oldest first
+	Bounced     []string  // recipients a send of it bounced for, in order, once each
+	Delayed     []string  // recipients a send of it was delayed for, in order, once each
+	Undelivered bool      // a send of it was accepted but not delivered (DailyLimitLag)
 }
 
 // Fault is a provider-side fault for the next Count calls of Method.
@@ -202,7 +228,9 @@ type Stats struct {
 	QuotaUnits   int            // units charged, for calls that were not rate limited
 	RateLimited  int            // per-minute quota answers (429/403) given
 	DailyLimited int            // sends refused by the daily sending limit
-	Deliveries   int            // accepted sends
+	Deliveries   int            // accepted sends that went out
+	Undelivered  int            // sends accepted past the daily limit and not delivered
+	Reports      int            // delivery reports and sending-limit notices added to INBOX
 }
 
 // Server is the emulator. All its methods are safe for concurrent use.
@@ -226,6 +254,7 @@ type Server struct {
 	dailyLimit   int
 	latency      time.Duration
 	hist         historySettings
+	bounce       bounceSettings
 	accounts     []*account // primary first
 	byAddr       map[string]*account
 	tokens       map[string]*account
@@ -252,6 +281,7 @@ func New(opts Options) *Server {
 		dailyLimit:  max(opts.DailySendLimit, 0),
 		latency:     opts.Latency,
 		hist:        newHistorySettings(opts),
+		bounce:      newBounceSettings(opts),
 		costs:       DefaultCosts(),
 		byAddr:      map[string]*account{},
 		tokens:      map[string]*account{},
@@ -341,10 +371,13 @@ func (s *Server) Seed() int64 { return s.seed }
 // whether trashed or deleted; "" counts every message.
 func (s *Server) Count(messageID string) int { return s.Lookup("", messageID).Count }
 
-// Deliveries returns how many accepted sends carried messageID in any
-// account: sends whose copy was folded by SentDedupe and sends whose id was
-// rewritten (counted under the client's original id) included; "" counts
-// every delivery. Duplicates are counted by deliveries, never by copies.
+// Deliveries returns how many accepted sends that went out carried
+// messageID in any account: sends whose copy was folded by SentDedupe and
+// sends whose id was rewritten (counted under the client's original id)
+// included, sends accepted past the daily limit but not delivered
+// (Undelivered) left out; "" counts every delivery. Duplicates are counted
+// by deliveries, never by copies. A send that bounced for some recipients
+// is still a delivery (see Bounced).
 func (s *Server) Deliveries(messageID string) int { return s.Lookup("", messageID).Deliveries }
 
 // Messages returns copies of the stored messages carrying messageID (with or
@@ -364,6 +397,7 @@ func (s *Server) Lookup(account, messageID string) Truth {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.deliverDueLocked(s.now())
 	var t Truth
 	for _, a := range s.accounts {
 		if account != "" && !strings.EqualFold(account, a.addr) {
@@ -377,7 +411,7 @@ func (s *Server) Lookup(account, messageID string) Truth {
 		}
 		for _, d := range a.deliveries {
 			if messageID == "" || d.clientKey == key || d.storedKey == key {
-				t.Deliveries++
+				t.add(d)
 			}
 		}
 	}
@@ -443,6 +477,7 @@ func (s *Server) SetDailySendLimit(n int) {
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.deliverDueLocked(s.now())
 	sum := s.unattributed.stats()
 	for _, a := range s.accounts {
 		sum.add(a.counters.stats())
@@ -455,6 +490,7 @@ func (s *Server) Stats() Stats {
 func (s *Server) AccountStats(account string) Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.deliverDueLocked(s.now())
 	if a, ok := s.byAddr[strings.ToLower(account)]; ok {
 		return a.counters.stats()
 	}

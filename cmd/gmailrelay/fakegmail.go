@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/mail"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -57,6 +59,7 @@ func parseFakeGmail(args []string, stderr io.Writer) (addr string, opts gmailfak
 	fs.Var(&sendAs, "send-as", "ADDRESS or ADDRESS=ACCOUNT: a verified send-as alias of the primary account (or of ACCOUNT), repeatable; a sent From that is neither the account nor its alias is replaced by the account's address, as Gmail does")
 	fs.Var(&accounts, "account", "a mailbox address the emulator serves (repeatable; the first is the primary; default "+gmailfake.DefaultAccount+")")
 	fs.Var(&tokens, "token", "TOKEN=ADDRESS: a bearer token for an account (repeatable; TOKEN alone is the primary account's; none: no auth)")
+	bounces := fakeBounceFlags(fs)
 	fail := failer(stderr, "fakegmail")
 	bad := func(code int, format string, a ...any) (string, gmailfake.Options, int, bool) {
 		return "", gmailfake.Options{}, fail(code, format, a...), false
@@ -107,7 +110,48 @@ func parseFakeGmail(args []string, stderr io.Writer) (addr string, opts gmailfak
 	if msg := fakeAccounts(&opts, accounts, tokens, sendAs); msg != "" {
 		return bad(2, "%s", msg)
 	}
+	if msg := bounces(&opts); msg != "" {
+		return bad(2, "%s", msg)
+	}
 	return *addrFlag, opts, 0, true
+}
+
+// fakeBounceFlags registers the delivery-report flags on fs; the function
+// it returns sets them in opts once fs is parsed (after --daily-send-limit)
+// and says what is wrong with one ("" when nothing).
+func fakeBounceFlags(fs *flag.FlagSet) func(*gmailfake.Options) string {
+	bounce := fs.String("bounce-recipients", gmailfake.DefaultBounceRecipients.String(), "a Go regular expression on the lower-case recipient address: such a recipient is accepted, then a failure report (5.1.1) arrives in the sender's INBOX after --bounce-delay ('': none)")
+	delayed := fs.String("delay-recipients", gmailfake.DefaultDelayRecipients.String(), "as --bounce-recipients, with a delay report (Action: delayed, 4.4.1) ('': none)")
+	delay := fs.Duration("bounce-delay", gmailfake.DefaultBounceDelay, "how long after a send its reports, and the sending-limit notice, arrive in INBOX (on the emulator's clock)")
+	lag := fs.Int("daily-limit-lag", 0, "the first N sends past --daily-send-limit are answered 200 and stored in SENT but not delivered, and a nobody@gmail.com notice arrives after --bounce-delay; then sends get the daily-limit answer")
+	return func(opts *gmailfake.Options) string {
+		var err error
+		if opts.BounceRecipients, err = recipientsRegexp(*bounce); err != nil {
+			return fmt.Sprintf("--bounce-recipients: %v", err)
+		}
+		if opts.DelayRecipients, err = recipientsRegexp(*delayed); err != nil {
+			return fmt.Sprintf("--delay-recipients: %v", err)
+		}
+		switch {
+		case *delay <= 0:
+			return fmt.Sprintf("--bounce-delay must be positive, got %s", *delay)
+		case *lag < 0:
+			return fmt.Sprintf("--daily-limit-lag must not be negative, got %d", *lag)
+		case *lag > 0 && opts.DailySendLimit == 0:
+			return "--daily-limit-lag needs a --daily-send-limit"
+		}
+		opts.BounceDelay, opts.DailyLimitLag = *delay, *lag
+		return ""
+	}
+}
+
+// recipientsRegexp compiles a --bounce-recipients or --delay-recipients
+// value; "" matches no recipient.
+func recipientsRegexp(expr string) (*regexp.Regexp, error) {
+	if expr == "" {
+		return gmailfake.NoRecipients, nil
+	}
+	return regexp.Compile(expr)
 }
 
 // fakeAccounts sets opts' accounts (the default one when none is
