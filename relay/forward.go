@@ -59,7 +59,7 @@ func (s *Service) forward(ctx context.Context, box *Mailbox, job gmailrelay.Job,
 	case Sent:
 		j, err = s.markSent(rec, job.MessageID, job.Attempts, sent)
 		if err == nil {
-			box.recent.note(sent.ID, job.MessageID)
+			box.recent.note(sent.ID, job.MessageID, s.now())
 			s.verifyHandle(rec, box, j)
 		}
 	case Failed:

@@ -1,6 +1,9 @@
 package relay
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // maxRecentSends bounds the sends a mailbox remembers (recentSends).
 const maxRecentSends = 4096
@@ -16,15 +19,19 @@ type recentSends struct {
 	mu    sync.Mutex
 	ids   map[string]string
 	order []string
+	last  time.Time // when the newest was recorded
 }
 
-// note remembers the send gmailID of the job messageID.
-func (r *recentSends) note(gmailID, messageID string) {
+// note remembers the send gmailID of the job messageID, recorded at.
+func (r *recentSends) note(gmailID, messageID string, at time.Time) {
 	if gmailID == "" {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if at.After(r.last) {
+		r.last = at
+	}
 	if r.ids == nil {
 		r.ids = map[string]string{}
 	}
@@ -37,6 +44,15 @@ func (r *recentSends) note(gmailID, messageID string) {
 	}
 	r.ids[gmailID] = messageID
 	r.order = append(r.order, gmailID)
+}
+
+// LastSend is when this process last recorded a send of the mailbox
+// (zero before the first): delivery reports about it come in the
+// minutes after.
+func (m *Mailbox) LastSend() time.Time {
+	m.recent.mu.Lock()
+	defer m.recent.mu.Unlock()
+	return m.recent.last
 }
 
 // RecentSend returns the Message-ID of the job whose send this process

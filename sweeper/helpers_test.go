@@ -52,6 +52,8 @@ type setup struct {
 	lagDist       gmailfake.LagDistribution
 	historyKeep   time.Duration // the emulator's history retention; 0: its default
 	rewrite       gmailfake.RewritePolicy
+	dailyLimit    int   // the emulator's daily send limit (0: none)
+	dailyLag      int   // sends past it answered 200 and not delivered
 	seed          int64 // the emulator's; 0 = 7 (not 1: the relay's fault set draws from seed 1, and equal draws would couple the two)
 }
 
@@ -82,7 +84,7 @@ func newHarness(t *testing.T, set setup) *harness {
 		pol = testPolicy()
 	}
 	te := testenv.New(t, testenv.Options{Policy: pol, SendTimeout: 60 * time.Second,
-		Emulator: gmailfake.Options{IndexLag: set.indexLag, IndexLagDistribution: set.lagDist, HistoryRetention: set.historyKeep, Rewrite: set.rewrite,
+		Emulator: gmailfake.Options{IndexLag: set.indexLag, IndexLagDistribution: set.lagDist, HistoryRetention: set.historyKeep, Rewrite: set.rewrite, DailySendLimit: set.dailyLimit, DailyLimitLag: set.dailyLag,
 			QuotaPerMinute: set.emulatorQuota, QuotaStatus: set.quotaStatus,
 			SentDedupe: set.sentDedupe, StrictQueries: set.strictQueries, Seed: cmp.Or(set.seed, 7)}})
 	h := &harness{t: t, ctx: context.Background(), te: te, clock: te.Clock, srv: te.Emulator, prov: te.Provider,

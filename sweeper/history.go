@@ -33,9 +33,14 @@ const (
 	// a sweeper that waits for quota (a read each pass would take the
 	// units a search waited for, every time).
 	historyQuick = 5 * time.Second
-	// historyIdle is how often the history of a mailbox without unknown
-	// jobs is read: 2 units a minute, 120 an hour, keep its cursor fresh.
+	// historyIdle is how often the history of an idle mailbox (no
+	// unknown jobs, no send for reportWatch) is read: 2 units a minute,
+	// 120 an hour, keep its cursor fresh.
 	historyIdle = time.Minute
+	// reportWatch is how long after a send the history is read quickly
+	// for the delivery reports that follow it (most come within
+	// minutes).
+	reportWatch = 15 * time.Minute
 	// historyPages bounds the pages of one mailbox's history one pass
 	// reads; the rest waits for the next pass (the cursor keeps the place).
 	historyPages = 10
@@ -66,7 +71,7 @@ func (p *pass) histories(ctx context.Context) error {
 		hr := m.Provider()
 		jobs := byBox[m.Name()]
 		every := historyIdle
-		if len(jobs) > 0 {
+		if len(jobs) > 0 || p.now.Sub(m.LastSend()) < reportWatch {
 			every = historyQuick
 		}
 		if last, ok := p.s.historyRead[m.Name()]; ok && p.now.Sub(last) < every {
