@@ -263,6 +263,8 @@ func idParam(r *http.Request) (string, error) {
 type message struct {
 	Stored                  bool
 	From, To, Subject, Date string
+	// Recipients counts the addresses in To, Cc and Bcc.
+	Recipients int
 }
 
 func (c *Console) job(w http.ResponseWriter, r *http.Request, s *session) error {
@@ -278,6 +280,7 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request, s *session) error 
 	var msg message
 	if raw, err := c.relay.Raw(ctx, id); err == nil {
 		msg = headersOf(raw)
+		msg.Recipients = relay.Recipients(raw)
 	} else if !errors.Is(err, gmailrelay.ErrNotFound) {
 		return err
 	}
@@ -295,9 +298,20 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request, s *session) error 
 	}
 	now := c.relay.Now()
 	resolvable := j.State == gmailrelay.StateReview || j.State == gmailrelay.StateUnknown || j.State == gmailrelay.StateFailed
-	c.render(w, r, s, http.StatusOK, "job", map[string]any{"Job": j, "Lines": views, "Searches": searches,
+	data := map[string]any{"Job": j, "Lines": views, "Searches": searches,
 		"Msg": msg, "Review": reviewRowOf(j, lines, now), "Resolvable": resolvable,
-		"Done": doneText(r.URL.Query().Get("done")), "Age": ago(now.Sub(j.CreatedAt))})
+		"Done": doneText(r.URL.Query().Get("done")), "Age": ago(now.Sub(j.CreatedAt))}
+	if by, after, ok := gmailrelay.Resolution(j, lines); ok {
+		data["ResolvedBy"] = by
+		if !j.AmbiguousAt.IsZero() {
+			data["TruthAfter"] = ago(after)
+		}
+	}
+	if j.State == gmailrelay.StateSent || j.Bounced > 0 || j.Delayed > 0 {
+		d := gmailrelay.DeliveryOf(lines, msg.Recipients)
+		data["Delivery"] = d
+	}
+	c.render(w, r, s, http.StatusOK, "job", data)
 	return nil
 }
 

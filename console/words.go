@@ -94,6 +94,10 @@ func lineDetails(l gmailrelay.Line) []detail {
 	if l.HandleKept != nil {
 		add("handle kept", map[bool]string{true: "yes", false: "NO — Gmail replaced it"}[*l.HandleKept])
 	}
+	add("recipient", l.Recipient)
+	add("action", l.Action)
+	add("report status", l.DSNStatus)
+	add("diagnostic", l.Diagnostic)
 	add("actor", l.Actor)
 	add("note", l.Note)
 	return d
