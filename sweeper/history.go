@@ -139,6 +139,9 @@ func (t *tail) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := t.verify(ctx, cur); err != nil {
+		return err
+	}
 	return t.misses(ctx, cur)
 }
 
@@ -197,7 +200,7 @@ func (t *tail) record(ctx context.Context, rec relay.HistoryRecord) (held bool, 
 		}
 		j, wanted := t.want[mid]
 		if !wanted {
-			held, err := t.inFlight(ctx, mid)
+			held, err := t.known(ctx, mid, a)
 			if err != nil || held {
 				return held, err
 			}
@@ -260,19 +263,37 @@ func jobMessageID(job, domain string) string {
 	return id
 }
 
-// inFlight reports whether the job mid is being forwarded right now.
-func (t *tail) inFlight(ctx context.Context, mid string) (bool, error) {
+// known deals with a SENT copy a of the job mid, which is not unknown:
+// held (the reading stops before it) while the job's attempt is in
+// flight; for a sent job, its own copy waits to verify it (see verify),
+// and a copy besides the one its effect counts is a second delivery
+// (historySecondCopy). Another client's mail (no such job) is left alone.
+func (t *tail) known(ctx context.Context, mid string, a relay.HistoryAdded) (held bool, err error) {
 	if mid == "" || gmailrelay.CheckMessageID(mid) != nil {
 		return false, nil
 	}
 	j, err := t.p.s.log.Get(ctx, mid)
 	if errors.Is(err, gmailrelay.ErrNotFound) {
-		return false, nil // another client's mail
+		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("read job %s: %w", mid, err)
 	}
-	return j.State == gmailrelay.StateForwarding, nil
+	switch {
+	case j.State == gmailrelay.StateForwarding:
+		return true, nil
+	case j.State != gmailrelay.StateSent || j.GmailID == "":
+	case j.GmailID == a.ID:
+		if !j.Verified {
+			t.p.s.verifying.add(t.b.m.Name(), mid, t.p.now)
+		}
+	default:
+		d := historySecondCopy(j, hit{id: a.ID, labels: a.LabelIDs, source: gmailrelay.SourceHistory})
+		if _, err := t.p.apply(ctx, j, d); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
 }
 
 // restart starts a new cursor at the mailbox's current history id

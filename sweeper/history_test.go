@@ -163,3 +163,55 @@ func TestEmulatorHistoryMatchesARewrittenCopyByJobHeader(t *testing.T) {
 		t.Errorf("effect source %q, want history (matched by its job header)", src)
 	}
 }
+
+// Emulator result. 300 healthy sends are verified through the history: each
+// one's own copy, with the history complete history_settle past it and no
+// second copy, makes the job verified without a verify search; over the
+// run the sweeper spends at most 2 quota units a send. A send Gmail stored
+// twice (the emulator's duplicate fault) is seen by its second copy:
+// review duplicate_delivery.
+func TestEmulatorHistoryVerifiesHealthySendsAndSeesASecondCopy(t *testing.T) {
+	pol := historyPolicy(0, "")
+	pol.VerifyHandle = policy.VerifyNever
+	h := newHarness(t, setup{history: true, policy: pol})
+	h.sweep()
+	units := h.srv.Stats().QuotaUnits
+	var ids []string
+	const healthy = 300 // a burst; the tail's listings are shared by every send
+	for i := range healthy {
+		if i > 0 && i%100 == 0 {
+			h.clock.Advance(time.Minute) // Gmail's per-minute quota: 150 sends
+			h.sweep()
+		}
+		id, res := h.send(retryChannel)
+		h.wantState(id, res.Job, gmailrelay.StateSent)
+		ids = append(ids, id)
+	}
+	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionDuplicate})
+	twice, res := h.send(retryChannel)
+	h.wantState(twice, res.Job, gmailrelay.StateSent)
+	h.passEvery(5*time.Second, 30*time.Minute, func() bool { return false })
+	spent := h.srv.Stats().QuotaUnits - units - 100*(healthy+1) // all but the sends
+	for _, id := range ids {
+		j := h.job(id)
+		if j.State != gmailrelay.StateSent || !j.Verified {
+			t.Fatalf("%s: %s, verified %v; want sent and verified", id, j.State, j.Verified)
+		}
+		for _, l := range h.lines(id, gmailrelay.KindSearch) {
+			if l.Witness != "history" {
+				t.Fatalf("%s: a search line %+v besides the history's", id, l)
+			}
+		}
+	}
+	if j := h.job(twice); j.State != gmailrelay.StateReview {
+		t.Errorf("stored twice: %s, want review", j.State)
+	}
+	if r := h.lines(twice, gmailrelay.KindReview); len(r) != 1 || r[0].Reason != gmailrelay.ReasonDuplicateDelivery {
+		t.Errorf("stored twice: review lines %+v, want duplicate_delivery", r)
+	}
+	per := float64(spent) / (healthy + 1)
+	t.Logf("emulator result: %d healthy sends and one stored twice, %d quota units beyond the sends over 30 min (%.2f a send)", healthy, spent, per)
+	if per > 2 {
+		t.Errorf("%.2f quota units a healthy send, want at most 2", per)
+	}
+}

@@ -292,6 +292,8 @@ type Sweeper struct {
 	historyRead map[string]time.Time
 	// reports counts the delivery reports the tail read (reports.go).
 	reports reportCounts
+	// verifying are the sent jobs the history may verify (historyverify.go).
+	verifying verifyingJobs
 
 	totalsMu sync.Mutex
 	totals   Result
