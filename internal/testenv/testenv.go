@@ -39,6 +39,9 @@ type Options struct {
 	// Emulator configures the gmailfake server; its Now is always the
 	// Env's clock (the host's with HostClock).
 	Emulator gmailfake.Options
+	// Clock, when set, is the Env's manual clock (one the test made
+	// before the Env, to build another clock on); nil means a new one.
+	Clock *testclock.Clock
 	// HostClock runs the emulator, and the relay unless Now is set, on
 	// the host's clock (time.Now): the Env has no manual Clock.
 	HostClock bool
@@ -128,7 +131,10 @@ func Start(t testing.TB, o Options) *Env {
 	e := &Env{T: t, Path: filepath.Join(t.TempDir(), "accept.db")}
 	em := o.Emulator
 	if !o.HostClock {
-		e.Clock = testclock.New()
+		e.Clock = o.Clock
+		if e.Clock == nil {
+			e.Clock = testclock.New()
+		}
 		em.Now = e.Clock.Now
 	}
 	e.Emulator, e.EmulatorURL = gmailfake.NewTestServer(t, em)
