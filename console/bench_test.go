@@ -17,7 +17,6 @@ import (
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/console"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
-	"github.com/gmailrelay/gmailrelay/relay"
 )
 
 const benchJobs = 100_000
@@ -146,9 +145,8 @@ func BenchmarkPages(b *testing.B) {
 	b.Cleanup(func() { _ = lg.Close() })
 	// The relay runs on the filled log (its Gmail client is never called),
 	// with the default quota a relay without a quota setting has.
-	te := testenv.New(b, testenv.Options{Now: now,
-		OpenLog:   func(testing.TB, func() time.Time) gmailrelay.Store { return lg },
-		Configure: func(c *relay.Config) { c.Quota = nil }})
+	te := testenv.New(b, testenv.Options{Now: now, QuotaPerMinute: -1,
+		OpenLog: func(testing.TB, func() time.Time) gmailrelay.Store { return lg }})
 	svc, pol := te.Service, te.Policy
 	newConsole := func() http.Handler {
 		return console.New(console.Config{Relay: console.Adapt(console.Backend{Log: lg, Policy: pol, SendPath: svc, Now: now, Mode: "sandbox"}), APIToken: apiToken, AdminToken: adminToken})

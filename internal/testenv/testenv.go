@@ -60,10 +60,14 @@ type Options struct {
 	// HTTPClient, when set, is the HTTP client of the Gmail client Dial
 	// makes (a transport between the relay and the emulator).
 	HTTPClient *http.Client
+	// Faults are the fault rules wrapping the relay's Gmail client
+	// outermost, as serve wraps it; nil means a new set without rules.
+	Faults *faultmodes.Set
 	// Policy is the relay's policy; nil means DefaultPolicy().
 	Policy *policy.Policy
 	// QuotaPerMinute is the relay's Gmail budget; 0 means 1,000,000
-	// (never the limit).
+	// (never the limit); below 0 leaves it to the relay (the policy's
+	// quota_per_minute, shared between replicas).
 	QuotaPerMinute int
 	// SendTimeout bounds each Gmail call; 0 means 5 s.
 	SendTimeout time.Duration
@@ -99,7 +103,7 @@ type Env struct {
 	// Logger is the relay's logger (Options.Logger, or none).
 	Logger zerolog.Logger
 	// Quota is the default mailbox's Gmail quota budget as Build made it
-	// (or Options.Configure replaced it).
+	// (or Options.Configure replaced it, or the relay made it).
 	Quota   *relay.Quota
 	Service *relay.Service
 
@@ -158,7 +162,10 @@ func (e *Env) configure(o Options) {
 	if e.Policy == nil {
 		e.Policy = DefaultPolicy()
 	}
-	e.Faults = faultmodes.New(faultmodes.Options{Seed: 1, Now: e.Now})
+	e.Faults = o.Faults
+	if e.Faults == nil {
+		e.Faults = faultmodes.New(faultmodes.Options{Seed: 1, Now: e.Now})
+	}
 	e.Logger = zerolog.Nop()
 	if o.Logger != nil {
 		e.Logger = *o.Logger
@@ -219,7 +226,10 @@ func (e *Env) Build(perMinute int) {
 		timeout = 5 * time.Second
 	}
 	cfg := relay.Config{Log: e.Store, Provider: e.Provider, Policy: e.Policy, Now: e.Now,
-		Logger: e.Logger, SendTimeout: timeout, Quota: relay.NewQuota(perMinute, e.Now)}
+		Logger: e.Logger, SendTimeout: timeout}
+	if perMinute > 0 {
+		cfg.Quota = relay.NewQuota(perMinute, e.Now)
+	}
 	if e.opts.Configure != nil {
 		e.opts.Configure(&cfg)
 	}
@@ -228,6 +238,11 @@ func (e *Env) Build(perMinute int) {
 	var err error
 	if e.Service, err = relay.New(context.Background(), cfg); err != nil {
 		e.T.Fatalf("relay.New: %v", err)
+	}
+	if e.Quota == nil {
+		if m, err := e.Service.MailboxOf(policy.DefaultMailbox); err == nil {
+			e.Quota = m.Quota()
+		}
 	}
 }
 
