@@ -2,32 +2,30 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
-	"github.com/gmailrelay/gmailrelay/acceptlog"
-	"github.com/gmailrelay/gmailrelay/faultmodes"
-	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
 // benchRelay is a relay wired as `gmailrelay serve` (and the bench
-// harness's relay child) wires a send: Metrics as observer and timed
-// provider, a fault set without rules, a JSON logger at info into
-// io.Discard, gmailapi over the emulator, a bbolt log in a temp dir;
-// verify_handle never and limits that never bite.
+// harness's relay child) wires a send, by testenv on the host's clock:
+// Metrics as observer and timed provider, a fault set without rules, a
+// JSON logger at info into io.Discard, gmailapi over the emulator, a
+// bbolt log in a temp dir; verify_handle never and limits that never
+// bite.
 type benchRelay struct {
 	emu    *gmailfake.Server
 	emuURL string
@@ -37,34 +35,19 @@ type benchRelay struct {
 
 func newBenchRelay(b *testing.B) *benchRelay {
 	b.Helper()
-	ctx := context.Background()
-	emu := gmailfake.New(gmailfake.Options{QuotaPerMinute: 1 << 30})
-	emuSrv := httptest.NewServer(emu.Handler())
-	b.Cleanup(emuSrv.Close)
-	lg, err := acceptlog.Open(filepath.Join(b.TempDir(), "accept.db"), acceptlog.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = lg.Close() })
-	gm, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: emuSrv.URL})
-	if err != nil {
-		b.Fatal(err)
-	}
 	logger := zerolog.New(io.Discard).Level(zerolog.InfoLevel).With().Timestamp().Logger()
 	metrics := NewMetrics()
 	pol := policy.Default()
 	pol.MsgIDDomain = "bench.example"
 	pol.VerifyHandle = policy.VerifyNever
 	pol.Mailboxes = map[string]policy.Mailbox{policy.DefaultMailbox: {Name: policy.DefaultMailbox, DailySendLimit: 1 << 30}}
-	faults := faultmodes.New(faultmodes.Options{Seed: 1})
-	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: faultmodes.Wrap(metrics.Provider(gm), faults, nil), Policy: pol,
-		Quota: relay.NewQuota(1<<30, nil), Logger: logger, Observer: metrics})
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := httptest.NewServer(New(Config{Relay: svc, Log: lg, Policy: pol, Faults: faults, MsgIDDomain: "bench.example", Metrics: metrics, Logger: logger, Mode: "gmail"}))
+	te := testenv.New(b, testenv.Options{HostClock: true, Emulator: gmailfake.Options{QuotaPerMinute: 1 << 30}, Policy: pol,
+		QuotaPerMinute: 1 << 30, SendTimeout: 60 * time.Second, Logger: &logger,
+		Configure: func(c *relay.Config) { c.Provider, c.Observer = metrics.Provider(c.Provider), metrics }})
+	srv := httptest.NewServer(New(Config{Relay: te.Service, Log: te.Store, Policy: pol, Faults: te.Faults, MsgIDDomain: "bench.example",
+		Metrics: metrics, Logger: logger, Mode: "gmail"}))
 	b.Cleanup(srv.Close)
-	return &benchRelay{emu: emu, emuURL: emuSrv.URL, url: srv.URL,
+	return &benchRelay{emu: te.Emulator, emuURL: te.EmulatorURL, url: srv.URL,
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}}
 }
 

@@ -13,14 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
 	"github.com/gmailrelay/gmailrelay/console"
-	"github.com/gmailrelay/gmailrelay/gmailapi"
-	"github.com/gmailrelay/gmailrelay/policy"
-	"github.com/gmailrelay/gmailrelay/relay"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 )
 
 const benchJobs = 100_000
@@ -147,16 +143,11 @@ func benchGet(b *testing.B, h http.Handler, ck *http.Cookie, path string) int {
 func BenchmarkPages(b *testing.B) {
 	lg, now := fillLog(b, filepath.Join(b.TempDir(), "accept.db"))
 	b.Cleanup(func() { _ = lg.Close() })
-	gm, err := gmailapi.New(context.Background(), gmailapi.Config{Endpoint: "http://127.0.0.1:9"}) // never called
-	if err != nil {
-		b.Fatal(err)
-	}
-	pol := policy.Default()
-	pol.Channels["billing"] = policy.Channel{Name: "billing", OnUnknown: policy.Review, Grace: time.Minute, Checks: 1, MaxAttempts: 1}
-	svc, err := relay.New(context.Background(), relay.Config{Log: lg, Provider: gm, Policy: pol, Now: now, Logger: zerolog.Nop()})
-	if err != nil {
-		b.Fatal(err)
-	}
+	// The relay runs on the filled log (its Gmail client is never called),
+	// with the default quota a relay without a quota setting has.
+	te := testenv.New(b, testenv.Options{Now: now, QuotaPerMinute: -1,
+		OpenLog: func(testing.TB, func() time.Time) gmailrelay.Store { return lg }})
+	svc, pol := te.Service, te.Policy
 	newConsole := func() http.Handler {
 		return console.New(console.Config{Relay: console.Adapt(console.Backend{Log: lg, Policy: pol, SendPath: svc, Now: now, Mode: "sandbox"}), APIToken: apiToken, AdminToken: adminToken})
 	}

@@ -133,11 +133,9 @@ func TestTwoReplicasSweepersSearchEachDueJobOnce(t *testing.T) {
 	pol.MsgIDDomain = "claim.example"
 	pol.VerifyHandle = policy.VerifyNever
 	newService := func(f *faultmodes.Set) *pgRelay {
-		var gmail relay.Provider = s.gm
-		if f != nil {
-			gmail = faultmodes.Wrap(s.gm, f, nil)
-		}
-		r := s.replica(t, relay.Config{Provider: gmail, Policy: pol})
+		o := replicaOptions(relay.Config{Provider: s.gm, Policy: pol})
+		o.Faults = f
+		r := relayOf(s.env.Replica(o))
 		r.faults = f
 		return r
 	}

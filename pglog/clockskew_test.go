@@ -9,11 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/pglog"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -21,31 +20,25 @@ import (
 )
 
 // skewedReplica is one relay on the shared schema as `serve --database`
-// makes it, on the real clock moved by skew (PostgreSQL's clock is the
-// real one): its log and its quota read that clock, and the quota shares
-// Gmail's pauses through the log (as cmd/gmailrelay wires it).
-func skewedReplica(t *testing.T, url, schema string, skew time.Duration, cfg relay.Config) *pgRelay {
+// makes it, a Replica of ground on the real clock moved by skew
+// (PostgreSQL's clock is the real one): its log and its quota read that
+// clock, and the quota shares Gmail's pauses through the log (as
+// cmd/gmailrelay wires it).
+func skewedReplica(t *testing.T, ground *testenv.Env, skew time.Duration, cfg relay.Config) *pgRelay {
 	t.Helper()
 	now := func() time.Time { return time.Now().Add(skew) }
-	lg := open(t, url, schema, now)
-	q := relay.NewQuota(1_000_000, now)
-	q.SharePauses(lg, policy.DefaultMailbox)
-	cfg.Log, cfg.Now, cfg.Quota, cfg.Logger = lg, now, q, zerolog.Nop()
-	return buildRelay(t, cfg)
+	return relayOf(ground.Replica(testenv.Options{Now: now, Provider: cfg.Provider, Policy: cfg.Policy, SendTimeout: cfg.SendTimeout,
+		Configure: func(c *relay.Config) { c.Quota.SharePauses(c.Log.(*pglog.Log), policy.DefaultMailbox) }}))
 }
 
 // skewSite is two replicas' ground on the real clock: a fresh schema and
-// the emulator with Google's client in front of it.
-func skewSite(t *testing.T) (url, schema string, emu *gmailfake.Server, gm *gmailapi.Client) {
+// the emulator with Google's client in front of it (testenv.Start on the
+// host's clock).
+func skewSite(t *testing.T) (ground *testenv.Env, emu *gmailfake.Server, gm *gmailapi.Client) {
 	t.Helper()
-	url = databaseURL(t)
-	schema = freshSchema(t, url)
-	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{})
-	gm, err := gmailapi.New(context.Background(), gmailapi.Config{Endpoint: emuURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return url, schema, emu, gm
+	url := databaseURL(t)
+	ground = testenv.Start(t, testenv.Options{HostClock: true, OpenLog: pgOpener(url, freshSchema(t, url))})
+	return ground, ground.Emulator, ground.Provider.(*gmailapi.Client)
 }
 
 func prepareAt(t *testing.T, key string, pol *policy.Policy) relay.Prepared {
@@ -68,11 +61,11 @@ func prepareAt(t *testing.T, key string, pol *policy.Policy) relay.Prepared {
 // pause published; the other replica's send goes out.
 func TestEmulatorClockSkewedReplicaPausesNobody(t *testing.T) {
 	const skew = 2 * time.Hour
-	url, schema, emu, gm := skewSite(t)
+	g, emu, gm := skewSite(t)
 	ctx := context.Background()
 	pol := quietPolicy()
-	good := skewedReplica(t, url, schema, 0, relay.Config{Provider: gm, Policy: pol, SendTimeout: 10 * time.Second})
-	ahead := skewedReplica(t, url, schema, skew, relay.Config{Provider: gm, Policy: pol, SendTimeout: 10 * time.Second})
+	good := skewedReplica(t, g, 0, relay.Config{Provider: gm, Policy: pol, SendTimeout: 10 * time.Second})
+	ahead := skewedReplica(t, g, skew, relay.Config{Provider: gm, Policy: pol, SendTimeout: 10 * time.Second})
 
 	if _, err := emu.AddFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionError, Status: http.StatusTooManyRequests}); err != nil {
 		t.Fatal(err)
@@ -125,12 +118,12 @@ func TestEmulatorClockSkewedReplicaLeavesLiveLeasesAlone(t *testing.T) {
 		{"both within the bound, 9 s apart", -4500 * time.Millisecond, 4500 * time.Millisecond, 2 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			url, schema, emu, gm := skewSite(t)
+			g, emu, gm := skewSite(t)
 			ctx := context.Background()
 			pol := quietPolicy()
 			gate := &stuckProvider{Provider: gm, forwarded: make(chan struct{}), release: make(chan struct{})}
-			owner := skewedReplica(t, url, schema, tc.ownerSkew, relay.Config{Provider: gate, Policy: pol, SendTimeout: tc.sendTimeout})
-			ahead := skewedReplica(t, url, schema, tc.skew, relay.Config{Provider: gm, Policy: pol, SendTimeout: tc.sendTimeout})
+			owner := skewedReplica(t, g, tc.ownerSkew, relay.Config{Provider: gate, Policy: pol, SendTimeout: tc.sendTimeout})
+			ahead := skewedReplica(t, g, tc.skew, relay.Config{Provider: gm, Policy: pol, SendTimeout: tc.sendTimeout})
 			p := prepareAt(t, "skew:lease", pol)
 			answered := sendInFlight(ctx, owner, p, gate)
 			released := false
@@ -189,11 +182,11 @@ func TestMeasureClockMeasuresTheCallersClock(t *testing.T) {
 // status names the database's clock as the one off.
 func TestEmulatorReplicasThatAgreeOutvoteTheDatabasesClock(t *testing.T) {
 	const skew = 10 * time.Second
-	url, schema, emu, gm := skewSite(t)
+	g, emu, gm := skewSite(t)
 	ctx := context.Background()
 	pol := quietPolicy()
-	a := skewedReplica(t, url, schema, skew, relay.Config{Provider: gm, Policy: pol, SendTimeout: 10 * time.Second})
-	b := skewedReplica(t, url, schema, skew, relay.Config{Provider: gm, Policy: pol, SendTimeout: 10 * time.Second})
+	a := skewedReplica(t, g, skew, relay.Config{Provider: gm, Policy: pol, SendTimeout: 10 * time.Second})
+	b := skewedReplica(t, g, skew, relay.Config{Provider: gm, Policy: pol, SendTimeout: 10 * time.Second})
 	for i, svc := range []*pgRelay{a, b} {
 		if err := svc.CheckClock(ctx); err != nil {
 			t.Errorf("replica %d: CheckClock: %v, want in step", i, err)
@@ -265,10 +258,10 @@ var _ relay.ClockChecker = (*pglog.Log)(nil)
 // finding), alone meant never fenced: it sent, and the Gmail pause its 429
 // published held the replica started after it for 2 h.
 func TestEmulatorReplicaStartingFirstIsComparedWithTheDatabase(t *testing.T) {
-	url, schema, emu, gm := skewSite(t)
+	g, emu, gm := skewSite(t)
 	ctx := context.Background()
 	pol := quietPolicy()
-	ahead := skewedReplica(t, url, schema, 2*time.Hour, relay.Config{Provider: gm, Policy: pol, SendTimeout: 10 * time.Second})
+	ahead := skewedReplica(t, g, 2*time.Hour, relay.Config{Provider: gm, Policy: pol, SendTimeout: 10 * time.Second})
 	p := prepareAt(t, "skew:first", pol)
 	if _, err := ahead.Send(ctx, p, relay.SendOptions{}); !errors.Is(err, relay.ErrClockSkew) {
 		t.Errorf("send on the replica 2 h ahead, alone: %v, want the clock fence's refusal", err)

@@ -10,8 +10,6 @@ import (
 
 	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/api"
-	"github.com/gmailrelay/gmailrelay/gmailapi"
-	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/policy"
@@ -62,19 +60,16 @@ func (p *stuckProvider) Send(ctx context.Context, mailbox string, raw []byte, th
 // delivery at the emulator (emulator results).
 func TestReplicaKilledMidAttemptIsTakenOverAfterItsLease(t *testing.T) {
 	url := databaseURL(t)
-	schema := freshSchema(t, url)
 	ctx := context.Background()
 	clock := testclock.New()
-	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{})
-	gm, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: emuURL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The emulator on the host's clock, the relays on the manual one.
+	ground := testenv.Start(t, testenv.Options{HostClock: true, Now: clock.Now, OpenLog: pgOpener(url, freshSchema(t, url))})
+	emu, gm := ground.Emulator, ground.Provider
 	pol := policy.Default()
 	pol.MsgIDDomain = "lease.example"
 	pol.VerifyHandle = policy.VerifyNever
 	newService := func(p relay.Provider) *pgRelay {
-		return newReplica(t, url, schema, clock, relay.Config{Provider: p, Policy: pol})
+		return newReplica(ground, relay.Config{Provider: p, Policy: pol})
 	}
 
 	stuck := &stuckProvider{Provider: gm, forwarded: make(chan struct{}), release: make(chan struct{})}

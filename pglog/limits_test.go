@@ -3,14 +3,8 @@ package pglog_test
 import (
 	"context"
 	"testing"
-	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/gmailrelay/gmailrelay"
-	"github.com/gmailrelay/gmailrelay/gmailapi"
-	"github.com/gmailrelay/gmailrelay/gmailfake"
-	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
@@ -20,24 +14,16 @@ import (
 // verified send-as address are refused, nothing is logged or delivered,
 // and no quota unit or daily budget is kept for them (emulator results).
 func TestEmulatorSharedLogEnforcesGmailLimits(t *testing.T) {
-	url := databaseURL(t)
-	schema := freshSchema(t, url)
 	ctx := context.Background()
-	clock := testclock.New()
-	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{Now: clock.Now})
-	gm, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: emuURL, Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newSite(t)
+	clock, emu := s.clock, s.emu
 	pol := policy.Default()
 	pol.VerifyHandle = policy.VerifyNever
 	pol.Mailboxes = map[string]policy.Mailbox{policy.DefaultMailbox: {Name: policy.DefaultMailbox, MaxRecipients: 2}}
-	lg := open(t, url, schema, clock.Now)
-	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: gm, Policy: pol,
-		Now: clock.Now, ManualClock: true, Logger: zerolog.Nop(), SendTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := replicaOptions(relay.Config{Provider: s.gm, Policy: pol})
+	o.QuotaPerMinute = -1 // the policy's
+	r := relayOf(s.env.Replica(o))
+	svc, lg := r.Service, r.log
 	if n, err := svc.RefreshSendAs(ctx); n != 1 || err != nil {
 		t.Fatalf("RefreshSendAs: %d, %v", n, err)
 	}

@@ -59,7 +59,9 @@ func TestDatabaseLostAnswers503AndRecovers(t *testing.T) {
 	s := newSite(t)
 	proxy, viaProxy := pgtest.NewProxy(t, s.url)
 	gmail := &cutAfterSend{Provider: s.gm, proxy: proxy}
-	svc := newReplica(t, viaProxy, s.schema, s.clock, relay.Config{Provider: gmail, Policy: quietPolicy()})
+	o := replicaOptions(relay.Config{Provider: gmail, Policy: quietPolicy()})
+	o.OpenLog = pgOpener(viaProxy, s.schema)
+	svc := relayOf(s.env.Replica(o))
 	watch := relay.NewLogWatch(svc.Service, 0)
 	before, err := outageSend(t, svc, s, "k:before")
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmailrelay/gmailrelay"
-	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/outbox"
@@ -66,9 +65,9 @@ func (g *gate) Send(ctx context.Context, mailbox string, raw []byte, threadID st
 }
 
 // replica is one relay on the shared log, with its outbox.
-func replica(t *testing.T, url, schema string, clock *testclock.Clock, p relay.Provider, pol *policy.Policy) (*pgRelay, *outbox.Outbox) {
+func replica(t *testing.T, s site, p relay.Provider, pol *policy.Policy) (*pgRelay, *outbox.Outbox) {
 	t.Helper()
-	svc := newReplica(t, url, schema, clock, relay.Config{Provider: p, Policy: pol})
+	svc := s.replica(t, relay.Config{Provider: p, Policy: pol})
 	ob, err := outbox.New(outbox.Config{Log: svc.log, Relay: svc, Now: svc.now, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
@@ -108,8 +107,8 @@ func TestOutboxKeepsMailboxOrderAcrossReplicas(t *testing.T) {
 	pol := policy.Default()
 	pol.MsgIDDomain = "order.example"
 	pol.VerifyHandle = policy.VerifyNever
-	a, oa := replica(t, s.url, s.schema, s.clock, ga, pol)
-	b, ob := replica(t, s.url, s.schema, s.clock, &gate{sendOrder: sent}, pol)
+	a, oa := replica(t, s, ga, pol)
+	b, ob := replica(t, s, &gate{sendOrder: sent}, pol)
 	var ids []string
 	for i := 1; i <= 3; i++ {
 		ids = append(ids, queueSend(t, a, s.clock, fmt.Sprintf("order:%d", i), "", s.clock.Now().Add(time.Minute)))
@@ -165,16 +164,10 @@ func TestOutboxKeepsMailboxOrderAcrossReplicas(t *testing.T) {
 // that has the mailbox, and count it as left. Were A's passes to claim the
 // job, they would renew the claim on every pass, and B never deliver it.
 func TestOutboxMailboxNotServedIsLeftToAnotherReplica(t *testing.T) {
-	url := databaseURL(t)
-	schema := freshSchema(t, url)
 	ctx := context.Background()
-	clock := testclock.New()
 	const billing = "billing@order.example"
-	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{Now: clock.Now, Account: "default@order.example", Accounts: []string{billing}})
-	gm, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: emuURL, Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := siteWith(t, gmailfake.Options{Account: "default@order.example", Accounts: []string{billing}})
+	clock, emu, gm := s.clock, s.emu, s.gm
 	polA := policy.Default()
 	polA.MsgIDDomain = "order.example"
 	polA.VerifyHandle = policy.VerifyNever
@@ -183,8 +176,8 @@ func TestOutboxMailboxNotServedIsLeftToAnotherReplica(t *testing.T) {
 		policy.DefaultMailbox: {Name: policy.DefaultMailbox},
 		"billing":             {Name: "billing", Address: billing},
 	}
-	_, oa := replica(t, url, schema, clock, gm, polA)
-	b, ob := replica(t, url, schema, clock, gm, &polB)
+	_, oa := replica(t, s, gm, polA)
+	b, ob := replica(t, s, gm, &polB)
 	id := queueSend(t, b, clock, "billing:1", "billing", clock.Now().Add(time.Minute))
 	clock.Advance(2 * time.Minute)
 	for round := range 3 {

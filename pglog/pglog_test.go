@@ -1,6 +1,7 @@
 package pglog_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"testing"
@@ -13,9 +14,9 @@ import (
 	"github.com/gmailrelay/gmailrelay/acceptlog/logtest"
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
-	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/pglog"
 	"github.com/gmailrelay/gmailrelay/pglog/pgtest"
 	"github.com/gmailrelay/gmailrelay/policy"
@@ -89,21 +90,27 @@ func poolOf(t testing.TB, url, schema string) *pgxpool.Pool {
 	return pool
 }
 
-// newReplica is one relay on the shared schema, as `serve --database`
-// makes it: cfg gives the Provider (wrapped with fault rules, if any) and
-// Policy (and SendTimeout);
-// the log, the clock (a manual one: no clock fence), a quiet logger, a
-// quota the tests never exhaust and a 10 s send timeout are filled in.
-func newReplica(t testing.TB, url, schema string, clock *testclock.Clock, cfg relay.Config) *pgRelay {
-	t.Helper()
-	cfg.Log, cfg.Now, cfg.ManualClock, cfg.Logger = open(t, url, schema, clock.Now), clock.Now, true, zerolog.Nop()
-	if cfg.Quota == nil {
-		cfg.Quota = relay.NewQuota(1_000_000, clock.Now)
-	}
-	if cfg.SendTimeout == 0 {
-		cfg.SendTimeout = 10 * time.Second
-	}
-	return buildRelay(t, cfg)
+// pgOpener opens logs on schema through url (see open), a new pool for
+// each relay: testenv.Options.OpenLog of a replica.
+func pgOpener(url, schema string) func(testing.TB, func() time.Time) gmailrelay.Store {
+	return func(t testing.TB, now func() time.Time) gmailrelay.Store { return open(t, url, schema, now) }
+}
+
+// replicaOptions are the testenv.Options of one relay on the shared
+// schema, as `serve --database` makes it: cfg gives the Provider (wrapped
+// with fault rules, if any), Policy (and SendTimeout); a manual clock (no
+// clock fence), a quiet logger, a quota the tests never exhaust and a 10 s
+// send timeout are filled in. The log is the ground's (its OpenLog).
+func replicaOptions(cfg relay.Config) testenv.Options {
+	return testenv.Options{Provider: cfg.Provider, Policy: cfg.Policy, SendTimeout: cmp.Or(cfg.SendTimeout, 10*time.Second),
+		Configure: func(c *relay.Config) { c.ManualClock = true }}
+}
+
+// newReplica is one relay of ground's deployment (ground.Replica, with
+// replicaOptions): on its emulator and clock, with its own pool on the
+// shared schema.
+func newReplica(ground *testenv.Env, cfg relay.Config) *pgRelay {
+	return relayOf(ground.Replica(replicaOptions(cfg)))
 }
 
 // pgRelay is one relay on the shared schema and what it was built with:
@@ -112,30 +119,22 @@ func newReplica(t testing.TB, url, schema string, clock *testclock.Clock, cfg re
 // does.
 type pgRelay struct {
 	*relay.Service
+	env    *testenv.Env
 	log    gmailrelay.Store
 	policy *policy.Policy
-	faults *faultmodes.Set // the rules its Provider was wrapped with, if any
-	quota  *relay.Quota    // the default mailbox's, when cfg gave it
+	faults *faultmodes.Set // the rules a test wrapped its Provider with, if any (the api's)
+	quota  *relay.Quota    // the default mailbox's
 	now    func() time.Time
 	logger zerolog.Logger
 }
 
-// buildRelay makes the relay.Service of cfg.
-func buildRelay(t testing.TB, cfg relay.Config) *pgRelay {
-	t.Helper()
-	svc, err := relay.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &pgRelay{Service: svc, log: cfg.Log, policy: cfg.Policy, quota: cfg.Quota,
-		now: cfg.Now, logger: cfg.Logger}
+// relayOf is the pgRelay of a testenv relay.
+func relayOf(e *testenv.Env) *pgRelay {
+	return &pgRelay{Service: e.Service, env: e, log: e.Store, policy: e.Policy, quota: e.Quota, now: e.Now, logger: e.Logger}
 }
 
 // sweeperConfig is the relay's sweeper.Config as `serve --database` wires it.
-func (r *pgRelay) sweeperConfig() sweeper.Config {
-	return sweeper.Config{Log: r.log, Policy: r.policy, Mailboxes: r.Service, Attempter: r.Service, Replicas: r.Service,
-		Logger: &r.logger, Now: r.now}
-}
+func (r *pgRelay) sweeperConfig() sweeper.Config { return r.env.SweeperConfig() }
 
 // apiConfig is the relay's api.Config, without tokens.
 func (r *pgRelay) apiConfig() api.Config {
@@ -145,20 +144,28 @@ func (r *pgRelay) apiConfig() api.Config {
 
 // site is the ground the replica tests share: a fresh schema on the test
 // server, a manual clock, and the Gmail emulator on that clock with
-// Google's client in front of it (see emulatorGmail).
+// Google's client in front of it (testenv.Start, whose Replica builds
+// each relay).
 type site struct {
 	url, schema string
+	env         *testenv.Env
 	clock       *testclock.Clock
 	emu         *gmailfake.Server
-	gm          *gmailapi.Client
+	gm          relay.Provider
 }
 
 func newSite(t *testing.T) site {
 	t.Helper()
+	return siteWith(t, gmailfake.Options{})
+}
+
+// siteWith is a site whose emulator has options em.
+func siteWith(t *testing.T, em gmailfake.Options) site {
+	t.Helper()
 	url := databaseURL(t)
-	s := site{url: url, schema: freshSchema(t, url), clock: testclock.New()}
-	s.emu, s.gm = emulatorGmail(t, s.clock)
-	return s
+	schema := freshSchema(t, url)
+	env := testenv.Start(t, testenv.Options{Emulator: em, OpenLog: pgOpener(url, schema)})
+	return site{url: url, schema: schema, env: env, clock: env.Clock, emu: env.Emulator, gm: env.Provider}
 }
 
 // quietPolicy is the default policy without the read-back of the first
@@ -169,8 +176,8 @@ func quietPolicy() *policy.Policy {
 	return pol
 }
 
-// replica is newReplica on the site's schema and clock.
+// replica is newReplica on the site.
 func (s site) replica(t testing.TB, cfg relay.Config) *pgRelay {
 	t.Helper()
-	return newReplica(t, s.url, s.schema, s.clock, cfg)
+	return newReplica(s.env, cfg)
 }

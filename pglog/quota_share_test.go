@@ -7,12 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/gmailrelay/gmailrelay"
-	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
-	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/policy"
 	"github.com/gmailrelay/gmailrelay/relay"
 	"github.com/gmailrelay/gmailrelay/sweeper"
@@ -29,15 +25,9 @@ import (
 // minute later it makes ten sends alone.
 func TestEmulatorQuotaPerMinuteIsSharedByReplicas(t *testing.T) {
 	const perMinute = 1000
-	url := databaseURL(t)
-	schema := freshSchema(t, url)
 	ctx := context.Background()
-	clock := testclock.New()
-	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{Now: clock.Now, QuotaPerMinute: perMinute})
-	gm, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: emuURL, Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := siteWith(t, gmailfake.Options{QuotaPerMinute: perMinute})
+	clock, emu, gm := s.clock, s.emu, s.gm
 	pol := policy.Default()
 	pol.VerifyHandle = policy.VerifyNever
 	pol.Mailboxes = map[string]policy.Mailbox{policy.DefaultMailbox: {Name: policy.DefaultMailbox, QuotaPerMinute: perMinute}}
@@ -47,8 +37,9 @@ func TestEmulatorQuotaPerMinuteIsSharedByReplicas(t *testing.T) {
 	}
 	var rs [2]replica
 	for i := range rs {
-		svc := buildRelay(t, relay.Config{Log: open(t, url, schema, clock.Now), Provider: gm, Policy: pol,
-			Now: clock.Now, ManualClock: true, Logger: zerolog.Nop(), SendTimeout: 10 * time.Second})
+		o := replicaOptions(relay.Config{Provider: gm, Policy: pol})
+		o.QuotaPerMinute = -1 // the policy's, shared
+		svc := relayOf(s.env.Replica(o))
 		rs[i] = replica{svc, sweeper.New(svc.sweeperConfig())}
 	}
 	pass := func(r replica) {

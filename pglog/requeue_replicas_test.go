@@ -7,9 +7,6 @@ import (
 	"time"
 
 	"github.com/gmailrelay/gmailrelay"
-	"github.com/gmailrelay/gmailrelay/gmailapi"
-	"github.com/gmailrelay/gmailrelay/gmailfake"
-	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/outbox"
 	"github.com/gmailrelay/gmailrelay/relay"
@@ -31,7 +28,7 @@ func TestEmulatorGmailUnreachableHoldsTheMailboxOnEveryReplica(t *testing.T) {
 	var svcs []*pgRelay
 	var boxes []*outbox.Outbox
 	for range 2 {
-		svc, ob := replica(t, s.url, s.schema, s.clock, prov, pol)
+		svc, ob := replica(t, s, prov, pol)
 		svcs, boxes = append(svcs, svc), append(boxes, ob)
 	}
 	pass := func() {
@@ -75,15 +72,4 @@ func TestEmulatorGmailUnreachableHoldsTheMailboxOnEveryReplica(t *testing.T) {
 			t.Errorf("%s: %s, %d deliveries, %v; want sent once", id, j.State, s.emu.Deliveries(id), err)
 		}
 	}
-}
-
-// emulatorGmail is the Gmail emulator on clock and Google's client for it.
-func emulatorGmail(t *testing.T, clock *testclock.Clock) (*gmailfake.Server, *gmailapi.Client) {
-	t.Helper()
-	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{Now: clock.Now})
-	gm, err := gmailapi.New(context.Background(), gmailapi.Config{Endpoint: emuURL, Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return emu, gm
 }

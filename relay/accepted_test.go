@@ -6,9 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -26,10 +25,7 @@ func TestCreatedAtFollowsAcceptanceAndTheClock(t *testing.T) {
 		defer mu.Unlock()
 		return e.clock.Now().Add(-back)
 	}
-	svc, err := relay.New(ctx, relay.Config{Log: e.log, Provider: e.te.Provider, Policy: e.policy, Now: now, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := e.te.Replica(testenv.Options{Policy: e.policy, Now: now, Provider: e.te.Provider}).Service
 	send := func(key string) relay.Result {
 		t.Helper()
 		res, err := svc.Send(ctx, e.prepare(key, "x"), relay.SendOptions{})

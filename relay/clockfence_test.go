@@ -17,11 +17,10 @@ import (
 
 	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/acceptlog"
+	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
 	"github.com/gmailrelay/gmailrelay/api"
 	"github.com/gmailrelay/gmailrelay/faultmodes"
 	"github.com/gmailrelay/gmailrelay/gmailapi"
-	"github.com/gmailrelay/gmailrelay/gmailfake"
-	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/outbox"
 	"github.com/gmailrelay/gmailrelay/policy"
@@ -103,31 +102,24 @@ func countLines(logs *testenv.LockedBuffer, level, text string) int {
 // go out. A manual clock has no fence.
 func TestClockFenceStopsAReplicaWhoseClockIsOff(t *testing.T) {
 	ctx := context.Background()
-	clock := testclock.New()
-	emu, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{Now: clock.Now})
-	gm, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: emuURL, Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bl, err := acceptlog.Open(filepath.Join(t.TempDir(), "relay.db"), acceptlog.Options{Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = bl.Close() })
-	lg := &fakeClockLog{Log: bl}
+	var lg *fakeClockLog
 	pol := policy.Default()
 	pol.VerifyHandle = policy.VerifyNever
 	logs := &testenv.LockedBuffer{}
 	logger := zerolog.New(logs)
-	newService := func(manual bool) *relay.Service {
-		svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: faultmodes.Wrap(gm, nil, nil), Policy: pol, Now: clock.Now, ManualClock: manual,
-			Logger: logger, SendTimeout: 2 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return svc
+	opts := testenv.Options{Policy: pol, Logger: &logger, SendTimeout: 2 * time.Second,
+		OpenLog: func(t testing.TB, now func() time.Time) gmailrelay.Store {
+			lg = &fakeClockLog{Log: acceptlogtest.OpenPath(t, filepath.Join(t.TempDir(), "relay.db"), acceptlog.Options{Now: now})}
+			return lg
+		}}
+	te := testenv.New(t, opts)
+	clock, emu, svc := te.Clock, te.Emulator, te.Service
+	// newManual is another Service over the same log on a manual clock.
+	newManual := func() *relay.Service {
+		opts.OpenLog = func(testing.TB, func() time.Time) gmailrelay.Store { return lg }
+		opts.Configure = func(c *relay.Config) { c.ManualClock = true }
+		return te.Replica(opts).Service
 	}
-	svc := newService(false)
 	prepare := func(key string) relay.Prepared {
 		p, err := relay.Prepare(relay.SendRequest{Key: key, To: relay.AddressList{"a@example.org"}, Subject: "s", Text: "b"},
 			"", svcDomain, clock.Now())
@@ -180,8 +172,7 @@ func TestClockFenceStopsAReplicaWhoseClockIsOff(t *testing.T) {
 		t.Errorf("RecoverExpired while fenced: %d, %v; want 0 and the fence's error", n, err)
 	}
 	clock.Advance(time.Hour) // the unknown job is due
-	swcfg := sweeper.Config{Log: lg, Policy: pol, Mailboxes: svc, Attempter: svc, Replicas: svc, Logger: &logger, Now: clock.Now}
-	if _, err := sweeper.New(swcfg).RunOnce(ctx); !errors.Is(err, relay.ErrClockSkew) {
+	if _, err := sweeper.New(te.SweeperConfig()).RunOnce(ctx); !errors.Is(err, relay.ErrClockSkew) {
 		t.Errorf("sweeper pass while fenced: %v; want the fence's error", err)
 	}
 	ob, err := outbox.New(outbox.Config{Log: lg, Relay: svc, Now: clock.Now})
@@ -225,14 +216,15 @@ func TestClockFenceStopsAReplicaWhoseClockIsOff(t *testing.T) {
 
 	// A manual clock runs apart from the log's by design: no fence.
 	lg.set(-30*time.Second, 0, nil)
-	if manual := newService(true); manual.CheckClock(ctx) != nil || manual.ClockStatus().On {
+	if manual := newManual(); manual.CheckClock(ctx) != nil || manual.ClockStatus().On {
 		t.Errorf("manual clock: fence %+v, want off", manual.ClockStatus())
 	}
 }
 
-// fenceRelay is a Service, its policy, logger (collected in logs) and
-// Gmail client.
+// fenceRelay is a Service, its Env, policy, logger (collected in logs)
+// and Gmail client.
 type fenceRelay struct {
+	te     *testenv.Env
 	svc    *relay.Service
 	pol    *policy.Policy
 	logger zerolog.Logger
@@ -241,30 +233,19 @@ type fenceRelay struct {
 }
 
 // fenceService is a Service on lg (a bbolt log posing as a shared one) on
-// the real clock, its logs collected.
+// the host's clock, its logs collected.
 func fenceService(t *testing.T, lg *fakeClockLog) fenceRelay {
 	t.Helper()
-	ctx := context.Background()
-	_, emuURL := gmailfake.NewTestServer(t, gmailfake.Options{})
-	gm, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: emuURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bl, err := acceptlog.Open(filepath.Join(t.TempDir(), "relay.db"), acceptlog.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = bl.Close() })
-	lg.Log = bl
 	pol := policy.Default()
 	pol.VerifyHandle = policy.VerifyNever
 	logs := &testenv.LockedBuffer{}
 	logger := zerolog.New(logs)
-	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: gm, Policy: pol, Logger: logger, SendTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fenceRelay{svc: svc, pol: pol, logger: logger, logs: logs, gm: gm}
+	te := testenv.New(t, testenv.Options{HostClock: true, Policy: pol, Logger: &logger, SendTimeout: 2 * time.Second,
+		OpenLog: func(t testing.TB, now func() time.Time) gmailrelay.Store {
+			lg.Log = acceptlogtest.OpenPath(t, filepath.Join(t.TempDir(), "relay.db"), acceptlog.Options{Now: now})
+			return lg
+		}})
+	return fenceRelay{te: te, svc: te.Service, pol: pol, logger: logger, logs: logs, gm: te.Provider.(*gmailapi.Client)}
 }
 
 // The fence's reference is the other replicas, not the log's (the
@@ -383,8 +364,7 @@ func TestReadyzSharesOneClockMeasurement(t *testing.T) {
 	<-lg.started
 	time.Sleep(100 * time.Millisecond) // the other /readyz calls are waiting too
 	t0 := time.Now()
-	swcfg := sweeper.Config{Log: lg, Policy: fr.pol, Mailboxes: svc, Attempter: svc, Replicas: svc, Logger: &fr.logger}
-	if _, err := sweeper.New(swcfg).RunOnce(ctx); err != nil {
+	if _, err := sweeper.New(fr.te.SweeperConfig()).RunOnce(ctx); err != nil {
 		t.Errorf("sweeper pass: %v", err)
 	}
 	took := time.Since(t0)

@@ -6,11 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/gmailrelay/gmailrelay"
-	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
+	"github.com/gmailrelay/gmailrelay/internal/testenv"
 	"github.com/gmailrelay/gmailrelay/relay"
 )
 
@@ -25,15 +23,7 @@ func TestEmulatorSends35MBThroughUploadPath(t *testing.T) {
 	e := newEnv(t, gmailfake.Options{})
 	ctx := context.Background()
 	// The env's 2 s send deadline is too short for 35 MB under -race.
-	gm, err := gmailapi.New(ctx, gmailapi.Config{Endpoint: e.emuURL, Now: e.clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := relay.New(ctx, relay.Config{Log: e.log, Provider: gm, Policy: e.policy, Now: e.clock.Now,
-		Logger: zerolog.Nop(), SendTimeout: 2 * time.Minute, Quota: relay.NewQuota(1_000_000, e.clock.Now)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := e.te.Replica(testenv.Options{Policy: e.policy, SendTimeout: 2 * time.Minute}).Service
 	head := "From: shop@example.com\r\nTo: customer@example.org\r\nMessage-ID: <big-35mb@example.com>\r\nSubject: big\r\n\r\n"
 	line := strings.Repeat("x", 998) + "\r\n"
 	body := strings.Repeat(line, (relay.MaxMessageBytes-len(head))/len(line))

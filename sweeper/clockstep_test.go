@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,10 +11,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmailrelay/gmailrelay"
-	"github.com/gmailrelay/gmailrelay/acceptlog"
-	"github.com/gmailrelay/gmailrelay/acceptlog/acceptlogtest"
-	"github.com/gmailrelay/gmailrelay/faultmodes"
-	"github.com/gmailrelay/gmailrelay/gmailapi"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/internal/testclock"
 	"github.com/gmailrelay/gmailrelay/internal/testenv"
@@ -25,9 +20,10 @@ import (
 
 // stepRig is a harness whose relay (log, Gmail client, fault rules,
 // Service, Sweeper) runs on a hostClock (see clockskew_test.go) while the
-// emulator runs on the real clock (h.clock). It has no te, so build and
-// restart are not for it, and it sends through its own send, which dates
-// messages on the host's clock as the api does.
+// emulator runs on the real clock (h.clock): a testenv Env with Options.Now.
+// Its harness has no te, so build and restart (which would make a sweeper
+// without the rig's) are not for it, and it sends through its own send,
+// which dates messages on the host's clock as the api does.
 type stepRig struct {
 	*harness
 	host *hostClock
@@ -51,32 +47,23 @@ type rigSetup struct {
 
 func newStepRig(t *testing.T, set rigSetup) *stepRig {
 	t.Helper()
-	ctx := context.Background()
 	real := testclock.New()
 	host := &hostClock{real: real}
-	srv, url := gmailfake.NewTestServer(t, gmailfake.Options{IndexLag: set.indexLag, Seed: 7, Now: real.Now})
-	lg := acceptlogtest.OpenPath(t, filepath.Join(t.TempDir(), "accept.db"), acceptlog.Options{Now: host.Now})
-	gcfg := gmailapi.Config{Endpoint: url, Now: host.Now}
+	o := testenv.Options{Clock: real, Now: host.Now, Policy: testPolicy(), SendTimeout: 60 * time.Second, QuotaPerMinute: 1 << 30,
+		Emulator: gmailfake.Options{IndexLag: set.indexLag, Seed: 7}}
 	if set.dates != nil {
-		gcfg.HTTPClient = &http.Client{Transport: &redated{base: http.DefaultTransport, now: real.Now, date: set.dates}}
+		o.HTTPClient = &http.Client{Transport: &redated{base: http.DefaultTransport, now: real.Now, date: set.dates}}
 	}
-	gm, err := gmailapi.New(ctx, gcfg)
-	if err != nil {
-		t.Fatalf("gmail client: %v", err)
+	var prov relay.Provider
+	o.Configure = func(c *relay.Config) {
+		if set.wrap != nil {
+			c.Provider = set.wrap(c.Provider)
+		}
+		prov = c.Provider
 	}
-	var prov relay.Provider = gm
-	if set.wrap != nil {
-		prov = set.wrap(prov)
-	}
-	faults := faultmodes.New(faultmodes.Options{Seed: 1, Now: host.Now})
-	pol, logger := testPolicy(), zerolog.Nop()
-	svc, err := relay.New(ctx, relay.Config{Log: lg, Provider: faultmodes.Wrap(prov, faults, nil), Policy: pol, Now: host.Now,
-		Logger: logger, SendTimeout: 60 * time.Second, Quota: relay.NewQuota(1<<30, host.Now)})
-	if err != nil {
-		t.Fatalf("relay.New: %v", err)
-	}
-	cfg := sweeper.Config{Log: lg, Policy: pol, Mailboxes: svc, Attempter: svc, Replicas: svc, Logger: &logger, Now: host.Now,
-		Interval: time.Hour}
+	te := testenv.New(t, o)
+	cfg := te.SweeperConfig()
+	cfg.Interval = time.Hour
 	if set.logger != nil {
 		cfg.Logger = set.logger
 	}
@@ -84,7 +71,8 @@ func newStepRig(t *testing.T, set rigSetup) *stepRig {
 		start := real.Now()
 		cfg.Mono = func() time.Duration { return real.Now().Sub(start) }
 	}
-	h := &harness{t: t, ctx: ctx, clock: real, srv: srv, prov: prov, log: lg, faults: faults, svc: svc, sw: sweeper.New(cfg)}
+	h := &harness{t: t, ctx: context.Background(), clock: real, srv: te.Emulator, prov: prov, log: te.Log, faults: te.Faults,
+		svc: te.Service, sw: sweeper.New(cfg)}
 	return &stepRig{harness: h, host: host}
 }
 
