@@ -213,3 +213,36 @@ test('Trigger node: an old relay with bounces on logs a warning and still emits 
 	assert.equal(warned.length, 1);
 	assert.match(warned[0], /cannot list bounced jobs/);
 });
+
+test('notify-on-bounce example: the guide shows the file; it uses the Trigger with bounces on and filters reason "bounced"', async () => {
+	const { readFileSync } = await import('node:fs');
+	const { resolve } = await import('node:path');
+	const root = resolve(__dirname, '../../../..');
+	const file = JSON.parse(readFileSync(resolve(root, 'examples/n8n/node/notify-on-bounce.json'), 'utf8')) as {
+		nodes: Array<{ name: string; type: string; parameters: Record<string, unknown>; credentials?: Record<string, { id: string; name: string }> }>;
+		connections: Record<string, { main: Array<Array<{ node: string }>> }>;
+	};
+	const guide = readFileSync(resolve(root, 'docs/n8n.md'), 'utf8');
+	const section = guide.slice(guide.indexOf('## Notify on bounce'));
+	const block = /```json\n([\s\S]*?)\n```/.exec(section);
+	assert.ok(block, 'docs/n8n.md has a json block under "Notify on bounce"');
+	assert.deepEqual(JSON.parse(block[1]), file, 'the guide shows the example file as it is');
+
+	const trigger = file.nodes.find((n) => n.type === 'n8n-nodes-gmailrelay.gmailRelayTrigger');
+	assert.ok(trigger);
+	const known = new Set(['pollTimes', ...new GmailRelayTrigger().description.properties.map((p) => p.name)]);
+	assert.deepEqual(Object.keys(trigger.parameters).filter((k) => !known.has(k)), [], 'only parameters the node has');
+	assert.equal(trigger.parameters.includeBounced, true);
+	assert.deepEqual(trigger.credentials?.gmailRelayApi, { id: 'gmrCredNodeApi01', name: 'gmailrelay API' }, 'the shipped credential template');
+	const names = new Set(file.nodes.map((n) => n.name));
+	for (const [from, c] of Object.entries(file.connections)) {
+		assert.ok(names.has(from), from);
+		for (const out of c.main) {
+			for (const to of out) {
+				assert.ok(names.has(to.node), `${from} → ${to.node}`);
+			}
+		}
+	}
+	assert.match(JSON.stringify(file.nodes.find((n) => n.name === 'Bounced?')?.parameters), /"leftValue":"=\{\{ \$json\.reason \}\}","rightValue":"bounced"/);
+	assert.deepEqual(file.connections['Bounced?'].main.map((o) => o.map((t) => t.node)), [['Format notice'], ['Review or queued']]);
+});
