@@ -64,7 +64,11 @@ channels:
   default: {on_unknown: retry,  grace: 1s, checks: 1, max_attempts: 3}
   billing: {on_unknown: review, grace: 1s, checks: 1}
 YAML
-"$work/gmailrelay" fakegmail --addr "${emu#http://}" >"$work/fakegmail.log" 2>&1 & pids+=($!)
+# Bounce reports for @bounce.test arrive in INBOX 1 s after the send (the
+# emulator's clock is the real one). The raw example sends From
+# shop@example.com: a verified send-as alias of the mailbox here, as it must
+# be in Gmail (the relay refuses a From Gmail would replace).
+"$work/gmailrelay" fakegmail --addr "${emu#http://}" --bounce-delay 1s --send-as shop@example.com >"$work/fakegmail.log" 2>&1 & pids+=($!)
 "$work/gmailrelay" serve --addr "${relay#http://}" --data "$work/relay.db" --gmail-endpoint "$emu" \
   --policy "$work/trial.yaml" --api-token "$api" --admin-token "$admin" --clock manual \
   --sweep-interval 1h --log-level warn >"$work/serve.log" 2>&1 & pids+=($!)
@@ -93,7 +97,7 @@ sed -e "s/REPLACE_WITH_API_TOKEN/$api/" -e "s#http://127.0.0.1:8080#$relay#" \
 step "n8n import:credentials (the shipped template)"
 "$n8n" import:credentials --input="$work/credentials.json" 2>&1 | grep -v '^$' | tail -2
 mkdir -p "$work/workflows"
-cp "$here"/e2e/*.json "$repo"/examples/n8n/manual/*.json "$work/workflows/"
+cp "$here"/e2e/*.json "$repo"/examples/n8n/manual/*.json "$repo"/examples/n8n/node/*.json "$work/workflows/"
 step "n8n import:workflow --separate: $(cd "$work/workflows" && echo *.json)"
 "$n8n" import:workflow --separate --input="$work/workflows" 2>&1 | grep -i -e 'imported' -e 'error:' | grep -v -e 'Could not find workflow' | tail -3 || true
 
@@ -216,6 +220,25 @@ curl -fs "${D[@]}" -X POST "$relay/admin/clock" -d '{"advance":"10s"}' >/dev/nul
 curl -fs "${D[@]}" -X POST "$relay/admin/sweep" >/dev/null
 step "relay state $(state "$id3"), emulator ground truth $(truth "$id3")"
 [ "$(state "$id3")" = review ] || fail "want review"
+
+# 7b. A bounce: one of two recipients is @bounce.test; the emulator accepts
+# the send and puts a delivery report in INBOX a second later; the relay's
+# history tail (sweep passes on its manual clock) records it on the job,
+# which stays sent. The Trigger below must emit it with reason "bounced".
+export E2E_ORDER_ID=ord_1004 E2E_CHANNEL=default E2E_TO='ok@example.org, x@bounce.test'
+id4=$(msgid ord_1004)
+step "execute send to ok@example.org and x@bounce.test, Message-ID $id4"
+ran=$(run gmrE2eSendNode01); echo "  ran: $ran"; expect_ran Out_Sent:0 "$ran"
+unset E2E_TO
+delivery() { curl -fs "${A[@]}" "$relay/v1/jobs/$(python3 -c 'import sys,urllib.parse;print(urllib.parse.quote(sys.argv[1],safe=""))' "$1")" | python3 -c 'import json,sys;d=json.load(sys.stdin);print(d["state"], (d.get("delivery") or {}).get("state"), ",".join((d.get("delivery") or {}).get("bounced") or []))'; }
+for _ in $(seq 60); do
+  curl -fs "${D[@]}" -X POST "$relay/admin/clock" -d '{"advance":"5s"}' >/dev/null
+  curl -fs "${D[@]}" -X POST "$relay/admin/sweep" >/dev/null
+  [ "$(delivery "$id4")" = "sent partly_bounced x@bounce.test" ] && break
+  sleep 0.5
+done
+step "relay: $(delivery "$id4") (state, delivery, bounced); emulator bounced: $(curl -fs --get --data-urlencode "rfc822msgid=$id4" "$emu/_emulator/messages" | python3 -c 'import json,sys;print(json.dumps(json.load(sys.stdin).get("bounced")))')"
+[ "$(delivery "$id4")" = "sent partly_bounced x@bounce.test" ] || fail "the bounce is not on the job: $(delivery "$id4")"
 # The Trigger is a polling trigger: `n8n execute` only starts workflows at a
 # Manual Trigger (n8n's STARTING_NODES) and runs a poller only in "manual"
 # mode, never in "cli". So the n8n way: start n8n on a loopback port,
@@ -229,7 +252,7 @@ step "relay state $(state "$id3"), emulator ground truth $(truth "$id3")"
 # API: set up the owner, then PATCH the workflow with active: true (which
 # saves a version and activates it in the running n8n).
 n8nurl="http://127.0.0.1:$(port)"
-step "n8n start on $n8nurl; activate the Trigger workflow through n8n's REST API"
+step "n8n start on $n8nurl; activate the Trigger workflows through n8n's REST API"
 N8N_PORT="${n8nurl##*:}" N8N_LISTEN_ADDRESS=127.0.0.1 N8N_HOST=127.0.0.1 N8N_SECURE_COOKIE=false \
   N8N_GRACEFUL_SHUTDOWN_TIMEOUT=5 N8N_PERSONALIZATION_ENABLED=false N8N_TEMPLATES_ENABLED=false \
   "$n8n" start >"$work/n8n-start.log" 2>&1 </dev/null & n8npid=$!; pids+=($n8npid)
@@ -255,14 +278,21 @@ for name in ("n8n-nodes-gmailrelay.gmailRelay", "n8n-nodes-gmailrelay.gmailRelay
     if codex.get("categories") != ["Communication"] or not codex.get("resources", {}).get("primaryDocumentation"):
         sys.exit("%s: codex not loaded: %s" % (name, json.dumps(codex)))
 print("  n8n loaded both nodes from the package with their codex (category Communication, documentation links)")' || fail "codex"
-ver=$(curl -fsS "${B[@]}" "$n8nurl/rest/workflows/gmrE2eTrigger001" | python3 -c 'import json,sys;print(json.load(sys.stdin)["data"]["versionId"])')
-curl -sS "${B[@]}" -X PATCH "$n8nurl/rest/workflows/gmrE2eTrigger001" \
-  -d "{\"versionId\":\"$ver\",\"name\":\"e2e: gmailrelay Trigger (review jobs)\",\"active\":true}" >"$work/activate.json" || fail "PATCH workflow"
-python3 -c 'import json,sys;d=json.load(open(sys.argv[1]));d=d.get("data",d);sys.exit(0 if d.get("active") else "not active: %s" % json.dumps(d)[:800])' "$work/activate.json" || { tail -20 "$work/n8n-start.log"; fail "activating the Trigger workflow"; }
-step "Trigger workflow active; waiting for its execution in n8n's database"
-trig=$(python3 - "$N8N_USER_FOLDER/.n8n/database.sqlite" "$id3" "${E2E_TRIGGER_DEADLINE:-180}" "$n8npid" <<'PY'
+# activate ID: what the editor's Active toggle does (PATCH with the current versionId and name).
+activate() {
+  curl -fsS "${B[@]}" "$n8nurl/rest/workflows/$1" | python3 -c 'import json,sys;d=json.load(sys.stdin)["data"];d={"versionId":d["versionId"],"name":d["name"],"active":True};print(json.dumps(d))' >"$work/activate-$1.req" || fail "GET workflow $1"
+  curl -sS "${B[@]}" -X PATCH "$n8nurl/rest/workflows/$1" -d @"$work/activate-$1.req" >"$work/activate-$1.json" || fail "PATCH workflow $1"
+  python3 -c 'import json,sys;d=json.load(open(sys.argv[1]));d=d.get("data",d);sys.exit(0 if d.get("active") else "not active: %s" % json.dumps(d)[:800])' "$work/activate-$1.json" || { tail -20 "$work/n8n-start.log"; fail "activating workflow $1"; }
+}
+activate gmrE2eTrigger001
+activate gmrExBounce00001 # examples/n8n/node/notify-on-bounce.json, as the guide ships it
+step "Trigger workflows active; waiting for their executions in n8n's database"
+# wait_execution WORKFLOW_ID: the first finished execution of that workflow,
+# checked (the review and the bounced job; see the Python below).
+wait_execution() {
+E2E_WORKFLOW="$1" python3 - "$N8N_USER_FOLDER/.n8n/database.sqlite" "$id3" "${E2E_TRIGGER_DEADLINE:-180}" "$n8npid" "$id4" <<'PY'
 import json, os, sqlite3, sys, time
-db, want, deadline, pid = sys.argv[1], sys.argv[2], time.time() + float(sys.argv[3]), int(sys.argv[4])
+db, want, deadline, pid, bounced = sys.argv[1], sys.argv[2], time.time() + float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 
 def unflatten(text):
     # n8n stores execution data with `flatted`: a list whose first element is
@@ -294,7 +324,7 @@ while True:
         con = sqlite3.connect("file:%s?mode=ro" % db, uri=True, timeout=2)
         row = con.execute(
             "SELECT e.id, e.status, e.mode, d.data FROM execution_entity e JOIN execution_data d ON d.executionId = e.id "
-            "WHERE e.workflowId = 'gmrE2eTrigger001' AND e.status IN ('success', 'error', 'crashed') ORDER BY e.id LIMIT 1").fetchone()
+            "WHERE e.workflowId = ? AND e.status IN ('success', 'error', 'crashed') ORDER BY e.id LIMIT 1", (os.environ.get("E2E_WORKFLOW", "gmrE2eTrigger001"),)).fetchone()
         con.close()
     except sqlite3.Error:
         pass  # the database or its tables are not there yet
@@ -307,14 +337,31 @@ eid, status, mode, data = row
 if status != "success":
     sys.exit("the Trigger's execution %s ended %s" % (eid, status))
 run = unflatten(data)["resultData"]["runData"]
+if os.environ.get("E2E_WORKFLOW") == "gmrExBounce00001":
+    # The guide's notify-on-bounce workflow: the bounced job reaches Notify
+    # formatted; the review job leaves Bounced? on its false branch.
+    notes = [i["json"] for i in run["Notify"][0]["data"]["main"][0]]
+    other = [i["json"].get("reason") for i in run["Review or queued"][0]["data"]["main"][0]]
+    if [n.get("message_id") for n in notes] != [bounced] or notes[0].get("bounced") != ["x@bounce.test"] or "x@bounce.test" not in notes[0].get("text", "") or other != ["review"]:
+        sys.exit("notify-on-bounce execution %s: Notify got %s, Review or queued got %s" % (eid, json.dumps(notes)[:800], other))
+    print("execution %s (mode %s, %s): Notify got %s: %s" % (eid, mode, status, notes[0]["subject"], notes[0]["text"].split("\n")[0]))
+    sys.exit(0)
 items = [i["json"] for i in run["Tell a human"][0]["data"]["main"][0]]
 hits = [j for j in items if j.get("message_id") == want and j.get("state") == "review" and j.get("reason") == "review"
         and "/ui/jobs/" in (j.get("url") or "") and "/ui/jobs/" in (j.get("resolve_url") or "")]
 if not hits:
     sys.exit("the Trigger's execution %s did not carry %s in review: %s" % (eid, want, json.dumps(items)[:500]))
+b = [j for j in items if j.get("message_id") == bounced and j.get("reason") == "bounced" and j.get("state") == "sent" and j.get("bounced") == 1
+     and (j.get("delivery") or {}).get("bounced") == ["x@bounce.test"] and "/ui/jobs/" in (j.get("url") or "")]
+if not b:
+    sys.exit("the Trigger's execution %s did not carry %s as bounced: %s" % (eid, bounced, json.dumps(items)[:800]))
 print("execution %s (mode %s, %s): Tell a human got %d item(s), %s state=review reason=review resolve_url=%s" % (eid, mode, status, len(items), want, hits[0].get("resolve_url")))
+print("  and %s state=sent reason=bounced delivery=%s" % (bounced, json.dumps(b[0]["delivery"])))
 PY
-) || { tail -40 "$work/n8n-start.log"; fail "the gmailrelay Trigger did not fire for the review job"; }
+}
+trig=$(wait_execution gmrE2eTrigger001) || { tail -40 "$work/n8n-start.log"; fail "the gmailrelay Trigger did not fire for the review and the bounced job"; }
+echo "  $trig"
+trig=$(wait_execution gmrExBounce00001) || { tail -40 "$work/n8n-start.log"; fail "the notify-on-bounce example did not notify"; }
 echo "  $trig"
 kill "$n8npid" 2>/dev/null; wait "$n8npid" 2>/dev/null || true
 step "n8n start stopped"
@@ -338,8 +385,9 @@ for o in ord_456:send-via-relay ord_457:gmail-compatible-raw; do
   step "${o#*:} example: emulator ground truth for $ex: $(truth "$ex")"
 done
 # Every e-mail the emulator delivered: ord_1001, ord_1002, ord_1003 twice (the
-# duplicate fault, the review job), ord_456, ord_457; the re-run added none.
+# duplicate fault, the review job), ord_1004 (delivered to ok@example.org,
+# bounced for x@bounce.test), ord_456, ord_457; the re-run added none.
 stats=$(curl -fs "$emu/_emulator/stats")
 step "emulator stats: $stats"
-[ "$(echo "$stats" | python3 -c 'import json,sys;print(json.load(sys.stdin)["deliveries"])')" = 6 ] || fail "emulator deliveries: want 6"
+[ "$(echo "$stats" | python3 -c 'import json,sys;print(json.load(sys.stdin)["deliveries"])')" = 7 ] || fail "emulator deliveries: want 7"
 step "PASS (emulator results)"

@@ -10,7 +10,7 @@ import type {
 import { NodeApiError } from 'n8n-workflow';
 
 import { trimBase, type FullResponse, type RequestOptions } from '../GmailRelay/logic';
-import { poll, RelayHttpError, type PollResult, type Seen } from './poll';
+import { poll, RelayHttpError, type PollResult, type Seen, type SeenBounced } from './poll';
 
 /**
  * Pages of 100 jobs the Trigger reads per state and poll. `next` is followed
@@ -23,7 +23,8 @@ export const MAX_PAGES = 1000;
 /**
  * gmailrelay Trigger: polls the relay's acceptance log and emits every job
  * that entered `review` (a human must decide), and optionally jobs waiting
- * in `queued` longer than a threshold (once the relay has an outbox).
+ * in `queued` longer than a threshold (once the relay has an outbox) and
+ * jobs a delivery report said some recipient of bounced.
  */
 // A trigger starts a workflow; it is no tool an AI agent could call.
 // eslint-disable-next-line @n8n/community-nodes/node-usable-as-tool
@@ -34,7 +35,7 @@ export class GmailRelayTrigger implements INodeType {
 		icon: 'file:gmailrelay.svg',
 		group: ['trigger'],
 		version: 1,
-		description: 'Starts the workflow when a gmailrelay job needs a human (review), or waits too long in the queue',
+		description: 'Starts the workflow when a gmailrelay job needs a human (review), waits too long in the queue, or bounced',
 		defaults: { name: 'gmailrelay Trigger' },
 		polling: true,
 		inputs: [],
@@ -55,13 +56,21 @@ export class GmailRelayTrigger implements INodeType {
 				default: 15,
 				displayOptions: { show: { includeQueued: [true] } },
 			},
+			{
+				displayName: 'Include Bounced Jobs',
+				name: 'includeBounced',
+				type: 'boolean',
+				default: false,
+				description:
+					'Whether to also emit sent jobs a delivery report said some recipient of failed (reason "bounced", with the bounced addresses), once per bounce and again when more recipients bounce; skipped when the relay cannot list bounced jobs',
+			},
 		],
 	};
 
 	async poll(this: IPollFunctions): Promise<INodeExecutionData[][] | null> {
 		const creds = await this.getCredentials('gmailRelayApi');
 		const base = trimBase(String(creds.url));
-		const data = this.getWorkflowStaticData('node') as IDataObject & { seen?: Seen };
+		const data = this.getWorkflowStaticData('node') as IDataObject & { seen?: Seen; seenBounced?: SeenBounced };
 		const req = async (o: RequestOptions) =>
 			(await this.helpers.httpRequestWithAuthentication.call(this, 'gmailRelayApi', o as IHttpRequestOptions)) as FullResponse;
 		let r: PollResult;
@@ -72,11 +81,13 @@ export class GmailRelayTrigger implements INodeType {
 				{
 					includeQueued: this.getNodeParameter('includeQueued', false) as boolean,
 					queuedOlderThanMs: Number(this.getNodeParameter('queuedMinutes', 15)) * 60_000,
+					includeBounced: this.getNodeParameter('includeBounced', false) as boolean,
 					maxPages: MAX_PAGES,
 				},
 				data.seen ?? {},
 				new Date(),
 				this.getMode() === 'manual',
+				data.seenBounced ?? {},
 			);
 		} catch (err) {
 			// A relay that answers with an error (401: a wrong token) is an
@@ -88,6 +99,10 @@ export class GmailRelayTrigger implements INodeType {
 			throw err;
 		}
 		data.seen = r.seen;
+		data.seenBounced = r.seenBounced;
+		if (r.bouncedUnavailable) {
+			this.logger.warn('gmailrelay Trigger: the relay cannot list bounced jobs (GET /v1/jobs?delivery=bounced); Include Bounced Jobs needs a newer relay.');
+		}
 		if (r.truncated) {
 			this.logger.warn(
 				`gmailrelay Trigger: stopped after ${MAX_PAGES} pages of ${r.truncated.join(' and ')} jobs (${MAX_PAGES * 100} jobs); jobs past that were not read this poll. Resolve or abandon old jobs.`,

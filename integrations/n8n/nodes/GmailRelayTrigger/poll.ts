@@ -14,6 +14,9 @@ export interface Job {
 	subject?: string;
 	/** The caller's "not before" (RFC 3339); absent when the job may go at once. */
 	send_at?: string;
+	/** Recipients delivery reports said failed, and said delayed (counts; absent when none). */
+	bounced?: number;
+	delayed?: number;
 	[k: string]: unknown;
 }
 
@@ -22,6 +25,12 @@ export interface PollOptions {
 	/** Also emit jobs waiting in `queued` (the outbox) longer than queuedOlderThanMs. */
 	includeQueued: boolean;
 	queuedOlderThanMs: number;
+	/**
+	 * Also emit jobs a delivery report said some recipient of failed
+	 * (GET /v1/jobs?delivery=bounced): once when a job bounces, and again
+	 * when its count of bounced recipients grows.
+	 */
+	includeBounced?: boolean;
 	/**
 	 * Most pages of 100 read per state and poll: a safety cap only (a relay
 	 * that kept answering `next` forever). Pages are in Message-ID order, not
@@ -56,13 +65,37 @@ export function jobLinks(base: string, messageId: string): JobLinks {
 /** The trigger's memory between polls: message_id → state it was emitted in. */
 export type Seen = Record<string, string>;
 
+/** The trigger's memory of bounced jobs: message_id → bounced recipients when last emitted. */
+export type SeenBounced = Record<string, number>;
+
+/**
+ * Delivery is what delivery reports said of a sent job's recipients, as
+ * GET /v1/jobs/{id} shows it: state bounced | partly_bounced | delayed |
+ * no_report, and the addresses.
+ */
+export interface Delivery {
+	state: string;
+	bounced: string[];
+	delayed: string[];
+}
+
+/** An emitted item: the job, why it was emitted, its links, and for a bounce its delivery. */
+export type Emitted = Job & JobLinks & { reason: string; delivery?: Delivery };
+
 /** One poll's result. */
 export interface PollResult {
-	jobs: Array<Job & JobLinks & { reason: string }>;
+	jobs: Emitted[];
 	seen: Seen;
+	seenBounced: SeenBounced;
 	/** Set when the relay has no `queued` state (no outbox yet): that part was skipped. */
 	queuedUnavailable?: boolean;
-	/** States whose listing stopped at maxPages with more pages left. */
+	/**
+	 * Set when the relay cannot list bounced jobs (it refused ?delivery=,
+	 * or ignored it and listed jobs without a bounced count): that part
+	 * was skipped.
+	 */
+	bouncedUnavailable?: boolean;
+	/** Listings (states, or "bounced") that stopped at maxPages with more pages left. */
 	truncated?: string[];
 }
 
@@ -91,10 +124,39 @@ export async function listState(
 	maxPages: number,
 	onTruncated: () => void = () => {},
 ): Promise<Job[] | undefined> {
+	return listJobs(req, baseUrl, 'state', state, maxPages, onTruncated);
+}
+
+/**
+ * listBounced reads every job GET /v1/jobs?delivery=bounced lists, as
+ * listState does. It answers undefined when the relay cannot filter by
+ * delivery: it refused the parameter (400 naming field `delivery`), or it
+ * ignored it, which a listed job without a bounced count shows (a relay
+ * that knows the filter lists only jobs with one); reading on would walk
+ * the whole log and emit jobs that never bounced.
+ */
+export async function listBounced(req: Requester, baseUrl: string, maxPages: number, onTruncated: () => void = () => {}): Promise<Job[] | undefined> {
+	const hasCount = (j: Job) => typeof j.bounced === 'number' && j.bounced > 0;
+	return listJobs(req, baseUrl, 'delivery', 'bounced', maxPages, onTruncated, hasCount);
+}
+
+/**
+ * listJobs reads every job of GET /v1/jobs?FIELD=VALUE, page by page. A 400
+ * naming field, or a listed job that accept refuses, answers undefined.
+ */
+async function listJobs(
+	req: Requester,
+	baseUrl: string,
+	field: string,
+	value: string,
+	maxPages: number,
+	onTruncated: () => void,
+	accept: (j: Job) => boolean = () => true,
+): Promise<Job[] | undefined> {
 	const out: Job[] = [];
 	let after = '';
 	for (let page = 0; page < maxPages; page++) {
-		const q = new URLSearchParams({ state, limit: '100' });
+		const q = new URLSearchParams({ [field]: value, limit: '100' });
 		if (after) {
 			q.set('after', after);
 		}
@@ -106,13 +168,17 @@ export async function listState(
 			ignoreHttpStatusErrors: true,
 		});
 		const b = (res.body ?? {}) as { jobs?: Job[]; next?: string; error?: { field?: string; message?: string } };
-		if (res.statusCode === 400 && b.error?.field === 'state') {
+		if (res.statusCode === 400 && b.error?.field === field) {
 			return undefined;
 		}
 		if (res.statusCode !== 200) {
-			throw new RelayHttpError(res.statusCode, res.body, `GET /v1/jobs?state=${state}: ${res.statusCode} ${b.error?.message ?? ''}`.trim());
+			throw new RelayHttpError(res.statusCode, res.body, `GET /v1/jobs?${field}=${value}: ${res.statusCode} ${b.error?.message ?? ''}`.trim());
 		}
-		out.push(...(b.jobs ?? []));
+		const jobs = b.jobs ?? [];
+		if (!jobs.every(accept)) {
+			return undefined;
+		}
+		out.push(...jobs);
 		if (!b.next) {
 			return out;
 		}
@@ -120,6 +186,20 @@ export async function listState(
 	}
 	onTruncated();
 	return out;
+}
+
+/**
+ * jobDelivery reads the delivery of one job (GET /v1/jobs/{id}); undefined
+ * when the view has none.
+ */
+export async function jobDelivery(req: Requester, baseUrl: string, messageId: string): Promise<Delivery | undefined> {
+	const url = jobLinks(trimBase(baseUrl), messageId).api_url;
+	const res = await req({ method: 'GET', url, json: true, returnFullResponse: true, ignoreHttpStatusErrors: true });
+	const b = (res.body ?? {}) as { delivery?: Delivery; error?: { message?: string } };
+	if (res.statusCode !== 200) {
+		throw new RelayHttpError(res.statusCode, res.body, `GET /v1/jobs/${encodeURIComponent(messageId)}: ${res.statusCode} ${b.error?.message ?? ''}`.trim());
+	}
+	return b.delivery;
 }
 
 /**
@@ -140,12 +220,24 @@ export function queuedSince(j: Job): number | undefined {
 
 /**
  * poll emits the jobs that entered `review` (and, optionally, jobs queued
- * longer than the threshold) since the last poll. A job is emitted once per
- * entry into a state: seen keeps only jobs still listed, so one that leaves
- * review and comes back fires again. In manual mode every current job is
- * emitted (n8n's convention for a test poll) and seen is not changed.
+ * longer than the threshold, and bounced jobs) since the last poll. A job
+ * is emitted once per entry into a state: seen keeps only jobs still
+ * listed, so one that leaves review and comes back fires again. A bounced
+ * job is emitted when it is first listed, and again when its count of
+ * bounced recipients grows (a later report for another recipient), with
+ * its delivery read from the job's view; seenBounced keeps only jobs
+ * still listed. In manual mode every current job is emitted (n8n's
+ * convention for a test poll) and neither memory is changed.
  */
-export async function poll(req: Requester, baseUrl: string, o: PollOptions, seen: Seen, now: Date, manual: boolean): Promise<PollResult> {
+export async function poll(
+	req: Requester,
+	baseUrl: string,
+	o: PollOptions,
+	seen: Seen,
+	now: Date,
+	manual: boolean,
+	seenBounced: SeenBounced = {},
+): Promise<PollResult> {
 	const base = trimBase(baseUrl);
 	const current: Array<{ job: Job; reason: string }> = [];
 	const truncated: string[] = [];
@@ -168,12 +260,35 @@ export async function poll(req: Requester, baseUrl: string, o: PollOptions, seen
 		}
 	}
 	const next: Seen = {};
-	const jobs: PollResult['jobs'] = [];
+	const jobs: Emitted[] = [];
 	for (const { job, reason } of current) {
 		next[job.message_id] = job.state;
 		if (manual || seen[job.message_id] !== job.state) {
 			jobs.push({ ...job, reason, ...jobLinks(base, job.message_id) });
 		}
 	}
-	return { jobs, seen: manual ? seen : next, queuedUnavailable, ...(truncated.length > 0 ? { truncated } : {}) };
+	let bouncedUnavailable: boolean | undefined;
+	const nextBounced: SeenBounced = {};
+	if (o.includeBounced) {
+		const bounced = await listBounced(req, base, o.maxPages, () => truncated.push('bounced'));
+		if (bounced === undefined) {
+			bouncedUnavailable = true;
+		}
+		for (const job of bounced ?? []) {
+			const count = job.bounced ?? 0;
+			nextBounced[job.message_id] = count;
+			if (manual || (seenBounced[job.message_id] ?? 0) < count) {
+				const delivery = await jobDelivery(req, base, job.message_id);
+				jobs.push({ ...job, reason: 'bounced', ...jobLinks(base, job.message_id), ...(delivery ? { delivery } : {}) });
+			}
+		}
+	}
+	return {
+		jobs,
+		seen: manual ? seen : next,
+		seenBounced: manual ? seenBounced : nextBounced,
+		queuedUnavailable,
+		bouncedUnavailable,
+		...(truncated.length > 0 ? { truncated } : {}),
+	};
 }
