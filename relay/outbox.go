@@ -100,7 +100,7 @@ func (s *Service) enqueue(ctx context.Context, box *Mailbox, p Prepared, o SendO
 	job, _, err := s.log.Mutate(ctx, p.MessageID, func(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 		front, frontErr = nil, nil
 		if cur != nil {
-			res, done, err := s.frontDoor(cur, p)
+			res, done, err := frontDoor(cur, p)
 			if !done {
 				err = &Error{Code: CodeRateLimited, RetryAfter: 60,
 					Message: "the mailbox's budget is spent and a failed job cannot be queued; nothing was sent"}

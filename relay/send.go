@@ -189,7 +189,7 @@ func (s *Service) frontDoorRead(ctx context.Context, p Prepared) (Result, bool, 
 	case err != nil:
 		return Result{}, true, err
 	}
-	return s.frontDoor(&cur, p)
+	return frontDoor(&cur, p)
 }
 
 // admitTx is Send's admission transaction, its inputs and what it
@@ -226,7 +226,7 @@ func (a *admitTx) change(cur *gmailrelay.Job) (gmailrelay.Change, error) {
 	s, p := a.s, &a.p
 	a.adm, a.res, a.err, a.attempt = admitForward, Result{}, nil, 0
 	if cur != nil {
-		if res, done, err := s.frontDoor(cur, *p); done {
+		if res, done, err := frontDoor(cur, *p); done {
 			a.adm, a.res, a.err = admitReplay, res, err
 			return gmailrelay.Change{}, nil
 		}
@@ -311,9 +311,11 @@ func (s *Service) giveBack(ctx context.Context, box *Mailbox, d Fault, tookQuota
 	}
 }
 
-// frontDoor answers a request for an existing job without attempting
-// anything, or says (done == false) that a new attempt is due.
-func (s *Service) frontDoor(cur *gmailrelay.Job, p Prepared) (Result, bool, error) {
+// frontDoor decides a request for the existing job cur, from the job and
+// the request alone: an answer without attempting anything (a replay, or
+// an error), or (done == false) that a new attempt is due. The caller
+// writes what follows.
+func frontDoor(cur *gmailrelay.Job, p Prepared) (Result, bool, error) {
 	if cur.Fingerprint != p.Fingerprint {
 		return Result{}, true, &Error{Code: CodeMismatch, Field: "key",
 			Message: "this key was already used for a message with different content"}
