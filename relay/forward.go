@@ -30,7 +30,7 @@ func (s *Service) forward(ctx context.Context, box *Mailbox, job gmailrelay.Job,
 	callCtx, cancel := context.WithTimeout(rec, s.timeout)
 	defer cancel()
 	start := time.Now()
-	sent, err := box.provider.Send(WithFault(callCtx, d), box.userID, raw, job.ThreadIDIn)
+	sent, err := box.provider.Send(WithFault(callCtx, d), box.userID, withJobHeader(raw, job.MessageID), job.ThreadIDIn)
 	took := time.Since(start)
 	if tm != nil {
 		tm.Gmail = took

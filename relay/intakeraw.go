@@ -101,9 +101,80 @@ func (s IDScheme) prepareRaw(raw []byte, key, claim, channel string) (Prepared, 
 	if p.Raw, err = s.tieMessageID(&p, once[hMessageID], norm, claim); err != nil {
 		return Prepared{}, err
 	}
+	// The fingerprint is of the message as the caller wrote it (with the
+	// Message-ID a key adds): the job header below depends on nothing
+	// else, and a retry of a job logged before it existed still matches.
 	sum := sha256.Sum256(p.Raw)
 	p.Fingerprint = hex.EncodeToString(sum[:])
+	if err := checkJobHeader(once[hJob], p.MessageID); err != nil {
+		return Prepared{}, err
+	}
 	return p, nil
+}
+
+// checkJobHeader refuses a raw message whose JobHeader names another
+// job than messageID's: a copy matched by that header would resolve the
+// wrong job. A message without one gets it when it is sent (withJobHeader).
+func checkJobHeader(field onceField, messageID string) error {
+	if !field.present {
+		return nil
+	}
+	if got, want := strings.TrimSpace(string(field.value)), JobHash(messageID); got != want {
+		return Invalid("raw", "raw's %s names job %q, but this message's job is %q", JobHeader, clipValue(got), want)
+	}
+	return nil
+}
+
+// withJobHeader returns the message to hand Gmail for job messageID: raw
+// as it is when its header section has a JobHeader (every message the
+// relay builds, and a raw one that named its job), else raw with the job's
+// header added first — a copy made for the call, the log keeps raw as the
+// caller wrote it. A message too large to take the header goes without
+// it (found by its Message-ID only).
+func withJobHeader(raw []byte, messageID string) []byte {
+	end, ok := headerSectionLen(raw, MaxHeaderBytes)
+	if !ok {
+		end = min(len(raw), MaxHeaderBytes)
+	}
+	head := raw[:end]
+	for _, prefix := range [][]byte{[]byte(JobHeader + ":"), []byte("\n" + JobHeader + ":")} {
+		if hasFoldPrefixAt(head, prefix) {
+			return raw
+		}
+	}
+	line := JobHeader + ": " + JobHash(messageID) + "\r\n"
+	if len(line)+len(raw) > MaxMessageBytes {
+		return raw
+	}
+	out := make([]byte, 0, len(line)+len(raw))
+	return append(append(out, line...), raw...)
+}
+
+// hasFoldPrefixAt reports whether prefix (ASCII, compared ignoring case)
+// starts head, or, when it starts with a line feed, follows one in head.
+func hasFoldPrefixAt(head, prefix []byte) bool {
+	if prefix[0] != '\n' {
+		return len(head) >= len(prefix) && bytes.EqualFold(head[:len(prefix)], prefix)
+	}
+	for i := bytes.IndexByte(head, '\n'); i >= 0; {
+		if rest := head[i:]; len(rest) >= len(prefix) && bytes.EqualFold(rest[:len(prefix)], prefix) {
+			return true
+		}
+		next := bytes.IndexByte(head[i+1:], '\n')
+		if next < 0 {
+			break
+		}
+		i += 1 + next
+	}
+	return false
+}
+
+// clipValue bounds a header value quoted in an error.
+func clipValue(v string) string {
+	if len(v) > 80 {
+		return v[:80] + "…"
+	}
+	return v
 }
 
 // readRawHeader checks raw's size, line endings and header section and

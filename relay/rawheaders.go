@@ -12,7 +12,7 @@ import (
 // onceHeaders are the headers a raw message may carry at most once: two To
 // headers could be read differently by the relay and by Gmail. A repeat is
 // reported for the first of them in this order.
-var onceHeaders = [...]string{"Message-Id", "From", "Sender", "To", "Cc", "Bcc", "Reply-To", "Subject", "Date"}
+var onceHeaders = [...]string{"Message-Id", "From", "Sender", "To", "Cc", "Bcc", "Reply-To", "Subject", "Date", "X-Gmailrelay-Job"}
 
 // Indexes in onceHeaders.
 const (
@@ -25,6 +25,7 @@ const (
 	hReplyTo
 	hSubject
 	hDate
+	hJob // JobHeader
 )
 
 // onceField is the one field of a name in onceHeaders.

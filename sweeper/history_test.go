@@ -7,6 +7,7 @@ import (
 	"github.com/gmailrelay/gmailrelay"
 	"github.com/gmailrelay/gmailrelay/gmailfake"
 	"github.com/gmailrelay/gmailrelay/policy"
+	"github.com/gmailrelay/gmailrelay/relay"
 )
 
 // historyPolicy is the built-in default channel (retry, grace 3m, checks
@@ -213,5 +214,30 @@ func TestEmulatorHistoryVerifiesHealthySendsAndSeesASecondCopy(t *testing.T) {
 	t.Logf("emulator result: %d healthy sends and one stored twice, %d quota units beyond the sends over 30 min (%.2f a send)", healthy, spent, per)
 	if per > 2 {
 		t.Errorf("%.2f quota units a healthy send, want at most 2", per)
+	}
+}
+
+// Emulator result. A raw message (message/rfc822) gets its job header on
+// the way to Gmail: with every Message-ID rewritten and the answer lost,
+// the history still matches the copy to its job (source history).
+func TestEmulatorHistoryMatchesARewrittenRawSendByJobHeader(t *testing.T) {
+	h := newHarness(t, setup{history: true, policy: historyPolicy(0, ""),
+		rewrite: gmailfake.RewritePolicy{Mode: gmailfake.RewriteAlways}})
+	h.sweep()
+	raw := "From: " + gmailfake.DefaultAccount + "\r\nTo: customer@example.net\r\nSubject: Raw\r\n\r\nA raw message.\r\n"
+	p, err := relay.PrepareRaw([]byte(raw), "raw-1", retryChannel, "relay.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodSend, Action: gmailfake.ActionAcceptThenError, Status: 500})
+	res, err := h.svc.Send(h.ctx, p, relay.SendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.wantState(p.MessageID, res.Job, gmailrelay.StateUnknown)
+	h.passEvery(5*time.Second, 30*time.Second, func() bool { return h.job(p.MessageID).State == gmailrelay.StateSent })
+	h.wantJob(p.MessageID, gmailrelay.StateSent, 1, 1, 1)
+	if src := h.effectSource(p.MessageID); src != gmailrelay.SourceHistory {
+		t.Errorf("effect source %q, want history (matched by the job header added on the way)", src)
 	}
 }
