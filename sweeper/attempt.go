@@ -24,6 +24,9 @@ func (p *pass) resend(ctx context.Context, b *boxPass, j gmailrelay.Job, redo in
 	if spent || err != nil {
 		return spent, err
 	}
+	if agrees, err := p.historyAgrees(ctx, j); err != nil || !agrees {
+		return false, err
+	}
 	if !p.s.deps.DisableWitness {
 		suspect, note, done, err := p.storedUnderGmailID(ctx, b, j)
 		switch {

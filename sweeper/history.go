@@ -194,9 +194,14 @@ func (t *tail) record(ctx context.Context, rec relay.HistoryRecord) (held bool, 
 			}
 			continue
 		}
-		mid, ok, err := t.messageID(ctx, a.ID)
+		mid, rewritten, ok, err := t.messageID(ctx, a.ID)
 		if err != nil || !ok {
 			return false, err
+		}
+		if rewritten {
+			if err := t.noteRewrite(ctx); err != nil {
+				return false, err
+			}
 		}
 		j, wanted := t.want[mid]
 		if !wanted {
@@ -215,38 +220,67 @@ func (t *tail) record(ctx context.Context, rec relay.HistoryRecord) (held bool, 
 	return false, nil
 }
 
-// messageID is the Message-ID of the mailbox's message gmailID: one the
-// relay recorded itself, read before, or read now (5 units). A copy whose
-// Message-ID Gmail replaced is named by its job header. ok is false for a
-// message deleted since.
-func (t *tail) messageID(ctx context.Context, gmailID string) (mid string, ok bool, err error) {
+// messageID is the Message-ID of the job the mailbox's message gmailID
+// is a copy of: one the relay recorded itself, read before, or read now
+// (5 units). A copy whose Message-ID Gmail replaced is named by its job
+// header (rewritten is true then, on the read that finds it). ok is false
+// for a message deleted since.
+func (t *tail) messageID(ctx context.Context, gmailID string) (mid string, rewritten, ok bool, err error) {
 	if mid, ok := t.b.m.RecentSend(gmailID); ok {
-		return mid, true, nil
+		return mid, false, true, nil
 	}
 	if mid, ok := t.p.header(t.b, gmailID); ok {
-		return mid, true, nil
+		return mid, false, true, nil
 	}
 	if !t.b.take(relay.UnitsGet, 0) {
-		return "", false, errStopped
+		return "", false, false, errStopped
 	}
 	prov, user := t.b.gmail()
 	h, err := prov.GetHeader(ctx, user, gmailID)
 	if errors.Is(err, relay.ErrMessageNotFound) {
-		return "", false, nil
+		return "", false, false, nil
 	}
 	if err != nil {
-		return "", false, t.p.gmailErr(t.b, err)
+		return "", false, false, t.p.gmailErr(t.b, err)
 	}
 	mid = h.MessageID
-	if _, wanted := t.want[mid]; !wanted && h.Job != "" {
-		if byJob := jobMessageID(h.Job, t.p.s.deps.Policy.MsgIDDomain); byJob != "" {
-			if _, wanted := t.want[byJob]; wanted {
-				mid = byJob
-			}
+	if h.Job != "" && relay.JobHash(h.MessageID) != h.Job {
+		// The job header names another Message-ID than the copy's: Gmail
+		// replaced ours.
+		if byJob := t.jobNamed(h.Job); byJob != "" {
+			mid, rewritten = byJob, true
 		}
 	}
 	t.p.setHeader(t.b, gmailID, mid)
-	return mid, true, nil
+	return mid, rewritten, true, nil
+}
+
+// jobNamed is the Message-ID of the job whose job hash is job: an unknown
+// job the tail is looking for, else the one the relay's Message-ID domain
+// gives; "" when the value cannot name one.
+func (t *tail) jobNamed(job string) string {
+	for id := range t.want {
+		if relay.JobHash(id) == job {
+			return id
+		}
+	}
+	return jobMessageID(job, t.p.s.deps.Policy.MsgIDDomain)
+}
+
+// noteRewrite records in the mailbox's record that Gmail replaced one of
+// the relay's Message-IDs there: the handle is untrusted, so a search miss
+// proves nothing in this mailbox (the search path then hands ambiguous
+// jobs to a human instead of resending).
+func (t *tail) noteRewrite(ctx context.Context) error {
+	saved, err := t.ed.EditMailbox(ctx, t.b.m.Name(), func(m *gmailrelay.Mailbox) {
+		m.HandleChecked, m.HandleUntrusted = true, true
+		m.Rewrites++
+	})
+	if err != nil {
+		return fmt.Errorf("record a rewritten Message-ID: %w", err)
+	}
+	t.p.mailboxes[t.b.m.Name()] = saved
+	return nil
 }
 
 // jobMessageID is the Message-ID a job header names: its job hash (the
@@ -360,7 +394,13 @@ func (t *tail) misses(ctx context.Context, cur gmailrelay.HistoryCursor) error {
 // attemptStart is when the job's last attempt was handed to the send path
 // (its forwarding line).
 func (t *tail) attemptStart(ctx context.Context, j gmailrelay.Job) (time.Time, error) {
-	lines, err := t.p.s.log.JobLines(ctx, j.MessageID)
+	return t.p.attemptStart(ctx, j)
+}
+
+// attemptStart is when the job's last attempt was handed to the send path
+// (its forwarding line; zero when it has none).
+func (p *pass) attemptStart(ctx context.Context, j gmailrelay.Job) (time.Time, error) {
+	lines, err := p.s.log.JobLines(ctx, j.MessageID)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("read lines of %s: %w", j.MessageID, err)
 	}
@@ -412,3 +452,69 @@ const (
 	historyQuery   = "history:SENT"
 	witnessHistory = "history"
 )
+
+// StartCursors starts the history cursor of every mailbox that has none
+// (users.getProfile, 1 unit each), so that the history covers every
+// attempt made from then on; serve calls it before it serves (the first
+// pass would start them too, after the first sends). A mailbox whose
+// profile cannot be read now is left to the first pass.
+func (s *Sweeper) StartCursors(ctx context.Context) error {
+	ed, ok := s.log.(gmailrelay.MailboxEditor)
+	if !ok || !s.deps.History {
+		return nil
+	}
+	s.passMu.Lock()
+	defer s.passMu.Unlock()
+	now := s.now()
+	var errs []error
+	for _, m := range s.deps.Mailboxes.Mailboxes() {
+		rec, err := s.log.Mailbox(ctx, m.Name())
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if rec.History.ID != 0 {
+			continue
+		}
+		if ok, _ := m.Quota().TakeBackground(relay.UnitsProfile); !ok {
+			continue
+		}
+		id, err := m.Provider().Profile(ctx, m.UserID())
+		if err != nil {
+			errs = append(errs, fmt.Errorf("mailbox %s: %w", m.Name(), err))
+			continue
+		}
+		if _, err := ed.EditMailbox(ctx, m.Name(), func(r *gmailrelay.Mailbox) {
+			if r.History.ID == 0 {
+				r.History = gmailrelay.HistoryCursor{ID: id, Since: now, CompleteAt: now, Fallbacks: r.History.Fallbacks}
+			}
+		}); err != nil {
+			errs = append(errs, fmt.Errorf("mailbox %s: %w", m.Name(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// historyAgrees reports whether the history lets the search path resend
+// unknown job j: with the tail off, or for an attempt its cursor does not
+// cover, the search path decides alone; for a covered attempt the history
+// must be complete history_settle past it (a copy it listed would have
+// resolved the job). While it is not, the resend waits: the job stays due.
+func (p *pass) historyAgrees(ctx context.Context, j gmailrelay.Job) (bool, error) {
+	if !p.s.deps.History {
+		return true, nil
+	}
+	mb, err := p.mailbox(ctx, j.Mailbox)
+	if err != nil {
+		return false, err
+	}
+	start, err := p.attemptStart(ctx, j)
+	if err != nil {
+		return false, err
+	}
+	cur := mb.History
+	if start.IsZero() || !cur.Covers(start) {
+		return true, nil
+	}
+	return !cur.CompleteAt.Before(attemptEnd(j).Add(p.channel(j.Channel).Settle())), nil
+}

@@ -241,3 +241,57 @@ func TestEmulatorHistoryMatchesARewrittenRawSendByJobHeader(t *testing.T) {
 		t.Errorf("effect source %q, want history (matched by the job header added on the way)", src)
 	}
 }
+
+// Emulator result. StartCursors starts each mailbox's cursor before any
+// send (serve calls it before serving): a dropped answer of the very first
+// send is then covered by the history, found and sent.
+func TestEmulatorStartCursorsCoversTheFirstSend(t *testing.T) {
+	h := newHarness(t, setup{history: true, policy: historyPolicy(0, "")})
+	if err := h.sw.StartCursors(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	mb, err := h.log.Mailbox(h.ctx, policy.DefaultMailbox)
+	if err != nil || mb.History.ID == 0 {
+		t.Fatalf("no cursor after StartCursors: %+v, %v", mb.History, err)
+	}
+	id := h.sendAmbiguous(retryChannel)
+	h.passEvery(5*time.Second, 30*time.Second, func() bool { return h.job(id).State == gmailrelay.StateSent })
+	h.wantJob(id, gmailrelay.StateSent, 1, 1, 1)
+	if src := h.effectSource(id); src != gmailrelay.SourceHistory {
+		t.Errorf("effect source %q, want history", src)
+	}
+}
+
+// Emulator result. A copy whose Message-ID Gmail replaced, matched by its
+// job header, also marks the mailbox's handle untrusted: the search path
+// then never counts a miss there.
+func TestEmulatorHistoryMarksARewrittenHandle(t *testing.T) {
+	h := newHarness(t, setup{history: true, policy: historyPolicy(0, ""),
+		rewrite: gmailfake.RewritePolicy{Mode: gmailfake.RewriteAlways}})
+	h.sweep()
+	id := h.sendAmbiguous(retryChannel)
+	h.passEvery(5*time.Second, 30*time.Second, func() bool { return h.job(id).State == gmailrelay.StateSent })
+	mb, err := h.log.Mailbox(h.ctx, policy.DefaultMailbox)
+	if err != nil || !mb.HandleUntrusted || mb.Rewrites != 1 {
+		t.Errorf("mailbox after a rewritten copy: %+v, %v; want untrusted, 1 rewrite", mb, err)
+	}
+}
+
+// Emulator result. With the history tail on, a search path's resend of an
+// attempt the history covers waits until the history is complete past it:
+// while Gmail's history cannot be read, the lost send stays unknown after
+// every search missed; once it can, the resend goes, delivered once.
+func TestEmulatorSearchResendWaitsForTheHistory(t *testing.T) {
+	h := newHarness(t, setup{history: true, policy: historyPolicy(5*time.Second, policy.WitnessSearch)})
+	h.sweep()
+	id := h.sendLost(retryChannel)
+	h.emulatorFault(gmailfake.Fault{Method: gmailfake.MethodHistory, Action: gmailfake.ActionError, Status: 500, Count: 1000})
+	h.passEvery(time.Minute, 10*time.Minute, func() bool { return false })
+	if j := h.job(id); j.State != gmailrelay.StateUnknown || j.Attempts != 1 || len(h.lines(id, gmailrelay.KindSearch)) < 2 {
+		t.Fatalf("while the history cannot be read: %s after %d attempts and %d searches; want unknown, 1 attempt, the searches made",
+			j.State, j.Attempts, len(h.lines(id, gmailrelay.KindSearch)))
+	}
+	h.srv.ClearFaults()
+	h.passEvery(time.Minute, 10*time.Minute, func() bool { return h.job(id).State == gmailrelay.StateSent })
+	h.wantJob(id, gmailrelay.StateSent, 2, 1, 1)
+}

@@ -118,6 +118,11 @@ func startRelay(ctx context.Context, c serveConfig, logger zerolog.Logger) (*rel
 	if _, err := rs.svc.RefreshSendAs(sctx); err != nil {
 		logger.Warn().Err(err).Msg("send-as lists: not all read at start; retried every minute")
 	}
+	// The history cursors start before the first send, so the history
+	// covers every attempt (bounded as the send-as reads).
+	if err := rs.sweeper.StartCursors(sctx); err != nil {
+		logger.Warn().Err(err).Msg("history cursors: not all started before serving; the first sweeper pass starts them")
+	}
 	cancel()
 	rs.svc.WatchSendAs(context.WithoutCancel(ctx), time.Minute)
 	rs.http = newHTTPServer(handler, serverTimeouts(c.SendTimeout))
