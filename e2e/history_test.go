@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,4 +51,69 @@ func TestEmulatorHistoryResolvesDroppedResponsesWithin30s(t *testing.T) {
 		}
 	}
 	wantClean(t, r, ops)
+}
+
+// Emulator results, the real binary: a send to ok@example.org and
+// x@bounce.test is sent; 30 s later the emulator's report is in the
+// mailbox, and within 30 s more the job view says partly_bounced with
+// x@bounce.test and a bounce line, ?delivery=bounced lists the job, and
+// /metrics counts the bounce.
+func TestEmulatorBounceReachesTheJobWithin30s(t *testing.T) {
+	t.Parallel()
+	r := startRelay(t, relayOptions{history: true})
+	req := sendRequest{Key: "cus_1:invoice:bounce", To: "ok@example.org, x@bounce.test", Subject: "Invoice", Body: "Attached.", Channel: "default"}
+	op := r.Send(req, 1, 1)
+	if op.Status != http.StatusOK {
+		t.Fatalf("send: %s, want 200 sent", opString(op))
+	}
+	id := msgID(req.Key)
+	r.Advance(t, 30*time.Second) // the emulator's --bounce-delay
+	for waited := time.Duration(0); waited < 30*time.Second; waited += 5 * time.Second {
+		r.Advance(t, 5*time.Second)
+		r.Sweep(t)
+	}
+	var v struct {
+		State    string `json:"state"`
+		Delivery struct {
+			State   string   `json:"state"`
+			Bounced []string `json:"bounced"`
+		} `json:"delivery"`
+		Lines []struct {
+			Kind, Recipient, Action string
+			Status                  any
+		} `json:"lines"`
+	}
+	if err := r.admin(http.MethodGet, "/v1/jobs/"+url.PathEscape(id), "", http.StatusOK, &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.State != "sent" || v.Delivery.State != "partly_bounced" || len(v.Delivery.Bounced) != 1 || v.Delivery.Bounced[0] != "x@bounce.test" {
+		t.Fatalf("job after the report: state %s, delivery %+v; want sent, partly_bounced with x@bounce.test", v.State, v.Delivery)
+	}
+	bounces := 0
+	for _, l := range v.Lines {
+		if l.Kind == "bounce" && l.Recipient == "x@bounce.test" && l.Action == "failed" && l.Status == "5.1.1" {
+			bounces++
+		}
+	}
+	if bounces != 1 {
+		t.Errorf("bounce lines for x@bounce.test: %d, want 1", bounces)
+	}
+	var list struct {
+		Jobs []struct {
+			MessageID string `json:"message_id"`
+		} `json:"jobs"`
+	}
+	if err := r.admin(http.MethodGet, "/v1/jobs?delivery=bounced", "", http.StatusOK, &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Jobs) != 1 || list.Jobs[0].MessageID != id {
+		t.Errorf("?delivery=bounced: %+v, want only %s", list.Jobs, id)
+	}
+	status, metrics, err := r.do(r.URL(), http.MethodGet, "/metrics", adminToken, "")
+	if err != nil || status != http.StatusOK || !strings.Contains(string(metrics), `gmailrelay_bounces_total{action="failed",mailbox="default"} 1`) {
+		t.Errorf("/metrics: %d, %v; want gmailrelay_bounces_total{action=\"failed\",mailbox=\"default\"} 1", status, err)
+	}
+	if d := r.Emu.Deliveries(id); d != 1 {
+		t.Errorf("emulator result: %d deliveries, want 1", d)
+	}
 }
