@@ -126,11 +126,10 @@ func CheckJob(j *Job, lines []Line) []string {
 // Violations turns the violations a Check found into its error: nil when
 // there are none, otherwise one naming how many and each of them.
 func Violations(found []string) error {
-	var v violations
-	for _, s := range found {
-		v.add("%s", s)
+	if len(found) == 0 {
+		return nil
 	}
-	return v.err()
+	return fmt.Errorf("acceptlog check: %d violations:\n\t%s", len(found), strings.Join(found, "\n\t"))
 }
 
 // validateChange checks ch against the log's invariants before anything is
@@ -468,18 +467,9 @@ var ErrInvalidChange = errors.New("acceptlog: invalid change")
 
 // violations collects what checkJob finds, in the order found.
 type violations struct {
-	n     int
 	found []string
 }
 
 func (v *violations) add(format string, args ...any) {
-	v.n++
 	v.found = append(v.found, fmt.Sprintf(format, args...))
-}
-
-func (v *violations) err() error {
-	if v.n == 0 {
-		return nil
-	}
-	return fmt.Errorf("acceptlog check: %d violations:\n\t%s", v.n, strings.Join(v.found, "\n\t"))
 }

@@ -3,6 +3,7 @@ package gmailrelay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 )
@@ -163,6 +164,18 @@ type ReplicaCounter interface {
 // record, a job change's EditMailbox included.
 type MailboxEditor interface {
 	EditMailbox(ctx context.Context, name string, fn func(m *Mailbox)) (Mailbox, error)
+}
+
+// CheckEditMailbox is what every EditMailbox refuses before it writes: an
+// ended context, a mailbox without a name (ErrInvalidChange).
+func CheckEditMailbox(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("edit mailbox %s: %w", name, err)
+	}
+	if name == "" {
+		return fmt.Errorf("edit mailbox: %w: no name", ErrInvalidChange)
+	}
+	return nil
 }
 
 // MailboxPauses is implemented by a shared Store: the pause Gmail asked a

@@ -9,7 +9,6 @@ import (
 	"os"
 	"runtime/debug"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/gmailrelay/gmailrelay"
@@ -188,23 +187,16 @@ func guard(what string, fn func() error) (err error) {
 
 // violations collects what Check finds. found holds every one of them, in
 // the order found (check names each violation:
-// docs/operations.md#checking-a-log-file-offline); n is their number.
+// docs/operations.md#checking-a-log-file-offline).
 type violations struct {
-	n     int
 	found []string
 }
 
 func (v *violations) add(format string, args ...any) {
-	v.n++
 	v.found = append(v.found, fmt.Sprintf(format, args...))
 }
 
-func (v *violations) err() error {
-	if v.n == 0 {
-		return nil
-	}
-	return fmt.Errorf("acceptlog check: %d violations:\n\t%s", v.n, strings.Join(v.found, "\n\t"))
-}
+func (v *violations) err() error { return gmailrelay.Violations(v.found) }
 
 type keySet map[string]struct{}
 

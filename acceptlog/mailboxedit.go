@@ -13,11 +13,8 @@ var _ gmailrelay.MailboxEditor = (*Log)(nil)
 // (batched with the writes in flight, as Mutate's) reads the record, lets
 // fn edit it and stores it sealed, durable when EditMailbox returns.
 func (l *Log) EditMailbox(ctx context.Context, name string, fn func(m *gmailrelay.Mailbox)) (gmailrelay.Mailbox, error) {
-	if err := ctx.Err(); err != nil {
-		return gmailrelay.Mailbox{}, fmt.Errorf("edit mailbox %s: %w", name, err)
-	}
-	if name == "" {
-		return gmailrelay.Mailbox{}, fmt.Errorf("edit mailbox: %w: no name", gmailrelay.ErrInvalidChange)
+	if err := gmailrelay.CheckEditMailbox(ctx, name); err != nil {
+		return gmailrelay.Mailbox{}, err
 	}
 	if l.closed.Load() {
 		return gmailrelay.Mailbox{}, fmt.Errorf("edit mailbox %s: %w", name, gmailrelay.ErrClosed)

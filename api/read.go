@@ -142,9 +142,13 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 		v.ResolvedBy, v.TruthAfterS = by, &secs
 	}
 	if j.State == gmailrelay.StateSent || j.Bounced > 0 || j.Delayed > 0 {
+		// The recipients tell bounced from partly_bounced: counted from the
+		// stored message only when some recipient failed.
 		recipients := 0
-		if raw, err := s.cfg.Log.Raw(r.Context(), id); err == nil {
-			recipients = relay.Recipients(raw)
+		if j.Bounced > 0 {
+			if raw, err := s.cfg.Log.Raw(r.Context(), id); err == nil {
+				recipients = relay.Recipients(raw)
+			}
 		}
 		d := gmailrelay.DeliveryOf(lines, recipients)
 		v.Delivery = &d

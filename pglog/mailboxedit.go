@@ -16,11 +16,8 @@ var _ gmailrelay.MailboxEditor = (*Log)(nil)
 // locked (lockMailbox), edited and written back in one transaction, so
 // two replicas' edits of one mailbox queue and neither is lost.
 func (l *Log) EditMailbox(ctx context.Context, name string, fn func(m *gmailrelay.Mailbox)) (gmailrelay.Mailbox, error) {
-	if err := ctx.Err(); err != nil {
-		return gmailrelay.Mailbox{}, fmt.Errorf("edit mailbox %s: %w", name, err)
-	}
-	if name == "" {
-		return gmailrelay.Mailbox{}, fmt.Errorf("edit mailbox: %w: no name", gmailrelay.ErrInvalidChange)
+	if err := gmailrelay.CheckEditMailbox(ctx, name); err != nil {
+		return gmailrelay.Mailbox{}, err
 	}
 	if l.closed.Load() {
 		return gmailrelay.Mailbox{}, fmt.Errorf("edit mailbox %s: %w", name, gmailrelay.ErrClosed)

@@ -132,13 +132,12 @@ func checkJobHeader(field onceField, messageID string) error {
 // caller wrote it. A message too large to take the header goes without
 // it (found by its Message-ID only).
 func withJobHeader(raw []byte, messageID string) []byte {
-	end, ok := headerSectionLen(raw, MaxHeaderBytes)
-	if !ok {
-		end = min(len(raw), MaxHeaderBytes)
+	fields, _, err := scanHeader(raw)
+	if err != nil {
+		return raw // checked at intake; a message it cannot read is sent as it is
 	}
-	head := raw[:end]
-	for _, prefix := range [][]byte{[]byte(JobHeader + ":"), []byte("\n" + JobHeader + ":")} {
-		if hasFoldPrefixAt(head, prefix) {
+	for _, f := range fields {
+		if sameHeaderName(f.name, JobHeader) {
 			return raw
 		}
 	}
@@ -148,25 +147,6 @@ func withJobHeader(raw []byte, messageID string) []byte {
 	}
 	out := make([]byte, 0, len(line)+len(raw))
 	return append(append(out, line...), raw...)
-}
-
-// hasFoldPrefixAt reports whether prefix (ASCII, compared ignoring case)
-// starts head, or, when it starts with a line feed, follows one in head.
-func hasFoldPrefixAt(head, prefix []byte) bool {
-	if prefix[0] != '\n' {
-		return len(head) >= len(prefix) && bytes.EqualFold(head[:len(prefix)], prefix)
-	}
-	for i := bytes.IndexByte(head, '\n'); i >= 0; {
-		if rest := head[i:]; len(rest) >= len(prefix) && bytes.EqualFold(rest[:len(prefix)], prefix) {
-			return true
-		}
-		next := bytes.IndexByte(head[i+1:], '\n')
-		if next < 0 {
-			break
-		}
-		i += 1 + next
-	}
-	return false
 }
 
 // clipValue bounds a header value quoted in an error.

@@ -343,13 +343,7 @@ func (t *tail) restart(ctx context.Context, expired bool) error {
 		return t.p.gmailErr(t.b, err)
 	}
 	now := t.p.now
-	saved, err := t.ed.EditMailbox(ctx, t.b.m.Name(), func(m *gmailrelay.Mailbox) {
-		fallbacks := m.History.Fallbacks
-		if expired {
-			fallbacks++
-		}
-		m.History = gmailrelay.HistoryCursor{ID: id, Since: now, CompleteAt: now, Fallbacks: fallbacks}
-	})
+	saved, err := t.ed.EditMailbox(ctx, t.b.m.Name(), newCursor(id, now, expired))
 	if err != nil {
 		return fmt.Errorf("start the history cursor: %w", err)
 	}
@@ -361,6 +355,23 @@ func (t *tail) restart(ctx context.Context, expired bool) error {
 	return nil
 }
 
+// newCursor is the edit of a mailbox's record that starts its history
+// cursor at history id id, now: after an expired cursor (a fallback,
+// counted), or where none was started yet (one another replica started
+// meanwhile stands).
+func newCursor(id uint64, now time.Time, expired bool) func(*gmailrelay.Mailbox) {
+	return func(m *gmailrelay.Mailbox) {
+		if !expired && m.History.ID != 0 {
+			return
+		}
+		fallbacks := m.History.Fallbacks
+		if expired {
+			fallbacks++
+		}
+		m.History = gmailrelay.HistoryCursor{ID: id, Since: now, CompleteAt: now, Fallbacks: fallbacks}
+	}
+}
+
 // misses resends the jobs of witness: history channels whose attempt the
 // history speaks for and shows no copy of.
 func (t *tail) misses(ctx context.Context, cur gmailrelay.HistoryCursor) error {
@@ -369,7 +380,7 @@ func (t *tail) misses(ctx context.Context, cur gmailrelay.HistoryCursor) error {
 		if ch.OnUnknown != policy.Retry || !ch.ResendOnHistory() {
 			continue
 		}
-		start, err := t.attemptStart(ctx, j)
+		start, err := t.p.attemptStart(ctx, j)
 		if err != nil {
 			return err
 		}
@@ -389,12 +400,6 @@ func (t *tail) misses(ctx context.Context, cur gmailrelay.HistoryCursor) error {
 		}
 	}
 	return nil
-}
-
-// attemptStart is when the job's last attempt was handed to the send path
-// (its forwarding line).
-func (t *tail) attemptStart(ctx context.Context, j gmailrelay.Job) (time.Time, error) {
-	return t.p.attemptStart(ctx, j)
 }
 
 // attemptStart is when the job's last attempt was handed to the send path
@@ -484,11 +489,7 @@ func (s *Sweeper) StartCursors(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("mailbox %s: %w", m.Name(), err))
 			continue
 		}
-		if _, err := ed.EditMailbox(ctx, m.Name(), func(r *gmailrelay.Mailbox) {
-			if r.History.ID == 0 {
-				r.History = gmailrelay.HistoryCursor{ID: id, Since: now, CompleteAt: now, Fallbacks: r.History.Fallbacks}
-			}
-		}); err != nil {
+		if _, err := ed.EditMailbox(ctx, m.Name(), newCursor(id, now, false)); err != nil {
 			errs = append(errs, fmt.Errorf("mailbox %s: %w", m.Name(), err))
 		}
 	}

@@ -46,6 +46,18 @@ func (h *harness) effectSource(id string) string {
 	return effects[0].Source
 }
 
+// wantSentByHistory runs a pass every 5 s for up to 30 s until job id is
+// sent, then checks it was sent once by its first attempt, delivered once,
+// its one effect line from the history (why says how it was matched).
+func (h *harness) wantSentByHistory(id, why string) {
+	h.t.Helper()
+	h.passEvery(5*time.Second, 30*time.Second, func() bool { return h.job(id).State == gmailrelay.StateSent })
+	h.wantJob(id, gmailrelay.StateSent, 1, 1, 1)
+	if src := h.effectSource(id); src != gmailrelay.SourceHistory {
+		h.t.Errorf("effect source %q, want history%s", src, why)
+	}
+}
+
 // Emulator result. The search index lags (p50 60 s, p99 5 min) and the
 // channel is the default one (grace 3m, checks 2): without the history a
 // dropped answer stays unknown for three minutes at least. With the
@@ -158,11 +170,7 @@ func TestEmulatorHistoryMatchesARewrittenCopyByJobHeader(t *testing.T) {
 		rewrite: gmailfake.RewritePolicy{Mode: gmailfake.RewriteAlways}})
 	h.sweep()
 	id := h.sendAmbiguous(retryChannel)
-	h.passEvery(5*time.Second, 30*time.Second, func() bool { return h.job(id).State == gmailrelay.StateSent })
-	h.wantJob(id, gmailrelay.StateSent, 1, 1, 1)
-	if src := h.effectSource(id); src != gmailrelay.SourceHistory {
-		t.Errorf("effect source %q, want history (matched by its job header)", src)
-	}
+	h.wantSentByHistory(id, " (matched by its job header)")
 }
 
 // Emulator result. 300 healthy sends are verified through the history: each
@@ -235,11 +243,7 @@ func TestEmulatorHistoryMatchesARewrittenRawSendByJobHeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.wantState(p.MessageID, res.Job, gmailrelay.StateUnknown)
-	h.passEvery(5*time.Second, 30*time.Second, func() bool { return h.job(p.MessageID).State == gmailrelay.StateSent })
-	h.wantJob(p.MessageID, gmailrelay.StateSent, 1, 1, 1)
-	if src := h.effectSource(p.MessageID); src != gmailrelay.SourceHistory {
-		t.Errorf("effect source %q, want history (matched by the job header added on the way)", src)
-	}
+	h.wantSentByHistory(p.MessageID, " (matched by the job header added on the way)")
 }
 
 // Emulator result. StartCursors starts each mailbox's cursor before any
@@ -255,11 +259,7 @@ func TestEmulatorStartCursorsCoversTheFirstSend(t *testing.T) {
 		t.Fatalf("no cursor after StartCursors: %+v, %v", mb.History, err)
 	}
 	id := h.sendAmbiguous(retryChannel)
-	h.passEvery(5*time.Second, 30*time.Second, func() bool { return h.job(id).State == gmailrelay.StateSent })
-	h.wantJob(id, gmailrelay.StateSent, 1, 1, 1)
-	if src := h.effectSource(id); src != gmailrelay.SourceHistory {
-		t.Errorf("effect source %q, want history", src)
-	}
+	h.wantSentByHistory(id, "")
 }
 
 // Emulator result. A copy whose Message-ID Gmail replaced, matched by its
